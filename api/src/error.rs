@@ -1,0 +1,130 @@
+//! S3 error codes and the HTTP status each one carries.
+//!
+//! Clients (the AWS SDKs above all) branch on the `<Code>` string and the status together, so
+//! the pair is fixed here once and both the server and the client crates use it.
+
+/// An S3 error code. `code()` is the string in the XML `<Code>` element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum S3ErrorCode {
+    AccessDenied,
+    BadDigest,
+    BucketAlreadyExists,
+    BucketAlreadyOwnedByYou,
+    BucketNotEmpty,
+    EntityTooLarge,
+    IncompleteBody,
+    InternalError,
+    InvalidArgument,
+    InvalidBucketName,
+    InvalidRange,
+    InvalidRequest,
+    InvalidURI,
+    KeyTooLongError,
+    MetadataTooLarge,
+    MethodNotAllowed,
+    MissingContentLength,
+    NoSuchBucket,
+    NoSuchKey,
+    NotImplemented,
+    OperationAborted,
+    PreconditionFailed,
+    RequestHeaderSectionTooLarge,
+    ServiceUnavailable,
+    SlowDown,
+}
+
+impl S3ErrorCode {
+    /// The `<Code>` string.
+    pub fn code(self) -> &'static str {
+        use S3ErrorCode::*;
+        match self {
+            AccessDenied => "AccessDenied",
+            BadDigest => "BadDigest",
+            BucketAlreadyExists => "BucketAlreadyExists",
+            BucketAlreadyOwnedByYou => "BucketAlreadyOwnedByYou",
+            BucketNotEmpty => "BucketNotEmpty",
+            EntityTooLarge => "EntityTooLarge",
+            IncompleteBody => "IncompleteBody",
+            InternalError => "InternalError",
+            InvalidArgument => "InvalidArgument",
+            InvalidBucketName => "InvalidBucketName",
+            InvalidRange => "InvalidRange",
+            InvalidRequest => "InvalidRequest",
+            InvalidURI => "InvalidURI",
+            KeyTooLongError => "KeyTooLongError",
+            MetadataTooLarge => "MetadataTooLarge",
+            MethodNotAllowed => "MethodNotAllowed",
+            MissingContentLength => "MissingContentLength",
+            NoSuchBucket => "NoSuchBucket",
+            NoSuchKey => "NoSuchKey",
+            NotImplemented => "NotImplemented",
+            OperationAborted => "OperationAborted",
+            PreconditionFailed => "PreconditionFailed",
+            RequestHeaderSectionTooLarge => "RequestHeaderSectionTooLarge",
+            ServiceUnavailable => "ServiceUnavailable",
+            SlowDown => "SlowDown",
+        }
+    }
+
+    /// The HTTP status S3 answers with.
+    pub fn status(self) -> u16 {
+        use S3ErrorCode::*;
+        match self {
+            AccessDenied => 403,
+            BucketAlreadyExists | BucketAlreadyOwnedByYou | BucketNotEmpty | OperationAborted => {
+                409
+            }
+            InternalError => 500,
+            InvalidRange => 416,
+            MethodNotAllowed => 405,
+            MissingContentLength => 411,
+            NoSuchBucket | NoSuchKey => 404,
+            NotImplemented => 501,
+            PreconditionFailed => 412,
+            ServiceUnavailable | SlowDown => 503,
+            BadDigest | EntityTooLarge | IncompleteBody | InvalidArgument | InvalidBucketName
+            | InvalidRequest | InvalidURI | KeyTooLongError | MetadataTooLarge
+            | RequestHeaderSectionTooLarge => 400,
+        }
+    }
+
+    /// A default human-readable message, worded after S3's.
+    pub fn default_message(self) -> &'static str {
+        use S3ErrorCode::*;
+        match self {
+            AccessDenied => "Access Denied",
+            BadDigest => "The Content-MD5 or checksum you specified did not match what we received.",
+            BucketAlreadyExists => "The requested bucket name is not available.",
+            BucketAlreadyOwnedByYou => {
+                "Your previous request to create the named bucket succeeded and you already own it."
+            }
+            BucketNotEmpty => "The bucket you tried to delete is not empty.",
+            EntityTooLarge => "Your proposed upload exceeds the maximum allowed object size.",
+            IncompleteBody => "You did not provide the number of bytes specified by the Content-Length HTTP header.",
+            InternalError => "We encountered an internal error. Please try again.",
+            InvalidArgument => "Invalid Argument",
+            InvalidBucketName => "The specified bucket is not valid.",
+            InvalidRange => "The requested range is not satisfiable",
+            InvalidRequest => "Invalid Request",
+            InvalidURI => "Couldn't parse the specified URI.",
+            KeyTooLongError => "Your key is too long.",
+            MetadataTooLarge => "Your metadata headers exceed the maximum allowed metadata size.",
+            MethodNotAllowed => "The specified method is not allowed against this resource.",
+            MissingContentLength => "You must provide the Content-Length HTTP header.",
+            NoSuchBucket => "The specified bucket does not exist.",
+            NoSuchKey => "The specified key does not exist.",
+            NotImplemented => "A header or query you provided implies functionality that is not implemented.",
+            OperationAborted => "A conflicting conditional operation is currently in progress against this resource. Please try again.",
+            PreconditionFailed => "At least one of the preconditions you specified did not hold.",
+            RequestHeaderSectionTooLarge => "Your request header section exceeds the maximum allowed size.",
+            ServiceUnavailable => "Please reduce your request rate.",
+            SlowDown => "Please reduce your request rate.",
+        }
+    }
+}
+
+impl std::fmt::Display for S3ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.code())
+    }
+}

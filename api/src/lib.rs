@@ -1,0 +1,18 @@
+//! Wire types and validation shared by every Yutu crate.
+//!
+//! This crate does no I/O: it says what a valid bucket name, object key, byte range or size is,
+//! which S3 error code goes with which HTTP status, and what the S3 XML documents look like.
+//! Both the server and the clients depend on it, so a rule written here holds on both ends.
+
+pub mod bucket;
+pub mod error;
+pub mod key;
+pub mod range;
+pub mod size;
+pub mod xml;
+
+pub use bucket::{validate_bucket_name, BucketNameError};
+pub use error::S3ErrorCode;
+pub use key::{validate_object_key, KeyError, MAX_KEY_LEN};
+pub use range::{parse_range, ByteRange, RangeSpec};
+pub use size::{parse_size, ByteSize, SizeError};

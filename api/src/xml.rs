@@ -1,0 +1,167 @@
+//! S3 XML documents, serialized with `quick-xml`'s serde support.
+//!
+//! Field names are S3's element names (PascalCase), which is why the structs rename every
+//! field. Every document carries S3's namespace so that strict XML clients accept it.
+
+use serde::Serialize;
+
+/// The namespace S3 puts on its response documents.
+pub const S3_NS: &str = "http://s3.amazonaws.com/doc/2006-03-01/";
+
+/// Renders a document with the XML declaration in front.
+pub fn to_xml<T: Serialize>(root: &str, doc: &T) -> String {
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    // Serializing plain structs of strings and numbers into a String cannot fail; if it ever
+    // did, an empty root element is still a well-formed answer.
+    match quick_xml::se::to_string_with_root(root, doc) {
+        Ok(body) => out.push_str(&body),
+        Err(_) => out.push_str(&format!("<{root}/>")),
+    }
+    out
+}
+
+/// `<Error>`: the body of every failed request.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ErrorDoc<'a> {
+    pub code: &'a str,
+    pub message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bucket_name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<&'a str>,
+    pub resource: &'a str,
+    pub request_id: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Owner {
+    #[serde(rename = "ID")]
+    pub id: String,
+    pub display_name: String,
+}
+
+/// `<ListAllMyBucketsResult>`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ListAllMyBucketsResult {
+    #[serde(rename = "@xmlns")]
+    pub xmlns: &'static str,
+    pub owner: Owner,
+    pub buckets: Buckets,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Buckets {
+    #[serde(default)]
+    pub bucket: Vec<BucketEntry>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct BucketEntry {
+    pub name: String,
+    pub creation_date: String,
+}
+
+/// One `<Contents>` entry of a listing.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ObjectEntry {
+    pub key: String,
+    pub last_modified: String,
+    #[serde(rename = "ETag")]
+    pub etag: String,
+    pub size: u64,
+    pub storage_class: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CommonPrefix {
+    pub prefix: String,
+}
+
+/// `<ListBucketResult>` for ListObjectsV2 (`list-type=2`) and ListObjects (v1).
+///
+/// The v1-only (`Marker`, `NextMarker`) and v2-only (`KeyCount`, `ContinuationToken`,
+/// `NextContinuationToken`, `StartAfter`) fields are options, left out when unset.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ListBucketResult {
+    #[serde(rename = "@xmlns")]
+    pub xmlns: &'static str,
+    pub name: String,
+    pub prefix: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub marker: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_marker: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_after: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub continuation_token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_continuation_token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_count: Option<usize>,
+    pub max_keys: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delimiter: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encoding_type: Option<&'static str>,
+    pub is_truncated: bool,
+    pub contents: Vec<ObjectEntry>,
+    pub common_prefixes: Vec<CommonPrefix>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_document_shape() {
+        let xml = to_xml(
+            "Error",
+            &ErrorDoc {
+                code: "NoSuchKey",
+                message: "The specified key does not exist.",
+                bucket_name: Some("b"),
+                key: Some("a<b"),
+                resource: "/b/a<b",
+                request_id: "1",
+            },
+        );
+        assert!(xml.starts_with("<?xml"));
+        assert!(xml.contains("<Code>NoSuchKey</Code>"));
+        assert!(xml.contains("<Key>a&lt;b</Key>"));
+        assert!(xml.contains("<BucketName>b</BucketName>"));
+    }
+
+    #[test]
+    fn listing_shape() {
+        let doc = ListBucketResult {
+            xmlns: S3_NS,
+            name: "b".into(),
+            key_count: Some(1),
+            max_keys: 1000,
+            contents: vec![ObjectEntry {
+                key: "k".into(),
+                last_modified: "2026-01-01T00:00:00.000Z".into(),
+                etag: "\"x\"".into(),
+                size: 3,
+                storage_class: "STANDARD",
+            }],
+            common_prefixes: vec![CommonPrefix { prefix: "p/".into() }],
+            ..Default::default()
+        };
+        let xml = to_xml("ListBucketResult", &doc);
+        assert!(xml.contains(&format!("<ListBucketResult xmlns=\"{S3_NS}\">")), "{xml}");
+        assert!(xml.contains("<Contents><Key>k</Key>"), "{xml}");
+        assert!(xml.contains("<CommonPrefixes><Prefix>p/</Prefix></CommonPrefixes>"), "{xml}");
+        assert!(xml.contains("<IsTruncated>false</IsTruncated>"), "{xml}");
+        assert!(!xml.contains("Marker"), "{xml}");
+    }
+}

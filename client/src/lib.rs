@@ -1,0 +1,1 @@
+//! Yutu client library.

@@ -1,0 +1,1 @@
+//! Conductor: KV-cache-aware routing (filled by the conductor work).

@@ -1,0 +1,1 @@
+//! Transfer engine: registered memory and one-sided transports (filled by the transfer-engine work).
