@@ -16,6 +16,7 @@ pub enum S3ErrorCode {
     InternalError,
     InvalidArgument,
     InvalidBucketName,
+    InvalidDigest,
     InvalidRange,
     InvalidRequest,
     InvalidURI,
@@ -48,6 +49,7 @@ impl S3ErrorCode {
             InternalError => "InternalError",
             InvalidArgument => "InvalidArgument",
             InvalidBucketName => "InvalidBucketName",
+            InvalidDigest => "InvalidDigest",
             InvalidRange => "InvalidRange",
             InvalidRequest => "InvalidRequest",
             InvalidURI => "InvalidURI",
@@ -82,7 +84,7 @@ impl S3ErrorCode {
             NotImplemented => 501,
             PreconditionFailed => 412,
             ServiceUnavailable | SlowDown => 503,
-            BadDigest | EntityTooLarge | IncompleteBody | InvalidArgument | InvalidBucketName
+            BadDigest | EntityTooLarge | IncompleteBody | InvalidArgument | InvalidBucketName | InvalidDigest
             | InvalidRequest | InvalidURI | KeyTooLongError | MetadataTooLarge
             | RequestHeaderSectionTooLarge => 400,
         }
@@ -104,6 +106,7 @@ impl S3ErrorCode {
             InternalError => "We encountered an internal error. Please try again.",
             InvalidArgument => "Invalid Argument",
             InvalidBucketName => "The specified bucket is not valid.",
+            InvalidDigest => "The Content-MD5 you specified is not valid.",
             InvalidRange => "The requested range is not satisfiable",
             InvalidRequest => "Invalid Request",
             InvalidURI => "Couldn't parse the specified URI.",

@@ -7,6 +7,7 @@
 pub mod bucket;
 pub mod error;
 pub mod key;
+pub mod placement;
 pub mod range;
 pub mod size;
 pub mod xml;

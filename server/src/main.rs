@@ -1,1 +1,59 @@
-fn main() {}
+//! `yutu-server`: starts a storage node.
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+use yutu_server::config::{Flags, LogFormat, Settings};
+
+fn main() -> anyhow::Result<()> {
+    let settings = Settings::resolve(Flags::parse())?;
+    init_logging(settings.log_format);
+    if !settings.no_auth {
+        bail!(
+            "authentication is not available in this build yet; start with --no-auth \
+             (or no_auth = true in the config file) to serve without it"
+        );
+    }
+    raise_memlock_limit();
+    std::fs::create_dir_all(&settings.data_dir)
+        .with_context(|| format!("cannot create data directory {}", settings.data_dir.display()))?;
+    tracing::info!(
+        listen = %settings.listen, shards = settings.shards, memory = settings.memory,
+        max_object_size = settings.max_object_size, data_dir = %settings.data_dir.display(),
+        "starting yutu-server {}", env!("CARGO_PKG_VERSION")
+    );
+    let node = yutu_server::runtime::start(settings).context("cannot start the node")?;
+    tracing::info!(addr = %node.addr, "listening on {}", node.addr);
+    node.join();
+    Ok(())
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("YUTU_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// io_uring (under glommio) locks memory for its rings and buffers. A distribution default
+/// of 8 MiB is too little for several shards, so raise the soft limit to the hard one.
+fn raise_memlock_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed by pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) != 0 {
+                tracing::warn!("cannot raise RLIMIT_MEMLOCK; io_uring set-up may fail");
+            }
+        }
+    }
+}

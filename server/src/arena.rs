@@ -1,0 +1,147 @@
+//! A shard's DRAM arena: one memfd-backed mapping carved up by an offset allocator.
+//!
+//! The arena is a memfd rather than anonymous memory so that later work can register it with
+//! the transfer engine and hand its file descriptor to same-host peers (one-sided reads over
+//! shared memory). Objects are placed by `offset-allocator`, a two-level segregated-fit
+//! allocator with O(1) allocate and free and bounded fragmentation, working in 64-byte
+//! granules so that a `u32` covers up to 256 GiB per shard.
+//!
+//! Only the owning shard's thread touches its arena, so no synchronisation is needed here.
+
+use std::fs::File;
+
+use memmap2::MmapMut;
+use offset_allocator::{Allocation, Allocator};
+
+/// Allocation unit. Small enough that 4 KiB objects waste little, large enough that a `u32`
+/// count of granules covers any realistic shard.
+pub const GRANULE: u64 = 64;
+
+/// Bytes of a stored object inside the arena.
+pub struct Extent {
+    alloc: Allocation,
+    pub offset: u64,
+    pub len: u64,
+    /// Bytes reserved, a whole number of granules (at least one, even for an empty object).
+    pub reserved: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ArenaError {
+    #[error("cannot create the DRAM arena memfd: {0}")]
+    Memfd(String),
+    #[error("cannot size the DRAM arena to {size} bytes: {source}")]
+    Resize { size: u64, source: std::io::Error },
+    #[error("cannot map the DRAM arena: {0}")]
+    Map(std::io::Error),
+    #[error("arena of {0} bytes is larger than 256 GiB per shard")]
+    TooLarge(u64),
+}
+
+pub struct Arena {
+    map: MmapMut,
+    /// Kept open so the memfd can be shared with peers later; the mapping keeps the pages.
+    _file: File,
+    alloc: Allocator,
+    capacity: u64,
+    reserved: u64,
+}
+
+impl Arena {
+    /// Creates an arena of `capacity` bytes (rounded down to whole granules).
+    ///
+    /// `max_objects` bounds the allocator's node table (one node per live allocation or free
+    /// fragment); its memory is preallocated, about 28 bytes a node.
+    pub fn new(name: &str, capacity: u64, max_objects: u32) -> Result<Arena, ArenaError> {
+        let granules = capacity / GRANULE;
+        if granules >= u32::MAX as u64 {
+            return Err(ArenaError::TooLarge(capacity));
+        }
+        let capacity = granules * GRANULE;
+        let memfd = memfd::MemfdOptions::default()
+            .close_on_exec(true)
+            .create(name)
+            .map_err(|e| ArenaError::Memfd(e.to_string()))?;
+        let file = memfd.into_file();
+        file.set_len(capacity).map_err(|source| ArenaError::Resize {
+            size: capacity,
+            source,
+        })?;
+        // SAFETY: the memfd was created above and is private to this process until it is
+        // shared on purpose; nothing else truncates it, so the mapping stays valid for the
+        // arena's lifetime (the file is kept open next to it).
+        let map = unsafe { MmapMut::map_mut(&file) }.map_err(ArenaError::Map)?;
+        Ok(Arena {
+            map,
+            _file: file,
+            alloc: Allocator::with_max_allocs(granules as u32, max_objects.max(16)),
+            capacity,
+            reserved: 0,
+        })
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Bytes currently reserved by live extents.
+    pub fn reserved(&self) -> u64 {
+        self.reserved
+    }
+
+    /// Bytes an object of `len` bytes reserves.
+    pub fn reservation_for(len: u64) -> u64 {
+        len.div_ceil(GRANULE).max(1) * GRANULE
+    }
+
+    /// Reserves room for `len` bytes; `None` when no free block is large enough (or the node
+    /// table is full), in which case the caller evicts and tries again.
+    pub fn allocate(&mut self, len: u64) -> Option<Extent> {
+        let granules = u32::try_from(Self::reservation_for(len) / GRANULE).ok()?;
+        let alloc = self.alloc.allocate(granules)?;
+        let reserved = granules as u64 * GRANULE;
+        self.reserved += reserved;
+        Some(Extent {
+            offset: alloc.offset as u64 * GRANULE,
+            alloc,
+            len,
+            reserved,
+        })
+    }
+
+    pub fn free(&mut self, extent: Extent) {
+        self.reserved -= extent.reserved;
+        self.alloc.free(extent.alloc);
+    }
+
+    pub fn bytes(&self, extent: &Extent) -> &[u8] {
+        &self.map[extent.offset as usize..(extent.offset + extent.len) as usize]
+    }
+
+    pub fn bytes_mut(&mut self, extent: &Extent) -> &mut [u8] {
+        &mut self.map[extent.offset as usize..(extent.offset + extent.len) as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocate_write_free_reuse() {
+        let mut a = Arena::new("t", 1 << 20, 1024).unwrap();
+        let e = a.allocate(1000).unwrap();
+        assert_eq!(e.reserved, 1024);
+        a.bytes_mut(&e).fill(7);
+        assert!(a.bytes(&e).iter().all(|b| *b == 7));
+        assert_eq!(a.reserved(), 1024);
+        let big = a.allocate(1 << 20);
+        assert!(big.is_none(), "cannot fit a whole-arena object beside another");
+        a.free(e);
+        assert_eq!(a.reserved(), 0);
+        let whole = a.allocate(1 << 20).unwrap();
+        assert_eq!(whole.offset, 0);
+        let empty = Arena::reservation_for(0);
+        assert_eq!(empty, GRANULE);
+    }
+}

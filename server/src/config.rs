@@ -1,0 +1,244 @@
+//! Server settings: command-line flags, an optional TOML file, and the defaults.
+//!
+//! Every flag has a config key of the same name with `_` for `-` (`max-object-size` ->
+//! `max_object_size`). A flag given on the command line wins over the file, and the file wins
+//! over the built-in default, so an operator can keep a fleet-wide file and override one knob.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use serde::Deserialize;
+use yutu_api::ByteSize;
+
+/// Command-line flags. Each is optional so that the config file can supply it.
+#[derive(Debug, Parser, Default)]
+#[command(
+    name = "yutu-server",
+    version,
+    about = "Yutu storage node: a KV-cache and object store with an S3-like HTTP API"
+)]
+pub struct Flags {
+    /// Address to listen on for HTTP (S3 API, admin, metrics). Port 0 picks a free port.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Directory for the node's files.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// DRAM capacity of the whole node, split evenly across shards (e.g. 1GiB).
+    #[arg(long)]
+    pub memory: Option<ByteSize>,
+    /// Number of shards (one pinned thread each). Defaults to the number of CPUs.
+    #[arg(long)]
+    pub shards: Option<usize>,
+    /// Largest object a single PUT may store (e.g. 64MiB).
+    #[arg(long)]
+    pub max_object_size: Option<ByteSize>,
+    /// Serve every request without authentication.
+    #[arg(long)]
+    pub no_auth: bool,
+    /// Eviction policy of the DRAM tier: `lru`.
+    #[arg(long)]
+    pub eviction: Option<String>,
+    /// Log format: `text` or `json`.
+    #[arg(long)]
+    pub log_format: Option<String>,
+    /// TOML file with any of the settings above.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+/// The TOML file. Unknown keys are an error so that a typo does not silently fall back.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<SocketAddr>,
+    pub data_dir: Option<PathBuf>,
+    pub memory: Option<ByteSize>,
+    pub shards: Option<usize>,
+    pub max_object_size: Option<ByteSize>,
+    pub no_auth: Option<bool>,
+    pub eviction: Option<String>,
+    pub log_format: Option<String>,
+}
+
+/// Resolved settings the server runs with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub memory: u64,
+    pub shards: usize,
+    pub max_object_size: u64,
+    pub no_auth: bool,
+    pub eviction: EvictionKind,
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvictionKind {
+    Lru,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9000";
+pub const DEFAULT_MEMORY: u64 = 1 << 30;
+/// S3's own limit for a single PUT.
+pub const DEFAULT_MAX_OBJECT_SIZE: u64 = 5 << 30;
+/// Smallest share of DRAM a shard may get: below this the allocator's bookkeeping dominates.
+pub const MIN_SHARD_MEMORY: u64 = 1 << 20;
+
+impl Settings {
+    /// Merges flags over the file over the defaults and checks the result.
+    pub fn resolve(flags: Flags) -> Result<Settings, ConfigError> {
+        let file = match &flags.config {
+            Some(path) => load_file(path)?,
+            None => FileConfig::default(),
+        };
+        let cpus = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let shards = flags.shards.or(file.shards).unwrap_or(cpus);
+        let memory = flags.memory.or(file.memory).map_or(DEFAULT_MEMORY, |b| b.0);
+        let max_object_size = flags
+            .max_object_size
+            .or(file.max_object_size)
+            .map_or(DEFAULT_MAX_OBJECT_SIZE, |b| b.0);
+        let eviction = match flags
+            .eviction
+            .or(file.eviction)
+            .as_deref()
+            .unwrap_or("lru")
+        {
+            "lru" => EvictionKind::Lru,
+            other => {
+                return Err(ConfigError::Invalid(format!(
+                    "unknown eviction policy {other:?}; known: lru"
+                )))
+            }
+        };
+        let log_format = match flags
+            .log_format
+            .or(file.log_format)
+            .as_deref()
+            .unwrap_or("text")
+        {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => {
+                return Err(ConfigError::Invalid(format!(
+                    "unknown log format {other:?}; known: text, json"
+                )))
+            }
+        };
+        if shards == 0 || shards > 1024 {
+            return Err(ConfigError::Invalid(format!(
+                "--shards must be between 1 and 1024, got {shards}"
+            )));
+        }
+        if memory / (shards as u64) < MIN_SHARD_MEMORY {
+            return Err(ConfigError::Invalid(format!(
+                "--memory {memory} gives each of {shards} shards less than {MIN_SHARD_MEMORY} bytes"
+            )));
+        }
+        if max_object_size == 0 {
+            return Err(ConfigError::Invalid("--max-object-size must be positive".into()));
+        }
+        Ok(Settings {
+            listen: flags.listen.or(file.listen).unwrap_or_else(|| {
+                DEFAULT_LISTEN
+                    .parse()
+                    .expect("the default listen address is a valid socket address")
+            }),
+            data_dir: flags
+                .data_dir
+                .or(file.data_dir)
+                .unwrap_or_else(|| PathBuf::from("./yutu-data")),
+            memory,
+            shards,
+            max_object_size,
+            no_auth: flags.no_auth || file.no_auth.unwrap_or(false),
+            eviction,
+            log_format,
+        })
+    }
+
+    /// DRAM bytes each shard owns.
+    pub fn shard_memory(&self) -> u64 {
+        self.memory / self.shards as u64
+    }
+}
+
+fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        path: path.to_path_buf(),
+        source: Box::new(source),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_file_override_defaults() {
+        let dir = std::env::temp_dir().join(format!("yutu-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.toml");
+        std::fs::write(&path, "memory = \"64MiB\"\nshards = 2\nmax_object_size = 1048576\n")
+            .unwrap();
+        let s = Settings::resolve(Flags {
+            config: Some(path.clone()),
+            shards: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(s.memory, 64 << 20);
+        assert_eq!(s.shards, 1);
+        assert_eq!(s.max_object_size, 1 << 20);
+        assert_eq!(s.listen.to_string(), DEFAULT_LISTEN);
+        std::fs::write(&path, "memroy = 1\n").unwrap();
+        let err = Settings::resolve(Flags {
+            config: Some(path),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("memroy"), "{err}");
+    }
+
+    #[test]
+    fn refuses_tiny_shards() {
+        let err = Settings::resolve(Flags {
+            memory: Some(ByteSize(1 << 20)),
+            shards: Some(4),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("less than"), "{err}");
+    }
+}

@@ -1,0 +1,120 @@
+//! S3 errors as the HTTP layer answers them.
+
+use bytes::Bytes;
+use http::{header, Response, StatusCode};
+use http_body_util::Full;
+use yutu_api::xml::{to_xml, ErrorDoc};
+use yutu_api::S3ErrorCode;
+
+use crate::shard::{BucketError, ShardError};
+use crate::store::StoreError;
+
+/// An error response in the making: the code, a message, and what it was about.
+#[derive(Debug, Clone)]
+pub struct S3Error {
+    pub code: S3ErrorCode,
+    pub message: String,
+    pub bucket: Option<String>,
+    pub key: Option<String>,
+    /// Extra response headers, e.g. `Content-Range: bytes */size` on a 416.
+    pub headers: Vec<(header::HeaderName, String)>,
+}
+
+impl S3Error {
+    pub fn new(code: S3ErrorCode) -> S3Error {
+        S3Error {
+            code,
+            message: code.default_message().to_string(),
+            bucket: None,
+            key: None,
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn msg(mut self, message: impl Into<String>) -> S3Error {
+        self.message = message.into();
+        self
+    }
+
+    pub fn bucket(mut self, bucket: &str) -> S3Error {
+        self.bucket = Some(bucket.to_string());
+        self
+    }
+
+    pub fn key(mut self, key: &str) -> S3Error {
+        self.key = Some(key.to_string());
+        self
+    }
+
+    /// The XML error response. HEAD answers carry no body, as in S3.
+    pub fn into_response(self, resource: &str, request_id: &str, head: bool) -> Response<Full<Bytes>> {
+        let status = StatusCode::from_u16(self.code.status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = if head {
+            Bytes::new()
+        } else {
+            Bytes::from(to_xml(
+                "Error",
+                &ErrorDoc {
+                    code: self.code.code(),
+                    message: &self.message,
+                    bucket_name: self.bucket.as_deref(),
+                    key: self.key.as_deref(),
+                    resource,
+                    request_id,
+                },
+            ))
+        };
+        let mut builder = Response::builder()
+            .status(status)
+            .header(header::CONTENT_TYPE, "application/xml");
+        for (name, value) in self.headers {
+            builder = builder.header(name, value);
+        }
+        builder
+            .body(Full::new(body))
+            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+    }
+}
+
+impl From<StoreError> for S3Error {
+    fn from(e: StoreError) -> S3Error {
+        match e {
+            StoreError::NoSuchBucket => S3Error::new(S3ErrorCode::NoSuchBucket),
+            StoreError::NoSuchKey => S3Error::new(S3ErrorCode::NoSuchKey),
+            StoreError::BucketClosing => S3Error::new(S3ErrorCode::OperationAborted)
+                .msg("The bucket is being deleted; try again."),
+            StoreError::TooLarge { .. } => {
+                S3Error::new(S3ErrorCode::EntityTooLarge).msg(format!("{e}."))
+            }
+            StoreError::InvalidRange { size } => {
+                let mut err = S3Error::new(S3ErrorCode::InvalidRange);
+                err.headers
+                    .push((header::CONTENT_RANGE, format!("bytes */{size}")));
+                err
+            }
+            StoreError::NoSpace(_) => {
+                S3Error::new(S3ErrorCode::SlowDown).msg(format!("{e}; try again."))
+            }
+        }
+    }
+}
+
+impl From<ShardError> for S3Error {
+    fn from(e: ShardError) -> S3Error {
+        tracing::error!(error = %e, "shard mesh failure");
+        S3Error::new(S3ErrorCode::InternalError)
+    }
+}
+
+impl From<BucketError> for S3Error {
+    fn from(e: BucketError) -> S3Error {
+        match e {
+            BucketError::AlreadyOwned => S3Error::new(S3ErrorCode::BucketAlreadyOwnedByYou),
+            BucketError::NoSuchBucket => S3Error::new(S3ErrorCode::NoSuchBucket),
+            BucketError::NotEmpty => S3Error::new(S3ErrorCode::BucketNotEmpty),
+            BucketError::Conflict => S3Error::new(S3ErrorCode::OperationAborted),
+            BucketError::Shard(s) => s.into(),
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! The HTTP face of a shard: hyper 1.x connections on glommio, S3 routing and handlers.
+
+pub mod body;
+pub mod buckets;
+pub mod error;
+pub mod io;
+pub mod objects;
+pub mod service;
+pub mod target;
+
+use bytes::Bytes;
+use http::{header, Response, StatusCode};
+use http_body_util::Full;
+
+/// Every response body is a complete buffer: objects live in DRAM, so there is nothing to
+/// stream from.
+pub type Resp = Response<Full<Bytes>>;
+
+pub fn xml_response(status: StatusCode, xml: String) -> Resp {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/xml")
+        .body(Full::new(Bytes::from(xml)))
+        .unwrap_or_default()
+}

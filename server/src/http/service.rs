@@ -1,0 +1,202 @@
+//! Accepting connections and routing each request to its S3 operation.
+
+use std::convert::Infallible;
+use std::rc::Rc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use glommio::net::TcpListener;
+use http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use yutu_api::S3ErrorCode;
+
+use super::error::S3Error;
+use super::io::HyperStream;
+use super::target::Target;
+use super::{buckets, objects, Resp};
+use crate::auth::{authorize, Action};
+use crate::metrics::{render, Op};
+use crate::shard::Shard;
+
+/// Largest request header section answered normally (S3 allows 8 KiB for PUT headers; Yutu
+/// allows twice that). Bigger sections up to hyper's buffer get `RequestHeaderSectionTooLarge`;
+/// beyond the buffer hyper itself answers 431 and closes the connection.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+/// Serves connections accepted on this shard's listener until the process ends.
+pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(shard = shard.id, error = %e, "accept failed");
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            let svc = service_fn(move |req| handle(shard.clone(), req));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(HyperStream(stream), svc);
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        })
+        .detach();
+    }
+}
+
+/// One request: route it, turn errors into S3 XML, count it.
+pub async fn handle(shard: Rc<Shard>, req: http::Request<Incoming>) -> Result<Resp, Infallible> {
+    let started = Instant::now();
+    let request_id = shard.next_request_id();
+    let head = req.method() == Method::HEAD;
+    let resource = req.uri().path().to_string();
+    let method = req.method().clone();
+    let (op, result) = route(&shard, req).await;
+    let mut resp = result.unwrap_or_else(|e| e.into_response(&resource, &request_id, head));
+    let headers = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        headers.insert("x-amz-request-id", v);
+    }
+    headers.insert(header::SERVER, HeaderValue::from_static("Yutu"));
+    let status = resp.status().as_u16();
+    let elapsed = started.elapsed();
+    shard.metrics.record(op, status, elapsed);
+    tracing::debug!(
+        shard = shard.id, %method, path = %resource, status, op = op.name(),
+        micros = elapsed.as_micros() as u64, request_id, "request"
+    );
+    Ok(resp)
+}
+
+fn header_section_size(headers: &HeaderMap) -> usize {
+    headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum()
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Resp {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Full::new(Bytes::from(body)))
+        .unwrap_or_default()
+}
+
+async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<Resp, S3Error>) {
+    if header_section_size(req.headers()) > MAX_HEADER_BYTES {
+        return (
+            Op::Unsupported,
+            Err(S3Error::new(S3ErrorCode::RequestHeaderSectionTooLarge)),
+        );
+    }
+    let target = match Target::parse(req.uri()) {
+        Ok(t) => t,
+        Err(e) => return (Op::Unsupported, Err(e)),
+    };
+    let method = req.method().clone();
+    // Ops endpoints. Their names are reserved bucket names, so they never shadow a bucket.
+    if method == Method::GET && target.key.is_none() && target.query.is_empty() {
+        match target.bucket.as_deref() {
+            Some("health") | Some("ready") => {
+                return (Op::Ops, Ok(text(StatusCode::OK, "text/plain", "ok\n".into())))
+            }
+            Some("metrics") => {
+                let body = render(&shard.all_metrics);
+                return (
+                    Op::Ops,
+                    Ok(text(StatusCode::OK, "text/plain; version=0.0.4", body)),
+                );
+            }
+            _ => {}
+        }
+    }
+    if !matches!(
+        method,
+        Method::GET | Method::HEAD | Method::PUT | Method::DELETE | Method::POST
+    ) {
+        return (
+            Op::Unsupported,
+            Err(S3Error::new(S3ErrorCode::MethodNotAllowed)
+                .msg(format!("The method {method} is not allowed against this resource."))),
+        );
+    }
+    if let Some(sub) = target.unsupported_subresource() {
+        return (
+            Op::Unsupported,
+            Err(S3Error::new(S3ErrorCode::NotImplemented)
+                .msg(format!("The ?{sub} sub-resource is not implemented."))),
+        );
+    }
+    if method == Method::POST {
+        return (
+            Op::Unsupported,
+            Err(S3Error::new(S3ErrorCode::NotImplemented)
+                .msg("POST operations are not implemented.")),
+        );
+    }
+    let bucket = target.bucket.clone();
+    let key = target.key.clone();
+    match (bucket, key) {
+        (None, _) => {
+            if method != Method::GET {
+                return (
+                    Op::Unsupported,
+                    Err(S3Error::new(S3ErrorCode::MethodNotAllowed)),
+                );
+            }
+            let r = match authorize(shard, Action::ListBuckets, None) {
+                Ok(()) => buckets::list_buckets(shard),
+                Err(e) => Err(e),
+            };
+            (Op::ListBuckets, r)
+        }
+        (Some(b), None) => {
+            let (op, action) = match method {
+                Method::PUT => (Op::CreateBucket, Action::Write),
+                Method::DELETE => (Op::DeleteBucket, Action::Write),
+                Method::HEAD => (Op::HeadBucket, Action::Read),
+                _ => (Op::ListObjects, Action::Read),
+            };
+            let r = async {
+                authorize(shard, action, Some(&b))?;
+                match method {
+                    Method::PUT => buckets::create(shard, req, &b).await,
+                    Method::DELETE => buckets::delete(shard, &b).await,
+                    Method::HEAD => buckets::head(shard, &b),
+                    _ if target.has("location") => buckets::location(shard, &b),
+                    _ => buckets::list_objects(shard, &target, &b).await,
+                }
+            }
+            .await
+            .map_err(|e| e.bucket(&b));
+            (op, r)
+        }
+        (Some(b), Some(k)) => {
+            let (op, action) = match method {
+                Method::PUT => (Op::PutObject, Action::Write),
+                Method::DELETE => (Op::DeleteObject, Action::Write),
+                Method::HEAD => (Op::HeadObject, Action::Read),
+                _ => (Op::GetObject, Action::Read),
+            };
+            let r = async {
+                authorize(shard, action, Some(&b))?;
+                match method {
+                    Method::PUT => objects::put(shard, req, &b, &k).await,
+                    Method::DELETE => objects::delete(shard, &b, &k).await,
+                    Method::HEAD => objects::get(shard, req.headers(), &b, &k, true).await,
+                    _ => objects::get(shard, req.headers(), &b, &k, false).await,
+                }
+            }
+            .await
+            .map_err(|e| e.bucket(&b).key(&k));
+            (op, r)
+        }
+    }
+}

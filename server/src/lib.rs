@@ -1,0 +1,16 @@
+//! Yutu storage node.
+//!
+//! A node is a set of shards, one pinned thread each (see [`runtime`]). A shard owns the keys
+//! that hash to it ([`shard`]), their index and DRAM ([`store`], [`arena`], [`eviction`]), and
+//! serves the S3-like HTTP API on its share of the connections ([`http`]).
+
+pub mod arena;
+pub mod auth;
+pub mod config;
+pub mod eviction;
+pub mod http;
+pub mod listing;
+pub mod metrics;
+pub mod runtime;
+pub mod shard;
+pub mod store;

@@ -1,0 +1,179 @@
+//! Starting the node: one pinned glommio executor per shard, a channel mesh between them,
+//! and one listening socket per shard on the same port.
+//!
+//! The listening sockets use SO_REUSEPORT so the kernel spreads incoming connections over the
+//! shards. The first socket is bound before any shard starts, which fixes the port (also when
+//! the configured port is 0) before the others join it.
+
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::net::TcpListener;
+use glommio::{LocalExecutorBuilder, Placement};
+
+use crate::arena::Arena;
+use crate::config::{EvictionKind, Settings};
+use crate::eviction::{EvictionPolicy, Lru};
+use crate::http::service::accept_loop;
+use crate::metrics::ShardMetrics;
+use crate::shard::{Request, Shard};
+use crate::store::ShardStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start shard {shard}: {message}")]
+    Shard { shard: usize, message: String },
+    #[error("shard {0} stopped during start-up")]
+    ShardDied(usize),
+}
+
+/// Depth of each shard-to-shard channel.
+const MESH_CHANNEL_DEPTH: usize = 1024;
+/// Memory glommio registers per executor for its own I/O buffers; the object store does not
+/// use it, so it is kept small.
+const EXECUTOR_IO_MEMORY: usize = 2 << 20;
+
+/// A running node.
+pub struct Node {
+    pub addr: SocketAddr,
+    handles: Vec<glommio::ExecutorJoinHandle<()>>,
+}
+
+impl Node {
+    /// Blocks until every shard has stopped (in practice: until the process is killed).
+    pub fn join(self) {
+        for h in self.handles {
+            let _ = h.join();
+        }
+    }
+}
+
+fn bind_first(addr: SocketAddr) -> Result<std::net::TcpListener, StartError> {
+    let err = |source| StartError::Listen { addr, source };
+    let domain = socket2::Domain::for_address(addr);
+    let sock = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))
+        .map_err(err)?;
+    sock.set_reuse_address(true).map_err(err)?;
+    sock.set_reuse_port(true).map_err(err)?;
+    sock.bind(&addr.into()).map_err(err)?;
+    sock.listen(1024).map_err(err)?;
+    Ok(sock.into())
+}
+
+fn policy(kind: EvictionKind) -> Box<dyn EvictionPolicy> {
+    match kind {
+        EvictionKind::Lru => Box::new(Lru::new()),
+    }
+}
+
+/// Starts every shard and returns once all of them are accepting connections.
+pub fn start(settings: Settings) -> Result<Node, StartError> {
+    let settings = Arc::new(settings);
+    let n = settings.shards;
+    let first = bind_first(settings.listen)?;
+    let addr = first.local_addr().map_err(|source| StartError::Listen {
+        addr: settings.listen,
+        source,
+    })?;
+    let mut first_fd = Some(first.into_raw_fd());
+    let metrics: Arc<Vec<Arc<ShardMetrics>>> =
+        Arc::new((0..n).map(|_| Arc::new(ShardMetrics::default())).collect());
+    let mesh = MeshBuilder::<Request, _>::full(n, MESH_CHANNEL_DEPTH);
+    let cpus = std::thread::available_parallelism()
+        .map(|c| c.get())
+        .unwrap_or(1);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<usize, String>>();
+
+    let mut handles = Vec::with_capacity(n);
+    for i in 0..n {
+        let placement = if n <= cpus {
+            Placement::Fixed(i)
+        } else {
+            Placement::Unbound
+        };
+        let settings = settings.clone();
+        let metrics = metrics.clone();
+        let mesh = mesh.clone();
+        let ready = ready_tx.clone();
+        let fd = if i == 0 { first_fd.take() } else { None };
+        let handle = LocalExecutorBuilder::new(placement)
+            .name(&format!("yutu-shard-{i}"))
+            .io_memory(EXECUTOR_IO_MEMORY)
+            .spawn(move || async move {
+                if let Err(message) = run_shard(settings, metrics, mesh, fd, addr, ready.clone()).await
+                {
+                    let _ = ready.send(Err(message));
+                }
+            })
+            .map_err(|e| StartError::Shard {
+                shard: i,
+                message: e.to_string(),
+            })?;
+        handles.push(handle);
+    }
+    drop(ready_tx);
+    for i in 0..n {
+        match ready_rx.recv() {
+            Ok(Ok(_)) => {}
+            Ok(Err(message)) => return Err(StartError::Shard { shard: i, message }),
+            Err(_) => return Err(StartError::ShardDied(i)),
+        }
+    }
+    Ok(Node { addr, handles })
+}
+
+async fn run_shard(
+    settings: Arc<Settings>,
+    metrics: Arc<Vec<Arc<ShardMetrics>>>,
+    mesh: MeshBuilder<Request, glommio::channels::channel_mesh::Full>,
+    fd: Option<i32>,
+    addr: SocketAddr,
+    ready: std::sync::mpsc::Sender<Result<usize, String>>,
+) -> Result<(), String> {
+    let n = settings.shards;
+    // Every shard joins the mesh; its position in the mesh is its shard id.
+    let (senders, mut receivers) = mesh.join().await.map_err(|_| "cannot join the shard mesh".to_string())?;
+    let id = senders.peer_id();
+    let listener = match fd {
+        // SAFETY: the descriptor came from `bind_first`, which gave up ownership of it with
+        // `into_raw_fd`; it is moved here exactly once.
+        Some(fd) => unsafe { TcpListener::from_raw_fd(fd) },
+        None => TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?,
+    };
+    let shard_memory = settings.shard_memory();
+    // One allocator node per 1 KiB of capacity bounds the object count (and the index
+    // memory) while leaving room for small objects; see `Arena::new`.
+    let max_objects = (shard_memory / 1024).clamp(4096, 1 << 22) as u32;
+    let arena = Arena::new(&format!("yutu-shard-{id}"), shard_memory, max_objects)
+        .map_err(|e| e.to_string())?;
+    let store = ShardStore::new(arena, policy(settings.eviction), metrics[id].clone());
+    let shard = Rc::new(Shard::new(
+        id,
+        n,
+        settings.clone(),
+        store,
+        metrics,
+        (n > 1).then_some(senders),
+    ));
+    for (_, receiver) in receivers.streams() {
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            while let Some(req) = receiver.recv().await {
+                shard.dispatch(req);
+            }
+        })
+        .detach();
+    }
+    tracing::info!(shard = id, memory = shard_memory, "shard ready");
+    let _ = ready.send(Ok(id));
+    accept_loop(shard, listener).await;
+    Ok(())
+}

@@ -1,0 +1,296 @@
+//! A shard: one pinned thread that owns a slice of the keys, their index and their DRAM.
+//!
+//! Requests reach the shard that owns their key in one of two ways: directly, when the
+//! connection that carried them was accepted by the owner, or over the glommio channel mesh
+//! from the shard that accepted the connection. Either way the owner runs the operation on
+//! its own thread, so the data path takes no lock. Each message carries its own typed
+//! one-shot reply channel, so a reply can never be matched to the wrong request.
+//!
+//! Bucket creation and deletion are serialised through shard 0 (the bucket coordinator),
+//! which broadcasts them to every shard; every shard keeps a full copy of the bucket list so
+//! that HeadBucket and ListBuckets are answered locally.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use futures::channel::oneshot;
+use glommio::channels::channel_mesh::Senders;
+use yutu_api::{ByteRange, RangeSpec};
+
+use crate::config::Settings;
+use crate::listing::{ListItem, ListQuery};
+use crate::metrics::ShardMetrics;
+use crate::store::{ObjectMeta, ShardStore, StoreError};
+
+pub type Reply<T> = oneshot::Sender<T>;
+pub type GetResult = Result<(Arc<ObjectMeta>, Option<ByteRange>, Bytes), StoreError>;
+
+/// A message to the owning shard. Every variant carries the channel its answer goes back on.
+pub enum Request {
+    Put {
+        bucket: String,
+        key: String,
+        data: Bytes,
+        meta: ObjectMeta,
+        reply: Reply<Result<Arc<ObjectMeta>, StoreError>>,
+    },
+    Get {
+        bucket: String,
+        key: String,
+        range: Option<RangeSpec>,
+        head_only: bool,
+        reply: Reply<GetResult>,
+    },
+    Delete {
+        bucket: String,
+        key: String,
+        reply: Reply<Result<bool, StoreError>>,
+    },
+    List {
+        bucket: String,
+        query: ListQuery,
+        reply: Reply<Result<Vec<ListItem>, StoreError>>,
+    },
+    AddBucket {
+        name: String,
+        created: SystemTime,
+        reply: Reply<()>,
+    },
+    CloseBucket {
+        name: String,
+        reply: Reply<Result<bool, StoreError>>,
+    },
+    FinishClose {
+        name: String,
+        commit: bool,
+        reply: Reply<()>,
+    },
+    /// Coordinator only (shard 0).
+    CreateBucket {
+        name: String,
+        reply: Reply<Result<(), BucketError>>,
+    },
+    /// Coordinator only (shard 0).
+    DeleteBucket {
+        name: String,
+        reply: Reply<Result<(), BucketError>>,
+    },
+}
+
+/// Why a bucket-level operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BucketError {
+    #[error("the bucket already exists and is yours")]
+    AlreadyOwned,
+    #[error("the bucket does not exist")]
+    NoSuchBucket,
+    #[error("the bucket is not empty")]
+    NotEmpty,
+    #[error("another operation on the bucket is in progress")]
+    Conflict,
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+}
+
+/// A failure of the shard mesh itself, never of the request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardError {
+    #[error("shard {0} is not reachable")]
+    Unreachable(usize),
+    #[error("shard {0} dropped the request")]
+    Dropped(usize),
+}
+
+pub struct Shard {
+    pub id: usize,
+    pub nshards: usize,
+    pub settings: Arc<Settings>,
+    pub store: RefCell<ShardStore>,
+    pub metrics: Arc<ShardMetrics>,
+    pub all_metrics: Arc<Vec<Arc<ShardMetrics>>>,
+    senders: Option<Senders<Request>>,
+    /// Serialises bucket creation and deletion on the coordinator.
+    bucket_lock: glommio::sync::Semaphore,
+    request_seq: Cell<u64>,
+}
+
+impl Shard {
+    pub fn new(
+        id: usize,
+        nshards: usize,
+        settings: Arc<Settings>,
+        store: ShardStore,
+        all_metrics: Arc<Vec<Arc<ShardMetrics>>>,
+        senders: Option<Senders<Request>>,
+    ) -> Shard {
+        Shard {
+            id,
+            nshards,
+            settings,
+            store: RefCell::new(store),
+            metrics: all_metrics[id].clone(),
+            all_metrics,
+            senders,
+            bucket_lock: glommio::sync::Semaphore::new(1),
+            request_seq: Cell::new(0),
+        }
+    }
+
+    /// A request id unique across shards and restarts of the same process.
+    pub fn next_request_id(&self) -> String {
+        let n = self.request_seq.get() + 1;
+        self.request_seq.set(n);
+        format!("{:x}-{:x}-{n:x}", std::process::id(), self.id)
+    }
+
+    /// The shard that owns `bucket/key`.
+    pub fn owner(&self, bucket: &str, key: &str) -> usize {
+        yutu_api::placement::shard_for(bucket, key, self.nshards)
+    }
+
+    /// Sends a request to `shard` (or runs it here) and waits for its answer.
+    pub async fn call<T>(
+        self: &Rc<Self>,
+        shard: usize,
+        make: impl FnOnce(Reply<T>) -> Request,
+    ) -> Result<T, ShardError> {
+        let (tx, rx) = oneshot::channel();
+        let req = make(tx);
+        if shard == self.id {
+            self.dispatch(req);
+        } else {
+            let senders = self.senders.as_ref().ok_or(ShardError::Unreachable(shard))?;
+            self.metrics.forwarded.inc();
+            if senders.send_to(shard, req).await.is_err() {
+                return Err(ShardError::Unreachable(shard));
+            }
+        }
+        rx.await.map_err(|_| ShardError::Dropped(shard))
+    }
+
+    /// Calls every shard in turn with requests made by `make`.
+    pub async fn broadcast<T>(
+        self: &Rc<Self>,
+        make: impl Fn(Reply<T>) -> Request,
+    ) -> Result<Vec<T>, ShardError> {
+        let calls = (0..self.nshards).map(|s| self.call(s, &make));
+        futures::future::try_join_all(calls).await
+    }
+
+    /// Runs a request that this shard owns. Store operations finish before this returns;
+    /// coordinator operations continue in a task of their own.
+    pub fn dispatch(self: &Rc<Self>, req: Request) {
+        // A dropped receiver means the requester went away (its client disconnected); the
+        // operation itself still happened, so an unsent reply is not an error.
+        match req {
+            Request::Put {
+                bucket,
+                key,
+                data,
+                meta,
+                reply,
+            } => {
+                let _ = reply.send(self.store.borrow_mut().put(&bucket, &key, &data, meta));
+            }
+            Request::Get {
+                bucket,
+                key,
+                range,
+                head_only,
+                reply,
+            } => {
+                let _ = reply.send(self.store.borrow_mut().get(&bucket, &key, range, head_only));
+            }
+            Request::Delete { bucket, key, reply } => {
+                let _ = reply.send(self.store.borrow_mut().delete(&bucket, &key));
+            }
+            Request::List {
+                bucket,
+                query,
+                reply,
+            } => {
+                let _ = reply.send(self.store.borrow().list(&bucket, &query));
+            }
+            Request::AddBucket {
+                name,
+                created,
+                reply,
+            } => {
+                self.store.borrow_mut().add_bucket(&name, created);
+                let _ = reply.send(());
+            }
+            Request::CloseBucket { name, reply } => {
+                let _ = reply.send(self.store.borrow_mut().close_bucket(&name));
+            }
+            Request::FinishClose {
+                name,
+                commit,
+                reply,
+            } => {
+                self.store.borrow_mut().finish_close(&name, commit);
+                let _ = reply.send(());
+            }
+            Request::CreateBucket { name, reply } => {
+                let this = self.clone();
+                glommio::spawn_local(async move {
+                    let _ = reply.send(this.coordinate_create(name).await);
+                })
+                .detach();
+            }
+            Request::DeleteBucket { name, reply } => {
+                let this = self.clone();
+                glommio::spawn_local(async move {
+                    let _ = reply.send(this.coordinate_delete(name).await);
+                })
+                .detach();
+            }
+        }
+    }
+
+    async fn coordinate_create(self: Rc<Self>, name: String) -> Result<(), BucketError> {
+        let _permit = self.bucket_lock.acquire_permit(1).await;
+        if self.store.borrow().bucket_known(&name) {
+            return Err(BucketError::AlreadyOwned);
+        }
+        let created = SystemTime::now();
+        self.broadcast(|reply| Request::AddBucket {
+            name: name.clone(),
+            created,
+            reply,
+        })
+        .await?;
+        tracing::info!(bucket = %name, "bucket created");
+        Ok(())
+    }
+
+    /// Two-phase delete: every shard closes the bucket to writes and reports whether it is
+    /// empty; only if all are empty is the delete committed, otherwise it is rolled back.
+    async fn coordinate_delete(self: Rc<Self>, name: String) -> Result<(), BucketError> {
+        let _permit = self.bucket_lock.acquire_permit(1).await;
+        if !self.store.borrow().bucket_known(&name) {
+            return Err(BucketError::NoSuchBucket);
+        }
+        let answers = self
+            .broadcast(|reply| Request::CloseBucket {
+                name: name.clone(),
+                reply,
+            })
+            .await?;
+        let empty = answers.iter().all(|a| matches!(a, Ok(true)));
+        self.broadcast(|reply| Request::FinishClose {
+            name: name.clone(),
+            commit: empty,
+            reply,
+        })
+        .await?;
+        if empty {
+            tracing::info!(bucket = %name, "bucket deleted");
+            Ok(())
+        } else {
+            Err(BucketError::NotEmpty)
+        }
+    }
+}

@@ -1,0 +1,422 @@
+//! One shard's objects: the index, the DRAM arena and the eviction policy together.
+//!
+//! Everything here runs on the owning shard's thread and never awaits, so each operation is
+//! atomic with respect to every other: a reader sees the old object or the whole new one,
+//! never a mix, without a lock.
+//!
+//! Capacity accounting charges each object its arena reservation plus an estimate of its
+//! index footprint (key, metadata and a fixed overhead), so that `used <= capacity` bounds the
+//! memory the shard really holds, not just the payload bytes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use yutu_api::{ByteRange, RangeSpec};
+
+use crate::arena::{Arena, Extent};
+use crate::eviction::{EntryId, EvictionPolicy};
+use crate::listing::{shard_page, ListItem, ListQuery, Listable};
+use crate::metrics::ShardMetrics;
+
+/// Index bytes charged per object beyond its key and metadata: the B-tree slot, the entry,
+/// the reverse id map and the policy's node, rounded up.
+pub const ENTRY_OVERHEAD: u64 = 256;
+
+/// What the server knows about a stored object besides its bytes.
+#[derive(Debug, Clone)]
+pub struct ObjectMeta {
+    pub size: u64,
+    /// Quoted, as in the `ETag` header.
+    pub etag: String,
+    pub last_modified: SystemTime,
+    pub content_type: Option<String>,
+    /// `x-amz-meta-*` pairs, names lowercased without the prefix.
+    pub user_meta: Vec<(String, String)>,
+}
+
+impl ObjectMeta {
+    fn footprint(&self) -> u64 {
+        let meta: usize = self.user_meta.iter().map(|(k, v)| k.len() + v.len()).sum();
+        (meta + self.etag.len() + self.content_type.as_ref().map_or(0, |c| c.len())) as u64
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("the bucket does not exist")]
+    NoSuchBucket,
+    #[error("the key does not exist")]
+    NoSuchKey,
+    #[error("the bucket is being deleted")]
+    BucketClosing,
+    #[error("an object of {size} bytes does not fit in a shard's DRAM capacity of {capacity} bytes")]
+    TooLarge { size: u64, capacity: u64 },
+    #[error("range not satisfiable for an object of {size} bytes")]
+    InvalidRange { size: u64 },
+    #[error("no evictable object is left to make room for {0} bytes")]
+    NoSpace(u64),
+}
+
+struct Entry {
+    id: EntryId,
+    extent: Extent,
+    meta: Arc<ObjectMeta>,
+    charge: u64,
+}
+
+impl Listable for Entry {
+    fn size(&self) -> u64 {
+        self.meta.size
+    }
+    fn etag(&self) -> &str {
+        &self.meta.etag
+    }
+    fn last_modified(&self) -> SystemTime {
+        self.meta.last_modified
+    }
+}
+
+struct BucketPart {
+    created: SystemTime,
+    closing: bool,
+    objects: BTreeMap<String, Entry>,
+}
+
+/// A bucket as every shard knows it.
+#[derive(Debug, Clone)]
+pub struct BucketInfo {
+    pub name: String,
+    pub created: SystemTime,
+}
+
+pub struct ShardStore {
+    arena: Arena,
+    buckets: HashMap<String, BucketPart>,
+    /// Reverse index for the eviction policy, which deals in ids only.
+    ids: HashMap<EntryId, (String, String)>,
+    policy: Box<dyn EvictionPolicy>,
+    next_id: EntryId,
+    used: u64,
+    capacity: u64,
+    metrics: Arc<ShardMetrics>,
+}
+
+impl ShardStore {
+    pub fn new(arena: Arena, policy: Box<dyn EvictionPolicy>, metrics: Arc<ShardMetrics>) -> Self {
+        let capacity = arena.capacity();
+        metrics.set_dram(0, capacity, 0);
+        ShardStore {
+            arena,
+            buckets: HashMap::new(),
+            ids: HashMap::new(),
+            policy,
+            next_id: 1,
+            used: 0,
+            capacity,
+            metrics,
+        }
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+
+    pub fn object_count(&self) -> usize {
+        self.ids.len()
+    }
+
+    // ---- buckets -------------------------------------------------------------------------
+
+    pub fn add_bucket(&mut self, name: &str, created: SystemTime) {
+        self.buckets
+            .entry(name.to_string())
+            .or_insert_with(|| BucketPart {
+                created,
+                closing: false,
+                objects: BTreeMap::new(),
+            });
+    }
+
+    /// Whether the bucket exists at all, even while a delete of it is in progress.
+    pub fn bucket_known(&self, name: &str) -> bool {
+        self.buckets.contains_key(name)
+    }
+
+    pub fn bucket_exists(&self, name: &str) -> bool {
+        self.buckets.get(name).is_some_and(|b| !b.closing)
+    }
+
+    pub fn buckets(&self) -> Vec<BucketInfo> {
+        let mut out: Vec<BucketInfo> = self
+            .buckets
+            .iter()
+            .map(|(name, b)| BucketInfo {
+                name: name.clone(),
+                created: b.created,
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// First phase of a bucket delete: stop accepting writes and say whether this shard
+    /// holds any of the bucket's objects.
+    pub fn close_bucket(&mut self, name: &str) -> Result<bool, StoreError> {
+        let b = self.buckets.get_mut(name).ok_or(StoreError::NoSuchBucket)?;
+        b.closing = true;
+        Ok(b.objects.is_empty())
+    }
+
+    /// Second phase: the bucket is gone (commit) or open again (abort).
+    pub fn finish_close(&mut self, name: &str, commit: bool) {
+        if commit {
+            if self.buckets.get(name).is_some_and(|b| b.objects.is_empty()) {
+                self.buckets.remove(name);
+            }
+        } else if let Some(b) = self.buckets.get_mut(name) {
+            b.closing = false;
+        }
+    }
+
+    // ---- objects -------------------------------------------------------------------------
+
+    /// Stores `data` under `bucket/key`, replacing any previous object, evicting as needed.
+    pub fn put(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        data: &[u8],
+        meta: ObjectMeta,
+    ) -> Result<Arc<ObjectMeta>, StoreError> {
+        match self.buckets.get(bucket) {
+            None => return Err(StoreError::NoSuchBucket),
+            Some(b) if b.closing => return Err(StoreError::BucketClosing),
+            Some(_) => {}
+        }
+        let size = data.len() as u64;
+        let charge = Arena::reservation_for(size)
+            + (bucket.len() + 2 * key.len()) as u64
+            + meta.footprint()
+            + ENTRY_OVERHEAD;
+        if charge > self.capacity {
+            return Err(StoreError::TooLarge {
+                size,
+                capacity: self.capacity,
+            });
+        }
+        // The old version goes first: its space is reusable for the new one, and nothing
+        // can observe the gap because this function does not yield.
+        self.remove_entry(bucket, key);
+        let extent = loop {
+            if self.used + charge <= self.capacity {
+                if let Some(extent) = self.arena.allocate(size) {
+                    break extent;
+                }
+            }
+            if !self.evict_one() {
+                return Err(StoreError::NoSpace(size));
+            }
+        };
+        self.arena.bytes_mut(&extent).copy_from_slice(data);
+        let id = self.next_id;
+        self.next_id += 1;
+        let meta = Arc::new(meta);
+        let entry = Entry {
+            id,
+            extent,
+            meta: meta.clone(),
+            charge,
+        };
+        let part = self
+            .buckets
+            .get_mut(bucket)
+            .expect("bucket presence was checked above and this function does not yield");
+        part.objects.insert(key.to_string(), entry);
+        self.ids.insert(id, (bucket.to_string(), key.to_string()));
+        self.policy.on_insert(id, size);
+        self.used += charge;
+        self.publish_gauges();
+        Ok(meta)
+    }
+
+    /// Metadata and, unless `head_only`, the bytes of the object (or of `range` of it).
+    pub fn get(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        range: Option<RangeSpec>,
+        head_only: bool,
+    ) -> Result<(Arc<ObjectMeta>, Option<ByteRange>, Bytes), StoreError> {
+        let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
+        let entry = part.objects.get(key).ok_or(StoreError::NoSuchKey)?;
+        let size = entry.meta.size;
+        let range = match range {
+            Some(spec) => Some(spec.resolve(size).ok_or(StoreError::InvalidRange { size })?),
+            None => None,
+        };
+        let data = if head_only {
+            Bytes::new()
+        } else {
+            let all = self.arena.bytes(&entry.extent);
+            match range {
+                Some(r) => Bytes::copy_from_slice(&all[r.start as usize..r.end as usize]),
+                None => Bytes::copy_from_slice(all),
+            }
+        };
+        let (id, meta) = (entry.id, entry.meta.clone());
+        self.policy.on_access(id);
+        Ok((meta, range, data))
+    }
+
+    /// Removes an object; `Ok(false)` when it did not exist (S3 answers 204 either way).
+    pub fn delete(&mut self, bucket: &str, key: &str) -> Result<bool, StoreError> {
+        if !self.buckets.contains_key(bucket) {
+            return Err(StoreError::NoSuchBucket);
+        }
+        let removed = self.remove_entry(bucket, key);
+        self.publish_gauges();
+        Ok(removed)
+    }
+
+    pub fn list(&self, bucket: &str, q: &ListQuery) -> Result<Vec<ListItem>, StoreError> {
+        let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
+        Ok(shard_page(&part.objects, q))
+    }
+
+    fn remove_entry(&mut self, bucket: &str, key: &str) -> bool {
+        let Some(entry) = self
+            .buckets
+            .get_mut(bucket)
+            .and_then(|b| b.objects.remove(key))
+        else {
+            return false;
+        };
+        self.policy.on_remove(entry.id);
+        self.drop_entry(entry);
+        true
+    }
+
+    fn drop_entry(&mut self, entry: Entry) {
+        self.ids.remove(&entry.id);
+        self.used -= entry.charge;
+        self.arena.free(entry.extent);
+    }
+
+    /// Evicts the policy's victim; `false` when nothing is evictable.
+    fn evict_one(&mut self) -> bool {
+        while let Some(id) = self.policy.pick_victim() {
+            let Some((bucket, key)) = self.ids.get(&id).cloned() else {
+                continue;
+            };
+            let entry = self
+                .buckets
+                .get_mut(&bucket)
+                .and_then(|b| b.objects.remove(&key));
+            if let Some(entry) = entry {
+                tracing::debug!(bucket, key, size = entry.meta.size, "evicted");
+                self.drop_entry(entry);
+                self.metrics.evictions.inc();
+                return true;
+            }
+        }
+        false
+    }
+
+    fn publish_gauges(&self) {
+        self.metrics
+            .set_dram(self.used, self.capacity, self.ids.len() as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eviction::Lru;
+
+    fn meta(size: usize) -> ObjectMeta {
+        ObjectMeta {
+            size: size as u64,
+            etag: "\"e\"".into(),
+            last_modified: SystemTime::now(),
+            content_type: None,
+            user_meta: vec![],
+        }
+    }
+
+    fn store(cap: u64) -> ShardStore {
+        let arena = Arena::new("test", cap, 4096).unwrap();
+        ShardStore::new(arena, Box::new(Lru::new()), Arc::new(ShardMetrics::default()))
+    }
+
+    #[test]
+    fn put_get_replace_delete() {
+        let mut s = store(1 << 20);
+        s.add_bucket("b", SystemTime::now());
+        s.put("b", "k", b"hello", meta(5)).unwrap();
+        let (_, _, data) = s.get("b", "k", None, false).unwrap();
+        assert_eq!(&data[..], b"hello");
+        s.put("b", "k", b"bye", meta(3)).unwrap();
+        let (m, r, data) = s
+            .get("b", "k", Some(RangeSpec::Suffix(2)), false)
+            .unwrap();
+        assert_eq!((&data[..], m.size, r.unwrap().start), (&b"ye"[..], 3, 1));
+        assert_eq!(s.object_count(), 1);
+        assert_eq!(s.delete("b", "k"), Ok(true));
+        assert_eq!(s.delete("b", "k"), Ok(false));
+        assert_eq!(s.used(), 0);
+        assert_eq!(
+            s.get("b", "k", None, false).unwrap_err(),
+            StoreError::NoSuchKey
+        );
+        assert_eq!(
+            s.put("nob", "k", b"", meta(0)).unwrap_err(),
+            StoreError::NoSuchBucket
+        );
+    }
+
+    #[test]
+    fn evicts_lru_and_stays_within_capacity() {
+        let cap = 64 * 1024;
+        let mut s = store(cap);
+        s.add_bucket("b", SystemTime::now());
+        let block = vec![1u8; 8 * 1024];
+        for i in 0..40 {
+            s.put("b", &format!("k{i}"), &block, meta(block.len())).unwrap();
+            assert!(s.used() <= cap);
+            // Keep k0 hot: it must survive.
+            s.get("b", "k0", None, true).unwrap();
+        }
+        assert!(s.get("b", "k0", None, true).is_ok());
+        assert!(s.get("b", "k1", None, true).is_err());
+        assert!(s.get("b", "k39", None, true).is_ok());
+        assert!(s.metrics.evictions.get() > 0);
+        let too_big = vec![0u8; cap as usize];
+        assert!(matches!(
+            s.put("b", "big", &too_big, meta(too_big.len())),
+            Err(StoreError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn bucket_close_protocol() {
+        let mut s = store(1 << 20);
+        s.add_bucket("b", SystemTime::now());
+        s.put("b", "k", b"x", meta(1)).unwrap();
+        assert_eq!(s.close_bucket("b"), Ok(false));
+        assert_eq!(
+            s.put("b", "k2", b"x", meta(1)).unwrap_err(),
+            StoreError::BucketClosing
+        );
+        s.finish_close("b", false);
+        s.delete("b", "k").unwrap();
+        assert_eq!(s.close_bucket("b"), Ok(true));
+        s.finish_close("b", true);
+        assert!(!s.bucket_exists("b"));
+    }
+}
