@@ -1,0 +1,107 @@
+//! A small blocking HTTP client for tests, on `ureq`, that never turns a status into an error.
+
+use std::time::Duration;
+
+use ureq::Agent;
+
+/// A response, fully read.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The `<Code>` of an S3 error body.
+    pub fn code(&self) -> Option<String> {
+        crate::xml::values(&self.text(), "Code").into_iter().next()
+    }
+}
+
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    agent: Agent,
+}
+
+impl Client {
+    pub fn new(base: &str) -> Client {
+        let config = Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .timeout_global(Some(Duration::from_secs(120)))
+            .build();
+        Client {
+            base: base.trim_end_matches('/').to_string(),
+            agent: Agent::new_with_config(config),
+        }
+    }
+
+    /// Sends `method path` with headers and an optional body; `path` is sent as written
+    /// (already percent-encoded) after the base URL.
+    pub fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Reply {
+        let mut builder = http::Request::builder()
+            .method(method)
+            .uri(format!("{}{}", self.base, path));
+        for (k, v) in headers {
+            builder = builder.header(*k, *v);
+        }
+        let result = match body {
+            Some(b) => self
+                .agent
+                .run(builder.body(b.to_vec()).expect("valid request")),
+            None => self.agent.run(builder.body(()).expect("valid request")),
+        };
+        let resp = result.unwrap_or_else(|e| panic!("{method} {path}: transport error: {e}"));
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp
+            .into_body()
+            .with_config()
+            .limit(u64::MAX)
+            .read_to_vec()
+            .unwrap_or_else(|e| panic!("{method} {path}: reading the body: {e}"));
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub fn get(&self, path: &str) -> Reply {
+        self.send("GET", path, &[], None)
+    }
+
+    pub fn head(&self, path: &str) -> Reply {
+        self.send("HEAD", path, &[], None)
+    }
+
+    pub fn put(&self, path: &str, body: &[u8]) -> Reply {
+        self.send("PUT", path, &[], Some(body))
+    }
+
+    pub fn delete(&self, path: &str) -> Reply {
+        self.send("DELETE", path, &[], None)
+    }
+
+    /// Creates a bucket and asserts it worked.
+    pub fn mb(&self, bucket: &str) {
+        let r = self.put(&format!("/{bucket}"), b"");
+        assert_eq!(r.status, 200, "create bucket {bucket}: {}", r.text());
+    }
+}

@@ -1,0 +1,76 @@
+//! Health, metrics, configuration and start-up errors.
+
+use std::process::Command;
+
+use yutu_tests::{bin_path, Server};
+
+#[test]
+fn health_and_metrics() {
+    let server = Server::start(&["--memory", "64MiB", "--shards", "2"]);
+    let c = server.client();
+    assert_eq!(c.get("/health").text(), "ok\n");
+    assert_eq!(c.get("/ready").status, 200);
+    c.mb("mmm");
+    c.put("/mmm/a", &[1u8; 1000]);
+    c.get("/mmm/a");
+    c.get("/mmm/missing");
+    let text = c.get("/metrics").text();
+    for needle in [
+        "# TYPE yutu_requests_total counter",
+        "op=\"PutObject\",status=\"200\"",
+        "op=\"GetObject\",status=\"404\"",
+        "# TYPE yutu_request_duration_seconds histogram",
+        "yutu_request_duration_seconds_bucket{shard=",
+        "yutu_dram_capacity_bytes{shard=\"1\"} ",
+        "yutu_evictions_total{shard=\"0\"} 0",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+    assert_eq!(server.metric_sum("yutu_bytes_in_total"), 1000.0);
+    assert_eq!(server.metric_sum("yutu_bytes_out_total"), 1000.0);
+    assert_eq!(server.metric_sum("yutu_objects"), 1.0);
+    assert_eq!(server.metric_sum("yutu_dram_capacity_bytes"), (64u64 << 20) as f64);
+    assert!(server.log().contains("listening on"));
+}
+
+#[test]
+fn config_file_sets_every_knob() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("yutu.toml");
+    std::fs::write(
+        &cfg,
+        "listen = \"127.0.0.1:0\"\nmemory = \"32MiB\"\nshards = 1\nmax_object_size = \"4KiB\"\nno_auth = true\neviction = \"lru\"\nlog_format = \"json\"\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin_path("yutu-server"));
+    cmd.arg("--config").arg(&cfg).arg("--data-dir").arg(dir.path().join("data"));
+    let server = Server::spawn(cmd, tempfile::tempdir().unwrap());
+    let c = server.client();
+    c.mb("cfg");
+    assert_eq!(c.put("/cfg/small", &[0u8; 4096]).status, 200);
+    assert_eq!(c.put("/cfg/big", &[0u8; 4097]).code().as_deref(), Some("EntityTooLarge"));
+    assert_eq!(server.metric_sum("yutu_dram_capacity_bytes"), (32u64 << 20) as f64);
+    assert!(!c.get("/metrics").text().contains("shard=\"1\""));
+    assert!(server.log().lines().any(|l| l.starts_with('{')), "json logs");
+}
+
+#[test]
+fn bad_configuration_fails_fast_with_a_message() {
+    let run = |args: &[&str]| {
+        let out = Command::new(bin_path("yutu-server")).args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} should fail");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(run(&["--no-auth", "--memory", "lots"]).contains("invalid size"));
+    assert!(run(&["--no-auth", "--shards", "0"]).contains("--shards"));
+    assert!(run(&["--listen", "127.0.0.1:0"]).contains("--no-auth"));
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(&cfg, "memroy = 5\n").unwrap();
+    assert!(run(&["--config", cfg.to_str().unwrap()]).contains("memroy"));
+    // A port already in use.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    assert!(run(&["--no-auth", "--listen", &addr, "--data-dir", dir.path().to_str().unwrap()])
+        .contains("cannot listen"));
+}
