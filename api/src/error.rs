@@ -84,8 +84,16 @@ impl S3ErrorCode {
             NotImplemented => 501,
             PreconditionFailed => 412,
             ServiceUnavailable | SlowDown => 503,
-            BadDigest | EntityTooLarge | IncompleteBody | InvalidArgument | InvalidBucketName | InvalidDigest
-            | InvalidRequest | InvalidURI | KeyTooLongError | MetadataTooLarge
+            BadDigest
+            | EntityTooLarge
+            | IncompleteBody
+            | InvalidArgument
+            | InvalidBucketName
+            | InvalidDigest
+            | InvalidRequest
+            | InvalidURI
+            | KeyTooLongError
+            | MetadataTooLarge
             | RequestHeaderSectionTooLarge => 400,
         }
     }

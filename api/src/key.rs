@@ -45,10 +45,7 @@ mod tests {
             Err(KeyError::TooLong(1025))
         );
         assert_eq!(validate_object_key(""), Err(KeyError::Empty));
-        assert_eq!(
-            validate_object_key("a\0b"),
-            Err(KeyError::ControlCharacter)
-        );
+        assert_eq!(validate_object_key("a\0b"), Err(KeyError::ControlCharacter));
         // Multi-byte characters count in bytes, as S3 counts them.
         assert_eq!(
             validate_object_key(&"é".repeat(513)),

@@ -71,7 +71,10 @@ impl RangeSpec {
                 start: a,
                 end: b.saturating_add(1).min(size),
             }),
-            RangeSpec::From(a) if a < size => Some(ByteRange { start: a, end: size }),
+            RangeSpec::From(a) if a < size => Some(ByteRange {
+                start: a,
+                end: size,
+            }),
             RangeSpec::Suffix(n) if n > 0 && size > 0 => Some(ByteRange {
                 start: size.saturating_sub(n),
                 end: size,
@@ -95,8 +98,15 @@ mod tests {
     #[test]
     fn ignores_malformed() {
         for v in [
-            "bytes=", "bytes=-", "bytes=a-b", "items=0-1", "bytes=0-1,3-4", "bytes=9-2", "0-1",
-            "bytes=+1-2", "bytes=99999999999999999999999-",
+            "bytes=",
+            "bytes=-",
+            "bytes=a-b",
+            "items=0-1",
+            "bytes=0-1,3-4",
+            "bytes=9-2",
+            "0-1",
+            "bytes=+1-2",
+            "bytes=99999999999999999999999-",
         ] {
             assert_eq!(parse_range(v), None, "{v}");
         }

@@ -10,17 +10,18 @@ use serde::{Deserialize, Deserializer};
 pub struct ByteSize(pub u64);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid size {input:?}: write a number of bytes with an optional unit, like 64MiB or 4GiB")]
+#[error(
+    "invalid size {input:?}: write a number of bytes with an optional unit, like 64MiB or 4GiB"
+)]
 pub struct SizeError {
     pub input: String,
 }
 
 /// Parses a size such as `64MiB`.
 pub fn parse_size(input: &str) -> Result<u64, SizeError> {
-    parse_size::parse_size(input.trim())
-        .map_err(|_| SizeError {
-            input: input.to_string(),
-        })
+    parse_size::parse_size(input.trim()).map_err(|_| SizeError {
+        input: input.to_string(),
+    })
 }
 
 impl std::str::FromStr for ByteSize {

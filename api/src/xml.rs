@@ -154,13 +154,21 @@ mod tests {
                 size: 3,
                 storage_class: "STANDARD",
             }],
-            common_prefixes: vec![CommonPrefix { prefix: "p/".into() }],
+            common_prefixes: vec![CommonPrefix {
+                prefix: "p/".into(),
+            }],
             ..Default::default()
         };
         let xml = to_xml("ListBucketResult", &doc);
-        assert!(xml.contains(&format!("<ListBucketResult xmlns=\"{S3_NS}\">")), "{xml}");
+        assert!(
+            xml.contains(&format!("<ListBucketResult xmlns=\"{S3_NS}\">")),
+            "{xml}"
+        );
         assert!(xml.contains("<Contents><Key>k</Key>"), "{xml}");
-        assert!(xml.contains("<CommonPrefixes><Prefix>p/</Prefix></CommonPrefixes>"), "{xml}");
+        assert!(
+            xml.contains("<CommonPrefixes><Prefix>p/</Prefix></CommonPrefixes>"),
+            "{xml}"
+        );
         assert!(xml.contains("<IsTruncated>false</IsTruncated>"), "{xml}");
         assert!(!xml.contains("Marker"), "{xml}");
     }

@@ -1,1 +1,96 @@
-fn main() {}
+//! `yutu-bench`: Yutu's benchmarks, each reported as a ratio against a reference measured in the
+//! same run (DESIGN.md, "Measuring"), because absolute numbers drift between runs and machines.
+//!
+//! Every suite prints a table to stdout (progress goes to stderr) and, with `--json FILE`,
+//! writes one JSON object for scripts. Suites start and stop the servers they need themselves,
+//! talk only to 127.0.0.1, and run for a bounded time.
+//!
+//! ```text
+//! scripts/install-bench-deps.sh                      # nginx (with WebDAV), the s3 reference
+//! cargo build --release -p yutu-server               # the binary under test
+//! cargo run --release -p yutu-bench -- s3 --json s3.json [--duration-secs 5] [--concurrency 16]
+//! ```
+//!
+//! `yutu-server` is taken from `$YUTU_SERVER_BIN`, else from next to this executable, else built
+//! with cargo. `s3 --reference-only` measures nginx alone.
+
+mod child;
+mod http;
+mod load;
+mod nginx;
+mod report;
+mod suites;
+mod tempdir;
+mod yutu;
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "yutu-bench",
+    about = "Benchmarks Yutu against reference implementations"
+)]
+struct Cli {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    suite: Suite,
+}
+
+/// Options every suite understands.
+#[derive(Debug, Args)]
+struct Common {
+    /// Also write the report as one JSON object to this file.
+    #[arg(long, global = true, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Threads of the load generator's runtime [default: one per core]. The client shares the
+    /// cores with the server under test; with fewer threads than cores the client, not the
+    /// server, becomes the bottleneck and every ratio drifts towards 1. Both sides of a ratio
+    /// use the same count.
+    #[arg(long, global = true)]
+    client_threads: Option<usize>,
+}
+
+/// The suites. Later ones (`kv`, `nvme`, `conductor`) are added as variants here and modules in
+/// `suites/`.
+#[derive(Debug, Subcommand)]
+enum Suite {
+    /// GET/PUT of 4 KiB and 1 MiB objects over HTTP, against nginx serving the same bytes.
+    S3(suites::s3::S3Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let client_threads = cli
+        .common
+        .client_threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(client_threads.max(1))
+        .enable_all()
+        .build()
+        .context("starting the load generator's runtime")?;
+    let report = runtime.block_on(async {
+        let suite = async {
+            match &cli.suite {
+                Suite::S3(args) => suites::s3::run(args).await,
+            }
+        };
+        // Ctrl-C drops the suite's future, whose guards stop the servers and remove their files;
+        // without this the default handler would kill the bench and leave them running.
+        tokio::select! {
+            biased;
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+            report = suite => report,
+        }
+    })?;
+    print!("{}", report.table());
+    if let Some(path) = &cli.common.json {
+        report.write_json(path)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}

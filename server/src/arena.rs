@@ -63,10 +63,11 @@ impl Arena {
             .create(name)
             .map_err(|e| ArenaError::Memfd(e.to_string()))?;
         let file = memfd.into_file();
-        file.set_len(capacity).map_err(|source| ArenaError::Resize {
-            size: capacity,
-            source,
-        })?;
+        file.set_len(capacity)
+            .map_err(|source| ArenaError::Resize {
+                size: capacity,
+                source,
+            })?;
         // SAFETY: the memfd was created above and is private to this process until it is
         // shared on purpose; nothing else truncates it, so the mapping stays valid for the
         // arena's lifetime (the file is kept open next to it).
@@ -136,7 +137,10 @@ mod tests {
         assert!(a.bytes(&e).iter().all(|b| *b == 7));
         assert_eq!(a.reserved(), 1024);
         let big = a.allocate(1 << 20);
-        assert!(big.is_none(), "cannot fit a whole-arena object beside another");
+        assert!(
+            big.is_none(),
+            "cannot fit a whole-arena object beside another"
+        );
         a.free(e);
         assert_eq!(a.reserved(), 0);
         let whole = a.allocate(1 << 20).unwrap();

@@ -125,12 +125,7 @@ impl Settings {
             .max_object_size
             .or(file.max_object_size)
             .map_or(DEFAULT_MAX_OBJECT_SIZE, |b| b.0);
-        let eviction = match flags
-            .eviction
-            .or(file.eviction)
-            .as_deref()
-            .unwrap_or("lru")
-        {
+        let eviction = match flags.eviction.or(file.eviction).as_deref().unwrap_or("lru") {
             "lru" => EvictionKind::Lru,
             other => {
                 return Err(ConfigError::Invalid(format!(
@@ -163,7 +158,9 @@ impl Settings {
             )));
         }
         if max_object_size == 0 {
-            return Err(ConfigError::Invalid("--max-object-size must be positive".into()));
+            return Err(ConfigError::Invalid(
+                "--max-object-size must be positive".into(),
+            ));
         }
         Ok(Settings {
             listen: flags.listen.or(file.listen).unwrap_or_else(|| {
@@ -210,8 +207,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("yutu-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("c.toml");
-        std::fs::write(&path, "memory = \"64MiB\"\nshards = 2\nmax_object_size = 1048576\n")
-            .unwrap();
+        std::fs::write(
+            &path,
+            "memory = \"64MiB\"\nshards = 2\nmax_object_size = 1048576\n",
+        )
+        .unwrap();
         let s = Settings::resolve(Flags {
             config: Some(path.clone()),
             shards: Some(1),

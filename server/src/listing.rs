@@ -62,11 +62,15 @@ pub fn shard_page<V: Listable>(objects: &BTreeMap<String, V>, q: &ListQuery) -> 
             if !key.starts_with(&q.prefix) {
                 break 'scan;
             }
-            let rolled = q.delimiter.as_deref().filter(|d| !d.is_empty()).and_then(|d| {
-                key[q.prefix.len()..]
-                    .find(d)
-                    .map(|pos| &key[..q.prefix.len() + pos + d.len()])
-            });
+            let rolled = q
+                .delimiter
+                .as_deref()
+                .filter(|d| !d.is_empty())
+                .and_then(|d| {
+                    key[q.prefix.len()..]
+                        .find(d)
+                        .map(|pos| &key[..q.prefix.len() + pos + d.len()])
+                });
             match rolled {
                 Some(common) => {
                     if q.after.as_deref().is_none_or(|a| common > a) {

@@ -15,8 +15,12 @@ fn main() -> anyhow::Result<()> {
         );
     }
     raise_memlock_limit();
-    std::fs::create_dir_all(&settings.data_dir)
-        .with_context(|| format!("cannot create data directory {}", settings.data_dir.display()))?;
+    std::fs::create_dir_all(&settings.data_dir).with_context(|| {
+        format!(
+            "cannot create data directory {}",
+            settings.data_dir.display()
+        )
+    })?;
     tracing::info!(
         listen = %settings.listen, shards = settings.shards, memory = settings.memory,
         max_object_size = settings.max_object_size, data_dir = %settings.data_dir.display(),

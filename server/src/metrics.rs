@@ -93,8 +93,8 @@ impl Op {
 
 /// Upper bounds of the latency histogram buckets, in seconds.
 pub const LATENCY_BUCKETS: [f64; 16] = [
-    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-    2.5, 5.0, 10.0,
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
 ];
 
 #[derive(Debug, Default)]
@@ -152,8 +152,8 @@ impl Default for ShardMetrics {
 
 impl ShardMetrics {
     pub fn record(&self, op: Op, status: u16, elapsed: Duration) {
-        let slot = (status.clamp(STATUS_MIN, STATUS_MIN + STATUS_SLOTS as u16 - 1) - STATUS_MIN)
-            as usize;
+        let slot =
+            (status.clamp(STATUS_MIN, STATUS_MIN + STATUS_SLOTS as u16 - 1) - STATUS_MIN) as usize;
         self.requests[op.index() * STATUS_SLOTS + slot].inc();
         self.latency[op.index()].observe(elapsed);
     }
@@ -168,7 +168,12 @@ impl ShardMetrics {
 /// Renders all shards in the Prometheus text exposition format (version 0.0.4).
 pub fn render(shards: &[std::sync::Arc<ShardMetrics>]) -> String {
     let mut out = String::with_capacity(16 * 1024);
-    header(&mut out, "yutu_requests_total", "counter", "Requests by operation and HTTP status.");
+    header(
+        &mut out,
+        "yutu_requests_total",
+        "counter",
+        "Requests by operation and HTTP status.",
+    );
     for (s, m) in shards.iter().enumerate() {
         for op in Op::ALL {
             for slot in 0..STATUS_SLOTS {
@@ -223,14 +228,52 @@ pub fn render(shards: &[std::sync::Arc<ShardMetrics>]) -> String {
             );
         }
     }
-    let simple: [(&str, &str, &str, fn(&ShardMetrics) -> u64); 7] = [
-        ("yutu_bytes_in_total", "counter", "Object payload bytes received.", |m| m.bytes_in.get()),
-        ("yutu_bytes_out_total", "counter", "Object payload bytes sent.", |m| m.bytes_out.get()),
-        ("yutu_evictions_total", "counter", "Objects evicted from DRAM to make room.", |m| m.evictions.get()),
-        ("yutu_forwarded_total", "counter", "Requests handed to the owning shard over a channel.", |m| m.forwarded.get()),
-        ("yutu_dram_used_bytes", "gauge", "DRAM charged to stored objects (payload and index).", |m| m.dram_used.get()),
-        ("yutu_dram_capacity_bytes", "gauge", "DRAM capacity of the shard.", |m| m.dram_capacity.get()),
-        ("yutu_objects", "gauge", "Objects stored in DRAM.", |m| m.objects.get()),
+    type Series = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&ShardMetrics) -> u64,
+    );
+    let simple: [Series; 7] = [
+        (
+            "yutu_bytes_in_total",
+            "counter",
+            "Object payload bytes received.",
+            |m| m.bytes_in.get(),
+        ),
+        (
+            "yutu_bytes_out_total",
+            "counter",
+            "Object payload bytes sent.",
+            |m| m.bytes_out.get(),
+        ),
+        (
+            "yutu_evictions_total",
+            "counter",
+            "Objects evicted from DRAM to make room.",
+            |m| m.evictions.get(),
+        ),
+        (
+            "yutu_forwarded_total",
+            "counter",
+            "Requests handed to the owning shard over a channel.",
+            |m| m.forwarded.get(),
+        ),
+        (
+            "yutu_dram_used_bytes",
+            "gauge",
+            "DRAM charged to stored objects (payload and index).",
+            |m| m.dram_used.get(),
+        ),
+        (
+            "yutu_dram_capacity_bytes",
+            "gauge",
+            "DRAM capacity of the shard.",
+            |m| m.dram_capacity.get(),
+        ),
+        ("yutu_objects", "gauge", "Objects stored in DRAM.", |m| {
+            m.objects.get()
+        }),
     ];
     for (name, kind, help, get) in simple {
         header(&mut out, name, kind, help);

@@ -108,7 +108,8 @@ pub fn start(settings: Settings) -> Result<Node, StartError> {
             .name(&format!("yutu-shard-{i}"))
             .io_memory(EXECUTOR_IO_MEMORY)
             .spawn(move || async move {
-                if let Err(message) = run_shard(settings, metrics, mesh, fd, addr, ready.clone()).await
+                if let Err(message) =
+                    run_shard(settings, metrics, mesh, fd, addr, ready.clone()).await
                 {
                     let _ = ready.send(Err(message));
                 }
@@ -140,7 +141,10 @@ async fn run_shard(
 ) -> Result<(), String> {
     let n = settings.shards;
     // Every shard joins the mesh; its position in the mesh is its shard id.
-    let (senders, mut receivers) = mesh.join().await.map_err(|_| "cannot join the shard mesh".to_string())?;
+    let (senders, mut receivers) = mesh
+        .join()
+        .await
+        .map_err(|_| "cannot join the shard mesh".to_string())?;
     let id = senders.peer_id();
     let listener = match fd {
         // SAFETY: the descriptor came from `bind_first`, which gave up ownership of it with

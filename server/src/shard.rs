@@ -162,7 +162,10 @@ impl Shard {
         if shard == self.id {
             self.dispatch(req);
         } else {
-            let senders = self.senders.as_ref().ok_or(ShardError::Unreachable(shard))?;
+            let senders = self
+                .senders
+                .as_ref()
+                .ok_or(ShardError::Unreachable(shard))?;
             self.metrics.forwarded.inc();
             if senders.send_to(shard, req).await.is_err() {
                 return Err(ShardError::Unreachable(shard));

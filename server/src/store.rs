@@ -51,7 +51,9 @@ pub enum StoreError {
     NoSuchKey,
     #[error("the bucket is being deleted")]
     BucketClosing,
-    #[error("an object of {size} bytes does not fit in a shard's DRAM capacity of {capacity} bytes")]
+    #[error(
+        "an object of {size} bytes does not fit in a shard's DRAM capacity of {capacity} bytes"
+    )]
     TooLarge { size: u64, capacity: u64 },
     #[error("range not satisfiable for an object of {size} bytes")]
     InvalidRange { size: u64 },
@@ -257,7 +259,10 @@ impl ShardStore {
         let entry = part.objects.get(key).ok_or(StoreError::NoSuchKey)?;
         let size = entry.meta.size;
         let range = match range {
-            Some(spec) => Some(spec.resolve(size).ok_or(StoreError::InvalidRange { size })?),
+            Some(spec) => Some(
+                spec.resolve(size)
+                    .ok_or(StoreError::InvalidRange { size })?,
+            ),
             None => None,
         };
         let data = if head_only {
@@ -351,7 +356,11 @@ mod tests {
 
     fn store(cap: u64) -> ShardStore {
         let arena = Arena::new("test", cap, 4096).unwrap();
-        ShardStore::new(arena, Box::new(Lru::new()), Arc::new(ShardMetrics::default()))
+        ShardStore::new(
+            arena,
+            Box::new(Lru::new()),
+            Arc::new(ShardMetrics::default()),
+        )
     }
 
     #[test]
@@ -362,9 +371,7 @@ mod tests {
         let (_, _, data) = s.get("b", "k", None, false).unwrap();
         assert_eq!(&data[..], b"hello");
         s.put("b", "k", b"bye", meta(3)).unwrap();
-        let (m, r, data) = s
-            .get("b", "k", Some(RangeSpec::Suffix(2)), false)
-            .unwrap();
+        let (m, r, data) = s.get("b", "k", Some(RangeSpec::Suffix(2)), false).unwrap();
         assert_eq!((&data[..], m.size, r.unwrap().start), (&b"ye"[..], 3, 1));
         assert_eq!(s.object_count(), 1);
         assert_eq!(s.delete("b", "k"), Ok(true));
@@ -387,7 +394,8 @@ mod tests {
         s.add_bucket("b", SystemTime::now());
         let block = vec![1u8; 8 * 1024];
         for i in 0..40 {
-            s.put("b", &format!("k{i}"), &block, meta(block.len())).unwrap();
+            s.put("b", &format!("k{i}"), &block, meta(block.len()))
+                .unwrap();
             assert!(s.used() <= cap);
             // Keep k0 hot: it must survive.
             s.get("b", "k0", None, true).unwrap();

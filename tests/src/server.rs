@@ -121,10 +121,7 @@ impl Server {
     pub fn metric_sum(&self, name: &str) -> f64 {
         let text = self.client().get("/metrics").text();
         text.lines()
-            .filter(|l| {
-                l.starts_with(name)
-                    && l[name.len()..].starts_with(['{', ' '])
-            })
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     }

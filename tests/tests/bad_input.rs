@@ -53,7 +53,10 @@ fn oversized_headers() {
     // Over Yutu's limit but within hyper's buffer: an S3 error.
     let big = "x".repeat(20 * 1024);
     let r = c.send("PUT", "/hdr/k", &[("x-custom", &big)], Some(b"v"));
-    assert_eq!((r.status, r.code().as_deref()), (400, Some("RequestHeaderSectionTooLarge")));
+    assert_eq!(
+        (r.status, r.code().as_deref()),
+        (400, Some("RequestHeaderSectionTooLarge"))
+    );
     assert_eq!(c.get("/hdr/k").status, 404);
     // Far past any buffer: refused at the protocol level, the connection closes.
     let huge = format!(
@@ -61,7 +64,10 @@ fn oversized_headers() {
         "y".repeat(1 << 20)
     );
     let answer = raw(&server, huge.as_bytes());
-    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 431"), "{answer:.200}");
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+        "{answer:.200}"
+    );
     // Too many headers.
     let mut many = String::from("GET /hdr/k HTTP/1.1\r\nHost: x\r\n");
     for i in 0..200 {
@@ -69,7 +75,10 @@ fn oversized_headers() {
     }
     many.push_str("\r\n");
     let answer = raw(&server, many.as_bytes());
-    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 431"), "{answer:.200}");
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+        "{answer:.200}"
+    );
     assert_alive(&c);
 }
 
@@ -94,7 +103,10 @@ fn key_too_long_and_invalid_keys() {
     assert_eq!((r.status, r.code().as_deref()), (400, Some("InvalidURI")));
     // A control character that XML listings could not carry.
     let r = c.put("/keys/a%00b", b"v");
-    assert_eq!((r.status, r.code().as_deref()), (400, Some("InvalidArgument")));
+    assert_eq!(
+        (r.status, r.code().as_deref()),
+        (400, Some("InvalidArgument"))
+    );
     let listed = yutu_tests::xml::values(&c.get("/keys?list-type=2").text(), "Key");
     assert_eq!(listed, [ok]);
     assert_alive(&c);
@@ -102,7 +114,14 @@ fn key_too_long_and_invalid_keys() {
 
 #[test]
 fn bodies_over_the_limits() {
-    let server = Server::start(&["--memory", "8MiB", "--shards", "2", "--max-object-size", "1MiB"]);
+    let server = Server::start(&[
+        "--memory",
+        "8MiB",
+        "--shards",
+        "2",
+        "--max-object-size",
+        "1MiB",
+    ]);
     let c = server.client();
     c.mb("big");
     // Exactly the limit is fine.
@@ -111,7 +130,10 @@ fn bodies_over_the_limits() {
     // One byte over, announced by Content-Length: refused before the body is read.
     let over = vec![7u8; (1 << 20) + 1];
     let r = c.put("/big/over", &over);
-    assert_eq!((r.status, r.code().as_deref()), (400, Some("EntityTooLarge")));
+    assert_eq!(
+        (r.status, r.code().as_deref()),
+        (400, Some("EntityTooLarge"))
+    );
     let answer = raw(
         &server,
         b"PUT /big/over HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999999\r\n\r\n",
@@ -119,7 +141,8 @@ fn bodies_over_the_limits() {
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(answer.contains("<Code>EntityTooLarge</Code>"), "{answer}");
     // Chunked, no length: cut off once it passes the limit.
-    let mut req = b"PUT /big/chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    let mut req =
+        b"PUT /big/chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     for _ in 0..20 {
         req.extend_from_slice(format!("{:x}\r\n", 100_000).as_bytes());
         req.extend_from_slice(&vec![1u8; 100_000]);
@@ -127,7 +150,10 @@ fn bodies_over_the_limits() {
     }
     req.extend_from_slice(b"0\r\n\r\n");
     let answer = raw(&server, &req);
-    assert!(answer.contains("<Code>EntityTooLarge</Code>"), "{answer:.300}");
+    assert!(
+        answer.contains("<Code>EntityTooLarge</Code>"),
+        "{answer:.300}"
+    );
     // Neither over-limit object exists.
     assert_eq!(c.get("/big/over").status, 404);
     assert_eq!(c.get("/big/chunked").status, 404);
@@ -148,7 +174,11 @@ fn object_larger_than_a_shard_is_refused_clearly() {
     // The server answers from the headers, before the body: send only the headers.
     let answer = raw(
         &server,
-        format!("PUT /cap/huge HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", 5 << 20).as_bytes(),
+        format!(
+            "PUT /cap/huge HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+            5 << 20
+        )
+        .as_bytes(),
     );
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(answer.contains("<Code>EntityTooLarge</Code>"), "{answer}");
@@ -166,7 +196,11 @@ fn unknown_methods_and_malformed_requests() {
     c.put("/mmm/k", b"v");
     for method in ["PATCH", "OPTIONS", "TRACE"] {
         let r = c.send(method, "/mmm/k", &[], None);
-        assert_eq!((r.status, r.code().as_deref()), (405, Some("MethodNotAllowed")), "{method}");
+        assert_eq!(
+            (r.status, r.code().as_deref()),
+            (405, Some("MethodNotAllowed")),
+            "{method}"
+        );
     }
     // A method no HTTP library would send.
     let answer = raw(&server, b"FOO /mmm/k HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -176,9 +210,18 @@ fn unknown_methods_and_malformed_requests() {
     assert_eq!(r.status, 501);
     // Garbage on the wire: a 400 from the HTTP layer, then the connection closes.
     let answer = raw(&server, b"NOT HTTP AT ALL\r\n\r\n");
-    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 400"), "{answer}");
-    let answer = raw(&server, b"PUT /mmm/k2 HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n");
-    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 400"),
+        "{answer}"
+    );
+    let answer = raw(
+        &server,
+        b"PUT /mmm/k2 HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+    );
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 400"),
+        "{answer}"
+    );
     // A body shorter than its Content-Length, then the client goes away: nothing stored.
     {
         let mut s = TcpStream::connect(server.addr).unwrap();
@@ -186,11 +229,15 @@ fn unknown_methods_and_malformed_requests() {
             .unwrap();
     }
     assert_alive(&c);
-    assert!(yutu_tests::server::wait_until(Duration::from_secs(10), || {
-        server.metric_sum("yutu_requests_total{shard=\"0\",op=\"PutObject\",status=\"400\"}")
-            + server.metric_sum("yutu_requests_total{shard=\"1\",op=\"PutObject\",status=\"400\"}")
-            >= 1.0
-    }));
+    assert!(yutu_tests::server::wait_until(
+        Duration::from_secs(10),
+        || {
+            server.metric_sum("yutu_requests_total{shard=\"0\",op=\"PutObject\",status=\"400\"}")
+                + server
+                    .metric_sum("yutu_requests_total{shard=\"1\",op=\"PutObject\",status=\"400\"}")
+                >= 1.0
+        }
+    ));
     assert_eq!(c.get("/mmm/short").status, 404);
     assert_eq!(c.get("/mmm/k").body, b"v");
 }

@@ -104,7 +104,11 @@ fn parallel_puts_of_distinct_keys_all_land() {
     let expected: BTreeSet<String> = (0..threads)
         .flat_map(|t| (0..per).map(move |i| format!("t{t}/k{i:03}")))
         .collect();
-    assert_eq!(listed.len(), expected.len(), "duplicates or losses in the listing");
+    assert_eq!(
+        listed.len(),
+        expected.len(),
+        "duplicates or losses in the listing"
+    );
     assert_eq!(listed.iter().cloned().collect::<BTreeSet<_>>(), expected);
     assert!(listed.windows(2).all(|w| w[0] < w[1]), "listing is sorted");
     for key in expected.iter().step_by(37) {

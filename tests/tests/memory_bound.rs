@@ -68,7 +68,10 @@ fn writing_3x_capacity_evicts_and_stays_bounded() {
     }
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let max_rss = sampler.join().expect("sampler").max(server.rss_bytes());
-    assert!(misses >= count / 2, "most objects were evicted ({hits} hits, {misses} misses)");
+    assert!(
+        misses >= count / 2,
+        "most objects were evicted ({hits} hits, {misses} misses)"
+    );
     assert!(hits > 0, "recent objects are still there");
     // The most recent writes survive LRU.
     assert_eq!(c.get(&format!("/fill/obj-{:04}", count - 1)).status, 200);
@@ -79,5 +82,9 @@ fn writing_3x_capacity_evicts_and_stays_bounded() {
         CAPACITY >> 20,
         OVERHEAD >> 20
     );
-    eprintln!("max RSS {} MiB for {} MiB of DRAM capacity", max_rss >> 20, CAPACITY >> 20);
+    eprintln!(
+        "max RSS {} MiB for {} MiB of DRAM capacity",
+        max_rss >> 20,
+        CAPACITY >> 20
+    );
 }

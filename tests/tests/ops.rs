@@ -29,7 +29,10 @@ fn health_and_metrics() {
     assert_eq!(server.metric_sum("yutu_bytes_in_total"), 1000.0);
     assert_eq!(server.metric_sum("yutu_bytes_out_total"), 1000.0);
     assert_eq!(server.metric_sum("yutu_objects"), 1.0);
-    assert_eq!(server.metric_sum("yutu_dram_capacity_bytes"), (64u64 << 20) as f64);
+    assert_eq!(
+        server.metric_sum("yutu_dram_capacity_bytes"),
+        (64u64 << 20) as f64
+    );
     assert!(server.log().contains("listening on"));
 }
 
@@ -43,21 +46,36 @@ fn config_file_sets_every_knob() {
     )
     .unwrap();
     let mut cmd = Command::new(bin_path("yutu-server"));
-    cmd.arg("--config").arg(&cfg).arg("--data-dir").arg(dir.path().join("data"));
+    cmd.arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"));
     let server = Server::spawn(cmd, tempfile::tempdir().unwrap());
     let c = server.client();
     c.mb("cfg");
     assert_eq!(c.put("/cfg/small", &[0u8; 4096]).status, 200);
-    assert_eq!(c.put("/cfg/big", &[0u8; 4097]).code().as_deref(), Some("EntityTooLarge"));
-    assert_eq!(server.metric_sum("yutu_dram_capacity_bytes"), (32u64 << 20) as f64);
+    assert_eq!(
+        c.put("/cfg/big", &[0u8; 4097]).code().as_deref(),
+        Some("EntityTooLarge")
+    );
+    assert_eq!(
+        server.metric_sum("yutu_dram_capacity_bytes"),
+        (32u64 << 20) as f64
+    );
     assert!(!c.get("/metrics").text().contains("shard=\"1\""));
-    assert!(server.log().lines().any(|l| l.starts_with('{')), "json logs");
+    assert!(
+        server.log().lines().any(|l| l.starts_with('{')),
+        "json logs"
+    );
 }
 
 #[test]
 fn bad_configuration_fails_fast_with_a_message() {
     let run = |args: &[&str]| {
-        let out = Command::new(bin_path("yutu-server")).args(args).output().unwrap();
+        let out = Command::new(bin_path("yutu-server"))
+            .args(args)
+            .output()
+            .unwrap();
         assert!(!out.status.success(), "{args:?} should fail");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
@@ -71,6 +89,12 @@ fn bad_configuration_fails_fast_with_a_message() {
     // A port already in use.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    assert!(run(&["--no-auth", "--listen", &addr, "--data-dir", dir.path().to_str().unwrap()])
-        .contains("cannot listen"));
+    assert!(run(&[
+        "--no-auth",
+        "--listen",
+        &addr,
+        "--data-dir",
+        dir.path().to_str().unwrap()
+    ])
+    .contains("cannot listen"));
 }

@@ -24,7 +24,10 @@ fn bucket_lifecycle_and_errors() {
 
     // Creating it again.
     let r = c.put("/alpha", b"");
-    assert_eq!((r.status, r.code().as_deref()), (409, Some("BucketAlreadyOwnedByYou")));
+    assert_eq!(
+        (r.status, r.code().as_deref()),
+        (409, Some("BucketAlreadyOwnedByYou"))
+    );
 
     // A CreateBucketConfiguration body is accepted.
     let cfg = br#"<CreateBucketConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><LocationConstraint>eu-west-1</LocationConstraint></CreateBucketConfiguration>"#;
@@ -33,7 +36,10 @@ fn bucket_lifecycle_and_errors() {
     // Not empty: refuse, keep the object.
     assert_eq!(c.put("/alpha/k", b"v").status, 200);
     let r = c.delete("/alpha");
-    assert_eq!((r.status, r.code().as_deref()), (409, Some("BucketNotEmpty")));
+    assert_eq!(
+        (r.status, r.code().as_deref()),
+        (409, Some("BucketNotEmpty"))
+    );
     assert_eq!(c.get("/alpha/k").body, b"v");
     // A failed delete leaves the bucket writable.
     assert_eq!(c.put("/alpha/k2", b"v2").status, 200);
@@ -60,7 +66,18 @@ fn bucket_lifecycle_and_errors() {
 fn invalid_bucket_names_are_refused() {
     let server = Server::start(&["--memory", "64MiB"]);
     let c = server.client();
-    for name in ["ab", "Upper", "under_score", "-dash", "dash-", "a..b", "10.0.0.1", "xn--abc", "metrics", "health"] {
+    for name in [
+        "ab",
+        "Upper",
+        "under_score",
+        "-dash",
+        "dash-",
+        "a..b",
+        "10.0.0.1",
+        "xn--abc",
+        "metrics",
+        "health",
+    ] {
         let r = c.put(&format!("/{name}"), b"");
         assert_eq!(
             (r.status, r.code().as_deref()),
@@ -83,10 +100,22 @@ fn location_and_unsupported_subresources() {
     let r = c.get("/loc?location");
     assert_eq!(r.status, 200);
     assert!(r.text().contains("LocationConstraint"), "{}", r.text());
-    for q in ["/loc?acl", "/loc?versioning", "/loc?uploads", "/loc/k?tagging"] {
+    for q in [
+        "/loc?acl",
+        "/loc?versioning",
+        "/loc?uploads",
+        "/loc/k?tagging",
+    ] {
         let r = c.get(q);
-        assert_eq!((r.status, r.code().as_deref()), (501, Some("NotImplemented")), "{q}");
+        assert_eq!(
+            (r.status, r.code().as_deref()),
+            (501, Some("NotImplemented")),
+            "{q}"
+        );
     }
     let r = c.send("POST", "/loc?delete", &[], Some(b"<Delete/>"));
-    assert_eq!((r.status, r.code().as_deref()), (501, Some("NotImplemented")));
+    assert_eq!(
+        (r.status, r.code().as_deref()),
+        (501, Some("NotImplemented"))
+    );
 }

@@ -54,7 +54,10 @@ fn v2_pagination_prefix_delimiter() {
     assert_eq!(xml::values(&doc, "KeyCount"), [all.len().to_string()]);
     assert_eq!(xml::values(&doc, "IsTruncated"), ["false"]);
     assert!(doc.contains("<Size>"), "{doc}");
-    assert!(doc.contains("<ETag>&quot;") || doc.contains("<ETag>\""), "{doc}");
+    assert!(
+        doc.contains("<ETag>&quot;") || doc.contains("<ETag>\""),
+        "{doc}"
+    );
 
     // Small pages with continuation tokens: complete, in order, no duplicates.
     let mut seen = Vec::new();
@@ -83,7 +86,11 @@ fn v2_pagination_prefix_delimiter() {
 
     // Prefix.
     let doc = list(&c, "list-type=2&prefix=img/");
-    let expect: Vec<String> = all.iter().filter(|k| k.starts_with("img/")).cloned().collect();
+    let expect: Vec<String> = all
+        .iter()
+        .filter(|k| k.starts_with("img/"))
+        .cloned()
+        .collect();
     assert_eq!(keys(&doc), expect);
 
     // Delimiter: common prefixes roll up whole directories.
@@ -91,7 +98,10 @@ fn v2_pagination_prefix_delimiter() {
     assert_eq!(prefixes(&doc), ["docs/", "img/", "logs/"]);
     let tops: Vec<String> = all.iter().filter(|k| !k.contains('/')).cloned().collect();
     assert_eq!(keys(&doc), tops);
-    assert_eq!(xml::values(&doc, "KeyCount"), [(tops.len() + 3).to_string()]);
+    assert_eq!(
+        xml::values(&doc, "KeyCount"),
+        [(tops.len() + 3).to_string()]
+    );
 
     // Delimiter with paging: prefixes count against max-keys and are not repeated.
     let mut entries = Vec::new();
@@ -151,8 +161,18 @@ fn v1_marker_and_bad_parameters() {
     let doc = list(&c, "delimiter=/&max-keys=2");
     assert_eq!(xml::values(&doc, "NextMarker"), ["img/"]);
 
-    for q in ["max-keys=-1", "max-keys=abc", "list-type=3", "encoding-type=xml", "list-type=2&continuation-token=zz"] {
+    for q in [
+        "max-keys=-1",
+        "max-keys=abc",
+        "list-type=3",
+        "encoding-type=xml",
+        "list-type=2&continuation-token=zz",
+    ] {
         let r = c.get(&format!("/list?{q}"));
-        assert_eq!((r.status, r.code().as_deref()), (400, Some("InvalidArgument")), "{q}");
+        assert_eq!(
+            (r.status, r.code().as_deref()),
+            (400, Some("InvalidArgument")),
+            "{q}"
+        );
     }
 }

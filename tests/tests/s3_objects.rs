@@ -7,7 +7,10 @@ fn put_get_head_delete_roundtrip() {
     let server = Server::start(&["--memory", "64MiB"]);
     let c = server.client();
     c.mb("objs");
-    for (i, size) in [0usize, 1, 63, 64, 65, 4096, 100_000, 3 << 20].into_iter().enumerate() {
+    for (i, size) in [0usize, 1, 63, 64, 65, 4096, 100_000, 3 << 20]
+        .into_iter()
+        .enumerate()
+    {
         let data = pattern(size, i as u64);
         let path = format!("/objs/size-{size}");
         let r = c.put(&path, &data);
@@ -19,7 +22,9 @@ fn put_get_head_delete_roundtrip() {
         assert!(g.body == data, "bytes of {path} differ");
         assert_eq!(g.header("etag"), Some(etag_of(&data).as_str()));
         assert_eq!(g.header("content-length"), Some(size.to_string().as_str()));
-        assert!(g.header("last-modified").is_some_and(|v| v.ends_with("GMT")));
+        assert!(g
+            .header("last-modified")
+            .is_some_and(|v| v.ends_with("GMT")));
         let h = c.head(&path);
         assert_eq!(h.status, 200);
         assert!(h.body.is_empty());
@@ -71,16 +76,42 @@ fn content_type_and_user_metadata_round_trip() {
     // Metadata over 2 KiB is refused and nothing is stored.
     let big = "v".repeat(2100);
     let r = c.send("PUT", "/meta/big", &[("x-amz-meta-big", &big)], Some(b"x"));
-    assert_eq!((r.status, r.code().as_deref()), (400, Some("MetadataTooLarge")));
+    assert_eq!(
+        (r.status, r.code().as_deref()),
+        (400, Some("MetadataTooLarge"))
+    );
     assert_eq!(c.get("/meta/big").status, 404);
     // Content-MD5 is verified.
-    let r = c.send("PUT", "/meta/md5", &[("content-md5", "1B2M2Y8AsgTpgAmY7PhCfg==")], Some(b"x"));
+    let r = c.send(
+        "PUT",
+        "/meta/md5",
+        &[("content-md5", "1B2M2Y8AsgTpgAmY7PhCfg==")],
+        Some(b"x"),
+    );
     assert_eq!((r.status, r.code().as_deref()), (400, Some("BadDigest")));
     assert_eq!(c.get("/meta/md5").status, 404);
-    let r = c.send("PUT", "/meta/md5", &[("content-md5", "not base64!")], Some(b"x"));
-    assert_eq!((r.status, r.code().as_deref()), (400, Some("InvalidDigest")));
-    let r = c.send("PUT", "/meta/md5", &[("content-md5", "1B2M2Y8AsgTpgAmY7PhCfg==")], Some(b""));
-    assert_eq!(r.status, 200, "the MD5 of the empty string matches: {}", r.text());
+    let r = c.send(
+        "PUT",
+        "/meta/md5",
+        &[("content-md5", "not base64!")],
+        Some(b"x"),
+    );
+    assert_eq!(
+        (r.status, r.code().as_deref()),
+        (400, Some("InvalidDigest"))
+    );
+    let r = c.send(
+        "PUT",
+        "/meta/md5",
+        &[("content-md5", "1B2M2Y8AsgTpgAmY7PhCfg==")],
+        Some(b""),
+    );
+    assert_eq!(
+        r.status,
+        200,
+        "the MD5 of the empty string matches: {}",
+        r.text()
+    );
 }
 
 #[test]
@@ -114,11 +145,21 @@ fn ranges() {
     // Unsatisfiable: 416 InvalidRange with the size in Content-Range.
     for range in ["bytes=1000-", "bytes=5000-6000", "bytes=-0"] {
         let r = get(range);
-        assert_eq!((r.status, r.code().as_deref()), (416, Some("InvalidRange")), "{range}");
+        assert_eq!(
+            (r.status, r.code().as_deref()),
+            (416, Some("InvalidRange")),
+            "{range}"
+        );
         assert_eq!(r.header("content-range"), Some("bytes */1000"));
     }
     // Malformed: ignored, the whole object comes back (S3 and RFC 9110 §14.2).
-    for range in ["bytes=abc", "bytes=5-2", "items=0-1", "bytes=0-1,5-6", "bytes="] {
+    for range in [
+        "bytes=abc",
+        "bytes=5-2",
+        "items=0-1",
+        "bytes=0-1,5-6",
+        "bytes=",
+    ] {
         let r = get(range);
         assert_eq!(r.status, 200, "{range}");
         assert!(r.body == data, "{range}");

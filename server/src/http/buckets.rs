@@ -46,10 +46,17 @@ pub fn list_buckets(shard: &Rc<Shard>) -> Result<Resp, S3Error> {
         owner: owner(),
         buckets: Buckets { bucket },
     };
-    Ok(xml_response(StatusCode::OK, to_xml("ListAllMyBucketsResult", &doc)))
+    Ok(xml_response(
+        StatusCode::OK,
+        to_xml("ListAllMyBucketsResult", &doc),
+    ))
 }
 
-pub async fn create(shard: &Rc<Shard>, req: http::Request<Incoming>, bucket: &str) -> Result<Resp, S3Error> {
+pub async fn create(
+    shard: &Rc<Shard>,
+    req: http::Request<Incoming>,
+    bucket: &str,
+) -> Result<Resp, S3Error> {
     validate_bucket_name(bucket)
         .map_err(|e| S3Error::new(S3ErrorCode::InvalidBucketName).msg(format!("{e}.")))?;
     // The optional CreateBucketConfiguration names a region; a single-region store accepts
@@ -130,7 +137,10 @@ pub async fn list_objects(shard: &Rc<Shard>, t: &Target, bucket: &str) -> Result
         Some(_) => return Err(invalid("Invalid Encoding Method specified in Request")),
     };
     let prefix = t.param("prefix").unwrap_or("").to_string();
-    let delimiter = t.param("delimiter").filter(|d| !d.is_empty()).map(str::to_string);
+    let delimiter = t
+        .param("delimiter")
+        .filter(|d| !d.is_empty())
+        .map(str::to_string);
     let token = t.param("continuation-token").map(str::to_string);
     let after = if v2 {
         match &token {
@@ -221,5 +231,8 @@ pub async fn list_objects(shard: &Rc<Shard>, t: &Target, bucket: &str) -> Result
     }
     doc.contents = contents;
     doc.common_prefixes = common_prefixes;
-    Ok(xml_response(StatusCode::OK, to_xml("ListBucketResult", &doc)))
+    Ok(xml_response(
+        StatusCode::OK,
+        to_xml("ListBucketResult", &doc),
+    ))
 }

@@ -47,9 +47,14 @@ impl S3Error {
     }
 
     /// The XML error response. HEAD answers carry no body, as in S3.
-    pub fn into_response(self, resource: &str, request_id: &str, head: bool) -> Response<Full<Bytes>> {
-        let status = StatusCode::from_u16(self.code.status())
-            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    pub fn into_response(
+        self,
+        resource: &str,
+        request_id: &str,
+        head: bool,
+    ) -> Response<Full<Bytes>> {
+        let status =
+            StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = if head {
             Bytes::new()
         } else {

@@ -37,7 +37,9 @@ fn content_length(headers: &HeaderMap) -> Result<Option<u64>, S3Error> {
             .ok()
             .and_then(|s| s.parse().ok())
             .map(Some)
-            .ok_or_else(|| S3Error::new(S3ErrorCode::InvalidArgument).msg("Invalid Content-Length.")),
+            .ok_or_else(|| {
+                S3Error::new(S3ErrorCode::InvalidArgument).msg("Invalid Content-Length.")
+            }),
     }
 }
 
@@ -82,7 +84,9 @@ pub async fn put(
 ) -> Result<Resp, S3Error> {
     check_key(key)?;
     if req.headers().contains_key("x-amz-copy-source") {
-        return Err(S3Error::new(S3ErrorCode::NotImplemented).msg("CopyObject is not implemented yet."));
+        return Err(
+            S3Error::new(S3ErrorCode::NotImplemented).msg("CopyObject is not implemented yet.")
+        );
     }
     let length = content_length(req.headers())?;
     let chunked = req
@@ -178,11 +182,16 @@ pub async fn get(
         })
         .header(header::CONTENT_LENGTH, length)
         .header(header::ETAG, &meta.etag)
-        .header(header::LAST_MODIFIED, httpdate::fmt_http_date(meta.last_modified))
+        .header(
+            header::LAST_MODIFIED,
+            httpdate::fmt_http_date(meta.last_modified),
+        )
         .header(header::ACCEPT_RANGES, "bytes")
         .header(
             header::CONTENT_TYPE,
-            meta.content_type.as_deref().unwrap_or("binary/octet-stream"),
+            meta.content_type
+                .as_deref()
+                .unwrap_or("binary/octet-stream"),
         );
     if let Some(r) = range {
         resp = resp.header(header::CONTENT_RANGE, r.content_range(meta.size));

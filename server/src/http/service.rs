@@ -105,7 +105,10 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
     if method == Method::GET && target.key.is_none() && target.query.is_empty() {
         match target.bucket.as_deref() {
             Some("health") | Some("ready") => {
-                return (Op::Ops, Ok(text(StatusCode::OK, "text/plain", "ok\n".into())))
+                return (
+                    Op::Ops,
+                    Ok(text(StatusCode::OK, "text/plain", "ok\n".into())),
+                )
             }
             Some("metrics") => {
                 let body = render(&shard.all_metrics);
@@ -123,8 +126,9 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
     ) {
         return (
             Op::Unsupported,
-            Err(S3Error::new(S3ErrorCode::MethodNotAllowed)
-                .msg(format!("The method {method} is not allowed against this resource."))),
+            Err(S3Error::new(S3ErrorCode::MethodNotAllowed).msg(format!(
+                "The method {method} is not allowed against this resource."
+            ))),
         );
     }
     if let Some(sub) = target.unsupported_subresource() {
