@@ -7,6 +7,7 @@ pub mod io;
 pub mod objects;
 pub mod service;
 pub mod target;
+pub mod timer;
 
 use bytes::Bytes;
 use http::{header, Response, StatusCode};

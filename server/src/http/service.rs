@@ -15,6 +15,7 @@ use yutu_api::S3ErrorCode;
 use super::error::S3Error;
 use super::io::HyperStream;
 use super::target::Target;
+use super::timer::GlommioTimer;
 use super::{buckets, objects, Resp};
 use crate::auth::{authorize, Action};
 use crate::metrics::{render, Op};
@@ -24,6 +25,9 @@ use crate::shard::Shard;
 /// allows twice that). Bigger sections up to hyper's buffer get `RequestHeaderSectionTooLarge`;
 /// beyond the buffer hyper itself answers 431 and closes the connection.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+/// A client must send a complete request head within this time (slow-loris protection).
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Serves connections accepted on this shard's listener until the process ends.
 pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
@@ -41,6 +45,8 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
             let svc = service_fn(move |req| handle(shard.clone(), req));
             let conn = hyper::server::conn::http1::Builder::new()
                 .keep_alive(true)
+                .timer(GlommioTimer)
+                .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(HyperStream(stream), svc);
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended with an error");
