@@ -35,7 +35,9 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
         let stream = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
+                // Typically EMFILE: back off briefly instead of spinning on the error.
                 tracing::warn!(shard = shard.id, error = %e, "accept failed");
+                glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             }
         };
