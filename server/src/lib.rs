@@ -12,5 +12,6 @@ pub mod http;
 pub mod listing;
 pub mod metrics;
 pub mod runtime;
+pub mod s3;
 pub mod shard;
 pub mod store;
