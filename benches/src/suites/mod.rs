@@ -1,0 +1,3 @@
+//! One module per suite; each turns its own options into a [`crate::report::Report`].
+
+pub mod s3;

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Installs what `yutu-bench` needs besides the Rust toolchain, from Debian's packages:
+#   nginx, built with http_dav_module: the HTTP reference of the s3 suite (static files for
+#   GET, WebDAV for PUT). The bench starts its own nginx with its own config; the system
+#   service is neither needed nor started here.
+#
+# Idempotent: does nothing (not even `apt-get update`) when everything is already there.
+# Usage: scripts/install-bench-deps.sh   (as root, or with sudo available)
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO="sudo"
+    else
+        echo "install-bench-deps: run as root (or install sudo)" >&2
+        exit 1
+    fi
+fi
+
+find_nginx() {
+    command -v nginx 2>/dev/null || { [ -x /usr/sbin/nginx ] && echo /usr/sbin/nginx; } || true
+}
+
+nginx_has_dav() {
+    local bin
+    bin="$(find_nginx)"
+    [ -n "$bin" ] && "$bin" -V 2>&1 | grep -q -- 'http_dav_module'
+}
+
+if nginx_has_dav; then
+    echo "install-bench-deps: nginx with http_dav_module already installed ($(find_nginx))"
+    exit 0
+fi
+
+# Installing nginx normally starts the system service on port 80; the bench needs none of it.
+# Deny service starts for the duration of the install, unless a policy is already in place.
+POLICY=/usr/sbin/policy-rc.d
+if [ ! -e "$POLICY" ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$POLICY" >/dev/null
+    $SUDO chmod 755 "$POLICY"
+    trap '$SUDO rm -f "$POLICY"' EXIT
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update
+# Debian 12 and later build WebDAV into the `nginx` package itself; older releases ship it in
+# nginx-light/nginx-core/nginx-full, so fall back to the flavours that have it.
+for pkg in nginx nginx-full nginx-extras; do
+    if apt-cache show "$pkg" >/dev/null 2>&1; then
+        $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y "$pkg"
+        if nginx_has_dav; then
+            echo "install-bench-deps: installed $pkg ($(find_nginx)) with http_dav_module"
+            exit 0
+        fi
+    fi
+done
+
+echo "install-bench-deps: no installable nginx with http_dav_module; the s3 suite's PUT cases will have no reference" >&2
+exit 1
