@@ -6,6 +6,18 @@
 /// An S3 error code. `code()` is the string in the XML `<Code>` element.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum S3ErrorCode {
+    AuthorizationHeaderMalformed,
+    AuthorizationQueryParametersError,
+    EntityTooSmall,
+    InvalidAccessKeyId,
+    InvalidPart,
+    InvalidPartOrder,
+    MalformedXML,
+    NoSuchUpload,
+    RequestTimeTooSkewed,
+    SignatureDoesNotMatch,
+    XAmzContentSHA256Mismatch,
+    InvalidObjectState,
     AccessDenied,
     BadDigest,
     BucketAlreadyExists,
@@ -39,6 +51,18 @@ impl S3ErrorCode {
     pub fn code(self) -> &'static str {
         use S3ErrorCode::*;
         match self {
+            AuthorizationHeaderMalformed => "AuthorizationHeaderMalformed",
+            AuthorizationQueryParametersError => "AuthorizationQueryParametersError",
+            EntityTooSmall => "EntityTooSmall",
+            InvalidAccessKeyId => "InvalidAccessKeyId",
+            InvalidPart => "InvalidPart",
+            InvalidPartOrder => "InvalidPartOrder",
+            MalformedXML => "MalformedXML",
+            NoSuchUpload => "NoSuchUpload",
+            RequestTimeTooSkewed => "RequestTimeTooSkewed",
+            SignatureDoesNotMatch => "SignatureDoesNotMatch",
+            XAmzContentSHA256Mismatch => "XAmzContentSHA256Mismatch",
+            InvalidObjectState => "InvalidObjectState",
             AccessDenied => "AccessDenied",
             BadDigest => "BadDigest",
             BucketAlreadyExists => "BucketAlreadyExists",
@@ -72,6 +96,18 @@ impl S3ErrorCode {
     pub fn status(self) -> u16 {
         use S3ErrorCode::*;
         match self {
+            AuthorizationHeaderMalformed => 400,
+            AuthorizationQueryParametersError => 400,
+            EntityTooSmall => 400,
+            InvalidAccessKeyId => 403,
+            InvalidPart => 400,
+            InvalidPartOrder => 400,
+            MalformedXML => 400,
+            NoSuchUpload => 404,
+            RequestTimeTooSkewed => 403,
+            SignatureDoesNotMatch => 403,
+            XAmzContentSHA256Mismatch => 400,
+            InvalidObjectState => 403,
             AccessDenied => 403,
             BucketAlreadyExists | BucketAlreadyOwnedByYou | BucketNotEmpty | OperationAborted => {
                 409
@@ -102,6 +138,18 @@ impl S3ErrorCode {
     pub fn default_message(self) -> &'static str {
         use S3ErrorCode::*;
         match self {
+            AuthorizationHeaderMalformed => "The authorization header is malformed.",
+            AuthorizationQueryParametersError => "Error parsing the X-Amz-Credential parameter.",
+            EntityTooSmall => "Your proposed upload is smaller than the minimum allowed object size.",
+            InvalidAccessKeyId => "The AWS access key Id you provided does not exist in our records.",
+            InvalidPart => "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.",
+            InvalidPartOrder => "The list of parts was not in ascending order. Parts must be ordered by part number.",
+            MalformedXML => "The XML you provided was not well-formed or did not validate against our published schema.",
+            NoSuchUpload => "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
+            RequestTimeTooSkewed => "The difference between the request time and the server's time is too large.",
+            SignatureDoesNotMatch => "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
+            XAmzContentSHA256Mismatch => "The provided 'x-amz-content-sha256' header does not match what was computed.",
+            InvalidObjectState => "The operation is not valid for the object's state.",
             AccessDenied => "Access Denied",
             BadDigest => "The Content-MD5 or checksum you specified did not match what we received.",
             BucketAlreadyExists => "The requested bucket name is not available.",

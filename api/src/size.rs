@@ -102,7 +102,18 @@ mod tests {
         // Regressions found by fuzzing: long digit runs neither panic nor wrap.
         assert_eq!(parse_size(&format!("{}1", "0".repeat(100))), Ok(1));
         assert!(parse_size(&format!("1{}", "9".repeat(30))).is_err());
-        for bad in ["lots", "-1", "", "MiB", "1..5M", "1.M", "18446744073709551616", "20000000TiB", "1 2", "1e3"] {
+        for bad in [
+            "lots",
+            "-1",
+            "",
+            "MiB",
+            "1..5M",
+            "1.M",
+            "18446744073709551616",
+            "20000000TiB",
+            "1 2",
+            "1e3",
+        ] {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
     }

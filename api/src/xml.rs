@@ -173,3 +173,235 @@ mod tests {
         assert!(!xml.contains("Marker"), "{xml}");
     }
 }
+
+/// `<CopyObjectResult>` and `<CopyPartResult>`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CopyResult {
+    #[serde(rename = "@xmlns")]
+    pub xmlns: &'static str,
+    pub last_modified: String,
+    #[serde(rename = "ETag")]
+    pub etag: String,
+    #[serde(rename = "ChecksumCRC32", skip_serializing_if = "Option::is_none")]
+    pub checksum_crc32: Option<String>,
+}
+
+/// `<Delete>`: the body of DeleteObjects.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct DeleteRequest {
+    #[serde(default)]
+    pub quiet: bool,
+    #[serde(default, rename = "Object")]
+    pub objects: Vec<DeleteObject>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct DeleteObject {
+    pub key: String,
+    #[serde(default)]
+    pub version_id: Option<String>,
+}
+
+/// `<DeleteResult>`.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct DeleteResult {
+    #[serde(rename = "@xmlns")]
+    pub xmlns: &'static str,
+    pub deleted: Vec<Deleted>,
+    pub error: Vec<DeleteError>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Deleted {
+    pub key: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct DeleteError {
+    pub key: String,
+    pub code: String,
+    pub message: String,
+}
+
+/// `<InitiateMultipartUploadResult>`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct InitiateMultipartUploadResult {
+    #[serde(rename = "@xmlns")]
+    pub xmlns: &'static str,
+    pub bucket: String,
+    pub key: String,
+    pub upload_id: String,
+}
+
+/// `<CompleteMultipartUpload>`: the body of CompleteMultipartUpload.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CompleteRequest {
+    #[serde(default, rename = "Part")]
+    pub parts: Vec<CompletePart>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CompletePart {
+    pub part_number: u32,
+    #[serde(rename = "ETag")]
+    pub etag: String,
+    #[serde(default, rename = "ChecksumCRC32")]
+    pub checksum_crc32: Option<String>,
+    #[serde(default, rename = "ChecksumCRC32C")]
+    pub checksum_crc32c: Option<String>,
+    #[serde(default, rename = "ChecksumCRC64NVME")]
+    pub checksum_crc64nvme: Option<String>,
+    #[serde(default, rename = "ChecksumSHA1")]
+    pub checksum_sha1: Option<String>,
+    #[serde(default, rename = "ChecksumSHA256")]
+    pub checksum_sha256: Option<String>,
+}
+
+/// `<CompleteMultipartUploadResult>`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CompleteMultipartUploadResult {
+    #[serde(rename = "@xmlns")]
+    pub xmlns: &'static str,
+    pub location: String,
+    pub bucket: String,
+    pub key: String,
+    #[serde(rename = "ETag")]
+    pub etag: String,
+}
+
+/// One `<Part>` of ListParts.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct PartEntry {
+    pub part_number: u32,
+    pub last_modified: String,
+    #[serde(rename = "ETag")]
+    pub etag: String,
+    pub size: u64,
+}
+
+/// `<ListPartsResult>`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ListPartsResult {
+    #[serde(rename = "@xmlns")]
+    pub xmlns: &'static str,
+    pub bucket: String,
+    pub key: String,
+    pub upload_id: String,
+    pub part_number_marker: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_part_number_marker: Option<u32>,
+    pub max_parts: usize,
+    pub is_truncated: bool,
+    pub part: Vec<PartEntry>,
+    pub storage_class: &'static str,
+}
+
+/// One `<Upload>` of ListMultipartUploads.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct UploadEntry {
+    pub key: String,
+    pub upload_id: String,
+    pub initiated: String,
+    pub storage_class: &'static str,
+}
+
+/// `<ListMultipartUploadsResult>`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ListMultipartUploadsResult {
+    #[serde(rename = "@xmlns")]
+    pub xmlns: &'static str,
+    pub bucket: String,
+    pub key_marker: String,
+    pub upload_id_marker: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_key_marker: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_upload_id_marker: Option<String>,
+    pub prefix: String,
+    pub max_uploads: usize,
+    pub is_truncated: bool,
+    pub upload: Vec<UploadEntry>,
+}
+
+/// One `<Version>` of ListObjectVersions.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct VersionEntry {
+    pub key: String,
+    pub version_id: &'static str,
+    pub is_latest: bool,
+    pub last_modified: String,
+    #[serde(rename = "ETag")]
+    pub etag: String,
+    pub size: u64,
+    pub storage_class: &'static str,
+    pub owner: Owner,
+}
+
+/// `<ListVersionsResult>`: Yutu keeps no history, so every object is its one current
+/// version with version id `null`, as in an S3 bucket that never had versioning enabled.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ListVersionsResult {
+    #[serde(rename = "@xmlns")]
+    pub xmlns: &'static str,
+    pub name: String,
+    pub prefix: String,
+    pub key_marker: String,
+    pub version_id_marker: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_key_marker: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_version_id_marker: Option<String>,
+    pub max_keys: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delimiter: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encoding_type: Option<&'static str>,
+    pub is_truncated: bool,
+    pub version: Vec<VersionEntry>,
+    pub common_prefixes: Vec<CommonPrefix>,
+}
+
+/// Parses a request document (DeleteObjects, CompleteMultipartUpload).
+pub fn from_xml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    quick_xml::de::from_str(text).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod request_tests {
+    use super::*;
+
+    #[test]
+    fn parses_delete_and_complete() {
+        let d: DeleteRequest = from_xml(
+            r#"<?xml version="1.0"?><Delete xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Object><Key>a</Key></Object><Object><Key>b&amp;c</Key></Object><Quiet>true</Quiet></Delete>"#,
+        )
+        .unwrap();
+        assert!(d.quiet);
+        assert_eq!(d.objects.len(), 2);
+        assert_eq!(d.objects[1].key, "b&c");
+        let c: CompleteRequest = from_xml(
+            r#"<CompleteMultipartUpload><Part><ETag>"x"</ETag><PartNumber>1</PartNumber><ChecksumCRC32>AAAAAA==</ChecksumCRC32></Part><Part><PartNumber>2</PartNumber><ETag>y</ETag></Part></CompleteMultipartUpload>"#,
+        )
+        .unwrap();
+        assert_eq!(c.parts.len(), 2);
+        assert_eq!(c.parts[0].checksum_crc32.as_deref(), Some("AAAAAA=="));
+        assert!(from_xml::<CompleteRequest>("<CompleteMultipartUpload><Part>").is_err());
+        assert!(from_xml::<DeleteRequest>("not xml").is_err());
+    }
+}

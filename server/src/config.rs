@@ -43,9 +43,34 @@ pub struct Flags {
     /// Log format: `text` or `json`.
     #[arg(long)]
     pub log_format: Option<String>,
-    /// TOML file with any of the settings above.
+    /// Domain for virtual-host addressing: `BUCKET.DOMAIN` names a bucket (repeatable).
+    #[arg(long = "domain")]
+    pub domains: Vec<String>,
+    /// Seconds after which an unfinished multipart upload is aborted and its parts freed.
+    #[arg(long)]
+    pub multipart_timeout_secs: Option<u64>,
+    /// TOML file with any of the settings above, and `[[users]]`.
     #[arg(long)]
     pub config: Option<PathBuf>,
+}
+
+/// A `[[users]]` table: an access key pair, and what the user may touch besides the buckets
+/// it creates.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct User {
+    pub name: String,
+    pub access_key: String,
+    pub secret_key: String,
+    /// Full access to every bucket.
+    #[serde(default)]
+    pub admin: bool,
+    /// Buckets (or `*`) this user may read although another user owns them.
+    #[serde(default)]
+    pub read: Vec<String>,
+    /// Buckets (or `*`) this user may read and write although another user owns them.
+    #[serde(default)]
+    pub write: Vec<String>,
 }
 
 /// The TOML file. Unknown keys are an error so that a typo does not silently fall back.
@@ -60,6 +85,10 @@ pub struct FileConfig {
     pub no_auth: Option<bool>,
     pub eviction: Option<String>,
     pub log_format: Option<String>,
+    pub domains: Option<Vec<String>>,
+    pub multipart_timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub users: Vec<User>,
 }
 
 /// Resolved settings the server runs with.
@@ -73,6 +102,9 @@ pub struct Settings {
     pub no_auth: bool,
     pub eviction: EvictionKind,
     pub log_format: LogFormat,
+    pub domains: Vec<String>,
+    pub multipart_timeout: std::time::Duration,
+    pub users: Vec<std::sync::Arc<User>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +189,26 @@ impl Settings {
                 "--memory {memory} gives each of {shards} shards less than {MIN_SHARD_MEMORY} bytes"
             )));
         }
+        let mut keys = std::collections::HashSet::new();
+        for u in &file.users {
+            if u.name.is_empty() || u.access_key.is_empty() || u.secret_key.len() < 8 {
+                return Err(ConfigError::Invalid(format!(
+                    "user {:?}: name and access_key must be set and secret_key must have at least 8 characters",
+                    u.name
+                )));
+            }
+            if !keys.insert(u.access_key.clone()) {
+                return Err(ConfigError::Invalid(format!(
+                    "access key {:?} is given to more than one user",
+                    u.access_key
+                )));
+            }
+        }
+        let domains = if flags.domains.is_empty() {
+            file.domains.unwrap_or_else(|| vec!["localhost".to_string()])
+        } else {
+            flags.domains
+        };
         if max_object_size == 0 {
             return Err(ConfigError::Invalid(
                 "--max-object-size must be positive".into(),
@@ -178,6 +230,14 @@ impl Settings {
             no_auth: flags.no_auth || file.no_auth.unwrap_or(false),
             eviction,
             log_format,
+            domains,
+            multipart_timeout: std::time::Duration::from_secs(
+                flags
+                    .multipart_timeout_secs
+                    .or(file.multipart_timeout_secs)
+                    .unwrap_or(24 * 3600),
+            ),
+            users: file.users.into_iter().map(std::sync::Arc::new).collect(),
         })
     }
 

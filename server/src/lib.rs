@@ -11,6 +11,7 @@ pub mod eviction;
 pub mod http;
 pub mod listing;
 pub mod metrics;
+pub mod multipart;
 pub mod runtime;
 pub mod s3;
 pub mod shard;

@@ -8,10 +8,10 @@ use yutu_server::config::{Flags, LogFormat, Settings};
 fn main() -> anyhow::Result<()> {
     let settings = Settings::resolve(Flags::parse())?;
     init_logging(settings.log_format);
-    if !settings.no_auth {
+    if !settings.no_auth && settings.users.is_empty() {
         bail!(
-            "authentication is not available in this build yet; start with --no-auth \
-             (or no_auth = true in the config file) to serve without it"
+            "no users are configured: add [[users]] tables (name, access_key, secret_key) to \
+             the --config file, or start with --no-auth to serve without authentication"
         );
     }
     raise_memlock_limit();

@@ -23,6 +23,8 @@ use yutu_api::{ByteRange, RangeSpec};
 use crate::config::Settings;
 use crate::listing::{ListItem, ListQuery};
 use crate::metrics::ShardMetrics;
+use crate::multipart::{CompletePart, PartInfo, Upload, UploadInfo};
+use crate::s3::conditions::{ReadConditions, WriteConditions};
 use crate::store::{ObjectMeta, ShardStore, StoreError};
 
 pub type Reply<T> = oneshot::Sender<T>;
@@ -35,6 +37,7 @@ pub enum Request {
         key: String,
         data: Bytes,
         meta: ObjectMeta,
+        cond: WriteConditions,
         reply: Reply<Result<Arc<ObjectMeta>, StoreError>>,
     },
     Get {
@@ -42,7 +45,55 @@ pub enum Request {
         key: String,
         range: Option<RangeSpec>,
         head_only: bool,
+        cond: ReadConditions,
         reply: Reply<GetResult>,
+    },
+    DeleteMany {
+        bucket: String,
+        keys: Vec<String>,
+        reply: Reply<Result<Vec<bool>, StoreError>>,
+    },
+    CreateUpload {
+        id: String,
+        upload: Box<Upload>,
+        reply: Reply<Result<(), StoreError>>,
+    },
+    UploadPart {
+        id: String,
+        bucket: String,
+        key: String,
+        number: u32,
+        data: Bytes,
+        etag: String,
+        checksum: Option<String>,
+        reply: Reply<Result<(), StoreError>>,
+    },
+    CompleteUpload {
+        id: String,
+        bucket: String,
+        key: String,
+        parts: Vec<CompletePart>,
+        cond: WriteConditions,
+        reply: Reply<Result<Arc<ObjectMeta>, StoreError>>,
+    },
+    AbortUpload {
+        id: String,
+        bucket: String,
+        key: String,
+        reply: Reply<Result<(), StoreError>>,
+    },
+    ListParts {
+        id: String,
+        bucket: String,
+        key: String,
+        after: u32,
+        max: usize,
+        reply: Reply<Result<Vec<PartInfo>, StoreError>>,
+    },
+    ListUploads {
+        bucket: String,
+        prefix: String,
+        reply: Reply<Vec<UploadInfo>>,
     },
     Delete {
         bucket: String,
@@ -57,6 +108,7 @@ pub enum Request {
     AddBucket {
         name: String,
         created: SystemTime,
+        owner: String,
         reply: Reply<()>,
     },
     CloseBucket {
@@ -71,6 +123,7 @@ pub enum Request {
     /// Coordinator only (shard 0).
     CreateBucket {
         name: String,
+        owner: String,
         reply: Reply<Result<(), BucketError>>,
     },
     /// Coordinator only (shard 0).
@@ -85,6 +138,8 @@ pub enum Request {
 pub enum BucketError {
     #[error("the bucket already exists and is yours")]
     AlreadyOwned,
+    #[error("the bucket already exists and belongs to another user")]
+    AlreadyExists,
     #[error("the bucket does not exist")]
     NoSuchBucket,
     #[error("the bucket is not empty")]
@@ -194,18 +249,83 @@ impl Shard {
                 key,
                 data,
                 meta,
+                cond,
                 reply,
             } => {
-                let _ = reply.send(self.store.borrow_mut().put(&bucket, &key, &data, meta));
+                let _ = reply.send(self.store.borrow_mut().put(&bucket, &key, &data, meta, &cond));
             }
             Request::Get {
                 bucket,
                 key,
                 range,
                 head_only,
+                cond,
                 reply,
             } => {
-                let _ = reply.send(self.store.borrow_mut().get(&bucket, &key, range, head_only));
+                let r = self.store.borrow_mut().get(&bucket, &key, range, head_only, &cond);
+                let _ = reply.send(r);
+            }
+            Request::DeleteMany { bucket, keys, reply } => {
+                let _ = reply.send(self.store.borrow_mut().delete_many(&bucket, &keys));
+            }
+            Request::CreateUpload { id, upload, reply } => {
+                let _ = reply.send(self.store.borrow_mut().create_upload(id, *upload));
+            }
+            Request::UploadPart {
+                id,
+                bucket,
+                key,
+                number,
+                data,
+                etag,
+                checksum,
+                reply,
+            } => {
+                let r = self
+                    .store
+                    .borrow_mut()
+                    .upload_part(&id, &bucket, &key, number, &data, etag, checksum);
+                let _ = reply.send(r);
+            }
+            Request::CompleteUpload {
+                id,
+                bucket,
+                key,
+                parts,
+                cond,
+                reply,
+            } => {
+                let r = self
+                    .store
+                    .borrow_mut()
+                    .complete_upload(&id, &bucket, &key, &parts, &cond);
+                let _ = reply.send(r);
+            }
+            Request::AbortUpload {
+                id,
+                bucket,
+                key,
+                reply,
+            } => {
+                let _ = reply.send(self.store.borrow_mut().abort_upload(&id, &bucket, &key));
+            }
+            Request::ListParts {
+                id,
+                bucket,
+                key,
+                after,
+                max,
+                reply,
+            } => {
+                let r = self.store.borrow_mut().list_parts(&id, &bucket, &key, after, max);
+                let _ = reply.send(r);
+            }
+            Request::ListUploads {
+                bucket,
+                prefix,
+                reply,
+            } => {
+                let _ = reply.send(self.store.borrow().list_uploads(&bucket, &prefix));
             }
             Request::Delete { bucket, key, reply } => {
                 let _ = reply.send(self.store.borrow_mut().delete(&bucket, &key));
@@ -220,9 +340,10 @@ impl Shard {
             Request::AddBucket {
                 name,
                 created,
+                owner,
                 reply,
             } => {
-                self.store.borrow_mut().add_bucket(&name, created);
+                self.store.borrow_mut().add_bucket(&name, created, &owner);
                 let _ = reply.send(());
             }
             Request::CloseBucket { name, reply } => {
@@ -236,10 +357,10 @@ impl Shard {
                 self.store.borrow_mut().finish_close(&name, commit);
                 let _ = reply.send(());
             }
-            Request::CreateBucket { name, reply } => {
+            Request::CreateBucket { name, owner, reply } => {
                 let this = self.clone();
                 glommio::spawn_local(async move {
-                    let _ = reply.send(this.coordinate_create(name).await);
+                    let _ = reply.send(this.coordinate_create(name, owner).await);
                 })
                 .detach();
             }
@@ -253,15 +374,20 @@ impl Shard {
         }
     }
 
-    async fn coordinate_create(self: Rc<Self>, name: String) -> Result<(), BucketError> {
+    async fn coordinate_create(self: Rc<Self>, name: String, owner: String) -> Result<(), BucketError> {
         let _permit = self.bucket_lock.acquire_permit(1).await;
-        if self.store.borrow().bucket_known(&name) {
-            return Err(BucketError::AlreadyOwned);
+        if let Some(current) = self.store.borrow().bucket_owner(&name) {
+            return Err(if current == owner {
+                BucketError::AlreadyOwned
+            } else {
+                BucketError::AlreadyExists
+            });
         }
         let created = SystemTime::now();
         self.broadcast(|reply| Request::AddBucket {
             name: name.clone(),
             created,
+            owner: owner.clone(),
             reply,
         })
         .await?;

@@ -16,6 +16,9 @@ use bytes::Bytes;
 use yutu_api::{ByteRange, RangeSpec};
 
 use crate::arena::{Arena, Extent};
+use crate::multipart::Upload;
+use crate::s3::checksum::Checksum;
+use crate::s3::conditions::{Failed, ReadConditions, WriteConditions};
 use crate::eviction::{EntryId, EvictionPolicy};
 use crate::listing::{shard_page, ListItem, ListQuery, Listable};
 use crate::metrics::ShardMetrics;
@@ -25,20 +28,31 @@ use crate::metrics::ShardMetrics;
 pub const ENTRY_OVERHEAD: u64 = 256;
 
 /// What the server knows about a stored object besides its bytes.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectMeta {
     pub size: u64,
     /// Quoted, as in the `ETag` header.
     pub etag: String,
     pub last_modified: SystemTime,
     pub content_type: Option<String>,
+    /// Other stored response headers: Content-Disposition, Content-Encoding,
+    /// Content-Language, Cache-Control, Expires (names lowercase).
+    pub headers: Vec<(String, String)>,
     /// `x-amz-meta-*` pairs, names lowercased without the prefix.
     pub user_meta: Vec<(String, String)>,
+    pub checksum: Option<Checksum>,
+    /// Number of parts, for an object made by a multipart upload.
+    pub parts: Option<u32>,
 }
 
 impl ObjectMeta {
     fn footprint(&self) -> u64 {
-        let meta: usize = self.user_meta.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let meta: usize = self
+            .user_meta
+            .iter()
+            .chain(self.headers.iter())
+            .map(|(k, v)| k.len() + v.len())
+            .sum();
         (meta + self.etag.len() + self.content_type.as_ref().map_or(0, |c| c.len())) as u64
     }
 }
@@ -59,6 +73,20 @@ pub enum StoreError {
     InvalidRange { size: u64 },
     #[error("no evictable object is left to make room for {0} bytes")]
     NoSpace(u64),
+    #[error("a precondition failed")]
+    PreconditionFailed,
+    #[error("not modified")]
+    NotModified(Arc<ObjectMeta>),
+    #[error("the multipart upload does not exist")]
+    NoSuchUpload,
+    #[error("{0}")]
+    InvalidPart(String),
+    #[error("the parts are not in ascending order")]
+    InvalidPartOrder,
+    #[error("{0}")]
+    EntityTooSmall(String),
+    #[error("{0}")]
+    BadDigest(String),
 }
 
 struct Entry {
@@ -82,6 +110,7 @@ impl Listable for Entry {
 
 struct BucketPart {
     created: SystemTime,
+    owner: String,
     closing: bool,
     objects: BTreeMap<String, Entry>,
 }
@@ -91,11 +120,14 @@ struct BucketPart {
 pub struct BucketInfo {
     pub name: String,
     pub created: SystemTime,
+    pub owner: String,
 }
 
 pub struct ShardStore {
-    arena: Arena,
+    pub(crate) arena: Arena,
     buckets: HashMap<String, BucketPart>,
+    /// Multipart uploads in progress whose key this shard owns, by upload id.
+    pub(crate) uploads: HashMap<String, Upload>,
     /// Reverse index for the eviction policy, which deals in ids only.
     ids: HashMap<EntryId, (String, String)>,
     policy: Box<dyn EvictionPolicy>,
@@ -112,6 +144,7 @@ impl ShardStore {
         ShardStore {
             arena,
             buckets: HashMap::new(),
+            uploads: HashMap::new(),
             ids: HashMap::new(),
             policy,
             next_id: 1,
@@ -135,14 +168,20 @@ impl ShardStore {
 
     // ---- buckets -------------------------------------------------------------------------
 
-    pub fn add_bucket(&mut self, name: &str, created: SystemTime) {
+    pub fn add_bucket(&mut self, name: &str, created: SystemTime, owner: &str) {
         self.buckets
             .entry(name.to_string())
             .or_insert_with(|| BucketPart {
                 created,
+                owner: owner.to_string(),
                 closing: false,
                 objects: BTreeMap::new(),
             });
+    }
+
+    /// The owner of a bucket, `None` when it does not exist.
+    pub fn bucket_owner(&self, name: &str) -> Option<String> {
+        self.buckets.get(name).map(|b| b.owner.clone())
     }
 
     /// Whether the bucket exists at all, even while a delete of it is in progress.
@@ -161,6 +200,7 @@ impl ShardStore {
             .map(|(name, b)| BucketInfo {
                 name: name.clone(),
                 created: b.created,
+                owner: b.owner.clone(),
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -180,6 +220,7 @@ impl ShardStore {
         if commit {
             if self.buckets.get(name).is_some_and(|b| b.objects.is_empty()) {
                 self.buckets.remove(name);
+                self.drop_uploads_of(name);
             }
         } else if let Some(b) = self.buckets.get_mut(name) {
             b.closing = false;
@@ -195,17 +236,11 @@ impl ShardStore {
         key: &str,
         data: &[u8],
         meta: ObjectMeta,
+        cond: &WriteConditions,
     ) -> Result<Arc<ObjectMeta>, StoreError> {
-        match self.buckets.get(bucket) {
-            None => return Err(StoreError::NoSuchBucket),
-            Some(b) if b.closing => return Err(StoreError::BucketClosing),
-            Some(_) => {}
-        }
+        self.check_write(bucket, key, cond)?;
         let size = data.len() as u64;
-        let charge = Arena::reservation_for(size)
-            + (bucket.len() + 2 * key.len()) as u64
-            + meta.footprint()
-            + ENTRY_OVERHEAD;
+        let charge = Self::charge_for(bucket, key, size, &meta);
         if charge > self.capacity {
             return Err(StoreError::TooLarge {
                 size,
@@ -215,17 +250,80 @@ impl ShardStore {
         // The old version goes first: its space is reusable for the new one, and nothing
         // can observe the gap because this function does not yield.
         self.remove_entry(bucket, key);
-        let extent = loop {
+        let extent = self.reserve(size, charge)?;
+        self.arena.bytes_mut(&extent).copy_from_slice(data);
+        Ok(self.publish(bucket, key, extent, meta, charge))
+    }
+
+    /// Refuses a write into a missing or closing bucket, or one whose preconditions fail.
+    pub(crate) fn check_write(
+        &self,
+        bucket: &str,
+        key: &str,
+        cond: &WriteConditions,
+    ) -> Result<(), StoreError> {
+        let part = match self.buckets.get(bucket) {
+            None => return Err(StoreError::NoSuchBucket),
+            Some(b) if b.closing => return Err(StoreError::BucketClosing),
+            Some(b) => b,
+        };
+        let current = part.objects.get(key).map(|e| e.meta.etag.as_str());
+        cond.check(current).map_err(|missing| {
+            if missing {
+                StoreError::NoSuchKey
+            } else {
+                StoreError::PreconditionFailed
+            }
+        })
+    }
+
+    /// The charge of an object of `size` bytes under `bucket/key` with `meta`.
+    pub(crate) fn charge_for(bucket: &str, key: &str, size: u64, meta: &ObjectMeta) -> u64 {
+        Arena::reservation_for(size)
+            + (bucket.len() + 2 * key.len()) as u64
+            + meta.footprint()
+            + ENTRY_OVERHEAD
+    }
+
+    /// Allocates `size` bytes charged `charge`, evicting objects until they fit.
+    pub(crate) fn reserve(&mut self, size: u64, charge: u64) -> Result<Extent, StoreError> {
+        if charge > self.capacity {
+            return Err(StoreError::TooLarge {
+                size,
+                capacity: self.capacity,
+            });
+        }
+        loop {
             if self.used + charge <= self.capacity {
                 if let Some(extent) = self.arena.allocate(size) {
-                    break extent;
+                    self.used += charge;
+                    return Ok(extent);
                 }
             }
             if !self.evict_one() {
                 return Err(StoreError::NoSpace(size));
             }
-        };
-        self.arena.bytes_mut(&extent).copy_from_slice(data);
+        }
+    }
+
+    /// Gives back a reservation that was never published (an aborted part, say).
+    pub(crate) fn release(&mut self, extent: Extent, charge: u64) {
+        self.used -= charge;
+        self.arena.free(extent);
+        self.publish_gauges();
+    }
+
+    /// Makes written bytes visible as `bucket/key`, replacing any previous version.
+    pub(crate) fn publish(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        extent: Extent,
+        meta: ObjectMeta,
+        charge: u64,
+    ) -> Arc<ObjectMeta> {
+        self.remove_entry(bucket, key);
+        let size = meta.size;
         let id = self.next_id;
         self.next_id += 1;
         let meta = Arc::new(meta);
@@ -235,16 +333,18 @@ impl ShardStore {
             meta: meta.clone(),
             charge,
         };
-        let part = self
-            .buckets
-            .get_mut(bucket)
-            .expect("bucket presence was checked above and this function does not yield");
-        part.objects.insert(key.to_string(), entry);
-        self.ids.insert(id, (bucket.to_string(), key.to_string()));
-        self.policy.on_insert(id, size);
-        self.used += charge;
+        match self.buckets.get_mut(bucket) {
+            Some(part) => {
+                part.objects.insert(key.to_string(), entry);
+                self.ids.insert(id, (bucket.to_string(), key.to_string()));
+                self.policy.on_insert(id, size);
+            }
+            // Callers check the bucket first and never yield in between; should that ever
+            // change, the bytes are released rather than leaked.
+            None => self.drop_entry(entry),
+        }
         self.publish_gauges();
-        Ok(meta)
+        meta
     }
 
     /// Metadata and, unless `head_only`, the bytes of the object (or of `range` of it).
@@ -254,9 +354,15 @@ impl ShardStore {
         key: &str,
         range: Option<RangeSpec>,
         head_only: bool,
+        cond: &ReadConditions,
     ) -> Result<(Arc<ObjectMeta>, Option<ByteRange>, Bytes), StoreError> {
         let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
         let entry = part.objects.get(key).ok_or(StoreError::NoSuchKey)?;
+        match cond.check(&entry.meta.etag, entry.meta.last_modified) {
+            Ok(()) => {}
+            Err(Failed::NotModified) => return Err(StoreError::NotModified(entry.meta.clone())),
+            Err(Failed::Precondition) => return Err(StoreError::PreconditionFailed),
+        }
         let size = entry.meta.size;
         let range = match range {
             Some(spec) => Some(
@@ -289,6 +395,16 @@ impl ShardStore {
         Ok(removed)
     }
 
+    /// Removes many keys of one bucket; per key, whether it existed.
+    pub fn delete_many(&mut self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, StoreError> {
+        if !self.buckets.contains_key(bucket) {
+            return Err(StoreError::NoSuchBucket);
+        }
+        let out = keys.iter().map(|k| self.remove_entry(bucket, k)).collect();
+        self.publish_gauges();
+        Ok(out)
+    }
+
     pub fn list(&self, bucket: &str, q: &ListQuery) -> Result<Vec<ListItem>, StoreError> {
         let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
         Ok(shard_page(&part.objects, q))
@@ -305,6 +421,11 @@ impl ShardStore {
         self.policy.on_remove(entry.id);
         self.drop_entry(entry);
         true
+    }
+
+    pub(crate) fn drop_entry_charge(&mut self, charge: u64, extent: Extent) {
+        self.used -= charge;
+        self.arena.free(extent);
     }
 
     fn drop_entry(&mut self, entry: Entry) {
@@ -333,7 +454,7 @@ impl ShardStore {
         false
     }
 
-    fn publish_gauges(&self) {
+    pub(crate) fn publish_gauges(&self) {
         self.metrics
             .set_dram(self.used, self.capacity, self.ids.len() as u64);
     }
@@ -350,8 +471,20 @@ mod tests {
             etag: "\"e\"".into(),
             last_modified: SystemTime::now(),
             content_type: None,
+            headers: vec![],
             user_meta: vec![],
+            checksum: None,
+            parts: None,
         }
+    }
+
+    const ANY: WriteConditions = WriteConditions {
+        if_none_match_any: false,
+        if_match: None,
+    };
+
+    fn read() -> ReadConditions {
+        ReadConditions::default()
     }
 
     fn store(cap: u64) -> ShardStore {
@@ -366,23 +499,23 @@ mod tests {
     #[test]
     fn put_get_replace_delete() {
         let mut s = store(1 << 20);
-        s.add_bucket("b", SystemTime::now());
-        s.put("b", "k", b"hello", meta(5)).unwrap();
-        let (_, _, data) = s.get("b", "k", None, false).unwrap();
+        s.add_bucket("b", SystemTime::now(), "");
+        s.put("b", "k", b"hello", meta(5), &ANY).unwrap();
+        let (_, _, data) = s.get("b", "k", None, false, &read()).unwrap();
         assert_eq!(&data[..], b"hello");
-        s.put("b", "k", b"bye", meta(3)).unwrap();
-        let (m, r, data) = s.get("b", "k", Some(RangeSpec::Suffix(2)), false).unwrap();
+        s.put("b", "k", b"bye", meta(3), &ANY).unwrap();
+        let (m, r, data) = s.get("b", "k", Some(RangeSpec::Suffix(2)), false, &read()).unwrap();
         assert_eq!((&data[..], m.size, r.unwrap().start), (&b"ye"[..], 3, 1));
         assert_eq!(s.object_count(), 1);
         assert_eq!(s.delete("b", "k"), Ok(true));
         assert_eq!(s.delete("b", "k"), Ok(false));
         assert_eq!(s.used(), 0);
         assert_eq!(
-            s.get("b", "k", None, false).unwrap_err(),
+            s.get("b", "k", None, false, &read()).unwrap_err(),
             StoreError::NoSuchKey
         );
         assert_eq!(
-            s.put("nob", "k", b"", meta(0)).unwrap_err(),
+            s.put("nob", "k", b"", meta(0), &ANY).unwrap_err(),
             StoreError::NoSuchBucket
         );
     }
@@ -391,22 +524,22 @@ mod tests {
     fn evicts_lru_and_stays_within_capacity() {
         let cap = 64 * 1024;
         let mut s = store(cap);
-        s.add_bucket("b", SystemTime::now());
+        s.add_bucket("b", SystemTime::now(), "");
         let block = vec![1u8; 8 * 1024];
         for i in 0..40 {
-            s.put("b", &format!("k{i}"), &block, meta(block.len()))
+            s.put("b", &format!("k{i}"), &block, meta(block.len()), &ANY)
                 .unwrap();
             assert!(s.used() <= cap);
             // Keep k0 hot: it must survive.
-            s.get("b", "k0", None, true).unwrap();
+            s.get("b", "k0", None, true, &read()).unwrap();
         }
-        assert!(s.get("b", "k0", None, true).is_ok());
-        assert!(s.get("b", "k1", None, true).is_err());
-        assert!(s.get("b", "k39", None, true).is_ok());
+        assert!(s.get("b", "k0", None, true, &read()).is_ok());
+        assert!(s.get("b", "k1", None, true, &read()).is_err());
+        assert!(s.get("b", "k39", None, true, &read()).is_ok());
         assert!(s.metrics.evictions.get() > 0);
         let too_big = vec![0u8; cap as usize];
         assert!(matches!(
-            s.put("b", "big", &too_big, meta(too_big.len())),
+            s.put("b", "big", &too_big, meta(too_big.len()), &ANY),
             Err(StoreError::TooLarge { .. })
         ));
     }
@@ -414,11 +547,11 @@ mod tests {
     #[test]
     fn bucket_close_protocol() {
         let mut s = store(1 << 20);
-        s.add_bucket("b", SystemTime::now());
-        s.put("b", "k", b"x", meta(1)).unwrap();
+        s.add_bucket("b", SystemTime::now(), "");
+        s.put("b", "k", b"x", meta(1), &ANY).unwrap();
         assert_eq!(s.close_bucket("b"), Ok(false));
         assert_eq!(
-            s.put("b", "k2", b"x", meta(1)).unwrap_err(),
+            s.put("b", "k2", b"x", meta(1), &ANY).unwrap_err(),
             StoreError::BucketClosing
         );
         s.finish_close("b", false);

@@ -10,13 +10,15 @@ use hyper::body::Incoming;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use yutu_api::xml::{
     to_xml, BucketEntry, Buckets, CommonPrefix, ListAllMyBucketsResult, ListBucketResult,
-    ObjectEntry, Owner, S3_NS,
+    ListVersionsResult, ObjectEntry, Owner, VersionEntry, S3_NS,
 };
 use yutu_api::{validate_bucket_name, S3ErrorCode};
 
+use super::ctx::Ctx;
 use super::error::S3Error;
 use super::target::Target;
 use super::{body, xml_response, Resp};
+use crate::auth::can_see;
 use crate::listing::{merge, ListItem, ListQuery};
 use crate::shard::{Request, Shard};
 
@@ -30,12 +32,14 @@ fn owner() -> Owner {
     }
 }
 
-pub fn list_buckets(shard: &Rc<Shard>) -> Result<Resp, S3Error> {
-    let bucket = shard
+pub fn list_buckets(ctx: &Ctx) -> Result<Resp, S3Error> {
+    let bucket = ctx
+        .shard
         .store
         .borrow()
         .buckets()
         .into_iter()
+        .filter(|b| can_see(ctx.identity(), &b.name, &b.owner))
         .map(|b| BucketEntry {
             name: b.name,
             creation_date: humantime::format_rfc3339_millis(b.created).to_string(),
@@ -52,19 +56,17 @@ pub fn list_buckets(shard: &Rc<Shard>) -> Result<Resp, S3Error> {
     ))
 }
 
-pub async fn create(
-    shard: &Rc<Shard>,
-    req: http::Request<Incoming>,
-    bucket: &str,
-) -> Result<Resp, S3Error> {
+pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, S3Error> {
+    let shard = &ctx.shard;
     validate_bucket_name(bucket)
         .map_err(|e| S3Error::new(S3ErrorCode::InvalidBucketName).msg(format!("{e}.")))?;
     // The optional CreateBucketConfiguration names a region; a single-region store accepts
     // any and ignores it, but still reads it (bounded) so the connection stays usable.
-    body::read_limited(req.into_body(), None, 64 * 1024).await?;
+    body::read_limited(body_in, None, 64 * 1024).await?;
     let name = bucket.to_string();
+    let owner = ctx.identity().name().to_string();
     shard
-        .call(0, |reply| Request::CreateBucket { name, reply })
+        .call(0, |reply| Request::CreateBucket { name, owner, reply })
         .await??;
     Ok(Response::builder()
         .status(StatusCode::OK)
@@ -73,7 +75,8 @@ pub async fn create(
         .unwrap_or_default())
 }
 
-pub async fn delete(shard: &Rc<Shard>, bucket: &str) -> Result<Resp, S3Error> {
+pub async fn delete(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
+    let shard = &ctx.shard;
     let name = bucket.to_string();
     shard
         .call(0, |reply| Request::DeleteBucket { name, reply })
@@ -84,7 +87,8 @@ pub async fn delete(shard: &Rc<Shard>, bucket: &str) -> Result<Resp, S3Error> {
         .unwrap_or_default())
 }
 
-pub fn head(shard: &Rc<Shard>, bucket: &str) -> Result<Resp, S3Error> {
+pub fn head(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
+    let shard = &ctx.shard;
     if !shard.store.borrow().bucket_exists(bucket) {
         return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
     }
@@ -95,7 +99,8 @@ pub fn head(shard: &Rc<Shard>, bucket: &str) -> Result<Resp, S3Error> {
         .unwrap_or_default())
 }
 
-pub fn location(shard: &Rc<Shard>, bucket: &str) -> Result<Resp, S3Error> {
+pub fn location(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
+    let shard = &ctx.shard;
     if !shard.store.borrow().bucket_exists(bucket) {
         return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
     }
@@ -117,30 +122,136 @@ fn invalid(msg: &str) -> S3Error {
     S3Error::new(S3ErrorCode::InvalidArgument).msg(msg)
 }
 
+/// The parameters every listing flavour shares.
+struct ListParams {
+    max_keys: usize,
+    url_encode: bool,
+    prefix: String,
+    delimiter: Option<String>,
+}
+
+fn list_params(t: &Target) -> Result<ListParams, S3Error> {
+    Ok(ListParams {
+        max_keys: match t.param("max-keys") {
+            None => MAX_KEYS,
+            Some(s) => s
+                .parse::<usize>()
+                .map_err(|_| invalid("max-keys must be a non-negative integer."))?
+                .min(MAX_KEYS),
+        },
+        url_encode: match t.param("encoding-type") {
+            None => false,
+            Some("url") => true,
+            Some(_) => return Err(invalid("Invalid Encoding Method specified in Request")),
+        },
+        prefix: t.param("prefix").unwrap_or("").to_string(),
+        delimiter: t
+            .param("delimiter")
+            .filter(|d| !d.is_empty())
+            .map(str::to_string),
+    })
+}
+
+/// One page of a bucket's entries after `after`, merged across shards.
+async fn page(
+    shard: &Rc<Shard>,
+    bucket: &str,
+    p: &ListParams,
+    after: Option<String>,
+) -> Result<(Vec<ListItem>, bool), S3Error> {
+    if !shard.store.borrow().bucket_exists(bucket) {
+        return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
+    }
+    if p.max_keys == 0 {
+        return Ok((Vec::new(), false));
+    }
+    let query = ListQuery {
+        prefix: p.prefix.clone(),
+        delimiter: p.delimiter.clone(),
+        after,
+        limit: p.max_keys,
+    };
+    let pages = shard
+        .broadcast(|reply| Request::List {
+            bucket: bucket.to_string(),
+            query: query.clone(),
+            reply,
+        })
+        .await?;
+    let pages = pages.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok(merge(pages, p.max_keys))
+}
+
+fn encoder(url_encode: bool) -> impl Fn(&str) -> String {
+    move |s: &str| {
+        if url_encode {
+            utf8_percent_encode(s, URL_SAFE).to_string()
+        } else {
+            s.to_string()
+        }
+    }
+}
+
+/// ListObjectVersions: every object is its only version, with version id `null`.
+pub async fn list_versions(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
+    let p = list_params(&ctx.target)?;
+    let key_marker = ctx.target.param("key-marker").unwrap_or("").to_string();
+    let after = (!key_marker.is_empty()).then(|| key_marker.clone());
+    let (items, truncated) = page(&ctx.shard, bucket, &p, after).await?;
+    let enc = encoder(p.url_encode);
+    let last = items.last().map(|i| i.name().to_string());
+    let mut version = Vec::new();
+    let mut common_prefixes = Vec::new();
+    for item in items {
+        match item {
+            ListItem::Object {
+                key,
+                size,
+                etag,
+                last_modified,
+            } => version.push(VersionEntry {
+                key: enc(&key),
+                version_id: "null",
+                is_latest: true,
+                last_modified: humantime::format_rfc3339_millis(last_modified).to_string(),
+                etag,
+                size,
+                storage_class: "STANDARD",
+                owner: owner(),
+            }),
+            ListItem::Prefix(pfx) => common_prefixes.push(CommonPrefix { prefix: enc(&pfx) }),
+        }
+    }
+    let doc = ListVersionsResult {
+        xmlns: S3_NS,
+        name: bucket.to_string(),
+        prefix: enc(&p.prefix),
+        key_marker: enc(&key_marker),
+        version_id_marker: String::new(),
+        next_key_marker: last.filter(|_| truncated).map(|l| enc(&l)),
+        next_version_id_marker: truncated.then(|| "null".to_string()),
+        max_keys: p.max_keys,
+        delimiter: p.delimiter.as_deref().map(&enc),
+        encoding_type: p.url_encode.then_some("url"),
+        is_truncated: truncated,
+        version,
+        common_prefixes,
+    };
+    Ok(xml_response(StatusCode::OK, to_xml("ListVersionsResult", &doc)))
+}
+
 /// ListObjectsV2 when `list-type=2`, ListObjects (v1) otherwise.
-pub async fn list_objects(shard: &Rc<Shard>, t: &Target, bucket: &str) -> Result<Resp, S3Error> {
+pub async fn list_objects(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
+    let shard = &ctx.shard;
+    let t = &ctx.target;
     let v2 = match t.param("list-type") {
         None => false,
         Some("2") => true,
         Some(_) => return Err(invalid("Invalid list-type; only 2 is supported.")),
     };
-    let max_keys = match t.param("max-keys") {
-        None => MAX_KEYS,
-        Some(s) => s
-            .parse::<usize>()
-            .map_err(|_| invalid("max-keys must be a non-negative integer."))?
-            .min(MAX_KEYS),
-    };
-    let url_encode = match t.param("encoding-type") {
-        None => false,
-        Some("url") => true,
-        Some(_) => return Err(invalid("Invalid Encoding Method specified in Request")),
-    };
-    let prefix = t.param("prefix").unwrap_or("").to_string();
-    let delimiter = t
-        .param("delimiter")
-        .filter(|d| !d.is_empty())
-        .map(str::to_string);
+    let p = list_params(t)?;
+    let (max_keys, url_encode) = (p.max_keys, p.url_encode);
+    let (prefix, delimiter) = (p.prefix.clone(), p.delimiter.clone());
     let token = t.param("continuation-token").map(str::to_string);
     let after = if v2 {
         match &token {
@@ -155,37 +266,9 @@ pub async fn list_objects(shard: &Rc<Shard>, t: &Target, bucket: &str) -> Result
     } else {
         t.param("marker").map(str::to_string)
     };
-    if !shard.store.borrow().bucket_exists(bucket) {
-        return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
-    }
+    let (items, truncated) = page(shard, bucket, &p, after).await?;
 
-    let (items, truncated) = if max_keys == 0 {
-        (Vec::new(), false)
-    } else {
-        let query = ListQuery {
-            prefix: prefix.clone(),
-            delimiter: delimiter.clone(),
-            after,
-            limit: max_keys,
-        };
-        let pages = shard
-            .broadcast(|reply| Request::List {
-                bucket: bucket.to_string(),
-                query: query.clone(),
-                reply,
-            })
-            .await?;
-        let pages = pages.into_iter().collect::<Result<Vec<_>, _>>()?;
-        merge(pages, max_keys)
-    };
-
-    let enc = |s: &str| -> String {
-        if url_encode {
-            utf8_percent_encode(s, URL_SAFE).to_string()
-        } else {
-            s.to_string()
-        }
-    };
+    let enc = encoder(url_encode);
     let last = items.last().map(|i| i.name().to_string());
     let mut contents = Vec::new();
     let mut common_prefixes = Vec::new();
@@ -211,7 +294,7 @@ pub async fn list_objects(shard: &Rc<Shard>, t: &Target, bucket: &str) -> Result
         name: bucket.to_string(),
         prefix: enc(&prefix),
         max_keys,
-        delimiter: delimiter.as_deref().map(enc),
+        delimiter: delimiter.as_deref().map(&enc),
         encoding_type: url_encode.then_some("url"),
         is_truncated: truncated,
         ..Default::default()
@@ -219,7 +302,7 @@ pub async fn list_objects(shard: &Rc<Shard>, t: &Target, bucket: &str) -> Result
     if v2 {
         doc.key_count = Some(contents.len() + common_prefixes.len());
         doc.continuation_token = token;
-        doc.start_after = t.param("start-after").map(enc);
+        doc.start_after = t.param("start-after").map(&enc);
         if truncated {
             doc.next_continuation_token = last.map(|l| hex::encode(l.as_bytes()));
         }

@@ -101,6 +101,15 @@ impl From<StoreError> for S3Error {
             StoreError::NoSpace(_) => {
                 S3Error::new(S3ErrorCode::SlowDown).msg(format!("{e}; try again."))
             }
+            StoreError::PreconditionFailed => S3Error::new(S3ErrorCode::PreconditionFailed),
+            // Handlers that can answer 304 do so before converting; anywhere else a "not
+            // modified" outcome is a failed precondition.
+            StoreError::NotModified(_) => S3Error::new(S3ErrorCode::PreconditionFailed),
+            StoreError::NoSuchUpload => S3Error::new(S3ErrorCode::NoSuchUpload),
+            StoreError::InvalidPart(m) => S3Error::new(S3ErrorCode::InvalidPart).msg(m),
+            StoreError::InvalidPartOrder => S3Error::new(S3ErrorCode::InvalidPartOrder),
+            StoreError::EntityTooSmall(m) => S3Error::new(S3ErrorCode::EntityTooSmall).msg(m),
+            StoreError::BadDigest(m) => S3Error::new(S3ErrorCode::BadDigest).msg(m),
         }
     }
 }
@@ -116,6 +125,7 @@ impl From<BucketError> for S3Error {
     fn from(e: BucketError) -> S3Error {
         match e {
             BucketError::AlreadyOwned => S3Error::new(S3ErrorCode::BucketAlreadyOwnedByYou),
+            BucketError::AlreadyExists => S3Error::new(S3ErrorCode::BucketAlreadyExists),
             BucketError::NoSuchBucket => S3Error::new(S3ErrorCode::NoSuchBucket),
             BucketError::NotEmpty => S3Error::new(S3ErrorCode::BucketNotEmpty),
             BucketError::Conflict => S3Error::new(S3ErrorCode::OperationAborted),

@@ -2,9 +2,15 @@
 
 pub mod body;
 pub mod buckets;
+pub mod copy;
+pub mod ctx;
+pub mod delete_many;
 pub mod error;
 pub mod io;
+pub mod meta;
+pub mod multipart;
 pub mod objects;
+pub mod payload;
 pub mod service;
 pub mod target;
 pub mod timer;

@@ -14,10 +14,12 @@ use yutu_api::S3ErrorCode;
 
 use super::error::S3Error;
 use super::io::HyperStream;
+use super::ctx::Ctx;
 use super::target::Target;
 use super::timer::GlommioTimer;
-use super::{buckets, objects, Resp};
-use crate::auth::{authorize, Action};
+use super::{buckets, copy, delete_many, multipart, objects, Resp};
+use crate::auth::Action;
+use crate::s3::authenticate::authenticate;
 use crate::metrics::{render, Op};
 use crate::shard::Shard;
 
@@ -104,19 +106,18 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
             Err(S3Error::new(S3ErrorCode::RequestHeaderSectionTooLarge)),
         );
     }
-    let target = match Target::parse(req.uri()) {
+    let (parts, body) = req.into_parts();
+    let host = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let target = match Target::parse_with_host(&parts.uri, host, &shard.settings.domains) {
         Ok(t) => t,
         Err(e) => return (Op::Unsupported, Err(e)),
     };
-    let method = req.method().clone();
+    let method = parts.method.clone();
     // Ops endpoints. Their names are reserved bucket names, so they never shadow a bucket.
     if method == Method::GET && target.key.is_none() && target.query.is_empty() {
         match target.bucket.as_deref() {
             Some("health") | Some("ready") => {
-                return (
-                    Op::Ops,
-                    Ok(text(StatusCode::OK, "text/plain", "ok\n".into())),
-                )
+                return (Op::Ops, Ok(text(StatusCode::OK, "text/plain", "ok\n".into())))
             }
             Some("metrics") => {
                 let body = render(&shard.all_metrics);
@@ -134,9 +135,8 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
     ) {
         return (
             Op::Unsupported,
-            Err(S3Error::new(S3ErrorCode::MethodNotAllowed).msg(format!(
-                "The method {method} is not allowed against this resource."
-            ))),
+            Err(S3Error::new(S3ErrorCode::MethodNotAllowed)
+                .msg(format!("The method {method} is not allowed against this resource."))),
         );
     }
     if let Some(sub) = target.unsupported_subresource() {
@@ -146,44 +146,54 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
                 .msg(format!("The ?{sub} sub-resource is not implemented."))),
         );
     }
-    if method == Method::POST {
-        return (
-            Op::Unsupported,
-            Err(S3Error::new(S3ErrorCode::NotImplemented)
-                .msg("POST operations are not implemented.")),
-        );
-    }
-    let bucket = target.bucket.clone();
-    let key = target.key.clone();
+    let auth = match authenticate(&shard.settings, &parts.method, &parts.uri, &parts.headers) {
+        Ok(a) => a,
+        Err(e) => return (Op::Unsupported, Err(e)),
+    };
+    let ctx = Ctx {
+        shard: shard.clone(),
+        method: parts.method,
+        uri: parts.uri,
+        headers: parts.headers,
+        target,
+        auth,
+    };
+    let bucket = ctx.target.bucket.clone();
+    let key = ctx.target.key.clone();
     match (bucket, key) {
         (None, _) => {
             if method != Method::GET {
-                return (
-                    Op::Unsupported,
-                    Err(S3Error::new(S3ErrorCode::MethodNotAllowed)),
-                );
+                return (Op::Unsupported, Err(S3Error::new(S3ErrorCode::MethodNotAllowed)));
             }
-            let r = match authorize(shard, Action::ListBuckets, None) {
-                Ok(()) => buckets::list_buckets(shard),
-                Err(e) => Err(e),
-            };
+            let r = ctx.allow(Action::ListBuckets, None).and_then(|()| buckets::list_buckets(&ctx));
             (Op::ListBuckets, r)
         }
         (Some(b), None) => {
+            let t = &ctx.target;
             let (op, action) = match method {
-                Method::PUT => (Op::CreateBucket, Action::Write),
-                Method::DELETE => (Op::DeleteBucket, Action::Write),
+                Method::PUT => (Op::CreateBucket, Action::CreateBucket),
+                Method::DELETE => (Op::DeleteBucket, Action::DeleteBucket),
                 Method::HEAD => (Op::HeadBucket, Action::Read),
+                Method::POST if t.has("delete") => (Op::DeleteObjects, Action::Write),
+                Method::POST => (Op::Unsupported, Action::Write),
+                _ if t.has("location") => (Op::GetBucketLocation, Action::Read),
+                _ if t.has("uploads") => (Op::ListMultipartUploads, Action::Read),
+                _ if t.has("versions") => (Op::ListObjectVersions, Action::Read),
                 _ => (Op::ListObjects, Action::Read),
             };
             let r = async {
-                authorize(shard, action, Some(&b))?;
-                match method {
-                    Method::PUT => buckets::create(shard, req, &b).await,
-                    Method::DELETE => buckets::delete(shard, &b).await,
-                    Method::HEAD => buckets::head(shard, &b),
-                    _ if target.has("location") => buckets::location(shard, &b),
-                    _ => buckets::list_objects(shard, &target, &b).await,
+                ctx.allow(action, Some(&b))?;
+                match op {
+                    Op::CreateBucket => buckets::create(&ctx, body, &b).await,
+                    Op::DeleteBucket => buckets::delete(&ctx, &b).await,
+                    Op::HeadBucket => buckets::head(&ctx, &b),
+                    Op::DeleteObjects => delete_many::delete_objects(&ctx, body, &b).await,
+                    Op::GetBucketLocation => buckets::location(&ctx, &b),
+                    Op::ListMultipartUploads => multipart::list_uploads(&ctx, &b).await,
+                    Op::ListObjectVersions => buckets::list_versions(&ctx, &b).await,
+                    Op::ListObjects => buckets::list_objects(&ctx, &b).await,
+                    _ => Err(S3Error::new(S3ErrorCode::NotImplemented)
+                        .msg("This POST operation on a bucket is not implemented.")),
                 }
             }
             .await
@@ -191,19 +201,38 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
             (op, r)
         }
         (Some(b), Some(k)) => {
+            let t = &ctx.target;
+            let copy = ctx.headers.contains_key("x-amz-copy-source");
             let (op, action) = match method {
+                Method::PUT if t.has("uploadId") && copy => (Op::UploadPartCopy, Action::Write),
+                Method::PUT if t.has("uploadId") => (Op::UploadPart, Action::Write),
+                Method::PUT if copy => (Op::CopyObject, Action::Write),
                 Method::PUT => (Op::PutObject, Action::Write),
+                Method::POST if t.has("uploads") => (Op::CreateMultipartUpload, Action::Write),
+                Method::POST if t.has("uploadId") => (Op::CompleteMultipartUpload, Action::Write),
+                Method::POST => (Op::Unsupported, Action::Write),
+                Method::DELETE if t.has("uploadId") => (Op::AbortMultipartUpload, Action::Write),
                 Method::DELETE => (Op::DeleteObject, Action::Write),
                 Method::HEAD => (Op::HeadObject, Action::Read),
+                _ if t.has("uploadId") => (Op::ListParts, Action::Read),
                 _ => (Op::GetObject, Action::Read),
             };
             let r = async {
-                authorize(shard, action, Some(&b))?;
-                match method {
-                    Method::PUT => objects::put(shard, req, &b, &k).await,
-                    Method::DELETE => objects::delete(shard, &b, &k).await,
-                    Method::HEAD => objects::get(shard, req.headers(), &b, &k, true).await,
-                    _ => objects::get(shard, req.headers(), &b, &k, false).await,
+                ctx.allow(action, Some(&b))?;
+                match op {
+                    Op::UploadPartCopy => multipart::upload_part_copy(&ctx, &b, &k).await,
+                    Op::UploadPart => multipart::upload_part(&ctx, body, &b, &k).await,
+                    Op::CopyObject => copy::copy_object(&ctx, &b, &k).await,
+                    Op::PutObject => objects::put(&ctx, body, &b, &k).await,
+                    Op::CreateMultipartUpload => multipart::create(&ctx, &b, &k).await,
+                    Op::CompleteMultipartUpload => multipart::complete(&ctx, body, &b, &k).await,
+                    Op::AbortMultipartUpload => multipart::abort(&ctx, &b, &k).await,
+                    Op::DeleteObject => objects::delete(&ctx, &b, &k).await,
+                    Op::HeadObject => objects::get(&ctx, &b, &k, true).await,
+                    Op::ListParts => multipart::list_parts(&ctx, &b, &k).await,
+                    Op::GetObject => objects::get(&ctx, &b, &k, false).await,
+                    _ => Err(S3Error::new(S3ErrorCode::NotImplemented)
+                        .msg("This POST operation on an object is not implemented.")),
                 }
             }
             .await

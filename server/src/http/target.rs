@@ -1,4 +1,5 @@
-//! What a request addresses: bucket, key and query parameters, from a path-style URI.
+//! What a request addresses: bucket, key and query parameters, from a path-style URI
+//! (`host/bucket/key`) or a virtual-host-style one (`bucket.domain/key`).
 
 use http::Uri;
 use percent_encoding::percent_decode_str;
@@ -15,12 +16,31 @@ pub struct Target {
 }
 
 impl Target {
+    /// Parses a path-style target.
     pub fn parse(uri: &Uri) -> Result<Target, S3Error> {
+        Self::parse_with_host(uri, None, &[])
+    }
+
+    /// Parses a target; when `host` is `BUCKET.DOMAIN` for one of `domains`, the bucket comes
+    /// from the host and the whole path is the key.
+    pub fn parse_with_host(uri: &Uri, host: Option<&str>, domains: &[String]) -> Result<Target, S3Error> {
         let path = uri.path();
         let rest = path.strip_prefix('/').unwrap_or(path);
-        let (bucket, key) = match rest.split_once('/') {
-            Some((b, k)) => (b, Some(k)),
-            None => (rest, None),
+        let host_bucket = host.and_then(|h| {
+            // Strip a port; IPv6 literals never name a bucket.
+            let name = if h.starts_with('[') { return None } else { h.split(':').next().unwrap_or(h) };
+            domains.iter().find_map(|d| {
+                name.strip_suffix(d.as_str())
+                    .and_then(|b| b.strip_suffix('.'))
+                    .filter(|b| !b.is_empty())
+            })
+        });
+        let (bucket, key) = match host_bucket {
+            Some(b) => (b, Some(rest)),
+            None => match rest.split_once('/') {
+                Some((b, k)) => (b, Some(k)),
+                None => (rest, None),
+            },
         };
         let decode = |s: &str| -> Result<String, S3Error> {
             percent_decode_str(s)
@@ -68,8 +88,8 @@ impl Target {
             "accelerate",
             "acl",
             "analytics",
+            "attributes",
             "cors",
-            "delete",
             "encryption",
             "intelligent-tiering",
             "inventory",
@@ -80,7 +100,6 @@ impl Target {
             "notification",
             "object-lock",
             "ownershipControls",
-            "partNumber",
             "policy",
             "policyStatus",
             "publicAccessBlock",
@@ -91,13 +110,8 @@ impl Target {
             "select",
             "tagging",
             "torrent",
-            "uploadId",
-            "uploads",
-            "versionId",
             "versioning",
-            "versions",
             "website",
-            "attributes",
         ];
         self.query
             .iter()
@@ -125,5 +139,19 @@ mod tests {
         assert!(Target::parse(&"/b/%FF".parse().unwrap()).is_err());
         let t = Target::parse(&"/b?acl".parse().unwrap()).unwrap();
         assert_eq!(t.unsupported_subresource(), Some("acl"));
+    }
+
+    #[test]
+    fn virtual_host_style() {
+        let domains = vec!["localhost".to_string(), "s3.example.com".to_string()];
+        let t = Target::parse_with_host(&"/dir/k".parse().unwrap(), Some("photos.localhost:9000"), &domains).unwrap();
+        assert_eq!((t.bucket.as_deref(), t.key.as_deref()), (Some("photos"), Some("dir/k")));
+        let t = Target::parse_with_host(&"/".parse().unwrap(), Some("a.b.s3.example.com"), &domains).unwrap();
+        assert_eq!((t.bucket.as_deref(), t.key), (Some("a.b"), None));
+        // The bare domain and other hosts are path style.
+        let t = Target::parse_with_host(&"/b/k".parse().unwrap(), Some("localhost:9000"), &domains).unwrap();
+        assert_eq!((t.bucket.as_deref(), t.key.as_deref()), (Some("b"), Some("k")));
+        let t = Target::parse_with_host(&"/b/k".parse().unwrap(), Some("127.0.0.1:9000"), &domains).unwrap();
+        assert_eq!(t.bucket.as_deref(), Some("b"));
     }
 }

@@ -3,3 +3,5 @@
 pub mod checksum;
 pub mod sigv4;
 pub mod chunked;
+pub mod authenticate;
+pub mod conditions;

@@ -1,0 +1,158 @@
+//! CopyObject, and reading the source of a copy (also for UploadPartCopy).
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use http::StatusCode;
+use percent_encoding::percent_decode_str;
+use yutu_api::xml::{to_xml, CopyResult, S3_NS};
+use yutu_api::{RangeSpec, S3ErrorCode};
+
+use super::ctx::Ctx;
+use super::error::S3Error;
+use super::objects::{bucket_must_exist, check_key, object_limit};
+use super::{meta, xml_response, Resp};
+use crate::auth::Action;
+use crate::s3::checksum::{md5, Algorithm, Checksum};
+use crate::s3::conditions::{ReadConditions, WriteConditions};
+use crate::shard::Request;
+use crate::store::{ObjectMeta, StoreError};
+
+/// `x-amz-copy-source`: `bucket/key` or `/bucket/key`, percent-encoded, optionally with
+/// `?versionId=null`.
+pub fn parse_copy_source(v: &str) -> Result<(String, String), S3Error> {
+    let bad = || S3Error::new(S3ErrorCode::InvalidArgument).msg("Copy Source must mention the source bucket and key: sourcebucket/sourcekey.");
+    let (path, query) = match v.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (v, None),
+    };
+    if let Some(q) = query {
+        if q.strip_prefix("versionId=").is_some_and(|id| id != "null") {
+            return Err(S3Error::new(S3ErrorCode::InvalidArgument).msg("Invalid version id specified"));
+        }
+    }
+    let decoded = percent_decode_str(path.trim_start_matches('/'))
+        .decode_utf8()
+        .map_err(|_| bad())?;
+    let (bucket, key) = decoded.split_once('/').ok_or_else(bad)?;
+    if bucket.is_empty() || key.is_empty() {
+        return Err(bad());
+    }
+    Ok((bucket.to_string(), key.to_string()))
+}
+
+/// Reads the copy source named by the request, after checking the caller may read it and the
+/// `x-amz-copy-source-if-*` conditions (any failure is a 412, as S3 answers).
+pub async fn fetch_source(
+    ctx: &Ctx,
+    range: Option<RangeSpec>,
+) -> Result<(Arc<ObjectMeta>, Bytes), S3Error> {
+    let source = ctx.header("x-amz-copy-source").unwrap_or("");
+    let (sb, sk) = parse_copy_source(source)?;
+    check_key(&sk)?;
+    ctx.allow(Action::Read, Some(&sb))?;
+    let cond = ReadConditions::from_headers(&ctx.headers, "x-amz-copy-source-");
+    let owner = ctx.shard.owner(&sb, &sk);
+    let (bucket, key) = (sb.clone(), sk.clone());
+    let (meta, _, data) = ctx
+        .shard
+        .call(owner, |reply| Request::Get {
+            bucket,
+            key,
+            range,
+            head_only: false,
+            cond,
+            reply,
+        })
+        .await?
+        .map_err(|e| match e {
+            StoreError::NotModified(_) => S3Error::new(S3ErrorCode::PreconditionFailed),
+            StoreError::InvalidRange { .. } => S3Error::new(S3ErrorCode::InvalidArgument)
+                .msg("The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy"),
+            e => S3Error::from(e).bucket(&sb).key(&sk),
+        })?;
+    Ok((meta, data))
+}
+
+pub async fn copy_object(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error> {
+    check_key(key)?;
+    bucket_must_exist(ctx, bucket)?;
+    let (src_meta, data) = fetch_source(ctx, None).await?;
+    let (limit, what) = object_limit(ctx);
+    if data.len() as u64 > limit {
+        return Err(S3Error::new(S3ErrorCode::EntityTooLarge)
+            .msg(format!("The source object exceeds {what} of {limit} bytes.")));
+    }
+    let replace = match ctx.header("x-amz-metadata-directive").unwrap_or("COPY") {
+        "COPY" => false,
+        "REPLACE" => true,
+        _ => return Err(S3Error::new(S3ErrorCode::InvalidArgument).msg("Unknown metadata directive.")),
+    };
+    let (sb, sk) = parse_copy_source(ctx.header("x-amz-copy-source").unwrap_or(""))?;
+    let new_alg = ctx.header("x-amz-checksum-algorithm").and_then(Algorithm::from_name);
+    if sb == bucket && sk == key && !replace && new_alg.is_none() {
+        return Err(S3Error::new(S3ErrorCode::InvalidRequest).msg("This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."));
+    }
+    let mut new = if replace {
+        let m = meta::from_request(&ctx.headers)?;
+        ObjectMeta {
+            size: 0,
+            etag: String::new(),
+            last_modified: SystemTime::now(),
+            content_type: m.content_type,
+            headers: m.headers,
+            user_meta: m.user_meta,
+            checksum: None,
+            parts: None,
+        }
+    } else {
+        (*src_meta).clone()
+    };
+    new.size = data.len() as u64;
+    new.etag = format!("\"{}\"", hex::encode(md5(&data)));
+    new.last_modified = SystemTime::now();
+    new.parts = None;
+    // The copy is a single-part object: a composite checksum of the source's parts no longer
+    // describes it, so it is recomputed over the whole object.
+    let alg = new_alg.or(src_meta.checksum.as_ref().map(|c| c.algorithm));
+    new.checksum = alg.map(|a| Checksum {
+        algorithm: a,
+        value: a.digest(&data),
+        composite_parts: None,
+    });
+    let cond = WriteConditions::from_headers(&ctx.headers);
+    let (b, k) = (bucket.to_string(), key.to_string());
+    let stored = ctx
+        .shard
+        .call(ctx.shard.owner(bucket, key), |reply| Request::Put {
+            bucket: b,
+            key: k,
+            data,
+            meta: new,
+            cond,
+            reply,
+        })
+        .await??;
+    let doc = CopyResult {
+        xmlns: S3_NS,
+        last_modified: humantime::format_rfc3339_millis(stored.last_modified).to_string(),
+        etag: stored.etag.clone(),
+        checksum_crc32: None,
+    };
+    Ok(xml_response(StatusCode::OK, to_xml("CopyObjectResult", &doc)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_source_forms() {
+        assert_eq!(parse_copy_source("/b/k%20x").unwrap(), ("b".into(), "k x".into()));
+        assert_eq!(parse_copy_source("b/d/k?versionId=null").unwrap(), ("b".into(), "d/k".into()));
+        assert!(parse_copy_source("b").is_err());
+        assert!(parse_copy_source("/b/").is_err());
+        assert!(parse_copy_source("b/k?versionId=123").is_err());
+    }
+}

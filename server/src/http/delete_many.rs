@@ -1,0 +1,88 @@
+//! DeleteObjects: up to 1000 keys in one request, each answered on its own.
+
+use std::collections::BTreeMap;
+
+use http::StatusCode;
+use hyper::body::Incoming;
+use yutu_api::xml::{from_xml, to_xml, DeleteError, DeleteRequest, DeleteResult, Deleted, S3_NS};
+use yutu_api::S3ErrorCode;
+
+use super::ctx::Ctx;
+use super::error::S3Error;
+use super::objects::{bucket_must_exist, check_key};
+use super::{payload, xml_response, Resp};
+use crate::shard::Request;
+
+/// Most keys per request (S3's limit).
+pub const MAX_KEYS: usize = 1000;
+/// Largest request document: 1000 keys of 1024 bytes plus their markup.
+const MAX_BODY: u64 = 2 << 20;
+
+pub async fn delete_objects(ctx: &Ctx, body: Incoming, bucket: &str) -> Result<Resp, S3Error> {
+    payload::precheck(ctx, MAX_BODY, "the maximum DeleteObjects document size")?;
+    bucket_must_exist(ctx, bucket)?;
+    let received = payload::receive(ctx, body, MAX_BODY).await?;
+    let malformed = |m: String| S3Error::new(S3ErrorCode::MalformedXML).msg(m);
+    let text = std::str::from_utf8(&received.data)
+        .map_err(|_| malformed("The document is not UTF-8.".into()))?;
+    let req: DeleteRequest = from_xml(text).map_err(|e| malformed(format!("The XML you provided was not well-formed: {e}")))?;
+    if req.objects.is_empty() || req.objects.len() > MAX_KEYS {
+        return Err(malformed(format!(
+            "A DeleteObjects request names between 1 and {MAX_KEYS} keys; this one names {}.",
+            req.objects.len()
+        )));
+    }
+    let mut result = DeleteResult {
+        xmlns: S3_NS,
+        ..Default::default()
+    };
+    // Valid keys grouped by owning shard, so each shard gets one message.
+    let mut by_shard: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    for o in &req.objects {
+        let bad_version = o.version_id.as_deref().is_some_and(|v| v != "null");
+        match check_key(&o.key) {
+            Err(e) => result.error.push(DeleteError {
+                key: o.key.clone(),
+                code: e.code.code().to_string(),
+                message: e.message,
+            }),
+            Ok(()) if bad_version => result.error.push(DeleteError {
+                key: o.key.clone(),
+                code: "NoSuchVersion".into(),
+                message: "The specified version does not exist.".into(),
+            }),
+            Ok(()) => by_shard
+                .entry(ctx.shard.owner(bucket, &o.key))
+                .or_default()
+                .push(o.key.clone()),
+        }
+    }
+    for (shard, keys) in by_shard {
+        let (b, k) = (bucket.to_string(), keys.clone());
+        match ctx
+            .shard
+            .call(shard, |reply| Request::DeleteMany {
+                bucket: b,
+                keys: k,
+                reply,
+            })
+            .await
+        {
+            Ok(Ok(_)) => {
+                if !req.quiet {
+                    result.deleted.extend(keys.into_iter().map(|key| Deleted { key }));
+                }
+            }
+            Ok(Err(e)) => {
+                let e = S3Error::from(e);
+                result.error.extend(keys.into_iter().map(|key| DeleteError {
+                    key,
+                    code: e.code.code().to_string(),
+                    message: e.message.clone(),
+                }));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(xml_response(StatusCode::OK, to_xml("DeleteResult", &result)))
+}

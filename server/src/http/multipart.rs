@@ -1,0 +1,372 @@
+//! Multipart upload operations: CreateMultipartUpload, UploadPart, UploadPartCopy,
+//! CompleteMultipartUpload, AbortMultipartUpload, ListParts, ListMultipartUploads.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use yutu_api::xml::{
+    from_xml, to_xml, CompleteMultipartUploadResult, CompleteRequest, CopyResult,
+    InitiateMultipartUploadResult, ListMultipartUploadsResult, ListPartsResult, PartEntry,
+    UploadEntry, S3_NS,
+};
+use yutu_api::{parse_range, S3ErrorCode};
+
+use super::copy::fetch_source;
+use super::ctx::Ctx;
+use super::error::S3Error;
+use super::objects::{bucket_must_exist, check_key, empty};
+use super::{meta, payload, xml_response, Resp};
+use crate::multipart::{CompletePart, Upload, MAX_PART_NUMBER};
+use crate::s3::checksum::{md5, Algorithm};
+use crate::s3::conditions::WriteConditions;
+use crate::shard::Request;
+use crate::store::ObjectMeta;
+
+/// Largest part (S3's limit), further bounded by a shard's DRAM.
+pub const MAX_PART_SIZE: u64 = 5 << 30;
+/// Largest CompleteMultipartUpload document: 10,000 parts and their markup.
+const MAX_COMPLETE_BODY: u64 = 4 << 20;
+
+fn invalid(m: &str) -> S3Error {
+    S3Error::new(S3ErrorCode::InvalidArgument).msg(m)
+}
+
+fn upload_id(ctx: &Ctx) -> Result<String, S3Error> {
+    ctx.target
+        .param("uploadId")
+        .filter(|id| !id.is_empty() && id.len() <= 128)
+        .map(str::to_string)
+        .ok_or_else(|| S3Error::new(S3ErrorCode::NoSuchUpload))
+}
+
+fn part_number(ctx: &Ctx) -> Result<u32, S3Error> {
+    ctx.target
+        .param("partNumber")
+        .and_then(|n| n.parse::<u32>().ok())
+        .filter(|n| (1..=MAX_PART_NUMBER).contains(n))
+        .ok_or_else(|| invalid("Part number must be an integer between 1 and 10000, inclusive"))
+}
+
+/// An upload id that is unique across shards and restarts.
+fn new_upload_id(ctx: &Ctx, bucket: &str, key: &str) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(ctx.shard.next_request_id().as_bytes());
+    h.update(
+        &SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+            .to_le_bytes(),
+    );
+    h.update(bucket.as_bytes());
+    h.update(key.as_bytes());
+    h.finalize().to_hex()[..32].to_string()
+}
+
+pub async fn create(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error> {
+    check_key(key)?;
+    bucket_must_exist(ctx, bucket)?;
+    let m = meta::from_request(&ctx.headers)?;
+    let alg = match ctx.header("x-amz-checksum-algorithm") {
+        None => None,
+        Some(a) => Some(Algorithm::from_name(a).ok_or_else(|| invalid("Invalid checksum algorithm."))?),
+    };
+    let full_object = match ctx.header("x-amz-checksum-type") {
+        Some(t) if t.eq_ignore_ascii_case("FULL_OBJECT") => {
+            if !alg.is_some_and(Algorithm::is_crc) {
+                return Err(invalid("The FULL_OBJECT checksum type needs a CRC algorithm."));
+            }
+            true
+        }
+        Some(t) if t.eq_ignore_ascii_case("COMPOSITE") => false,
+        Some(_) => return Err(invalid("Invalid checksum type.")),
+        // S3's default: CRC64NVME is always a full-object checksum, the others composite.
+        None => alg == Some(Algorithm::Crc64Nvme),
+    };
+    let id = new_upload_id(ctx, bucket, key);
+    let upload = Upload {
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+        initiated: SystemTime::now(),
+        template: ObjectMeta {
+            size: 0,
+            etag: String::new(),
+            last_modified: SystemTime::now(),
+            content_type: m.content_type,
+            headers: m.headers,
+            user_meta: m.user_meta,
+            checksum: None,
+            parts: None,
+        },
+        checksum: alg,
+        full_object_checksum: full_object,
+        parts: BTreeMap::new(),
+    };
+    let upload_id = id.clone();
+    ctx.shard
+        .call(ctx.shard.owner(bucket, key), |reply| Request::CreateUpload {
+            id: upload_id,
+            upload: Box::new(upload),
+            reply,
+        })
+        .await??;
+    let doc = InitiateMultipartUploadResult {
+        xmlns: S3_NS,
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+        upload_id: id,
+    };
+    let mut resp = xml_response(StatusCode::OK, to_xml("InitiateMultipartUploadResult", &doc));
+    if let Some(a) = alg {
+        if let Ok(v) = http::HeaderValue::from_str(a.name()) {
+            resp.headers_mut().insert("x-amz-checksum-algorithm", v);
+        }
+        let t = if full_object { "FULL_OBJECT" } else { "COMPOSITE" };
+        resp.headers_mut().insert("x-amz-checksum-type", http::HeaderValue::from_static(t));
+    }
+    Ok(resp)
+}
+
+fn part_limit(ctx: &Ctx) -> u64 {
+    MAX_PART_SIZE
+        .min(ctx.shard.settings.max_object_size)
+        .min(ctx.shard.store.borrow().capacity())
+}
+
+async fn store_part(
+    ctx: &Ctx,
+    bucket: &str,
+    key: &str,
+    data: bytes::Bytes,
+    checksum: Option<String>,
+) -> Result<String, S3Error> {
+    let id = upload_id(ctx)?;
+    let number = part_number(ctx)?;
+    let etag = format!("\"{}\"", hex::encode(md5(&data)));
+    let (b, k, e) = (bucket.to_string(), key.to_string(), etag.clone());
+    ctx.shard
+        .call(ctx.shard.owner(bucket, key), |reply| Request::UploadPart {
+            id,
+            bucket: b,
+            key: k,
+            number,
+            data,
+            etag: e,
+            checksum,
+            reply,
+        })
+        .await??;
+    Ok(etag)
+}
+
+pub async fn upload_part(ctx: &Ctx, body: Incoming, bucket: &str, key: &str) -> Result<Resp, S3Error> {
+    check_key(key)?;
+    part_number(ctx)?;
+    upload_id(ctx)?;
+    let limit = part_limit(ctx);
+    payload::precheck(ctx, limit, "the maximum part size")?;
+    let received = payload::receive(ctx, body, limit).await?;
+    let checksum = received.checksum.clone();
+    let etag = store_part(ctx, bucket, key, received.data, checksum.as_ref().map(|c| c.value.clone())).await?;
+    let mut resp = Response::builder().status(StatusCode::OK).header("etag", etag);
+    if let Some(c) = checksum {
+        resp = resp.header(c.algorithm.header(), c.value);
+    }
+    Ok(resp.body(Full::new(bytes::Bytes::new())).unwrap_or_default())
+}
+
+pub async fn upload_part_copy(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error> {
+    check_key(key)?;
+    part_number(ctx)?;
+    upload_id(ctx)?;
+    let range = match ctx.header("x-amz-copy-source-range") {
+        None => None,
+        Some(r) => Some(parse_range(r).ok_or_else(|| {
+            invalid("The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy")
+        })?),
+    };
+    let (_, data) = fetch_source(ctx, range).await?;
+    if data.len() as u64 > part_limit(ctx) {
+        return Err(S3Error::new(S3ErrorCode::EntityTooLarge));
+    }
+    let modified = SystemTime::now();
+    let etag = store_part(ctx, bucket, key, data, None).await?;
+    let doc = CopyResult {
+        xmlns: S3_NS,
+        last_modified: humantime::format_rfc3339_millis(modified).to_string(),
+        etag,
+        checksum_crc32: None,
+    };
+    Ok(xml_response(StatusCode::OK, to_xml("CopyPartResult", &doc)))
+}
+
+pub async fn complete(ctx: &Ctx, body: Incoming, bucket: &str, key: &str) -> Result<Resp, S3Error> {
+    check_key(key)?;
+    let id = upload_id(ctx)?;
+    payload::precheck(ctx, MAX_COMPLETE_BODY, "the maximum CompleteMultipartUpload document size")?;
+    let received = payload::receive(ctx, body, MAX_COMPLETE_BODY).await?;
+    let malformed = |m: String| S3Error::new(S3ErrorCode::MalformedXML).msg(m);
+    let text = std::str::from_utf8(&received.data).map_err(|_| malformed("The document is not UTF-8.".into()))?;
+    let req: CompleteRequest =
+        from_xml(text).map_err(|e| malformed(format!("The XML you provided was not well-formed: {e}")))?;
+    let parts: Vec<CompletePart> = req
+        .parts
+        .into_iter()
+        .map(|p| CompletePart {
+            number: p.part_number,
+            etag: p.etag,
+            checksum: p
+                .checksum_crc32
+                .or(p.checksum_crc32c)
+                .or(p.checksum_crc64nvme)
+                .or(p.checksum_sha1)
+                .or(p.checksum_sha256),
+        })
+        .collect();
+    let cond = WriteConditions::from_headers(&ctx.headers);
+    let (b, k) = (bucket.to_string(), key.to_string());
+    let meta = ctx
+        .shard
+        .call(ctx.shard.owner(bucket, key), |reply| Request::CompleteUpload {
+            id,
+            bucket: b,
+            key: k,
+            parts,
+            cond,
+            reply,
+        })
+        .await??;
+    let doc = CompleteMultipartUploadResult {
+        xmlns: S3_NS,
+        location: format!("/{bucket}/{key}"),
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+        etag: meta.etag.clone(),
+    };
+    let mut resp = xml_response(StatusCode::OK, to_xml("CompleteMultipartUploadResult", &doc));
+    if let Some(c) = &meta.checksum {
+        if let Ok(v) = http::HeaderValue::from_str(&c.header_value()) {
+            resp.headers_mut().insert(c.algorithm.header(), v);
+        }
+    }
+    Ok(resp)
+}
+
+pub async fn abort(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error> {
+    check_key(key)?;
+    let id = upload_id(ctx)?;
+    let (b, k) = (bucket.to_string(), key.to_string());
+    ctx.shard
+        .call(ctx.shard.owner(bucket, key), |reply| Request::AbortUpload {
+            id,
+            bucket: b,
+            key: k,
+            reply,
+        })
+        .await??;
+    Ok(empty(StatusCode::NO_CONTENT))
+}
+
+pub async fn list_parts(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error> {
+    check_key(key)?;
+    let id = upload_id(ctx)?;
+    let marker = match ctx.target.param("part-number-marker") {
+        None => 0,
+        Some(m) => m.parse().map_err(|_| invalid("Invalid part-number-marker."))?,
+    };
+    let max = match ctx.target.param("max-parts") {
+        None => 1000,
+        Some(m) => m.parse::<usize>().map_err(|_| invalid("Invalid max-parts."))?.min(1000),
+    };
+    let (b, k, upload) = (bucket.to_string(), key.to_string(), id.clone());
+    let mut parts = ctx
+        .shard
+        .call(ctx.shard.owner(bucket, key), |reply| Request::ListParts {
+            id: upload,
+            bucket: b,
+            key: k,
+            after: marker,
+            max: max + 1,
+            reply,
+        })
+        .await??;
+    let truncated = parts.len() > max;
+    parts.truncate(max);
+    let doc = ListPartsResult {
+        xmlns: S3_NS,
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+        upload_id: id,
+        part_number_marker: marker,
+        next_part_number_marker: parts.last().map(|p| p.number).filter(|_| truncated),
+        max_parts: max,
+        is_truncated: truncated,
+        part: parts
+            .into_iter()
+            .map(|p| PartEntry {
+                part_number: p.number,
+                last_modified: humantime::format_rfc3339_millis(p.last_modified).to_string(),
+                etag: p.etag,
+                size: p.size,
+            })
+            .collect(),
+        storage_class: "STANDARD",
+    };
+    Ok(xml_response(StatusCode::OK, to_xml("ListPartsResult", &doc)))
+}
+
+pub async fn list_uploads(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
+    bucket_must_exist(ctx, bucket)?;
+    let prefix = ctx.target.param("prefix").unwrap_or("").to_string();
+    let key_marker = ctx.target.param("key-marker").unwrap_or("").to_string();
+    let id_marker = ctx.target.param("upload-id-marker").unwrap_or("").to_string();
+    let max = match ctx.target.param("max-uploads") {
+        None => 1000,
+        Some(m) => m.parse::<usize>().map_err(|_| invalid("Invalid max-uploads."))?.min(1000),
+    };
+    let pages = ctx
+        .shard
+        .broadcast(|reply| Request::ListUploads {
+            bucket: bucket.to_string(),
+            prefix: prefix.clone(),
+            reply,
+        })
+        .await?;
+    let mut all: Vec<_> = pages
+        .into_iter()
+        .flatten()
+        .filter(|u| {
+            key_marker.is_empty()
+                || u.key > key_marker
+                || (u.key == key_marker && !id_marker.is_empty() && u.upload_id > id_marker)
+        })
+        .collect();
+    all.sort_by(|a, b| (&a.key, &a.upload_id).cmp(&(&b.key, &b.upload_id)));
+    let truncated = all.len() > max;
+    all.truncate(max);
+    let last = all.last().map(|u| (u.key.clone(), u.upload_id.clone()));
+    let doc = ListMultipartUploadsResult {
+        xmlns: S3_NS,
+        bucket: bucket.to_string(),
+        key_marker,
+        upload_id_marker: id_marker,
+        next_key_marker: last.as_ref().filter(|_| truncated).map(|l| l.0.clone()),
+        next_upload_id_marker: last.filter(|_| truncated).map(|l| l.1),
+        prefix,
+        max_uploads: max,
+        is_truncated: truncated,
+        upload: all
+            .into_iter()
+            .map(|u| UploadEntry {
+                key: u.key,
+                upload_id: u.upload_id,
+                initiated: humantime::format_rfc3339_millis(u.initiated).to_string(),
+                storage_class: "STANDARD",
+            })
+            .collect(),
+    };
+    Ok(xml_response(StatusCode::OK, to_xml("ListMultipartUploadsResult", &doc)))
+}

@@ -1,0 +1,181 @@
+//! Receiving an upload body: bounded reading, `aws-chunked` decoding with chunk signatures,
+//! `x-amz-content-sha256`, `x-amz-checksum-*` (header or trailer) and `Content-MD5`.
+//!
+//! Nothing is stored unless every check passes, so a failed upload leaves no trace.
+
+use base64::Engine;
+use bytes::Bytes;
+use hyper::body::Incoming;
+use yutu_api::S3ErrorCode;
+
+use super::body::read_limited;
+use super::ctx::Ctx;
+use super::error::S3Error;
+use crate::s3::authenticate::Payload;
+use crate::s3::checksum::{md5, sha256_hex, Algorithm, Checksum};
+use crate::s3::chunked::{decode, ChunkError};
+
+/// A verified upload body.
+pub struct Received {
+    pub data: Bytes,
+    pub md5: [u8; 16],
+    /// The checksum the client sent (verified), or the one the bucket asked for.
+    pub checksum: Option<Checksum>,
+}
+
+/// Framing overhead allowed on top of the payload limit for an `aws-chunked` body.
+fn chunked_allowance(limit: u64) -> u64 {
+    limit / 32 + 64 * 1024
+}
+
+fn content_length(ctx: &Ctx) -> Result<Option<u64>, S3Error> {
+    match ctx.header("content-length") {
+        None => Ok(None),
+        Some(v) => v.parse().map(Some).map_err(|_| {
+            S3Error::new(S3ErrorCode::InvalidArgument).msg("Invalid Content-Length.")
+        }),
+    }
+}
+
+/// Checks the announced size against `limit` before any byte is read.
+pub fn precheck(ctx: &Ctx, limit: u64, limit_what: &str) -> Result<(), S3Error> {
+    let announced = match ctx.header("x-amz-decoded-content-length") {
+        Some(v) => Some(v.parse::<u64>().map_err(|_| {
+            S3Error::new(S3ErrorCode::InvalidArgument).msg("Invalid x-amz-decoded-content-length.")
+        })?),
+        None if matches!(ctx.auth.payload, Payload::Chunked { .. }) => None,
+        None => content_length(ctx)?,
+    };
+    let chunked_te = ctx
+        .header("transfer-encoding")
+        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
+    if content_length(ctx)?.is_none() && !chunked_te {
+        return Err(S3Error::new(S3ErrorCode::MissingContentLength));
+    }
+    if let Some(n) = announced {
+        if n > limit {
+            return Err(S3Error::new(S3ErrorCode::EntityTooLarge).msg(format!(
+                "Your proposed upload of {n} bytes exceeds {limit_what} of {limit} bytes."
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Reads and verifies the body of an upload of at most `limit` payload bytes.
+pub async fn receive(ctx: &Ctx, body: Incoming, limit: u64) -> Result<Received, S3Error> {
+    let chunked = matches!(ctx.auth.payload, Payload::Chunked { .. })
+        || ctx
+            .header("content-encoding")
+            .is_some_and(|v| v.split(',').any(|e| e.trim() == "aws-chunked"));
+    let raw_limit = if chunked {
+        limit + chunked_allowance(limit)
+    } else {
+        limit
+    };
+    let raw = read_limited(body, content_length(ctx)?, raw_limit).await?;
+    ctx.shard.metrics.bytes_in.add(raw.len() as u64);
+    let (data, trailers) = if chunked {
+        let signer = ctx.auth.signer.as_ref().map(|s| crate::s3::chunked::ChunkSigner {
+            key: s.key,
+            amz_date: s.amz_date.clone(),
+            scope: s.scope.clone(),
+            previous: s.previous.clone(),
+        });
+        let decoded = decode(&raw, signer).map_err(|e| match e {
+            ChunkError::Truncated => S3Error::new(S3ErrorCode::IncompleteBody).msg(e.to_string()),
+            ChunkError::Malformed(_) => S3Error::new(S3ErrorCode::InvalidRequest).msg(e.to_string()),
+            ChunkError::BadSignature | ChunkError::BadTrailerSignature => {
+                S3Error::new(S3ErrorCode::SignatureDoesNotMatch).msg(e.to_string())
+            }
+        })?;
+        if decoded.data.len() as u64 > limit {
+            return Err(S3Error::new(S3ErrorCode::EntityTooLarge));
+        }
+        if let Some(n) = ctx.header("x-amz-decoded-content-length") {
+            if n.parse::<u64>().ok() != Some(decoded.data.len() as u64) {
+                return Err(S3Error::new(S3ErrorCode::IncompleteBody).msg(
+                    "The decoded body length does not match x-amz-decoded-content-length.",
+                ));
+            }
+        }
+        (Bytes::from(decoded.data), decoded.trailers)
+    } else {
+        (raw, Vec::new())
+    };
+    if let Payload::Sha256(want) = &ctx.auth.payload {
+        if sha256_hex(&data) != *want {
+            return Err(S3Error::new(S3ErrorCode::XAmzContentSHA256Mismatch));
+        }
+    }
+    let digest = md5(&data);
+    if let Some(v) = ctx.header("content-md5") {
+        let want = base64::engine::general_purpose::STANDARD
+            .decode(v)
+            .ok()
+            .filter(|d| d.len() == 16)
+            .ok_or_else(|| S3Error::new(S3ErrorCode::InvalidDigest))?;
+        if want != digest {
+            return Err(S3Error::new(S3ErrorCode::BadDigest));
+        }
+    }
+    let checksum = verify_checksum(ctx, &data, &trailers)?;
+    Ok(Received {
+        data,
+        md5: digest,
+        checksum,
+    })
+}
+
+/// The client's checksum, from a header or a trailer, verified against the data. When the
+/// client names an algorithm (`x-amz-sdk-checksum-algorithm`) but sends no value, the value is
+/// computed so that it can be returned later.
+fn verify_checksum(
+    ctx: &Ctx,
+    data: &[u8],
+    trailers: &[(String, String)],
+) -> Result<Option<Checksum>, S3Error> {
+    let mut given: Vec<(Algorithm, String)> = Vec::new();
+    for (name, value) in ctx.headers.iter() {
+        if let Some(alg) = Algorithm::from_header(name.as_str()) {
+            given.push((alg, value.to_str().unwrap_or("").to_string()));
+        }
+    }
+    for (name, value) in trailers {
+        if let Some(alg) = Algorithm::from_header(name) {
+            given.push((alg, value.clone()));
+        }
+    }
+    if given.len() > 1 {
+        return Err(S3Error::new(S3ErrorCode::InvalidRequest)
+            .msg("Expecting a single x-amz-checksum- header. Multiple checksum types are not allowed."));
+    }
+    if let Some(trailer) = ctx.header("x-amz-trailer") {
+        if Algorithm::from_header(trailer.trim()).is_some() && given.is_empty() {
+            return Err(S3Error::new(S3ErrorCode::IncompleteBody)
+                .msg(format!("The trailer {trailer} announced in x-amz-trailer is missing.")));
+        }
+    }
+    if let Some((alg, value)) = given.pop() {
+        let actual = alg.digest(data);
+        if actual != value {
+            return Err(S3Error::new(S3ErrorCode::BadDigest).msg(format!(
+                "The {} you specified did not match the calculated checksum.",
+                alg.name()
+            )));
+        }
+        return Ok(Some(Checksum {
+            algorithm: alg,
+            value,
+            composite_parts: None,
+        }));
+    }
+    let requested = ctx
+        .header("x-amz-sdk-checksum-algorithm")
+        .or_else(|| ctx.header("x-amz-checksum-algorithm"));
+    Ok(requested.and_then(Algorithm::from_name).map(|alg| Checksum {
+        algorithm: alg,
+        value: alg.digest(data),
+        composite_parts: None,
+    }))
+}

@@ -1,0 +1,206 @@
+//! Conditional requests: `If-Match`, `If-None-Match`, `If-Modified-Since`,
+//! `If-Unmodified-Since` on reads (and their `x-amz-copy-source-if-*` forms on a copy
+//! source), `If-None-Match: *` and `If-Match` on writes.
+//!
+//! Read conditions follow RFC 9110 §13.2.2 as S3 applies it: a matching `If-Match` makes
+//! `If-Unmodified-Since` irrelevant, and a non-matching `If-None-Match` makes
+//! `If-Modified-Since` irrelevant. Dates compare at whole seconds, the precision of HTTP dates.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::HeaderMap;
+
+/// Preconditions on reading an object.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadConditions {
+    pub if_match: Option<String>,
+    pub if_none_match: Option<String>,
+    pub if_modified_since: Option<SystemTime>,
+    pub if_unmodified_since: Option<SystemTime>,
+}
+
+/// Why a read precondition stopped the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failed {
+    /// 304: the client's copy is current.
+    NotModified,
+    /// 412.
+    Precondition,
+}
+
+/// Preconditions on writing an object (PutObject, CompleteMultipartUpload, CopyObject).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteConditions {
+    /// `If-None-Match: *`: only create, never overwrite.
+    pub if_none_match_any: bool,
+    /// `If-Match`: only overwrite this ETag (or any object, for `*`).
+    pub if_match: Option<String>,
+}
+
+fn header(h: &HeaderMap, name: &str) -> Option<String> {
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.trim().to_string())
+}
+
+fn date(h: &HeaderMap, name: &str) -> Option<SystemTime> {
+    // An unparsable date is ignored, as RFC 9110 requires.
+    header(h, name).and_then(|v| httpdate::parse_http_date(&v).ok())
+}
+
+impl ReadConditions {
+    /// Reads the conditions; `prefix` is `""` for a GET/HEAD, `"x-amz-copy-source-"` for a copy
+    /// source.
+    pub fn from_headers(h: &HeaderMap, prefix: &str) -> ReadConditions {
+        ReadConditions {
+            if_match: header(h, &format!("{prefix}if-match")),
+            if_none_match: header(h, &format!("{prefix}if-none-match")),
+            if_modified_since: date(h, &format!("{prefix}if-modified-since")),
+            if_unmodified_since: date(h, &format!("{prefix}if-unmodified-since")),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == ReadConditions::default()
+    }
+
+    /// Checks the conditions against an object's ETag and modification time.
+    pub fn check(&self, etag: &str, modified: SystemTime) -> Result<(), Failed> {
+        let modified = whole_seconds(modified);
+        match &self.if_match {
+            Some(list) => {
+                if !etag_matches(list, etag) {
+                    return Err(Failed::Precondition);
+                }
+            }
+            None => {
+                if self.if_unmodified_since.is_some_and(|t| modified > whole_seconds(t)) {
+                    return Err(Failed::Precondition);
+                }
+            }
+        }
+        match &self.if_none_match {
+            Some(list) => {
+                if etag_matches(list, etag) {
+                    return Err(Failed::NotModified);
+                }
+            }
+            None => {
+                if self.if_modified_since.is_some_and(|t| modified <= whole_seconds(t)) {
+                    return Err(Failed::NotModified);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl WriteConditions {
+    pub fn from_headers(h: &HeaderMap) -> WriteConditions {
+        WriteConditions {
+            if_none_match_any: header(h, "if-none-match").as_deref() == Some("*"),
+            if_match: header(h, "if-match"),
+        }
+    }
+
+    /// Checks against the current object (its ETag), if any. `Err(true)` means "no such key"
+    /// (If-Match on a missing object), `Err(false)` a failed precondition.
+    pub fn check(&self, current: Option<&str>) -> Result<(), bool> {
+        match current {
+            Some(etag) => {
+                if self.if_none_match_any {
+                    return Err(false);
+                }
+                if let Some(m) = &self.if_match {
+                    if !etag_matches(m, etag) {
+                        return Err(false);
+                    }
+                }
+                Ok(())
+            }
+            None if self.if_match.is_some() => Err(true),
+            None => Ok(()),
+        }
+    }
+}
+
+fn whole_seconds(t: SystemTime) -> SystemTime {
+    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+/// Whether a comma-separated list of entity tags (or `*`) names `etag`. Weak tags compare by
+/// their opaque value, quotes are optional.
+pub fn etag_matches(list: &str, etag: &str) -> bool {
+    let bare = |s: &str| -> String {
+        s.trim()
+            .trim_start_matches("W/")
+            .trim_matches('"')
+            .to_string()
+    };
+    let want = bare(etag);
+    list.split(',').any(|t| t.trim() == "*" || bare(t) == want)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn read_rules() {
+        let etag = "\"abc\"";
+        let m = at(1_000_000) + Duration::from_millis(500);
+        let c = |f: fn(&mut ReadConditions)| {
+            let mut c = ReadConditions::default();
+            f(&mut c);
+            c.check(etag, m)
+        };
+        assert_eq!(c(|c| c.if_match = Some("\"abc\"".into())), Ok(()));
+        assert_eq!(c(|c| c.if_match = Some("abc, x".into())), Ok(()));
+        assert_eq!(c(|c| c.if_match = Some("*".into())), Ok(()));
+        assert_eq!(c(|c| c.if_match = Some("\"zzz\"".into())), Err(Failed::Precondition));
+        assert_eq!(c(|c| c.if_none_match = Some("\"abc\"".into())), Err(Failed::NotModified));
+        assert_eq!(c(|c| c.if_none_match = Some("\"zzz\"".into())), Ok(()));
+        assert_eq!(c(|c| c.if_modified_since = Some(at(1_000_000))), Err(Failed::NotModified));
+        assert_eq!(c(|c| c.if_modified_since = Some(at(999_999))), Ok(()));
+        assert_eq!(c(|c| c.if_unmodified_since = Some(at(999_999))), Err(Failed::Precondition));
+        assert_eq!(c(|c| c.if_unmodified_since = Some(at(1_000_000))), Ok(()));
+        // A matching If-Match overrides a failing If-Unmodified-Since (S3's rule).
+        assert_eq!(
+            c(|c| {
+                c.if_match = Some("abc".into());
+                c.if_unmodified_since = Some(at(1));
+            }),
+            Ok(())
+        );
+        // A non-matching If-None-Match overrides If-Modified-Since.
+        assert_eq!(
+            c(|c| {
+                c.if_none_match = Some("zzz".into());
+                c.if_modified_since = Some(at(2_000_000));
+            }),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn write_rules() {
+        let create = WriteConditions {
+            if_none_match_any: true,
+            if_match: None,
+        };
+        assert_eq!(create.check(None), Ok(()));
+        assert_eq!(create.check(Some("\"a\"")), Err(false));
+        let swap = WriteConditions {
+            if_none_match_any: false,
+            if_match: Some("\"a\"".into()),
+        };
+        assert_eq!(swap.check(Some("\"a\"")), Ok(()));
+        assert_eq!(swap.check(Some("\"b\"")), Err(false));
+        assert_eq!(swap.check(None), Err(true));
+    }
+}
