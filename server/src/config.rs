@@ -205,7 +205,8 @@ impl Settings {
             }
         }
         let domains = if flags.domains.is_empty() {
-            file.domains.unwrap_or_else(|| vec!["localhost".to_string()])
+            file.domains
+                .unwrap_or_else(|| vec!["localhost".to_string()])
         } else {
             flags.domains
         };

@@ -218,7 +218,8 @@ mod tests {
         let alphabet = ["a", "b", "/", "-", "é", "z"];
         for _ in 0..300 {
             let nshards = 1 + rand(4) as usize;
-            let mut shards: Vec<BTreeMap<String, V>> = (0..nshards).map(|_| BTreeMap::new()).collect();
+            let mut shards: Vec<BTreeMap<String, V>> =
+                (0..nshards).map(|_| BTreeMap::new()).collect();
             let mut keys = Vec::new();
             for _ in 0..rand(60) {
                 let len = 1 + rand(6);
@@ -230,7 +231,9 @@ mod tests {
             keys.dedup();
             // A key may have landed on two shards; real placement forbids it, so keep one.
             for k in &keys {
-                let holders: Vec<usize> = (0..nshards).filter(|s| shards[*s].contains_key(k)).collect();
+                let holders: Vec<usize> = (0..nshards)
+                    .filter(|s| shards[*s].contains_key(k))
+                    .collect();
                 for s in holders.iter().skip(1) {
                     shards[*s].remove(k);
                 }
@@ -255,7 +258,11 @@ mod tests {
                 }
                 q.after = Some(page.last().unwrap().name().to_string());
             }
-            assert_eq!(got, model(&keys, prefix, delim), "prefix {prefix:?} delim {delim:?} limit {limit}");
+            assert_eq!(
+                got,
+                model(&keys, prefix, delim),
+                "prefix {prefix:?} delim {delim:?} limit {limit}"
+            );
         }
     }
 

@@ -215,7 +215,9 @@ impl ShardStore {
         self.check_write(bucket, key, cond)?;
         let upload = self.upload_mut(id, bucket, key)?;
         if listed.is_empty() {
-            return Err(StoreError::InvalidPart("You must specify at least one part.".into()));
+            return Err(StoreError::InvalidPart(
+                "You must specify at least one part.".into(),
+            ));
         }
         if listed.windows(2).any(|w| w[0].number >= w[1].number) {
             return Err(StoreError::InvalidPartOrder);

@@ -187,14 +187,21 @@ async fn run_shard(
 /// timeout (at most once a minute, at least once a second).
 fn spawn_upload_reaper(shard: Rc<Shard>) {
     let timeout = shard.settings.multipart_timeout;
-    let period = (timeout / 4).clamp(std::time::Duration::from_secs(1), std::time::Duration::from_secs(60));
+    let period = (timeout / 4).clamp(
+        std::time::Duration::from_secs(1),
+        std::time::Duration::from_secs(60),
+    );
     glommio::spawn_local(async move {
         loop {
             glommio::timer::sleep(period).await;
             if let Some(cutoff) = std::time::SystemTime::now().checked_sub(timeout) {
                 let reaped = shard.store.borrow_mut().reap_uploads(cutoff);
                 if reaped > 0 {
-                    tracing::info!(shard = shard.id, reaped, "reaped abandoned multipart uploads");
+                    tracing::info!(
+                        shard = shard.id,
+                        reaped,
+                        "reaped abandoned multipart uploads"
+                    );
                 }
             }
         }

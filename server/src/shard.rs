@@ -252,7 +252,11 @@ impl Shard {
                 cond,
                 reply,
             } => {
-                let _ = reply.send(self.store.borrow_mut().put(&bucket, &key, &data, meta, &cond));
+                let _ = reply.send(
+                    self.store
+                        .borrow_mut()
+                        .put(&bucket, &key, &data, meta, &cond),
+                );
             }
             Request::Get {
                 bucket,
@@ -262,10 +266,17 @@ impl Shard {
                 cond,
                 reply,
             } => {
-                let r = self.store.borrow_mut().get(&bucket, &key, range, head_only, &cond);
+                let r = self
+                    .store
+                    .borrow_mut()
+                    .get(&bucket, &key, range, head_only, &cond);
                 let _ = reply.send(r);
             }
-            Request::DeleteMany { bucket, keys, reply } => {
+            Request::DeleteMany {
+                bucket,
+                keys,
+                reply,
+            } => {
                 let _ = reply.send(self.store.borrow_mut().delete_many(&bucket, &keys));
             }
             Request::CreateUpload { id, upload, reply } => {
@@ -317,7 +328,10 @@ impl Shard {
                 max,
                 reply,
             } => {
-                let r = self.store.borrow_mut().list_parts(&id, &bucket, &key, after, max);
+                let r = self
+                    .store
+                    .borrow_mut()
+                    .list_parts(&id, &bucket, &key, after, max);
                 let _ = reply.send(r);
             }
             Request::ListUploads {
@@ -374,7 +388,11 @@ impl Shard {
         }
     }
 
-    async fn coordinate_create(self: Rc<Self>, name: String, owner: String) -> Result<(), BucketError> {
+    async fn coordinate_create(
+        self: Rc<Self>,
+        name: String,
+        owner: String,
+    ) -> Result<(), BucketError> {
         let _permit = self.bucket_lock.acquire_permit(1).await;
         if let Some(current) = self.store.borrow().bucket_owner(&name) {
             return Err(if current == owner {

@@ -16,12 +16,12 @@ use bytes::Bytes;
 use yutu_api::{ByteRange, RangeSpec};
 
 use crate::arena::{Arena, Extent};
-use crate::multipart::Upload;
-use crate::s3::checksum::Checksum;
-use crate::s3::conditions::{Failed, ReadConditions, WriteConditions};
 use crate::eviction::{EntryId, EvictionPolicy};
 use crate::listing::{shard_page, ListItem, ListQuery, Listable};
 use crate::metrics::ShardMetrics;
+use crate::multipart::Upload;
+use crate::s3::checksum::Checksum;
+use crate::s3::conditions::{Failed, ReadConditions, WriteConditions};
 
 /// Index bytes charged per object beyond its key and metadata: the B-tree slot, the entry,
 /// the reverse id map and the policy's node, rounded up.
@@ -504,7 +504,9 @@ mod tests {
         let (_, _, data) = s.get("b", "k", None, false, &read()).unwrap();
         assert_eq!(&data[..], b"hello");
         s.put("b", "k", b"bye", meta(3), &ANY).unwrap();
-        let (m, r, data) = s.get("b", "k", Some(RangeSpec::Suffix(2)), false, &read()).unwrap();
+        let (m, r, data) = s
+            .get("b", "k", Some(RangeSpec::Suffix(2)), false, &read())
+            .unwrap();
         assert_eq!((&data[..], m.size, r.unwrap().start), (&b"ye"[..], 3, 1));
         assert_eq!(s.object_count(), 1);
         assert_eq!(s.delete("b", "k"), Ok(true));

@@ -37,7 +37,10 @@ fn cli_round_trip() {
     ok(&server, &["put", src.to_str().unwrap(), "cli/top.bin"]);
 
     let listing = ok(&server, &["ls", "cli"]);
-    assert!(listing.contains("PRE") && listing.contains("dir/"), "{listing}");
+    assert!(
+        listing.contains("PRE") && listing.contains("dir/"),
+        "{listing}"
+    );
     assert!(listing.contains("top.bin"), "{listing}");
     let recursive = ok(&server, &["ls", "cli", "--recursive"]);
     assert!(recursive.contains("dir/in.bin") && recursive.contains(&data.len().to_string()));

@@ -18,13 +18,19 @@ fn readme_curl_examples_run() {
         .map(str::trim)
         .filter(|l| l.starts_with("curl "))
         .collect();
-    assert!(commands.len() >= 8, "found {} curl examples", commands.len());
+    assert!(
+        commands.len() >= 8,
+        "found {} curl examples",
+        commands.len()
+    );
     let server = Server::start(&["--memory", "64MiB"]);
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     for cmd in commands {
-        let line = cmd
-            .replace("http://127.0.0.1:9000", &server.url)
-            .replacen("curl ", "curl -sS --fail-with-body -o /dev/null ", 1);
+        let line = cmd.replace("http://127.0.0.1:9000", &server.url).replacen(
+            "curl ",
+            "curl -sS --fail-with-body -o /dev/null ",
+            1,
+        );
         let out = Command::new("sh")
             .arg("-c")
             .arg(&line)

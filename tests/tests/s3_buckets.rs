@@ -116,5 +116,8 @@ fn location_and_unsupported_subresources() {
     let r = c.send("POST", "/loc?delete", &[], Some(b"<Delete/>"));
     assert_eq!((r.status, r.code().as_deref()), (400, Some("MalformedXML")));
     let r = c.send("POST", "/loc?restore", &[], Some(b""));
-    assert_eq!((r.status, r.code().as_deref()), (501, Some("NotImplemented")));
+    assert_eq!(
+        (r.status, r.code().as_deref()),
+        (501, Some("NotImplemented"))
+    );
 }

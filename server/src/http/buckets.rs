@@ -237,7 +237,10 @@ pub async fn list_versions(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
         version,
         common_prefixes,
     };
-    Ok(xml_response(StatusCode::OK, to_xml("ListVersionsResult", &doc)))
+    Ok(xml_response(
+        StatusCode::OK,
+        to_xml("ListVersionsResult", &doc),
+    ))
 }
 
 /// ListObjectsV2 when `list-type=2`, ListObjects (v1) otherwise.

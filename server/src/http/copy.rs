@@ -22,14 +22,19 @@ use crate::store::{ObjectMeta, StoreError};
 /// `x-amz-copy-source`: `bucket/key` or `/bucket/key`, percent-encoded, optionally with
 /// `?versionId=null`.
 pub fn parse_copy_source(v: &str) -> Result<(String, String), S3Error> {
-    let bad = || S3Error::new(S3ErrorCode::InvalidArgument).msg("Copy Source must mention the source bucket and key: sourcebucket/sourcekey.");
+    let bad = || {
+        S3Error::new(S3ErrorCode::InvalidArgument)
+            .msg("Copy Source must mention the source bucket and key: sourcebucket/sourcekey.")
+    };
     let (path, query) = match v.split_once('?') {
         Some((p, q)) => (p, Some(q)),
         None => (v, None),
     };
     if let Some(q) = query {
         if q.strip_prefix("versionId=").is_some_and(|id| id != "null") {
-            return Err(S3Error::new(S3ErrorCode::InvalidArgument).msg("Invalid version id specified"));
+            return Err(
+                S3Error::new(S3ErrorCode::InvalidArgument).msg("Invalid version id specified")
+            );
         }
     }
     let decoded = percent_decode_str(path.trim_start_matches('/'))
@@ -81,16 +86,23 @@ pub async fn copy_object(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3E
     let (src_meta, data) = fetch_source(ctx, None).await?;
     let (limit, what) = object_limit(ctx);
     if data.len() as u64 > limit {
-        return Err(S3Error::new(S3ErrorCode::EntityTooLarge)
-            .msg(format!("The source object exceeds {what} of {limit} bytes.")));
+        return Err(S3Error::new(S3ErrorCode::EntityTooLarge).msg(format!(
+            "The source object exceeds {what} of {limit} bytes."
+        )));
     }
     let replace = match ctx.header("x-amz-metadata-directive").unwrap_or("COPY") {
         "COPY" => false,
         "REPLACE" => true,
-        _ => return Err(S3Error::new(S3ErrorCode::InvalidArgument).msg("Unknown metadata directive.")),
+        _ => {
+            return Err(
+                S3Error::new(S3ErrorCode::InvalidArgument).msg("Unknown metadata directive.")
+            )
+        }
     };
     let (sb, sk) = parse_copy_source(ctx.header("x-amz-copy-source").unwrap_or(""))?;
-    let new_alg = ctx.header("x-amz-checksum-algorithm").and_then(Algorithm::from_name);
+    let new_alg = ctx
+        .header("x-amz-checksum-algorithm")
+        .and_then(Algorithm::from_name);
     if sb == bucket && sk == key && !replace && new_alg.is_none() {
         return Err(S3Error::new(S3ErrorCode::InvalidRequest).msg("This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."));
     }
@@ -140,7 +152,10 @@ pub async fn copy_object(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3E
         etag: stored.etag.clone(),
         checksum_crc32: None,
     };
-    Ok(xml_response(StatusCode::OK, to_xml("CopyObjectResult", &doc)))
+    Ok(xml_response(
+        StatusCode::OK,
+        to_xml("CopyObjectResult", &doc),
+    ))
 }
 
 #[cfg(test)]
@@ -149,8 +164,14 @@ mod tests {
 
     #[test]
     fn copy_source_forms() {
-        assert_eq!(parse_copy_source("/b/k%20x").unwrap(), ("b".into(), "k x".into()));
-        assert_eq!(parse_copy_source("b/d/k?versionId=null").unwrap(), ("b".into(), "d/k".into()));
+        assert_eq!(
+            parse_copy_source("/b/k%20x").unwrap(),
+            ("b".into(), "k x".into())
+        );
+        assert_eq!(
+            parse_copy_source("b/d/k?versionId=null").unwrap(),
+            ("b".into(), "d/k".into())
+        );
         assert!(parse_copy_source("b").is_err());
         assert!(parse_copy_source("/b/").is_err());
         assert!(parse_copy_source("b/k?versionId=123").is_err());

@@ -25,7 +25,8 @@ pub async fn delete_objects(ctx: &Ctx, body: Incoming, bucket: &str) -> Result<R
     let malformed = |m: String| S3Error::new(S3ErrorCode::MalformedXML).msg(m);
     let text = std::str::from_utf8(&received.data)
         .map_err(|_| malformed("The document is not UTF-8.".into()))?;
-    let req: DeleteRequest = from_xml(text).map_err(|e| malformed(format!("The XML you provided was not well-formed: {e}")))?;
+    let req: DeleteRequest = from_xml(text)
+        .map_err(|e| malformed(format!("The XML you provided was not well-formed: {e}")))?;
     if req.objects.is_empty() || req.objects.len() > MAX_KEYS {
         return Err(malformed(format!(
             "A DeleteObjects request names between 1 and {MAX_KEYS} keys; this one names {}.",
@@ -70,7 +71,9 @@ pub async fn delete_objects(ctx: &Ctx, body: Incoming, bucket: &str) -> Result<R
         {
             Ok(Ok(_)) => {
                 if !req.quiet {
-                    result.deleted.extend(keys.into_iter().map(|key| Deleted { key }));
+                    result
+                        .deleted
+                        .extend(keys.into_iter().map(|key| Deleted { key }));
                 }
             }
             Ok(Err(e)) => {
@@ -84,5 +87,8 @@ pub async fn delete_objects(ctx: &Ctx, body: Incoming, bucket: &str) -> Result<R
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(xml_response(StatusCode::OK, to_xml("DeleteResult", &result)))
+    Ok(xml_response(
+        StatusCode::OK,
+        to_xml("DeleteResult", &result),
+    ))
 }

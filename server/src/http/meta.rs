@@ -68,7 +68,10 @@ pub fn from_request(h: &HeaderMap) -> Result<RequestMeta, S3Error> {
             headers.push((name.to_string(), v));
         }
     }
-    let content_type = h.get("content-type").map(|v| text("content-type", v)).transpose()?;
+    let content_type = h
+        .get("content-type")
+        .map(|v| text("content-type", v))
+        .transpose()?;
     Ok(RequestMeta {
         content_type,
         headers,
@@ -78,13 +81,20 @@ pub fn from_request(h: &HeaderMap) -> Result<RequestMeta, S3Error> {
 
 /// Adds an object's metadata headers to a GET/HEAD (or 304) response. The stored checksum is
 /// returned when asked for, and never on a partial read, where it would not describe the bytes.
-pub fn to_response(mut b: Builder, meta: &ObjectMeta, checksum_mode: bool, partial: bool) -> Builder {
+pub fn to_response(
+    mut b: Builder,
+    meta: &ObjectMeta,
+    checksum_mode: bool,
+    partial: bool,
+) -> Builder {
     b = b
         .header("etag", &meta.etag)
         .header("last-modified", httpdate::fmt_http_date(meta.last_modified))
         .header(
             "content-type",
-            meta.content_type.as_deref().unwrap_or("binary/octet-stream"),
+            meta.content_type
+                .as_deref()
+                .unwrap_or("binary/octet-stream"),
         );
     for (name, value) in &meta.headers {
         b = b.header(name.as_str(), value.as_str());

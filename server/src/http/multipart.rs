@@ -72,12 +72,16 @@ pub async fn create(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error>
     let m = meta::from_request(&ctx.headers)?;
     let alg = match ctx.header("x-amz-checksum-algorithm") {
         None => None,
-        Some(a) => Some(Algorithm::from_name(a).ok_or_else(|| invalid("Invalid checksum algorithm."))?),
+        Some(a) => {
+            Some(Algorithm::from_name(a).ok_or_else(|| invalid("Invalid checksum algorithm."))?)
+        }
     };
     let full_object = match ctx.header("x-amz-checksum-type") {
         Some(t) if t.eq_ignore_ascii_case("FULL_OBJECT") => {
             if !alg.is_some_and(Algorithm::is_crc) {
-                return Err(invalid("The FULL_OBJECT checksum type needs a CRC algorithm."));
+                return Err(invalid(
+                    "The FULL_OBJECT checksum type needs a CRC algorithm.",
+                ));
             }
             true
         }
@@ -107,10 +111,12 @@ pub async fn create(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error>
     };
     let upload_id = id.clone();
     ctx.shard
-        .call(ctx.shard.owner(bucket, key), |reply| Request::CreateUpload {
-            id: upload_id,
-            upload: Box::new(upload),
-            reply,
+        .call(ctx.shard.owner(bucket, key), |reply| {
+            Request::CreateUpload {
+                id: upload_id,
+                upload: Box::new(upload),
+                reply,
+            }
         })
         .await??;
     let doc = InitiateMultipartUploadResult {
@@ -119,13 +125,21 @@ pub async fn create(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error>
         key: key.to_string(),
         upload_id: id,
     };
-    let mut resp = xml_response(StatusCode::OK, to_xml("InitiateMultipartUploadResult", &doc));
+    let mut resp = xml_response(
+        StatusCode::OK,
+        to_xml("InitiateMultipartUploadResult", &doc),
+    );
     if let Some(a) = alg {
         if let Ok(v) = http::HeaderValue::from_str(a.name()) {
             resp.headers_mut().insert("x-amz-checksum-algorithm", v);
         }
-        let t = if full_object { "FULL_OBJECT" } else { "COMPOSITE" };
-        resp.headers_mut().insert("x-amz-checksum-type", http::HeaderValue::from_static(t));
+        let t = if full_object {
+            "FULL_OBJECT"
+        } else {
+            "COMPOSITE"
+        };
+        resp.headers_mut()
+            .insert("x-amz-checksum-type", http::HeaderValue::from_static(t));
     }
     Ok(resp)
 }
@@ -162,7 +176,12 @@ async fn store_part(
     Ok(etag)
 }
 
-pub async fn upload_part(ctx: &Ctx, body: Incoming, bucket: &str, key: &str) -> Result<Resp, S3Error> {
+pub async fn upload_part(
+    ctx: &Ctx,
+    body: Incoming,
+    bucket: &str,
+    key: &str,
+) -> Result<Resp, S3Error> {
     check_key(key)?;
     part_number(ctx)?;
     upload_id(ctx)?;
@@ -170,12 +189,23 @@ pub async fn upload_part(ctx: &Ctx, body: Incoming, bucket: &str, key: &str) -> 
     payload::precheck(ctx, limit, "the maximum part size")?;
     let received = payload::receive(ctx, body, limit).await?;
     let checksum = received.checksum.clone();
-    let etag = store_part(ctx, bucket, key, received.data, checksum.as_ref().map(|c| c.value.clone())).await?;
-    let mut resp = Response::builder().status(StatusCode::OK).header("etag", etag);
+    let etag = store_part(
+        ctx,
+        bucket,
+        key,
+        received.data,
+        checksum.as_ref().map(|c| c.value.clone()),
+    )
+    .await?;
+    let mut resp = Response::builder()
+        .status(StatusCode::OK)
+        .header("etag", etag);
     if let Some(c) = checksum {
         resp = resp.header(c.algorithm.header(), c.value);
     }
-    Ok(resp.body(Full::new(bytes::Bytes::new())).unwrap_or_default())
+    Ok(resp
+        .body(Full::new(bytes::Bytes::new()))
+        .unwrap_or_default())
 }
 
 pub async fn upload_part_copy(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error> {
@@ -206,12 +236,17 @@ pub async fn upload_part_copy(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp
 pub async fn complete(ctx: &Ctx, body: Incoming, bucket: &str, key: &str) -> Result<Resp, S3Error> {
     check_key(key)?;
     let id = upload_id(ctx)?;
-    payload::precheck(ctx, MAX_COMPLETE_BODY, "the maximum CompleteMultipartUpload document size")?;
+    payload::precheck(
+        ctx,
+        MAX_COMPLETE_BODY,
+        "the maximum CompleteMultipartUpload document size",
+    )?;
     let received = payload::receive(ctx, body, MAX_COMPLETE_BODY).await?;
     let malformed = |m: String| S3Error::new(S3ErrorCode::MalformedXML).msg(m);
-    let text = std::str::from_utf8(&received.data).map_err(|_| malformed("The document is not UTF-8.".into()))?;
-    let req: CompleteRequest =
-        from_xml(text).map_err(|e| malformed(format!("The XML you provided was not well-formed: {e}")))?;
+    let text = std::str::from_utf8(&received.data)
+        .map_err(|_| malformed("The document is not UTF-8.".into()))?;
+    let req: CompleteRequest = from_xml(text)
+        .map_err(|e| malformed(format!("The XML you provided was not well-formed: {e}")))?;
     let parts: Vec<CompletePart> = req
         .parts
         .into_iter()
@@ -230,13 +265,15 @@ pub async fn complete(ctx: &Ctx, body: Incoming, bucket: &str, key: &str) -> Res
     let (b, k) = (bucket.to_string(), key.to_string());
     let meta = ctx
         .shard
-        .call(ctx.shard.owner(bucket, key), |reply| Request::CompleteUpload {
-            id,
-            bucket: b,
-            key: k,
-            parts,
-            cond,
-            reply,
+        .call(ctx.shard.owner(bucket, key), |reply| {
+            Request::CompleteUpload {
+                id,
+                bucket: b,
+                key: k,
+                parts,
+                cond,
+                reply,
+            }
         })
         .await??;
     let doc = CompleteMultipartUploadResult {
@@ -246,7 +283,10 @@ pub async fn complete(ctx: &Ctx, body: Incoming, bucket: &str, key: &str) -> Res
         key: key.to_string(),
         etag: meta.etag.clone(),
     };
-    let mut resp = xml_response(StatusCode::OK, to_xml("CompleteMultipartUploadResult", &doc));
+    let mut resp = xml_response(
+        StatusCode::OK,
+        to_xml("CompleteMultipartUploadResult", &doc),
+    );
     if let Some(c) = &meta.checksum {
         if let Ok(v) = http::HeaderValue::from_str(&c.header_value()) {
             resp.headers_mut().insert(c.algorithm.header(), v);
@@ -275,11 +315,16 @@ pub async fn list_parts(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Er
     let id = upload_id(ctx)?;
     let marker = match ctx.target.param("part-number-marker") {
         None => 0,
-        Some(m) => m.parse().map_err(|_| invalid("Invalid part-number-marker."))?,
+        Some(m) => m
+            .parse()
+            .map_err(|_| invalid("Invalid part-number-marker."))?,
     };
     let max = match ctx.target.param("max-parts") {
         None => 1000,
-        Some(m) => m.parse::<usize>().map_err(|_| invalid("Invalid max-parts."))?.min(1000),
+        Some(m) => m
+            .parse::<usize>()
+            .map_err(|_| invalid("Invalid max-parts."))?
+            .min(1000),
     };
     let (b, k, upload) = (bucket.to_string(), key.to_string(), id.clone());
     let mut parts = ctx
@@ -315,17 +360,27 @@ pub async fn list_parts(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Er
             .collect(),
         storage_class: "STANDARD",
     };
-    Ok(xml_response(StatusCode::OK, to_xml("ListPartsResult", &doc)))
+    Ok(xml_response(
+        StatusCode::OK,
+        to_xml("ListPartsResult", &doc),
+    ))
 }
 
 pub async fn list_uploads(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
     bucket_must_exist(ctx, bucket)?;
     let prefix = ctx.target.param("prefix").unwrap_or("").to_string();
     let key_marker = ctx.target.param("key-marker").unwrap_or("").to_string();
-    let id_marker = ctx.target.param("upload-id-marker").unwrap_or("").to_string();
+    let id_marker = ctx
+        .target
+        .param("upload-id-marker")
+        .unwrap_or("")
+        .to_string();
     let max = match ctx.target.param("max-uploads") {
         None => 1000,
-        Some(m) => m.parse::<usize>().map_err(|_| invalid("Invalid max-uploads."))?.min(1000),
+        Some(m) => m
+            .parse::<usize>()
+            .map_err(|_| invalid("Invalid max-uploads."))?
+            .min(1000),
     };
     let pages = ctx
         .shard
@@ -368,5 +423,8 @@ pub async fn list_uploads(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
             })
             .collect(),
     };
-    Ok(xml_response(StatusCode::OK, to_xml("ListMultipartUploadsResult", &doc)))
+    Ok(xml_response(
+        StatusCode::OK,
+        to_xml("ListMultipartUploadsResult", &doc),
+    ))
 }

@@ -37,7 +37,10 @@ pub fn empty(status: StatusCode) -> Resp {
 pub fn object_limit(ctx: &Ctx) -> (u64, &'static str) {
     let shard_capacity = ctx.shard.store.borrow().capacity();
     if ctx.shard.settings.max_object_size <= shard_capacity {
-        (ctx.shard.settings.max_object_size, "the maximum object size")
+        (
+            ctx.shard.settings.max_object_size,
+            "the maximum object size",
+        )
     } else {
         (shard_capacity, "a shard's DRAM capacity")
     }
@@ -95,7 +98,9 @@ pub async fn get(ctx: &Ctx, bucket: &str, key: &str, head_only: bool) -> Result<
     check_key(key)?;
     if let Some(v) = ctx.target.param("versionId") {
         if v != "null" {
-            return Err(S3Error::new(S3ErrorCode::InvalidArgument).msg("Invalid version id specified"));
+            return Err(
+                S3Error::new(S3ErrorCode::InvalidArgument).msg("Invalid version id specified")
+            );
         }
     }
     let range = ctx.header("range").and_then(parse_range);
@@ -118,7 +123,12 @@ pub async fn get(ctx: &Ctx, bucket: &str, key: &str, head_only: bool) -> Result<
     let (meta, range, data) = match result {
         Ok(x) => x,
         Err(StoreError::NotModified(meta)) => {
-            let b = meta::to_response(Response::builder().status(StatusCode::NOT_MODIFIED), &meta, false, false);
+            let b = meta::to_response(
+                Response::builder().status(StatusCode::NOT_MODIFIED),
+                &meta,
+                false,
+                false,
+            );
             return Ok(b.body(Full::new(Bytes::new())).unwrap_or_default());
         }
         Err(e) => return Err(e.into()),

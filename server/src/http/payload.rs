@@ -31,9 +31,10 @@ fn chunked_allowance(limit: u64) -> u64 {
 fn content_length(ctx: &Ctx) -> Result<Option<u64>, S3Error> {
     match ctx.header("content-length") {
         None => Ok(None),
-        Some(v) => v.parse().map(Some).map_err(|_| {
-            S3Error::new(S3ErrorCode::InvalidArgument).msg("Invalid Content-Length.")
-        }),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| S3Error::new(S3ErrorCode::InvalidArgument).msg("Invalid Content-Length.")),
     }
 }
 
@@ -76,15 +77,21 @@ pub async fn receive(ctx: &Ctx, body: Incoming, limit: u64) -> Result<Received, 
     let raw = read_limited(body, content_length(ctx)?, raw_limit).await?;
     ctx.shard.metrics.bytes_in.add(raw.len() as u64);
     let (data, trailers) = if chunked {
-        let signer = ctx.auth.signer.as_ref().map(|s| crate::s3::chunked::ChunkSigner {
-            key: s.key,
-            amz_date: s.amz_date.clone(),
-            scope: s.scope.clone(),
-            previous: s.previous.clone(),
-        });
+        let signer = ctx
+            .auth
+            .signer
+            .as_ref()
+            .map(|s| crate::s3::chunked::ChunkSigner {
+                key: s.key,
+                amz_date: s.amz_date.clone(),
+                scope: s.scope.clone(),
+                previous: s.previous.clone(),
+            });
         let decoded = decode(&raw, signer).map_err(|e| match e {
             ChunkError::Truncated => S3Error::new(S3ErrorCode::IncompleteBody).msg(e.to_string()),
-            ChunkError::Malformed(_) => S3Error::new(S3ErrorCode::InvalidRequest).msg(e.to_string()),
+            ChunkError::Malformed(_) => {
+                S3Error::new(S3ErrorCode::InvalidRequest).msg(e.to_string())
+            }
             ChunkError::BadSignature | ChunkError::BadTrailerSignature => {
                 S3Error::new(S3ErrorCode::SignatureDoesNotMatch).msg(e.to_string())
             }
@@ -94,9 +101,8 @@ pub async fn receive(ctx: &Ctx, body: Incoming, limit: u64) -> Result<Received, 
         }
         if let Some(n) = ctx.header("x-amz-decoded-content-length") {
             if n.parse::<u64>().ok() != Some(decoded.data.len() as u64) {
-                return Err(S3Error::new(S3ErrorCode::IncompleteBody).msg(
-                    "The decoded body length does not match x-amz-decoded-content-length.",
-                ));
+                return Err(S3Error::new(S3ErrorCode::IncompleteBody)
+                    .msg("The decoded body length does not match x-amz-decoded-content-length."));
             }
         }
         (Bytes::from(decoded.data), decoded.trailers)
@@ -147,13 +153,15 @@ fn verify_checksum(
         }
     }
     if given.len() > 1 {
-        return Err(S3Error::new(S3ErrorCode::InvalidRequest)
-            .msg("Expecting a single x-amz-checksum- header. Multiple checksum types are not allowed."));
+        return Err(S3Error::new(S3ErrorCode::InvalidRequest).msg(
+            "Expecting a single x-amz-checksum- header. Multiple checksum types are not allowed.",
+        ));
     }
     if let Some(trailer) = ctx.header("x-amz-trailer") {
         if Algorithm::from_header(trailer.trim()).is_some() && given.is_empty() {
-            return Err(S3Error::new(S3ErrorCode::IncompleteBody)
-                .msg(format!("The trailer {trailer} announced in x-amz-trailer is missing.")));
+            return Err(S3Error::new(S3ErrorCode::IncompleteBody).msg(format!(
+                "The trailer {trailer} announced in x-amz-trailer is missing."
+            )));
         }
     }
     if let Some((alg, value)) = given.pop() {
@@ -173,9 +181,11 @@ fn verify_checksum(
     let requested = ctx
         .header("x-amz-sdk-checksum-algorithm")
         .or_else(|| ctx.header("x-amz-checksum-algorithm"));
-    Ok(requested.and_then(Algorithm::from_name).map(|alg| Checksum {
-        algorithm: alg,
-        value: alg.digest(data),
-        composite_parts: None,
-    }))
+    Ok(requested
+        .and_then(Algorithm::from_name)
+        .map(|alg| Checksum {
+            algorithm: alg,
+            value: alg.digest(data),
+            composite_parts: None,
+        }))
 }

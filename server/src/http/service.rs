@@ -12,15 +12,15 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use yutu_api::S3ErrorCode;
 
+use super::ctx::Ctx;
 use super::error::S3Error;
 use super::io::HyperStream;
-use super::ctx::Ctx;
 use super::target::Target;
 use super::timer::GlommioTimer;
 use super::{buckets, copy, delete_many, multipart, objects, Resp};
 use crate::auth::Action;
-use crate::s3::authenticate::authenticate;
 use crate::metrics::{render, Op};
+use crate::s3::authenticate::authenticate;
 use crate::shard::Shard;
 
 /// Largest request header section answered normally (S3 allows 8 KiB for PUT headers; Yutu
@@ -107,7 +107,10 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
         );
     }
     let (parts, body) = req.into_parts();
-    let host = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok());
     let target = match Target::parse_with_host(&parts.uri, host, &shard.settings.domains) {
         Ok(t) => t,
         Err(e) => return (Op::Unsupported, Err(e)),
@@ -117,7 +120,10 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
     if method == Method::GET && target.key.is_none() && target.query.is_empty() {
         match target.bucket.as_deref() {
             Some("health") | Some("ready") => {
-                return (Op::Ops, Ok(text(StatusCode::OK, "text/plain", "ok\n".into())))
+                return (
+                    Op::Ops,
+                    Ok(text(StatusCode::OK, "text/plain", "ok\n".into())),
+                )
             }
             Some("metrics") => {
                 let body = render(&shard.all_metrics);
@@ -135,8 +141,9 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
     ) {
         return (
             Op::Unsupported,
-            Err(S3Error::new(S3ErrorCode::MethodNotAllowed)
-                .msg(format!("The method {method} is not allowed against this resource."))),
+            Err(S3Error::new(S3ErrorCode::MethodNotAllowed).msg(format!(
+                "The method {method} is not allowed against this resource."
+            ))),
         );
     }
     if let Some(sub) = target.unsupported_subresource() {
@@ -146,7 +153,14 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
                 .msg(format!("The ?{sub} sub-resource is not implemented."))),
         );
     }
-    let auth = match authenticate(&shard.settings, &parts.method, &parts.uri, &parts.headers) {
+    let virtual_bucket = target.bucket.as_deref().filter(|_| target.virtual_host);
+    let auth = match authenticate(
+        &shard.settings,
+        &parts.method,
+        &parts.uri,
+        &parts.headers,
+        virtual_bucket,
+    ) {
         Ok(a) => a,
         Err(e) => return (Op::Unsupported, Err(e)),
     };
@@ -163,9 +177,14 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
     match (bucket, key) {
         (None, _) => {
             if method != Method::GET {
-                return (Op::Unsupported, Err(S3Error::new(S3ErrorCode::MethodNotAllowed)));
+                return (
+                    Op::Unsupported,
+                    Err(S3Error::new(S3ErrorCode::MethodNotAllowed)),
+                );
             }
-            let r = ctx.allow(Action::ListBuckets, None).and_then(|()| buckets::list_buckets(&ctx));
+            let r = ctx
+                .allow(Action::ListBuckets, None)
+                .and_then(|()| buckets::list_buckets(&ctx));
             (Op::ListBuckets, r)
         }
         (Some(b), None) => {

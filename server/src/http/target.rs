@@ -13,6 +13,8 @@ pub struct Target {
     pub bucket: Option<String>,
     pub key: Option<String>,
     pub query: Vec<(String, String)>,
+    /// Whether the bucket came from the Host header (virtual-host style).
+    pub virtual_host: bool,
 }
 
 impl Target {
@@ -23,12 +25,20 @@ impl Target {
 
     /// Parses a target; when `host` is `BUCKET.DOMAIN` for one of `domains`, the bucket comes
     /// from the host and the whole path is the key.
-    pub fn parse_with_host(uri: &Uri, host: Option<&str>, domains: &[String]) -> Result<Target, S3Error> {
+    pub fn parse_with_host(
+        uri: &Uri,
+        host: Option<&str>,
+        domains: &[String],
+    ) -> Result<Target, S3Error> {
         let path = uri.path();
         let rest = path.strip_prefix('/').unwrap_or(path);
         let host_bucket = host.and_then(|h| {
             // Strip a port; IPv6 literals never name a bucket.
-            let name = if h.starts_with('[') { return None } else { h.split(':').next().unwrap_or(h) };
+            let name = if h.starts_with('[') {
+                return None;
+            } else {
+                h.split(':').next().unwrap_or(h)
+            };
             domains.iter().find_map(|d| {
                 name.strip_suffix(d.as_str())
                     .and_then(|b| b.strip_suffix('.'))
@@ -68,7 +78,12 @@ impl Target {
                     .collect()
             })
             .unwrap_or_default();
-        Ok(Target { bucket, key, query })
+        Ok(Target {
+            bucket,
+            key,
+            query,
+            virtual_host: host_bucket.is_some(),
+        })
     }
 
     pub fn param(&self, name: &str) -> Option<&str> {
@@ -144,14 +159,29 @@ mod tests {
     #[test]
     fn virtual_host_style() {
         let domains = vec!["localhost".to_string(), "s3.example.com".to_string()];
-        let t = Target::parse_with_host(&"/dir/k".parse().unwrap(), Some("photos.localhost:9000"), &domains).unwrap();
-        assert_eq!((t.bucket.as_deref(), t.key.as_deref()), (Some("photos"), Some("dir/k")));
-        let t = Target::parse_with_host(&"/".parse().unwrap(), Some("a.b.s3.example.com"), &domains).unwrap();
+        let t = Target::parse_with_host(
+            &"/dir/k".parse().unwrap(),
+            Some("photos.localhost:9000"),
+            &domains,
+        )
+        .unwrap();
+        assert_eq!(
+            (t.bucket.as_deref(), t.key.as_deref()),
+            (Some("photos"), Some("dir/k"))
+        );
+        let t =
+            Target::parse_with_host(&"/".parse().unwrap(), Some("a.b.s3.example.com"), &domains)
+                .unwrap();
         assert_eq!((t.bucket.as_deref(), t.key), (Some("a.b"), None));
         // The bare domain and other hosts are path style.
-        let t = Target::parse_with_host(&"/b/k".parse().unwrap(), Some("localhost:9000"), &domains).unwrap();
-        assert_eq!((t.bucket.as_deref(), t.key.as_deref()), (Some("b"), Some("k")));
-        let t = Target::parse_with_host(&"/b/k".parse().unwrap(), Some("127.0.0.1:9000"), &domains).unwrap();
+        let t = Target::parse_with_host(&"/b/k".parse().unwrap(), Some("localhost:9000"), &domains)
+            .unwrap();
+        assert_eq!(
+            (t.bucket.as_deref(), t.key.as_deref()),
+            (Some("b"), Some("k"))
+        );
+        let t = Target::parse_with_host(&"/b/k".parse().unwrap(), Some("127.0.0.1:9000"), &domains)
+            .unwrap();
         assert_eq!(t.bucket.as_deref(), Some("b"));
     }
 }

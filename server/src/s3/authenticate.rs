@@ -64,12 +64,10 @@ fn payload_mode(headers: &HeaderMap) -> Result<Payload, S3Error> {
         v if v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit()) => {
             Payload::Sha256(v.to_ascii_lowercase())
         }
-        _ => {
-            return Err(denied(
-                S3ErrorCode::InvalidArgument,
-                "x-amz-content-sha256 must be a hex SHA-256, UNSIGNED-PAYLOAD or a STREAMING- value.",
-            ))
-        }
+        _ => return Err(denied(
+            S3ErrorCode::InvalidArgument,
+            "x-amz-content-sha256 must be a hex SHA-256, UNSIGNED-PAYLOAD or a STREAMING- value.",
+        )),
     })
 }
 
@@ -103,6 +101,7 @@ pub fn authenticate(
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
+    virtual_bucket: Option<&str>,
 ) -> Result<RequestAuth, S3Error> {
     let mut payload = payload_mode(headers)?;
     if settings.no_auth {
@@ -113,75 +112,107 @@ pub fn authenticate(
         });
     }
     let query = uri.query();
+    if let Some(user) = authenticate_v2(settings, method, uri, headers, virtual_bucket)? {
+        return Ok(RequestAuth {
+            identity: Identity::User(user),
+            payload,
+            signer: None,
+        });
+    }
     let presigned = query.is_some_and(|q| q.contains("X-Amz-Algorithm="));
-    let (cred, signed_headers, signature, amz_date, payload_hash) =
-        if let Some(auth) = headers.get(http::header::AUTHORIZATION) {
-            let auth = parse_authorization(auth.to_str().unwrap_or("")).map_err(|e| {
-                if e.to_string().contains("algorithm") {
-                    denied(S3ErrorCode::InvalidArgument, format!("{e}; only AWS4-HMAC-SHA256 (SigV4) is supported."))
-                } else {
-                    denied(S3ErrorCode::AuthorizationHeaderMalformed, e.to_string())
-                }
+    let (cred, signed_headers, signature, amz_date, payload_hash) = if let Some(auth) =
+        headers.get(http::header::AUTHORIZATION)
+    {
+        let auth = parse_authorization(auth.to_str().unwrap_or("")).map_err(|e| {
+            if e.to_string().contains("algorithm") {
+                denied(
+                    S3ErrorCode::InvalidArgument,
+                    format!("{e}; only AWS4-HMAC-SHA256 (SigV4) is supported."),
+                )
+            } else {
+                denied(S3ErrorCode::AuthorizationHeaderMalformed, e.to_string())
+            }
+        })?;
+        let amz_date = headers
+            .get("x-amz-date")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .ok_or_else(|| {
+                denied(
+                    S3ErrorCode::AccessDenied,
+                    "AWS authentication requires a valid x-amz-date header.",
+                )
             })?;
-            let amz_date = headers
-                .get("x-amz-date")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-                .ok_or_else(|| {
-                    denied(S3ErrorCode::AccessDenied, "AWS authentication requires a valid x-amz-date header.")
-                })?;
-            let hash = headers
-                .get("x-amz-content-sha256")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("UNSIGNED-PAYLOAD")
-                .to_string();
-            (auth.credential, auth.signed_headers, auth.signature, amz_date, hash)
-        } else if presigned {
-            let params: Vec<(String, String)> = form_urlencoded::parse(query.unwrap_or("").as_bytes())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect();
-            let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-            let bad = |m: &str| denied(S3ErrorCode::AuthorizationQueryParametersError, m);
-            if get("X-Amz-Algorithm").as_deref() != Some(super::sigv4::ALGORITHM) {
-                return Err(bad("X-Amz-Algorithm only supports \"AWS4-HMAC-SHA256\"."));
-            }
-            let cred = Credential::parse(&get("X-Amz-Credential").unwrap_or_default())
-                .map_err(|e| bad(&e.to_string()))?;
-            let amz_date = get("X-Amz-Date").ok_or_else(|| bad("X-Amz-Date is missing."))?;
-            let expires: u64 = get("X-Amz-Expires")
-                .and_then(|e| e.parse().ok())
-                .ok_or_else(|| bad("X-Amz-Expires must be a number of seconds."))?;
-            if expires == 0 || expires > MAX_PRESIGN {
-                return Err(bad("X-Amz-Expires must be between 1 and 604800 seconds (7 days)."));
-            }
-            let signed_at = parse_amz_date(&amz_date).ok_or_else(|| bad("X-Amz-Date is malformed."))?;
-            let now = SystemTime::now();
-            if now > signed_at + Duration::from_secs(expires) {
-                return Err(denied(S3ErrorCode::AccessDenied, "Request has expired"));
-            }
-            if signed_at > now + MAX_SKEW {
-                return Err(denied(S3ErrorCode::RequestTimeTooSkewed, "The request was signed in the future."));
-            }
-            let signed: Vec<String> = get("X-Amz-SignedHeaders")
-                .unwrap_or_default()
-                .split(';')
-                .map(str::to_string)
-                .collect();
-            let signature = get("X-Amz-Signature").ok_or_else(|| bad("X-Amz-Signature is missing."))?;
-            payload = Payload::Unsigned;
-            (cred, signed, signature, amz_date, "UNSIGNED-PAYLOAD".to_string())
-        } else {
-            return Err(denied(S3ErrorCode::AccessDenied, "Anonymous access is not allowed; sign the request with SigV4."));
-        };
+        let hash = headers
+            .get("x-amz-content-sha256")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("UNSIGNED-PAYLOAD")
+            .to_string();
+        (
+            auth.credential,
+            auth.signed_headers,
+            auth.signature,
+            amz_date,
+            hash,
+        )
+    } else if presigned {
+        let params: Vec<(String, String)> = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let bad = |m: &str| denied(S3ErrorCode::AuthorizationQueryParametersError, m);
+        if get("X-Amz-Algorithm").as_deref() != Some(super::sigv4::ALGORITHM) {
+            return Err(bad("X-Amz-Algorithm only supports \"AWS4-HMAC-SHA256\"."));
+        }
+        let cred = Credential::parse(&get("X-Amz-Credential").unwrap_or_default())
+            .map_err(|e| bad(&e.to_string()))?;
+        let amz_date = get("X-Amz-Date").ok_or_else(|| bad("X-Amz-Date is missing."))?;
+        let expires: u64 = get("X-Amz-Expires")
+            .and_then(|e| e.parse().ok())
+            .ok_or_else(|| bad("X-Amz-Expires must be a number of seconds."))?;
+        if expires == 0 || expires > MAX_PRESIGN {
+            return Err(bad(
+                "X-Amz-Expires must be between 1 and 604800 seconds (7 days).",
+            ));
+        }
+        let signed_at = parse_amz_date(&amz_date).ok_or_else(|| bad("X-Amz-Date is malformed."))?;
+        let now = SystemTime::now();
+        if now > signed_at + Duration::from_secs(expires) {
+            return Err(denied(S3ErrorCode::AccessDenied, "Request has expired"));
+        }
+        if signed_at > now + MAX_SKEW {
+            return Err(denied(
+                S3ErrorCode::RequestTimeTooSkewed,
+                "The request was signed in the future.",
+            ));
+        }
+        let signed: Vec<String> = get("X-Amz-SignedHeaders")
+            .unwrap_or_default()
+            .split(';')
+            .map(str::to_string)
+            .collect();
+        let signature = get("X-Amz-Signature").ok_or_else(|| bad("X-Amz-Signature is missing."))?;
+        payload = Payload::Unsigned;
+        (
+            cred,
+            signed,
+            signature,
+            amz_date,
+            "UNSIGNED-PAYLOAD".to_string(),
+        )
+    } else {
+        return Err(denied(
+            S3ErrorCode::AccessDenied,
+            "Anonymous access is not allowed; sign the request with SigV4.",
+        ));
+    };
 
-    let user: Arc<User> = settings
-        .users
-        .iter()
-        .find(|u| u.access_key == cred.access_key)
-        .cloned()
-        .ok_or_else(|| S3Error::new(S3ErrorCode::InvalidAccessKeyId))?;
+    let user = user_by_key(settings, &cred.access_key)?;
     if cred.service != "s3" {
-        return Err(denied(S3ErrorCode::AuthorizationHeaderMalformed, "The credential scope must name the service s3."));
+        return Err(denied(
+            S3ErrorCode::AuthorizationHeaderMalformed,
+            "The credential scope must name the service s3.",
+        ));
     }
     let signed_at = parse_amz_date(&amz_date)
         .ok_or_else(|| denied(S3ErrorCode::AccessDenied, "x-amz-date is malformed."))?;
@@ -189,13 +220,22 @@ pub fn authenticate(
         return Err(S3Error::new(S3ErrorCode::RequestTimeTooSkewed));
     }
     if !amz_date.starts_with(&cred.date) {
-        return Err(denied(S3ErrorCode::SignatureDoesNotMatch, "The credential date does not match x-amz-date."));
+        return Err(denied(
+            S3ErrorCode::SignatureDoesNotMatch,
+            "The credential date does not match x-amz-date.",
+        ));
     }
     if !signed_headers.iter().any(|h| h == "host") {
-        return Err(denied(S3ErrorCode::AuthorizationHeaderMalformed, "The host header must be signed."));
+        return Err(denied(
+            S3ErrorCode::AuthorizationHeaderMalformed,
+            "The host header must be signed.",
+        ));
     }
     let canon_headers = canonical_headers(headers, &signed_headers).ok_or_else(|| {
-        denied(S3ErrorCode::AccessDenied, "A signed header is missing from the request.")
+        denied(
+            S3ErrorCode::AccessDenied,
+            "A signed header is missing from the request.",
+        )
     })?;
     let key = signing_key(&user.secret_key, &cred);
     let scope = cred.scope();
@@ -205,8 +245,18 @@ pub fn authenticate(
     let decoded = percent_encoding::percent_decode_str(&raw_path).decode_utf8_lossy();
     let reencoded = uri_encode(&decoded, true);
     let matches = |path: &str| {
-        let creq = canonical_request(method.as_str(), path, &canon_query, &canon_headers, &signed_headers, &payload_hash);
-        signatures_match(&sign(&key, &string_to_sign(&amz_date, &scope, &creq)), &signature)
+        let creq = canonical_request(
+            method.as_str(),
+            path,
+            &canon_query,
+            &canon_headers,
+            &signed_headers,
+            &payload_hash,
+        );
+        signatures_match(
+            &sign(&key, &string_to_sign(&amz_date, &scope, &creq)),
+            &signature,
+        )
     };
     if !(matches(&raw_path) || (reencoded != raw_path && matches(&reencoded))) {
         return Err(S3Error::new(S3ErrorCode::SignatureDoesNotMatch));
@@ -224,6 +274,100 @@ pub fn authenticate(
     })
 }
 
+fn user_by_key(settings: &Settings, access_key: &str) -> Result<Arc<User>, S3Error> {
+    settings
+        .users
+        .iter()
+        .find(|u| u.access_key == access_key)
+        .cloned()
+        .ok_or_else(|| S3Error::new(S3ErrorCode::InvalidAccessKeyId))
+}
+
+/// SigV2: `Authorization: AWS KEY:SIG`, or a presigned URL with `AWSAccessKeyId`,
+/// `Expires` and `Signature`. `Ok(None)` when the request uses neither.
+fn authenticate_v2(
+    settings: &Settings,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    virtual_bucket: Option<&str>,
+) -> Result<Option<Arc<User>>, S3Error> {
+    use super::sigv2;
+    let resource = || sigv2::canonical_resource(uri.path(), virtual_bucket, uri.query());
+    let header = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("AWS "));
+    if let Some(cred) = header {
+        let (key, sig) = cred.split_once(':').ok_or_else(|| {
+            denied(
+                S3ErrorCode::AuthorizationHeaderMalformed,
+                "Expected AWS KEY:SIGNATURE.",
+            )
+        })?;
+        let user = user_by_key(settings, key)?;
+        let amz_date = headers.get("x-amz-date").and_then(|v| v.to_str().ok());
+        let date_text = amz_date
+            .or_else(|| {
+                headers
+                    .get(http::header::DATE)
+                    .and_then(|v| v.to_str().ok())
+            })
+            .ok_or_else(|| {
+                denied(
+                    S3ErrorCode::AccessDenied,
+                    "A Date or x-amz-date header is required.",
+                )
+            })?;
+        let when = httpdate::parse_http_date(date_text)
+            .ok()
+            .or_else(|| parse_amz_date(date_text))
+            .ok_or_else(|| denied(S3ErrorCode::AccessDenied, "The request date is malformed."))?;
+        if skew(when) > MAX_SKEW {
+            return Err(S3Error::new(S3ErrorCode::RequestTimeTooSkewed));
+        }
+        // With x-amz-date the Date line of the string to sign is empty.
+        let date_line = if amz_date.is_some() { "" } else { date_text };
+        let sts = sigv2::string_to_sign(method.as_str(), headers, date_line, &resource());
+        if !signatures_match(&sigv2::sign(&user.secret_key, &sts), sig) {
+            return Err(S3Error::new(S3ErrorCode::SignatureDoesNotMatch));
+        }
+        return Ok(Some(user));
+    }
+    let Some(query) = uri.query().filter(|q| q.contains("AWSAccessKeyId=")) else {
+        return Ok(None);
+    };
+    let params: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let bad = |m: &str| denied(S3ErrorCode::AuthorizationQueryParametersError, m);
+    let key = get("AWSAccessKeyId").unwrap_or_default();
+    let sig = get("Signature").ok_or_else(|| bad("Signature is missing."))?;
+    let expires_text = get("Expires").ok_or_else(|| bad("Expires is missing."))?;
+    let expires: u64 = expires_text
+        .parse()
+        .map_err(|_| bad("Expires must be a Unix time in seconds."))?;
+    let user = user_by_key(settings, &key)?;
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    if now > expires {
+        return Err(denied(S3ErrorCode::AccessDenied, "Request has expired"));
+    }
+    if expires > now + MAX_PRESIGN {
+        return Err(bad(
+            "A presigned URL may be valid for at most 7 days (604800 seconds).",
+        ));
+    }
+    let sts = sigv2::string_to_sign(method.as_str(), headers, &expires_text, &resource());
+    if !signatures_match(&sigv2::sign(&user.secret_key, &sts), &sig) {
+        return Err(S3Error::new(S3ErrorCode::SignatureDoesNotMatch));
+    }
+    Ok(Some(user))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,7 +375,10 @@ mod tests {
     #[test]
     fn amz_dates() {
         let t = parse_amz_date("20130524T000000Z").unwrap();
-        assert_eq!(humantime::format_rfc3339(t).to_string(), "2013-05-24T00:00:00Z");
+        assert_eq!(
+            humantime::format_rfc3339(t).to_string(),
+            "2013-05-24T00:00:00Z"
+        );
         assert!(parse_amz_date("2013-05-24").is_none());
         assert!(parse_amz_date("20131324T000000Z").is_none());
     }

@@ -68,7 +68,10 @@ impl Algorithm {
     /// Whether the algorithm is a CRC, whose whole-object value can be computed for a
     /// multipart object (S3's `FULL_OBJECT` checksum type).
     pub fn is_crc(self) -> bool {
-        matches!(self, Algorithm::Crc32 | Algorithm::Crc32c | Algorithm::Crc64Nvme)
+        matches!(
+            self,
+            Algorithm::Crc32 | Algorithm::Crc32c | Algorithm::Crc64Nvme
+        )
     }
 
     /// The base64 digest of `data`.

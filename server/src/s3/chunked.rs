@@ -58,19 +58,26 @@ pub fn decode(raw: &[u8], mut signer: Option<ChunkSigner>) -> Result<Decoded, Ch
     let mut pos = 0;
     loop {
         let (header, next) = line(raw, pos)?;
-        let header = std::str::from_utf8(header).map_err(|_| ChunkError::Malformed("chunk header is not text"))?;
+        let header = std::str::from_utf8(header)
+            .map_err(|_| ChunkError::Malformed("chunk header is not text"))?;
         let (size_hex, ext) = match header.split_once(';') {
             Some((s, e)) => (s.trim(), Some(e.trim())),
             None => (header.trim(), None),
         };
-        let size = usize::from_str_radix(size_hex, 16).map_err(|_| ChunkError::Malformed("bad chunk size"))?;
-        let end = next.checked_add(size).ok_or(ChunkError::Malformed("chunk size overflows"))?;
+        let size = usize::from_str_radix(size_hex, 16)
+            .map_err(|_| ChunkError::Malformed("bad chunk size"))?;
+        let end = next
+            .checked_add(size)
+            .ok_or(ChunkError::Malformed("chunk size overflows"))?;
         let data = raw.get(next..end).ok_or(ChunkError::Truncated)?;
         if let Some(s) = signer.as_mut() {
             let sig = ext
                 .and_then(|e| e.strip_prefix("chunk-signature="))
                 .ok_or(ChunkError::Malformed("a chunk has no signature"))?;
-            let expected = sign(&s.key, &chunk_string_to_sign(&s.amz_date, &s.scope, &s.previous, data));
+            let expected = sign(
+                &s.key,
+                &chunk_string_to_sign(&s.amz_date, &s.scope, &s.previous, data),
+            );
             if !signatures_match(&expected, sig) {
                 return Err(ChunkError::BadSignature);
             }
@@ -103,7 +110,8 @@ pub fn decode(raw: &[u8], mut signer: Option<ChunkSigner>) -> Result<Decoded, Ch
         if l.is_empty() {
             break;
         }
-        let text = std::str::from_utf8(l).map_err(|_| ChunkError::Malformed("trailer is not text"))?;
+        let text =
+            std::str::from_utf8(l).map_err(|_| ChunkError::Malformed("trailer is not text"))?;
         let (name, value) = text
             .split_once(':')
             .ok_or(ChunkError::Malformed("trailer line has no ':'"))?;
@@ -118,7 +126,10 @@ pub fn decode(raw: &[u8], mut signer: Option<ChunkSigner>) -> Result<Decoded, Ch
     if let Some(s) = signer.as_ref() {
         if !out.trailers.is_empty() || trailer_sig.is_some() {
             let sig = trailer_sig.ok_or(ChunkError::BadTrailerSignature)?;
-            let expected = sign(&s.key, &trailer_string_to_sign(&s.amz_date, &s.scope, &s.previous, &signed_text));
+            let expected = sign(
+                &s.key,
+                &trailer_string_to_sign(&s.amz_date, &s.scope, &s.previous, &signed_text),
+            );
             if !signatures_match(&expected, &sig) {
                 return Err(ChunkError::BadTrailerSignature);
             }
@@ -137,15 +148,31 @@ mod tests {
         let body = b"5\r\nhello\r\n6\r\n world\r\n0\r\nx-amz-checksum-crc32:DUoRhQ==\r\n\r\n";
         let d = decode(body, None).unwrap();
         assert_eq!(d.data, b"hello world");
-        assert_eq!(d.trailers, [("x-amz-checksum-crc32".to_string(), "DUoRhQ==".to_string())]);
-        assert_eq!(decode(b"5\r\nhel", None).unwrap_err(), ChunkError::Truncated);
-        assert_eq!(decode(b"5\r\nhello\r\n", None).unwrap_err(), ChunkError::Truncated);
-        assert!(matches!(decode(b"zz\r\n", None), Err(ChunkError::Malformed(_))));
-        assert!(matches!(decode(b"2\r\nabcd\r\n0\r\n\r\n", None), Err(ChunkError::Malformed(_))));
+        assert_eq!(
+            d.trailers,
+            [("x-amz-checksum-crc32".to_string(), "DUoRhQ==".to_string())]
+        );
+        assert_eq!(
+            decode(b"5\r\nhel", None).unwrap_err(),
+            ChunkError::Truncated
+        );
+        assert_eq!(
+            decode(b"5\r\nhello\r\n", None).unwrap_err(),
+            ChunkError::Truncated
+        );
+        assert!(matches!(
+            decode(b"zz\r\n", None),
+            Err(ChunkError::Malformed(_))
+        ));
+        assert!(matches!(
+            decode(b"2\r\nabcd\r\n0\r\n\r\n", None),
+            Err(ChunkError::Malformed(_))
+        ));
     }
 
     fn signer() -> ChunkSigner {
-        let cred = Credential::parse("AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request").unwrap();
+        let cred =
+            Credential::parse("AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request").unwrap();
         ChunkSigner {
             key: signing_key("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", &cred),
             amz_date: "20130524T000000Z".into(),
@@ -171,9 +198,15 @@ mod tests {
         let mut tampered = documented_body();
         let at = tampered.len() - 200;
         tampered[at] = b'b';
-        assert_eq!(decode(&tampered, Some(signer())).unwrap_err(), ChunkError::BadSignature);
+        assert_eq!(
+            decode(&tampered, Some(signer())).unwrap_err(),
+            ChunkError::BadSignature
+        );
         let mut cut = documented_body();
         cut.truncate(66_000);
-        assert_eq!(decode(&cut, Some(signer())).unwrap_err(), ChunkError::Truncated);
+        assert_eq!(
+            decode(&cut, Some(signer())).unwrap_err(),
+            ChunkError::Truncated
+        );
     }
 }

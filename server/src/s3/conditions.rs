@@ -74,7 +74,10 @@ impl ReadConditions {
                 }
             }
             None => {
-                if self.if_unmodified_since.is_some_and(|t| modified > whole_seconds(t)) {
+                if self
+                    .if_unmodified_since
+                    .is_some_and(|t| modified > whole_seconds(t))
+                {
                     return Err(Failed::Precondition);
                 }
             }
@@ -86,7 +89,10 @@ impl ReadConditions {
                 }
             }
             None => {
-                if self.if_modified_since.is_some_and(|t| modified <= whole_seconds(t)) {
+                if self
+                    .if_modified_since
+                    .is_some_and(|t| modified <= whole_seconds(t))
+                {
                     return Err(Failed::NotModified);
                 }
             }
@@ -162,12 +168,24 @@ mod tests {
         assert_eq!(c(|c| c.if_match = Some("\"abc\"".into())), Ok(()));
         assert_eq!(c(|c| c.if_match = Some("abc, x".into())), Ok(()));
         assert_eq!(c(|c| c.if_match = Some("*".into())), Ok(()));
-        assert_eq!(c(|c| c.if_match = Some("\"zzz\"".into())), Err(Failed::Precondition));
-        assert_eq!(c(|c| c.if_none_match = Some("\"abc\"".into())), Err(Failed::NotModified));
+        assert_eq!(
+            c(|c| c.if_match = Some("\"zzz\"".into())),
+            Err(Failed::Precondition)
+        );
+        assert_eq!(
+            c(|c| c.if_none_match = Some("\"abc\"".into())),
+            Err(Failed::NotModified)
+        );
         assert_eq!(c(|c| c.if_none_match = Some("\"zzz\"".into())), Ok(()));
-        assert_eq!(c(|c| c.if_modified_since = Some(at(1_000_000))), Err(Failed::NotModified));
+        assert_eq!(
+            c(|c| c.if_modified_since = Some(at(1_000_000))),
+            Err(Failed::NotModified)
+        );
         assert_eq!(c(|c| c.if_modified_since = Some(at(999_999))), Ok(()));
-        assert_eq!(c(|c| c.if_unmodified_since = Some(at(999_999))), Err(Failed::Precondition));
+        assert_eq!(
+            c(|c| c.if_unmodified_since = Some(at(999_999))),
+            Err(Failed::Precondition)
+        );
         assert_eq!(c(|c| c.if_unmodified_since = Some(at(1_000_000))), Ok(()));
         // A matching If-Match overrides a failing If-Unmodified-Since (S3's rule).
         assert_eq!(

@@ -60,7 +60,10 @@ impl Credential {
     }
 
     pub fn scope(&self) -> String {
-        format!("{}/{}/{}/aws4_request", self.date, self.region, self.service)
+        format!(
+            "{}/{}/{}/aws4_request",
+            self.date, self.region, self.service
+        )
     }
 }
 
@@ -101,8 +104,8 @@ pub fn parse_authorization(value: &str) -> Result<AuthHeader, SigError> {
 }
 
 fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key)
-        .expect("HMAC accepts keys of any length");
+    let mut mac =
+        <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC accepts keys of any length");
     mac.update(data);
     mac.finalize().into_bytes().into()
 }
@@ -148,7 +151,11 @@ pub fn canonical_query(raw: Option<&str>) -> String {
     let Some(raw) = raw else {
         return String::new();
     };
-    let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
     let mut pairs: Vec<(String, String)> = raw
         .split('&')
         .filter(|p| !p.is_empty())
@@ -223,7 +230,12 @@ pub fn chunk_string_to_sign(amz_date: &str, scope: &str, previous: &str, chunk: 
 }
 
 /// What the signature of the trailer of a signed `aws-chunked` upload covers.
-pub fn trailer_string_to_sign(amz_date: &str, scope: &str, previous: &str, trailer: &str) -> String {
+pub fn trailer_string_to_sign(
+    amz_date: &str,
+    scope: &str,
+    previous: &str,
+    trailer: &str,
+) -> String {
     format!(
         "AWS4-HMAC-SHA256-TRAILER\n{amz_date}\n{scope}\n{previous}\n{}",
         sha256_hex(trailer.as_bytes())
@@ -249,7 +261,14 @@ mod tests {
         headers.insert("x-amz-content-sha256", EMPTY_SHA256.parse().unwrap());
         headers.insert("x-amz-date", "20130524T000000Z".parse().unwrap());
         let ch = canonical_headers(&headers, &auth.signed_headers).unwrap();
-        let creq = canonical_request("GET", "/test.txt", "", &ch, &auth.signed_headers, EMPTY_SHA256);
+        let creq = canonical_request(
+            "GET",
+            "/test.txt",
+            "",
+            &ch,
+            &auth.signed_headers,
+            EMPTY_SHA256,
+        );
         let sts = string_to_sign("20130524T000000Z", &auth.credential.scope(), &creq);
         let key = signing_key(SECRET, &auth.credential);
         assert!(signatures_match(&sign(&key, &sts), &auth.signature));
@@ -258,16 +277,32 @@ mod tests {
     /// The streaming (aws-chunked) example of the S3 SigV4 documentation.
     #[test]
     fn documented_chunk_signatures() {
-        let cred = Credential::parse("AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request").unwrap();
+        let cred =
+            Credential::parse("AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request").unwrap();
         let key = signing_key(SECRET, &cred);
         let seed = "4f232c4386841ef735655705268965c44a0e4690baa4adea153f7db9fa80a0a9";
         let date = "20130524T000000Z";
-        let c1 = sign(&key, &chunk_string_to_sign(date, &cred.scope(), seed, &[b'a'; 65536]));
-        assert_eq!(c1, "ad80c730a21e5b8d04586a2213dd63b9a0e99e0e2307b0ade35a65485a288648");
-        let c2 = sign(&key, &chunk_string_to_sign(date, &cred.scope(), &c1, &[b'a'; 1024]));
-        assert_eq!(c2, "0055627c9e194cb4542bae2aa5492e3c1575bbb81b612b7d234b86a503ef5497");
+        let c1 = sign(
+            &key,
+            &chunk_string_to_sign(date, &cred.scope(), seed, &[b'a'; 65536]),
+        );
+        assert_eq!(
+            c1,
+            "ad80c730a21e5b8d04586a2213dd63b9a0e99e0e2307b0ade35a65485a288648"
+        );
+        let c2 = sign(
+            &key,
+            &chunk_string_to_sign(date, &cred.scope(), &c1, &[b'a'; 1024]),
+        );
+        assert_eq!(
+            c2,
+            "0055627c9e194cb4542bae2aa5492e3c1575bbb81b612b7d234b86a503ef5497"
+        );
         let c3 = sign(&key, &chunk_string_to_sign(date, &cred.scope(), &c2, b""));
-        assert_eq!(c3, "b6c6ea8a5354eaf15b3cb7646744f4275b71ea724fed81ceb9323e279d449df9");
+        assert_eq!(
+            c3,
+            "b6c6ea8a5354eaf15b3cb7646744f4275b71ea724fed81ceb9323e279d449df9"
+        );
     }
 
     #[test]
