@@ -4,11 +4,14 @@
 //! which S3 error code goes with which HTTP status, and what the S3 XML documents look like.
 //! Both the server and the clients depend on it, so a rule written here holds on both ends.
 
+pub mod block_hash;
 pub mod bucket;
 pub mod error;
+pub mod events;
 pub mod key;
 pub mod placement;
 pub mod range;
+pub mod route;
 pub mod size;
 pub mod xml;
 

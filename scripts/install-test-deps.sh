@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# What the test suite needs besides Rust: curl and rclone from Debian, and two Python virtual
+# environments (boto3 + pytest in .venv-s3; aws-cli v1 + s3cmd in .venv-cli, apart because
+# aws-cli v1 pins an older botocore than the current boto3). Idempotent and quick when done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+for pkg in curl rclone python3-venv pkg-config ca-certificates; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${need[@]}"
+fi
+
+venv() {
+    local dir=$1 reqs=$2 stamp
+    stamp="$dir/.requirements"
+    if [ -x "$dir/bin/python" ] && cmp -s "$reqs" "$stamp"; then
+        return
+    fi
+    python3 -m venv "$dir"
+    "$dir/bin/pip" install -q --upgrade pip
+    "$dir/bin/pip" install -q --upgrade -r "$reqs"
+    cp "$reqs" "$stamp"
+}
+venv .venv-s3 tests/s3compat/requirements.txt
+venv .venv-cli tests/s3compat/requirements-cli.txt
+echo "test dependencies: $(.venv-s3/bin/python -c 'import boto3; print("boto3", boto3.__version__)'), $(.venv-cli/bin/aws --version 2>&1 | cut -d' ' -f1), $(.venv-cli/bin/s3cmd --version), $(rclone version | head -1)"
