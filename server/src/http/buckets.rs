@@ -192,15 +192,12 @@ fn encoder(url_encode: bool) -> impl Fn(&str) -> String {
     }
 }
 
-/// ListObjectVersions: every object is its only version, with version id `null`.
-pub async fn list_versions(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
-    let p = list_params(&ctx.target)?;
-    let key_marker = ctx.target.param("key-marker").unwrap_or("").to_string();
-    let after = (!key_marker.is_empty()).then(|| key_marker.clone());
-    let (items, truncated) = page(&ctx.shard, bucket, &p, after).await?;
-    let enc = encoder(p.url_encode);
-    let last = items.last().map(|i| i.name().to_string());
-    let mut version = Vec::new();
+/// Splits a page into object entries and common prefixes, names encoded by `enc`.
+fn split(
+    items: Vec<ListItem>,
+    enc: &dyn Fn(&str) -> String,
+) -> (Vec<ObjectEntry>, Vec<CommonPrefix>) {
+    let mut contents = Vec::new();
     let mut common_prefixes = Vec::new();
     for item in items {
         match item {
@@ -209,19 +206,41 @@ pub async fn list_versions(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
                 size,
                 etag,
                 last_modified,
-            } => version.push(VersionEntry {
+            } => contents.push(ObjectEntry {
                 key: enc(&key),
-                version_id: "null",
-                is_latest: true,
                 last_modified: humantime::format_rfc3339_millis(last_modified).to_string(),
                 etag,
                 size,
                 storage_class: "STANDARD",
-                owner: owner(),
             }),
-            ListItem::Prefix(pfx) => common_prefixes.push(CommonPrefix { prefix: enc(&pfx) }),
+            ListItem::Prefix(p) => common_prefixes.push(CommonPrefix { prefix: enc(&p) }),
         }
     }
+    (contents, common_prefixes)
+}
+
+/// ListObjectVersions: every object is its only version, with version id `null`.
+pub async fn list_versions(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
+    let p = list_params(&ctx.target)?;
+    let key_marker = ctx.target.param("key-marker").unwrap_or("").to_string();
+    let after = (!key_marker.is_empty()).then(|| key_marker.clone());
+    let (items, truncated) = page(&ctx.shard, bucket, &p, after).await?;
+    let enc = encoder(p.url_encode);
+    let last = items.last().map(|i| i.name().to_string());
+    let (objects, common_prefixes) = split(items, &enc);
+    let version = objects
+        .into_iter()
+        .map(|o| VersionEntry {
+            key: o.key,
+            version_id: "null",
+            is_latest: true,
+            last_modified: o.last_modified,
+            etag: o.etag,
+            size: o.size,
+            storage_class: "STANDARD",
+            owner: owner(),
+        })
+        .collect();
     let doc = ListVersionsResult {
         xmlns: S3_NS,
         name: bucket.to_string(),
@@ -273,25 +292,7 @@ pub async fn list_objects(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
 
     let enc = encoder(url_encode);
     let last = items.last().map(|i| i.name().to_string());
-    let mut contents = Vec::new();
-    let mut common_prefixes = Vec::new();
-    for item in items {
-        match item {
-            ListItem::Object {
-                key,
-                size,
-                etag,
-                last_modified,
-            } => contents.push(ObjectEntry {
-                key: enc(&key),
-                last_modified: humantime::format_rfc3339_millis(last_modified).to_string(),
-                etag,
-                size,
-                storage_class: "STANDARD",
-            }),
-            ListItem::Prefix(p) => common_prefixes.push(CommonPrefix { prefix: enc(&p) }),
-        }
-    }
+    let (contents, common_prefixes) = split(items, &enc);
     let mut doc = ListBucketResult {
         xmlns: S3_NS,
         name: bucket.to_string(),

@@ -11,7 +11,7 @@ use yutu_api::{RangeSpec, S3ErrorCode};
 
 use super::ctx::Ctx;
 use super::error::S3Error;
-use super::objects::{bucket_must_exist, check_key, object_limit};
+use super::objects::{bucket_must_exist, check_key, object_limit, store};
 use super::{meta, xml_response, Resp};
 use crate::auth::Action;
 use crate::s3::checksum::{md5, Algorithm, Checksum};
@@ -107,17 +107,7 @@ pub async fn copy_object(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3E
         return Err(S3Error::new(S3ErrorCode::InvalidRequest).msg("This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."));
     }
     let mut new = if replace {
-        let m = meta::from_request(&ctx.headers)?;
-        ObjectMeta {
-            size: 0,
-            etag: String::new(),
-            last_modified: SystemTime::now(),
-            content_type: m.content_type,
-            headers: m.headers,
-            user_meta: m.user_meta,
-            checksum: None,
-            parts: None,
-        }
+        meta::from_request(&ctx.headers)?.into_object_meta()
     } else {
         (*src_meta).clone()
     };
@@ -134,18 +124,7 @@ pub async fn copy_object(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3E
         composite_parts: None,
     });
     let cond = WriteConditions::from_headers(&ctx.headers);
-    let (b, k) = (bucket.to_string(), key.to_string());
-    let stored = ctx
-        .shard
-        .call(ctx.shard.owner(bucket, key), |reply| Request::Put {
-            bucket: b,
-            key: k,
-            data,
-            meta: new,
-            cond,
-            reply,
-        })
-        .await??;
+    let stored = store(ctx, bucket, key, data, new, cond).await?;
     let doc = CopyResult {
         xmlns: S3_NS,
         last_modified: humantime::format_rfc3339_millis(stored.last_modified).to_string(),

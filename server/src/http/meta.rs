@@ -33,6 +33,22 @@ fn text(name: &str, v: &http::HeaderValue) -> Result<String, S3Error> {
     })
 }
 
+impl RequestMeta {
+    /// An object's metadata with these headers; size, ETag and checksum are filled in later.
+    pub fn into_object_meta(self) -> ObjectMeta {
+        ObjectMeta {
+            size: 0,
+            etag: String::new(),
+            last_modified: std::time::SystemTime::now(),
+            content_type: self.content_type,
+            headers: self.headers,
+            user_meta: self.user_meta,
+            checksum: None,
+            parts: None,
+        }
+    }
+}
+
 /// Reads Content-Type, the stored headers and `x-amz-meta-*` from a request.
 pub fn from_request(h: &HeaderMap) -> Result<RequestMeta, S3Error> {
     let mut user_meta = Vec::new();

@@ -23,7 +23,6 @@ use crate::multipart::{CompletePart, Upload, MAX_PART_NUMBER};
 use crate::s3::checksum::{md5, Algorithm};
 use crate::s3::conditions::WriteConditions;
 use crate::shard::Request;
-use crate::store::ObjectMeta;
 
 /// Largest part (S3's limit), further bounded by a shard's DRAM.
 pub const MAX_PART_SIZE: u64 = 5 << 30;
@@ -95,16 +94,7 @@ pub async fn create(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error>
         bucket: bucket.to_string(),
         key: key.to_string(),
         initiated: SystemTime::now(),
-        template: ObjectMeta {
-            size: 0,
-            etag: String::new(),
-            last_modified: SystemTime::now(),
-            content_type: m.content_type,
-            headers: m.headers,
-            user_meta: m.user_meta,
-            checksum: None,
-            parts: None,
-        },
+        template: m.into_object_meta(),
         checksum: alg,
         full_object_checksum: full_object,
         parts: BTreeMap::new(),

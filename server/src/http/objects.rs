@@ -1,7 +1,7 @@
 //! Object operations: PutObject, GetObject (with Range and conditions), HeadObject,
 //! DeleteObject.
 
-use std::time::SystemTime;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
@@ -62,19 +62,31 @@ pub async fn put(ctx: &Ctx, body: Incoming, bucket: &str, key: &str) -> Result<R
     let req_meta = meta::from_request(&ctx.headers)?;
     let cond = WriteConditions::from_headers(&ctx.headers);
     let received = payload::receive(ctx, body, limit).await?;
-    let meta = ObjectMeta {
-        size: received.data.len() as u64,
-        etag: format!("\"{}\"", hex::encode(received.md5)),
-        last_modified: SystemTime::now(),
-        content_type: req_meta.content_type,
-        headers: req_meta.headers,
-        user_meta: req_meta.user_meta,
-        checksum: received.checksum,
-        parts: None,
-    };
+    let mut meta = req_meta.into_object_meta();
+    meta.size = received.data.len() as u64;
+    meta.etag = format!("\"{}\"", hex::encode(received.md5));
+    meta.checksum = received.checksum;
+    let stored = store(ctx, bucket, key, received.data, meta, cond).await?;
+    let mut resp = Response::builder()
+        .status(StatusCode::OK)
+        .header("etag", &stored.etag);
+    if let Some(c) = &stored.checksum {
+        resp = resp.header(c.algorithm.header(), c.header_value());
+    }
+    Ok(resp.body(Full::new(Bytes::new())).unwrap_or_default())
+}
+
+/// Stores an object on the shard that owns it.
+pub async fn store(
+    ctx: &Ctx,
+    bucket: &str,
+    key: &str,
+    data: Bytes,
+    meta: ObjectMeta,
+    cond: WriteConditions,
+) -> Result<Arc<ObjectMeta>, S3Error> {
     let (b, k) = (bucket.to_string(), key.to_string());
-    let data = received.data;
-    let stored = ctx
+    Ok(ctx
         .shard
         .call(ctx.shard.owner(bucket, key), |reply| Request::Put {
             bucket: b,
@@ -84,14 +96,7 @@ pub async fn put(ctx: &Ctx, body: Incoming, bucket: &str, key: &str) -> Result<R
             cond,
             reply,
         })
-        .await??;
-    let mut resp = Response::builder()
-        .status(StatusCode::OK)
-        .header("etag", &stored.etag);
-    if let Some(c) = &stored.checksum {
-        resp = resp.header(c.algorithm.header(), c.header_value());
-    }
-    Ok(resp.body(Full::new(Bytes::new())).unwrap_or_default())
+        .await??)
 }
 
 pub async fn get(ctx: &Ctx, bucket: &str, key: &str, head_only: bool) -> Result<Resp, S3Error> {
