@@ -22,9 +22,9 @@ pub enum BucketNameError {
     Reserved,
 }
 
-/// Path segments the server answers itself (`/health`, `/ready`, `/metrics`): a bucket of that
+/// Path segments the server answers itself (`/admin/...`, `/health`, `/ready`, `/metrics`): a bucket of that
 /// name could never be listed in path style, so creating one is refused.
-pub const RESERVED_NAMES: &[&str] = &["health", "ready", "metrics"];
+pub const RESERVED_NAMES: &[&str] = &["admin", "health", "ready", "metrics"];
 
 /// Checks `name` against S3's bucket naming rules and Yutu's reserved names.
 pub fn validate_bucket_name(name: &str) -> Result<(), BucketNameError> {

@@ -49,6 +49,15 @@ pub struct Flags {
     /// Seconds after which an unfinished multipart upload is aborted and its parts freed.
     #[arg(long)]
     pub multipart_timeout_secs: Option<u64>,
+    /// This node's name towards the conductor (default: the host name).
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// Base URL of the conductor to publish KV events to (e.g. http://10.0.0.5:9100).
+    #[arg(long)]
+    pub conductor: Option<String>,
+    /// The URL the conductor reaches this node at (default: http://LISTEN-ADDRESS).
+    #[arg(long)]
+    pub advertise_url: Option<String>,
     /// TOML file with any of the settings above, and `[[users]]`.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -87,6 +96,9 @@ pub struct FileConfig {
     pub log_format: Option<String>,
     pub domains: Option<Vec<String>>,
     pub multipart_timeout_secs: Option<u64>,
+    pub node_name: Option<String>,
+    pub conductor: Option<String>,
+    pub advertise_url: Option<String>,
     #[serde(default)]
     pub users: Vec<User>,
 }
@@ -105,6 +117,12 @@ pub struct Settings {
     pub domains: Vec<String>,
     pub multipart_timeout: std::time::Duration,
     pub users: Vec<std::sync::Arc<User>>,
+    pub node_name: String,
+    pub conductor: Option<String>,
+    pub advertise_url: Option<String>,
+    /// This run of the node, in milliseconds since the Unix epoch: KV events are numbered per
+    /// epoch, so the conductor can tell a restart from a gap.
+    pub epoch: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,6 +257,19 @@ impl Settings {
                     .unwrap_or(24 * 3600),
             ),
             users: file.users.into_iter().map(std::sync::Arc::new).collect(),
+            node_name: flags.node_name.or(file.node_name).unwrap_or_else(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_string())
+                    .ok()
+                    .filter(|h| !h.is_empty())
+                    .unwrap_or_else(|| "yutu".to_string())
+            }),
+            conductor: flags.conductor.or(file.conductor),
+            advertise_url: flags.advertise_url.or(file.advertise_url),
+            epoch: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(1),
         })
     }
 

@@ -62,12 +62,13 @@ pub enum Op {
     AbortMultipartUpload,
     ListParts,
     ListMultipartUploads,
+    Admin,
     Ops,
     Unsupported,
 }
 
 impl Op {
-    pub const ALL: [Op; 22] = [
+    pub const ALL: [Op; 23] = [
         Op::ListBuckets,
         Op::CreateBucket,
         Op::DeleteBucket,
@@ -88,6 +89,7 @@ impl Op {
         Op::AbortMultipartUpload,
         Op::ListParts,
         Op::ListMultipartUploads,
+        Op::Admin,
         Op::Ops,
         Op::Unsupported,
     ];
@@ -114,6 +116,7 @@ impl Op {
             Op::AbortMultipartUpload => "AbortMultipartUpload",
             Op::ListParts => "ListParts",
             Op::ListMultipartUploads => "ListMultipartUploads",
+            Op::Admin => "Admin",
             Op::Ops => "Ops",
             Op::Unsupported => "Unsupported",
         }
@@ -160,6 +163,7 @@ pub struct ShardMetrics {
     pub bytes_out: Counter,
     pub evictions: Counter,
     pub forwarded: Counter,
+    pub events_published: Counter,
     pub dram_used: Gauge,
     pub dram_capacity: Gauge,
     pub objects: Gauge,
@@ -176,6 +180,7 @@ impl Default for ShardMetrics {
             bytes_out: Counter::default(),
             evictions: Counter::default(),
             forwarded: Counter::default(),
+            events_published: Counter::default(),
             dram_used: Gauge::default(),
             dram_capacity: Gauge::default(),
             objects: Gauge::default(),
@@ -267,7 +272,7 @@ pub fn render(shards: &[std::sync::Arc<ShardMetrics>]) -> String {
         &'static str,
         fn(&ShardMetrics) -> u64,
     );
-    let simple: [Series; 7] = [
+    let simple: [Series; 8] = [
         (
             "yutu_bytes_in_total",
             "counter",
@@ -291,6 +296,12 @@ pub fn render(shards: &[std::sync::Arc<ShardMetrics>]) -> String {
             "counter",
             "Requests handed to the owning shard over a channel.",
             |m| m.forwarded.get(),
+        ),
+        (
+            "yutu_kv_events_published_total",
+            "counter",
+            "KV events accepted by the conductor (shard 0 publishes for the node).",
+            |m| m.events_published.get(),
         ),
         (
             "yutu_dram_used_bytes",

@@ -158,7 +158,10 @@ async fn run_shard(
     let max_objects = (shard_memory / 1024).clamp(4096, 1 << 22) as u32;
     let arena = Arena::new(&format!("yutu-shard-{id}"), shard_memory, max_objects)
         .map_err(|e| e.to_string())?;
-    let store = ShardStore::new(arena, policy(settings.eviction), metrics[id].clone());
+    let mut store = ShardStore::new(arena, policy(settings.eviction), metrics[id].clone());
+    if settings.conductor.is_some() {
+        store.record_events();
+    }
     let shard = Rc::new(Shard::new(
         id,
         n,
@@ -177,6 +180,16 @@ async fn run_shard(
         .detach();
     }
     spawn_upload_reaper(shard.clone());
+    if let Some(conductor) = &settings.conductor {
+        crate::kv_events::spawn_flusher(shard.clone());
+        if id == 0 {
+            let advertise = settings
+                .advertise_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{addr}"));
+            crate::kv_events::spawn_pusher(shard.clone(), conductor.clone(), advertise);
+        }
+    }
     tracing::info!(shard = id, memory = shard_memory, "shard ready");
     let _ = ready.send(Ok(id));
     accept_loop(shard, listener).await;

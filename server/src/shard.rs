@@ -21,11 +21,14 @@ use glommio::channels::channel_mesh::Senders;
 use yutu_api::{ByteRange, RangeSpec};
 
 use crate::config::Settings;
+use crate::kv_events::Publisher;
 use crate::listing::{ListItem, ListQuery};
 use crate::metrics::ShardMetrics;
 use crate::multipart::{CompletePart, PartInfo, Upload, UploadInfo};
 use crate::s3::conditions::{ReadConditions, WriteConditions};
 use crate::store::{ObjectMeta, ShardStore, StoreError};
+use yutu_api::block_hash::BlockHash;
+use yutu_api::events::{KvEventKind, KvSnapshot};
 
 pub type Reply<T> = oneshot::Sender<T>;
 pub type GetResult = Result<(Arc<ObjectMeta>, Option<ByteRange>, Bytes), StoreError>;
@@ -94,6 +97,19 @@ pub enum Request {
         bucket: String,
         prefix: String,
         reply: Reply<Vec<UploadInfo>>,
+    },
+    /// To shard 0: KV events to number and publish.
+    KvEvents {
+        events: Vec<KvEventKind>,
+        reply: Reply<()>,
+    },
+    /// Every KV block a shard holds, for a snapshot.
+    Blocks {
+        reply: Reply<Vec<(String, Vec<BlockHash>)>>,
+    },
+    /// Coordinator only (shard 0): a KV snapshot of the node.
+    Snapshot {
+        reply: Reply<Result<KvSnapshot, ShardError>>,
     },
     Delete {
         bucket: String,
@@ -167,6 +183,8 @@ pub struct Shard {
     pub metrics: Arc<ShardMetrics>,
     pub all_metrics: Arc<Vec<Arc<ShardMetrics>>>,
     senders: Option<Senders<Request>>,
+    /// Shard 0: numbers and publishes KV events.
+    pub publisher: Option<Rc<Publisher>>,
     /// Serialises bucket creation and deletion on the coordinator.
     bucket_lock: glommio::sync::Semaphore,
     request_seq: Cell<u64>,
@@ -181,6 +199,8 @@ impl Shard {
         all_metrics: Arc<Vec<Arc<ShardMetrics>>>,
         senders: Option<Senders<Request>>,
     ) -> Shard {
+        let publisher =
+            (id == 0).then(|| Rc::new(Publisher::new(settings.node_name.clone(), settings.epoch)));
         Shard {
             id,
             nshards,
@@ -188,6 +208,7 @@ impl Shard {
             store: RefCell::new(store),
             metrics: all_metrics[id].clone(),
             all_metrics,
+            publisher,
             senders,
             bucket_lock: glommio::sync::Semaphore::new(1),
             request_seq: Cell::new(0),
@@ -370,6 +391,22 @@ impl Shard {
             } => {
                 self.store.borrow_mut().finish_close(&name, commit);
                 let _ = reply.send(());
+            }
+            Request::KvEvents { events, reply } => {
+                if let Some(p) = &self.publisher {
+                    p.append(events);
+                }
+                let _ = reply.send(());
+            }
+            Request::Blocks { reply } => {
+                let _ = reply.send(self.store.borrow().blocks());
+            }
+            Request::Snapshot { reply } => {
+                let this = self.clone();
+                glommio::spawn_local(async move {
+                    let _ = reply.send(crate::kv_events::snapshot(&this).await);
+                })
+                .detach();
             }
             Request::CreateBucket { name, owner, reply } => {
                 let this = self.clone();

@@ -17,11 +17,14 @@ use yutu_api::{ByteRange, RangeSpec};
 
 use crate::arena::{Arena, Extent};
 use crate::eviction::{EntryId, EvictionPolicy};
+use crate::kv_events::EventLog;
 use crate::listing::{shard_page, ListItem, ListQuery, Listable};
 use crate::metrics::ShardMetrics;
 use crate::multipart::Upload;
 use crate::s3::checksum::Checksum;
 use crate::s3::conditions::{Failed, ReadConditions, WriteConditions};
+use yutu_api::block_hash::BlockHash;
+use yutu_api::events::KvEventKind;
 
 /// Index bytes charged per object beyond its key and metadata: the B-tree slot, the entry,
 /// the reverse id map and the policy's node, rounded up.
@@ -135,6 +138,8 @@ pub struct ShardStore {
     used: u64,
     capacity: u64,
     metrics: Arc<ShardMetrics>,
+    /// KV events for the conductor; `None` when no conductor is configured.
+    events: Option<EventLog>,
 }
 
 impl ShardStore {
@@ -151,7 +156,33 @@ impl ShardStore {
             used: 0,
             capacity,
             metrics,
+            events: None,
         }
+    }
+
+    /// Starts recording KV events (a conductor is configured).
+    pub fn record_events(&mut self) {
+        self.events = Some(EventLog::default());
+    }
+
+    pub fn take_events(&mut self) -> Vec<KvEventKind> {
+        self.events.as_mut().map(EventLog::take).unwrap_or_default()
+    }
+
+    /// Every KV block this shard holds, by bucket.
+    pub fn blocks(&self) -> Vec<(String, Vec<BlockHash>)> {
+        self.buckets
+            .iter()
+            .map(|(name, b)| {
+                let blocks: Vec<BlockHash> = b
+                    .objects
+                    .keys()
+                    .filter_map(|k| BlockHash::from_key(k))
+                    .collect();
+                (name.clone(), blocks)
+            })
+            .filter(|(_, blocks)| !blocks.is_empty())
+            .collect()
     }
 
     pub fn capacity(&self) -> u64 {
@@ -221,6 +252,9 @@ impl ShardStore {
             if self.buckets.get(name).is_some_and(|b| b.objects.is_empty()) {
                 self.buckets.remove(name);
                 self.drop_uploads_of(name);
+                if let Some(ev) = self.events.as_mut() {
+                    ev.cleared(name);
+                }
             }
         } else if let Some(b) = self.buckets.get_mut(name) {
             b.closing = false;
@@ -338,6 +372,9 @@ impl ShardStore {
                 part.objects.insert(key.to_string(), entry);
                 self.ids.insert(id, (bucket.to_string(), key.to_string()));
                 self.policy.on_insert(id, size);
+                if let Some(ev) = self.events.as_mut() {
+                    ev.stored(bucket, key);
+                }
             }
             // Callers check the bucket first and never yield in between; should that ever
             // change, the bytes are released rather than leaked.
@@ -420,6 +457,9 @@ impl ShardStore {
         };
         self.policy.on_remove(entry.id);
         self.drop_entry(entry);
+        if let Some(ev) = self.events.as_mut() {
+            ev.removed(bucket, key);
+        }
         true
     }
 
@@ -447,6 +487,9 @@ impl ShardStore {
             if let Some(entry) = entry {
                 tracing::debug!(bucket, key, size = entry.meta.size, "evicted");
                 self.drop_entry(entry);
+                if let Some(ev) = self.events.as_mut() {
+                    ev.removed(&bucket, &key);
+                }
                 self.metrics.evictions.inc();
                 return true;
             }

@@ -1,7 +1,9 @@
 //! The HTTP face of a shard: hyper 1.x connections on glommio, S3 routing and handlers.
 
+pub mod admin;
 pub mod body;
 pub mod buckets;
+pub mod client;
 pub mod copy;
 pub mod ctx;
 pub mod delete_many;

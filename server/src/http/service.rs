@@ -17,7 +17,7 @@ use super::error::S3Error;
 use super::io::HyperStream;
 use super::target::Target;
 use super::timer::GlommioTimer;
-use super::{buckets, copy, delete_many, multipart, objects, Resp};
+use super::{admin, buckets, copy, delete_many, multipart, objects, Resp};
 use crate::auth::Action;
 use crate::metrics::{render, Op};
 use crate::s3::authenticate::authenticate;
@@ -172,6 +172,9 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
         target,
         auth,
     };
+    if ctx.target.bucket.as_deref() == Some("admin") && !ctx.target.virtual_host {
+        return (Op::Admin, admin::route(&ctx).await);
+    }
     let bucket = ctx.target.bucket.clone();
     let key = ctx.target.key.clone();
     match (bucket, key) {

@@ -1,0 +1,47 @@
+//! The admin API (`/admin/...`, admin users only): for now the KV snapshot the conductor
+//! resyncs from.
+
+use bytes::Bytes;
+use http::{Method, Response, StatusCode};
+use http_body_util::Full;
+use yutu_api::S3ErrorCode;
+
+use super::ctx::Ctx;
+use super::error::S3Error;
+use super::Resp;
+use crate::auth::Identity;
+use crate::shard::Request;
+
+fn json(value: &impl serde::Serialize) -> Result<Resp, S3Error> {
+    let body = serde_json::to_vec(value).map_err(|e| {
+        tracing::error!(error = %e, "cannot encode an admin answer");
+        S3Error::new(S3ErrorCode::InternalError)
+    })?;
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap_or_default())
+}
+
+pub async fn route(ctx: &Ctx) -> Result<Resp, S3Error> {
+    let is_admin = match ctx.identity() {
+        Identity::Open => true,
+        Identity::User(u) => u.admin,
+    };
+    if !is_admin {
+        return Err(
+            S3Error::new(S3ErrorCode::AccessDenied).msg("The admin API needs an admin user.")
+        );
+    }
+    match (&ctx.method, ctx.target.key.as_deref()) {
+        (&Method::GET, Some("v1/kv/snapshot")) => {
+            let snapshot = ctx
+                .shard
+                .call(0, |reply| Request::Snapshot { reply })
+                .await??;
+            json(&snapshot)
+        }
+        _ => Err(S3Error::new(S3ErrorCode::InvalidRequest).msg("Unknown admin endpoint.")),
+    }
+}

@@ -1,0 +1,123 @@
+//! A small HTTP/1.1 client on glommio, for the node's own outgoing calls (publishing KV events
+//! to the conductor). It reuses hyper's client connection over the same socket adapter the
+//! server uses, keeps one connection alive and reconnects after an error.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use glommio::net::TcpStream;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+
+use super::io::HyperStream;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("invalid URL {0:?}: only http://host:port[/path] is supported")]
+    Url(String),
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("HTTP error: {0}")]
+    Http(#[from] hyper::Error),
+    #[error("the request timed out")]
+    Timeout,
+    #[error("cannot build the request: {0}")]
+    Request(#[from] http::Error),
+}
+
+/// A response, fully read.
+pub struct Reply {
+    pub status: u16,
+    pub body: Bytes,
+}
+
+/// One keep-alive connection to one `http://host:port` base URL.
+pub struct Client {
+    authority: String,
+    base_path: String,
+    sender: Option<SendRequest<Full<Bytes>>>,
+    timeout: Duration,
+}
+
+impl Client {
+    pub fn new(base: &str, timeout: Duration) -> Result<Client, ClientError> {
+        let rest = base
+            .strip_prefix("http://")
+            .ok_or_else(|| ClientError::Url(base.to_string()))?;
+        let (authority, path) = match rest.split_once('/') {
+            Some((a, p)) => (a, format!("/{}", p.trim_end_matches('/'))),
+            None => (rest, String::new()),
+        };
+        if authority.is_empty() {
+            return Err(ClientError::Url(base.to_string()));
+        }
+        Ok(Client {
+            authority: authority.to_string(),
+            base_path: if path == "/" { String::new() } else { path },
+            sender: None,
+            timeout,
+        })
+    }
+
+    async fn connect(&mut self) -> Result<SendRequest<Full<Bytes>>, ClientError> {
+        let stream =
+            TcpStream::connect(&self.authority)
+                .await
+                .map_err(|e| ClientError::Connect {
+                    addr: self.authority.clone(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+        let _ = stream.set_nodelay(true);
+        let (sender, conn) = hyper::client::conn::http1::handshake(HyperStream(stream)).await?;
+        glommio::spawn_local(async move {
+            let _ = conn.await;
+        })
+        .detach();
+        Ok(sender)
+    }
+
+    /// Sends `method path` with a JSON body (or none) and reads the whole answer.
+    pub async fn send(
+        &mut self,
+        method: http::Method,
+        path: &str,
+        json: Option<Vec<u8>>,
+    ) -> Result<Reply, ClientError> {
+        let mut sender = match self.sender.take() {
+            Some(s) if !s.is_closed() => s,
+            _ => self.connect().await?,
+        };
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base_path))
+            .header(http::header::HOST, &self.authority);
+        if json.is_some() {
+            req = req.header(http::header::CONTENT_TYPE, "application/json");
+        }
+        let req = req.body(Full::new(Bytes::from(json.unwrap_or_default())))?;
+        let exchange = async {
+            let resp = sender.send_request(req).await?;
+            let status = resp.status().as_u16();
+            let body = resp.into_body().collect().await?.to_bytes();
+            Ok::<_, ClientError>(Reply { status, body })
+        };
+        let reply = glommio::timer::timeout(self.timeout, async {
+            exchange.await.map_err(|e| {
+                glommio::GlommioError::<()>::IoError(std::io::Error::other(e.to_string()))
+            })
+        })
+        .await
+        .map_err(|e| match e {
+            glommio::GlommioError::TimedOut(_) => ClientError::Timeout,
+            other => ClientError::Connect {
+                addr: self.authority.clone(),
+                source: std::io::Error::other(other.to_string()),
+            },
+        })?;
+        self.sender = Some(sender);
+        Ok(reply)
+    }
+}
