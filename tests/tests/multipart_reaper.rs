@@ -19,7 +19,7 @@ fn abandoned_uploads_are_reaped() {
     assert!(server.metric_sum("yutu_dram_used_bytes") >= (1 << 20) as f64);
     assert_eq!(
         xml::values(&c.get("/mpu?uploads").text(), "UploadId"),
-        [id.clone()]
+        std::slice::from_ref(&id)
     );
     // The reaper runs about once a second; give it a generous deadline.
     assert!(
