@@ -115,6 +115,17 @@ impl Arena {
         self.alloc.free(extent.alloc);
     }
 
+    /// `len` bytes at `offset`, if the range lies inside the arena.
+    pub fn slice(&self, offset: u64, len: u64) -> Option<&[u8]> {
+        let end = offset.checked_add(len)?;
+        self.map.get(offset as usize..end as usize)
+    }
+
+    pub fn slice_mut(&mut self, offset: u64, len: u64) -> Option<&mut [u8]> {
+        let end = offset.checked_add(len)?;
+        self.map.get_mut(offset as usize..end as usize)
+    }
+
     pub fn bytes(&self, extent: &Extent) -> &[u8] {
         &self.map[extent.offset as usize..(extent.offset + extent.len) as usize]
     }

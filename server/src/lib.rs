@@ -9,6 +9,7 @@ pub mod auth;
 pub mod config;
 pub mod eviction;
 pub mod http;
+pub mod kv;
 pub mod kv_events;
 pub mod listing;
 pub mod metrics;

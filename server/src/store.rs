@@ -17,6 +17,7 @@ use yutu_api::{ByteRange, RangeSpec};
 
 use crate::arena::{Arena, Extent};
 use crate::eviction::{EntryId, EvictionPolicy};
+use crate::kv::{Lease, PendingPut, Pin};
 use crate::kv_events::EventLog;
 use crate::listing::{shard_page, ListItem, ListQuery, Listable};
 use crate::metrics::ShardMetrics;
@@ -92,11 +93,11 @@ pub enum StoreError {
     BadDigest(String),
 }
 
-struct Entry {
-    id: EntryId,
-    extent: Extent,
-    meta: Arc<ObjectMeta>,
-    charge: u64,
+pub(crate) struct Entry {
+    pub(crate) id: EntryId,
+    pub(crate) extent: Extent,
+    pub(crate) meta: Arc<ObjectMeta>,
+    pub(crate) charge: u64,
 }
 
 impl Listable for Entry {
@@ -111,11 +112,11 @@ impl Listable for Entry {
     }
 }
 
-struct BucketPart {
+pub(crate) struct BucketPart {
     created: SystemTime,
     owner: String,
     closing: bool,
-    objects: BTreeMap<String, Entry>,
+    pub(crate) objects: BTreeMap<String, Entry>,
 }
 
 /// A bucket as every shard knows it.
@@ -128,16 +129,22 @@ pub struct BucketInfo {
 
 pub struct ShardStore {
     pub(crate) arena: Arena,
-    buckets: HashMap<String, BucketPart>,
+    pub(crate) buckets: HashMap<String, BucketPart>,
     /// Multipart uploads in progress whose key this shard owns, by upload id.
     pub(crate) uploads: HashMap<String, Upload>,
+    /// Entries under at least one read lease: never evicted, never freed while pinned.
+    pub(crate) pins: HashMap<EntryId, Pin>,
+    /// Read leases handed out with descriptors, by lease id.
+    pub(crate) leases: HashMap<u64, Lease>,
+    /// Two-phase puts between put-start and put-end, by put id.
+    pub(crate) pending_puts: HashMap<u64, PendingPut>,
     /// Reverse index for the eviction policy, which deals in ids only.
-    ids: HashMap<EntryId, (String, String)>,
-    policy: Box<dyn EvictionPolicy>,
-    next_id: EntryId,
-    used: u64,
+    pub(crate) ids: HashMap<EntryId, (String, String)>,
+    pub(crate) policy: Box<dyn EvictionPolicy>,
+    pub(crate) next_id: EntryId,
+    pub(crate) used: u64,
     capacity: u64,
-    metrics: Arc<ShardMetrics>,
+    pub(crate) metrics: Arc<ShardMetrics>,
     /// KV events for the conductor; `None` when no conductor is configured.
     events: Option<EventLog>,
 }
@@ -150,6 +157,9 @@ impl ShardStore {
             arena,
             buckets: HashMap::new(),
             uploads: HashMap::new(),
+            pins: HashMap::new(),
+            leases: HashMap::new(),
+            pending_puts: HashMap::new(),
             ids: HashMap::new(),
             policy,
             next_id: 1,
@@ -468,10 +478,17 @@ impl ShardStore {
         self.arena.free(extent);
     }
 
+    /// Frees an entry's bytes, unless a lease still pins them: then they stay reserved (and
+    /// unreachable by key) until the last lease on them ends.
     fn drop_entry(&mut self, entry: Entry) {
         self.ids.remove(&entry.id);
-        self.used -= entry.charge;
-        self.arena.free(entry.extent);
+        match self.pins.get_mut(&entry.id) {
+            Some(pin) => pin.orphan = Some((entry.extent, entry.charge)),
+            None => {
+                self.used -= entry.charge;
+                self.arena.free(entry.extent);
+            }
+        }
     }
 
     /// Evicts the policy's victim; `false` when nothing is evictable.

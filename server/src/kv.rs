@@ -1,0 +1,366 @@
+//! The KV data path on a shard: read leases, two-phase puts, existence and prefix queries.
+//!
+//! A client reads a block one-sidedly from the shard's arena, so the server hands out where
+//! the bytes are and promises, for the lease's lifetime, not to reuse them: a leased entry is
+//! taken out of the eviction policy, and if it is deleted or replaced meanwhile its bytes stay
+//! reserved (an orphan) until the last lease on it ends. A read after expiry is refused by the
+//! transfer layer, never served from reused memory.
+//!
+//! A two-phase put reserves arena space (put-start), the client writes into it one-sidedly,
+//! and put-end publishes it in one non-yielding step, so a reader sees the old object or the
+//! whole new one. A put-start never ended is reclaimed when its deadline passes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::arena::Extent;
+use crate::eviction::EntryId;
+use crate::store::{ObjectMeta, ShardStore, StoreError};
+
+/// A pinned entry: how many leases hold it, and its bytes once it left the index.
+pub struct Pin {
+    pub(crate) count: u32,
+    pub(crate) orphan: Option<(Extent, u64)>,
+}
+
+pub struct Lease {
+    pub(crate) entries: Vec<EntryId>,
+    pub(crate) expires: Instant,
+}
+
+pub struct PendingPut {
+    pub(crate) bucket: String,
+    pub(crate) key: String,
+    pub(crate) extent: Extent,
+    pub(crate) charge: u64,
+    pub(crate) meta: ObjectMeta,
+    pub(crate) expires: Instant,
+}
+
+/// Where a leased block's bytes are in the shard's arena.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockRef {
+    pub offset: u64,
+    pub len: u64,
+    pub etag: String,
+}
+
+/// ETag of an object written through the KV path: the first 128 bits of its BLAKE3 hash,
+/// with the `-1` suffix S3 uses for ETags that are not an MD5, so that S3 clients do not
+/// check it against one.
+pub fn kv_etag(data: &[u8]) -> String {
+    let h = blake3::hash(data);
+    format!("\"{}-1\"", hex::encode(&h.as_bytes()[..16]))
+}
+
+impl ShardStore {
+    /// Leases the named objects of a bucket for `ttl`; `None` for a key that is absent.
+    pub fn lease(
+        &mut self,
+        lease_id: u64,
+        bucket: &str,
+        keys: &[String],
+        ttl: Duration,
+    ) -> Result<Vec<Option<BlockRef>>, StoreError> {
+        let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
+        let mut found = Vec::with_capacity(keys.len());
+        let mut ids = Vec::new();
+        for key in keys {
+            match part.objects.get(key) {
+                Some(e) => {
+                    ids.push(e.id);
+                    found.push(Some(BlockRef {
+                        offset: e.extent.offset,
+                        len: e.extent.len,
+                        etag: e.meta.etag.clone(),
+                    }));
+                }
+                None => found.push(None),
+            }
+        }
+        for id in &ids {
+            let pin = self.pins.entry(*id).or_insert(Pin {
+                count: 0,
+                orphan: None,
+            });
+            if pin.count == 0 {
+                self.policy.on_remove(*id);
+            }
+            pin.count += 1;
+        }
+        self.leases.insert(
+            lease_id,
+            Lease {
+                entries: ids,
+                expires: Instant::now() + ttl,
+            },
+        );
+        Ok(found)
+    }
+
+    /// Ends a lease early; `false` when it had already ended.
+    pub fn release_lease(&mut self, lease_id: u64) -> bool {
+        let Some(lease) = self.leases.remove(&lease_id) else {
+            return false;
+        };
+        for id in lease.entries {
+            self.unpin(id);
+        }
+        self.publish_gauges();
+        true
+    }
+
+    /// Whether a lease is still in force (the transfer layer asks before serving a read).
+    pub fn lease_valid(&self, lease_id: u64, now: Instant) -> bool {
+        self.leases.get(&lease_id).is_some_and(|l| l.expires > now)
+    }
+
+    fn unpin(&mut self, id: EntryId) {
+        let Some(pin) = self.pins.get_mut(&id) else {
+            return;
+        };
+        pin.count -= 1;
+        if pin.count > 0 {
+            return;
+        }
+        let pin = self.pins.remove(&id);
+        match pin.and_then(|p| p.orphan) {
+            Some((extent, charge)) => self.drop_entry_charge(charge, extent),
+            // Still indexed: evictable again.
+            None if self.ids.contains_key(&id) => self.policy.on_insert(id, 0),
+            None => {}
+        }
+    }
+
+    /// Reserves `len` bytes for `bucket/key` until put-end or `ttl`; returns the offset the
+    /// client writes to.
+    pub fn put_start(
+        &mut self,
+        put_id: u64,
+        bucket: &str,
+        key: &str,
+        len: u64,
+        meta: ObjectMeta,
+        ttl: Duration,
+    ) -> Result<u64, StoreError> {
+        self.check_write(bucket, key, &Default::default())?;
+        let charge = Self::charge_for(bucket, key, len, &meta);
+        let extent = self.reserve(len, charge)?;
+        let offset = extent.offset;
+        self.pending_puts.insert(
+            put_id,
+            PendingPut {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+                extent,
+                charge,
+                meta,
+                expires: Instant::now() + ttl,
+            },
+        );
+        self.publish_gauges();
+        Ok(offset)
+    }
+
+    /// Publishes a put whose bytes the client has written.
+    pub fn put_end(&mut self, put_id: u64) -> Result<Arc<ObjectMeta>, StoreError> {
+        let p = self
+            .pending_puts
+            .remove(&put_id)
+            .ok_or(StoreError::NoSuchUpload)?;
+        if let Err(e) = self.check_write(&p.bucket, &p.key, &Default::default()) {
+            self.release(p.extent, p.charge);
+            return Err(e);
+        }
+        let mut meta = p.meta;
+        meta.size = p.extent.len;
+        meta.etag = kv_etag(self.arena.bytes(&p.extent));
+        meta.last_modified = SystemTime::now();
+        Ok(self.publish(&p.bucket, &p.key, p.extent, meta, p.charge))
+    }
+
+    /// Abandons a put-start; `false` when it was already gone.
+    pub fn put_revoke(&mut self, put_id: u64) -> bool {
+        match self.pending_puts.remove(&put_id) {
+            Some(p) => {
+                self.release(p.extent, p.charge);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Ends expired leases and reclaims expired put-starts; returns how many of each.
+    pub fn expire(&mut self, now: Instant) -> (usize, usize) {
+        let leases: Vec<u64> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.expires <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &leases {
+            self.release_lease(*id);
+        }
+        let puts: Vec<u64> = self
+            .pending_puts
+            .iter()
+            .filter(|(_, p)| p.expires <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &puts {
+            self.put_revoke(*id);
+        }
+        (leases.len(), puts.len())
+    }
+
+    /// For each key, whether the bucket holds it.
+    pub fn exists(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, StoreError> {
+        let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
+        Ok(keys.iter().map(|k| part.objects.contains_key(k)).collect())
+    }
+
+    /// The bytes at an arena range, for the in-process (HTTP) fallback of one-sided reads.
+    pub fn arena_bytes(&self, extent_offset: u64, len: u64) -> Option<&[u8]> {
+        self.arena.slice(extent_offset, len)
+    }
+
+    /// Writes into a pending put's reservation (the HTTP fallback of a one-sided write).
+    pub fn write_pending(&mut self, put_id: u64, at: u64, data: &[u8]) -> Result<(), StoreError> {
+        let p = self
+            .pending_puts
+            .get(&put_id)
+            .ok_or(StoreError::NoSuchUpload)?;
+        let end = at
+            .checked_add(data.len() as u64)
+            .ok_or(StoreError::InvalidRange { size: p.extent.len })?;
+        if end > p.extent.len {
+            return Err(StoreError::InvalidRange { size: p.extent.len });
+        }
+        let (offset, len) = (p.extent.offset + at, data.len() as u64);
+        self.arena
+            .slice_mut(offset, len)
+            .ok_or(StoreError::InvalidRange { size: len })?
+            .copy_from_slice(data);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::arena::Arena;
+    use crate::eviction::Lru;
+    use crate::metrics::ShardMetrics;
+    use crate::s3::conditions::{ReadConditions, WriteConditions};
+
+    fn meta() -> ObjectMeta {
+        ObjectMeta {
+            size: 0,
+            etag: String::new(),
+            last_modified: SystemTime::now(),
+            content_type: None,
+            headers: vec![],
+            user_meta: vec![],
+            checksum: None,
+            parts: None,
+        }
+    }
+
+    fn store(cap: u64) -> ShardStore {
+        let mut s = ShardStore::new(
+            Arena::new("kv-test", cap, 4096).unwrap(),
+            Box::new(Lru::new()),
+            Arc::new(ShardMetrics::default()),
+        );
+        s.add_bucket("b", SystemTime::now(), "");
+        s
+    }
+
+    fn put(s: &mut ShardStore, key: &str, data: &[u8]) {
+        let mut m = meta();
+        m.size = data.len() as u64;
+        s.put("b", key, data, m, &WriteConditions::default())
+            .unwrap();
+    }
+
+    #[test]
+    fn leased_bytes_survive_eviction_and_replacement() {
+        let mut s = store(64 * 1024);
+        put(&mut s, "hot", &[1u8; 8192]);
+        let refs = s
+            .lease(
+                7,
+                "b",
+                &["hot".into(), "missing".into()],
+                Duration::from_secs(10),
+            )
+            .unwrap();
+        let r = refs[0].clone().unwrap();
+        assert!(refs[1].is_none());
+        // Fill far past capacity: the leased entry is never the victim.
+        for i in 0..40 {
+            put(&mut s, &format!("k{i}"), &[2u8; 8192]);
+        }
+        assert_eq!(s.arena_bytes(r.offset, r.len).unwrap(), &[1u8; 8192][..]);
+        assert!(s
+            .get("b", "hot", None, true, &ReadConditions::default())
+            .is_ok());
+        // Replaced while leased: the old bytes stay put until the lease ends.
+        put(&mut s, "hot", &[3u8; 8192]);
+        for i in 40..80 {
+            put(&mut s, &format!("k{i}"), &[4u8; 8192]);
+        }
+        assert_eq!(s.arena_bytes(r.offset, r.len).unwrap(), &[1u8; 8192][..]);
+        let used = s.used();
+        assert!(s.release_lease(7));
+        assert!(s.used() < used, "the orphaned bytes were freed");
+        assert!(!s.release_lease(7));
+        assert!(s.used() <= s.capacity());
+    }
+
+    #[test]
+    fn leases_expire() {
+        let mut s = store(64 * 1024);
+        put(&mut s, "a", b"x");
+        s.lease(1, "b", &["a".into()], Duration::from_millis(0))
+            .unwrap();
+        assert!(!s.lease_valid(1, Instant::now()));
+        assert_eq!(s.expire(Instant::now()), (1, 0));
+        assert!(s.pins.is_empty());
+    }
+
+    #[test]
+    fn two_phase_put() {
+        let mut s = store(1 << 20);
+        put(&mut s, "blk", b"old");
+        s.put_start(9, "b", "blk", 5, meta(), Duration::from_secs(10))
+            .unwrap();
+        s.write_pending(9, 0, b"new!!").unwrap();
+        assert!(s.write_pending(9, 3, b"too long").is_err());
+        // Until put-end, readers see the old object.
+        let (_, _, old) = s
+            .get("b", "blk", None, false, &ReadConditions::default())
+            .unwrap();
+        assert_eq!(&old[..], b"old");
+        let m = s.put_end(9).unwrap();
+        assert!(m.etag.ends_with("-1\""));
+        let (_, _, new) = s
+            .get("b", "blk", None, false, &ReadConditions::default())
+            .unwrap();
+        assert_eq!(&new[..], b"new!!");
+        assert!(s.put_end(9).is_err());
+        // A put-start never ended is reclaimed.
+        let before = s.used();
+        s.put_start(10, "b", "never", 4096, meta(), Duration::from_millis(0))
+            .unwrap();
+        assert!(s.used() > before);
+        assert_eq!(s.expire(Instant::now()), (0, 1));
+        assert_eq!(s.used(), before);
+        assert_eq!(
+            s.exists("b", &["blk".into(), "never".into()]).unwrap(),
+            [true, false]
+        );
+    }
+}
