@@ -49,6 +49,10 @@ pub struct Flags {
     /// Seconds after which an unfinished multipart upload is aborted and its parts freed.
     #[arg(long)]
     pub multipart_timeout_secs: Option<u64>,
+    /// Default durability of new buckets: `memory` (DRAM, demoted to NVMe on eviction) or
+    /// `disk` (written through to NVMe before a PUT is acknowledged).
+    #[arg(long)]
+    pub durability: Option<String>,
     /// This node's name towards the conductor (default: the host name).
     #[arg(long)]
     pub node_name: Option<String>,
@@ -99,6 +103,7 @@ pub struct FileConfig {
     pub node_name: Option<String>,
     pub conductor: Option<String>,
     pub advertise_url: Option<String>,
+    pub durability: Option<String>,
     #[serde(default)]
     pub users: Vec<User>,
 }
@@ -120,6 +125,7 @@ pub struct Settings {
     pub node_name: String,
     pub conductor: Option<String>,
     pub advertise_url: Option<String>,
+    pub durability: crate::catalog::Durability,
     /// This run of the node, in milliseconds since the Unix epoch: KV events are numbered per
     /// epoch, so the conductor can tell a restart from a gap.
     pub epoch: u64,
@@ -207,6 +213,12 @@ impl Settings {
                 "--memory {memory} gives each of {shards} shards less than {MIN_SHARD_MEMORY} bytes"
             )));
         }
+        let durability = match flags.durability.or(file.durability) {
+            None => crate::catalog::Durability::Memory,
+            Some(d) => crate::catalog::Durability::parse(&d).ok_or_else(|| {
+                ConfigError::Invalid(format!("unknown durability {d:?}; known: memory, disk"))
+            })?,
+        };
         let mut keys = std::collections::HashSet::new();
         for u in &file.users {
             if u.name.is_empty() || u.access_key.is_empty() || u.secret_key.len() < 8 {
@@ -265,6 +277,7 @@ impl Settings {
                     .unwrap_or_else(|| "yutu".to_string())
             }),
             conductor: flags.conductor.or(file.conductor),
+            durability,
             advertise_url: flags.advertise_url.or(file.advertise_url),
             epoch: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -274,7 +274,12 @@ mod tests {
             Box::new(Lru::new()),
             Arc::new(ShardMetrics::default()),
         );
-        s.add_bucket("b", SystemTime::now(), "");
+        s.add_bucket(
+            "b",
+            SystemTime::now(),
+            "",
+            crate::catalog::Durability::Memory,
+        );
         s
     }
 

@@ -6,6 +6,7 @@
 
 pub mod arena;
 pub mod auth;
+pub mod catalog;
 pub mod config;
 pub mod eviction;
 pub mod http;

@@ -15,6 +15,7 @@ use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::arena::Arena;
+use crate::catalog::{BucketRecord, Catalog};
 use crate::config::{EvictionKind, Settings};
 use crate::eviction::{EvictionPolicy, Lru};
 use crate::http::service::accept_loop;
@@ -33,6 +34,8 @@ pub enum StartError {
     Shard { shard: usize, message: String },
     #[error("shard {0} stopped during start-up")]
     ShardDied(usize),
+    #[error("{0}")]
+    Catalog(String),
 }
 
 /// Depth of each shard-to-shard channel.
@@ -76,6 +79,12 @@ fn policy(kind: EvictionKind) -> Box<dyn EvictionPolicy> {
 
 /// Starts every shard and returns once all of them are accepting connections.
 pub fn start(settings: Settings) -> Result<Node, StartError> {
+    let buckets = Catalog::new(&settings.data_dir)
+        .load()
+        .map_err(|e| StartError::Catalog(e.to_string()))?;
+    if !buckets.is_empty() {
+        tracing::info!(buckets = buckets.len(), "bucket catalog loaded");
+    }
     let settings = Arc::new(settings);
     let n = settings.shards;
     let first = bind_first(settings.listen)?;
@@ -104,12 +113,13 @@ pub fn start(settings: Settings) -> Result<Node, StartError> {
         let mesh = mesh.clone();
         let ready = ready_tx.clone();
         let fd = if i == 0 { first_fd.take() } else { None };
+        let buckets = buckets.clone();
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("yutu-shard-{i}"))
             .io_memory(EXECUTOR_IO_MEMORY)
             .spawn(move || async move {
                 if let Err(message) =
-                    run_shard(settings, metrics, mesh, fd, addr, ready.clone()).await
+                    run_shard(settings, metrics, mesh, fd, addr, buckets, ready.clone()).await
                 {
                     let _ = ready.send(Err(message));
                 }
@@ -137,6 +147,7 @@ async fn run_shard(
     mesh: MeshBuilder<Request, glommio::channels::channel_mesh::Full>,
     fd: Option<i32>,
     addr: SocketAddr,
+    buckets: Vec<BucketRecord>,
     ready: std::sync::mpsc::Sender<Result<usize, String>>,
 ) -> Result<(), String> {
     let n = settings.shards;
@@ -159,6 +170,9 @@ async fn run_shard(
     let arena = Arena::new(&format!("yutu-shard-{id}"), shard_memory, max_objects)
         .map_err(|e| e.to_string())?;
     let mut store = ShardStore::new(arena, policy(settings.eviction), metrics[id].clone());
+    for b in &buckets {
+        store.add_bucket(&b.name, b.created(), &b.owner, b.durability);
+    }
     if settings.conductor.is_some() {
         store.record_events();
     }

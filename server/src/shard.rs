@@ -20,6 +20,7 @@ use futures::channel::oneshot;
 use glommio::channels::channel_mesh::Senders;
 use yutu_api::{ByteRange, RangeSpec};
 
+use crate::catalog::{BucketRecord, Catalog, Durability};
 use crate::config::Settings;
 use crate::kv_events::Publisher;
 use crate::listing::{ListItem, ListQuery};
@@ -125,6 +126,7 @@ pub enum Request {
         name: String,
         created: SystemTime,
         owner: String,
+        durability: Durability,
         reply: Reply<()>,
     },
     CloseBucket {
@@ -140,6 +142,7 @@ pub enum Request {
     CreateBucket {
         name: String,
         owner: String,
+        durability: Durability,
         reply: Reply<Result<(), BucketError>>,
     },
     /// Coordinator only (shard 0).
@@ -164,6 +167,8 @@ pub enum BucketError {
     Conflict,
     #[error(transparent)]
     Shard(#[from] ShardError),
+    #[error("{0}")]
+    Catalog(String),
 }
 
 /// A failure of the shard mesh itself, never of the request.
@@ -376,9 +381,12 @@ impl Shard {
                 name,
                 created,
                 owner,
+                durability,
                 reply,
             } => {
-                self.store.borrow_mut().add_bucket(&name, created, &owner);
+                self.store
+                    .borrow_mut()
+                    .add_bucket(&name, created, &owner, durability);
                 let _ = reply.send(());
             }
             Request::CloseBucket { name, reply } => {
@@ -408,10 +416,15 @@ impl Shard {
                 })
                 .detach();
             }
-            Request::CreateBucket { name, owner, reply } => {
+            Request::CreateBucket {
+                name,
+                owner,
+                durability,
+                reply,
+            } => {
                 let this = self.clone();
                 glommio::spawn_local(async move {
-                    let _ = reply.send(this.coordinate_create(name, owner).await);
+                    let _ = reply.send(this.coordinate_create(name, owner, durability).await);
                 })
                 .detach();
             }
@@ -425,10 +438,30 @@ impl Shard {
         }
     }
 
+    /// The catalog as it will be with `change` applied (shard 0 knows every bucket).
+    fn catalog_with(&self, add: Option<BucketRecord>, remove: Option<&str>) -> Vec<BucketRecord> {
+        let mut records: Vec<BucketRecord> = self
+            .store
+            .borrow()
+            .buckets()
+            .into_iter()
+            .filter(|b| Some(b.name.as_str()) != remove)
+            .map(|b| BucketRecord {
+                created_ms: BucketRecord::millis(b.created),
+                name: b.name,
+                owner: b.owner,
+                durability: b.durability,
+            })
+            .collect();
+        records.extend(add);
+        records
+    }
+
     async fn coordinate_create(
         self: Rc<Self>,
         name: String,
         owner: String,
+        durability: Durability,
     ) -> Result<(), BucketError> {
         let _permit = self.bucket_lock.acquire_permit(1).await;
         if let Some(current) = self.store.borrow().bucket_owner(&name) {
@@ -439,10 +472,22 @@ impl Shard {
             });
         }
         let created = SystemTime::now();
+        // The catalog is written first: a bucket is never acknowledged that a restart loses.
+        let record = BucketRecord {
+            name: name.clone(),
+            created_ms: BucketRecord::millis(created),
+            owner: owner.clone(),
+            durability,
+        };
+        let catalog = Catalog::new(&self.settings.data_dir);
+        catalog
+            .save(&self.catalog_with(Some(record), None))
+            .map_err(|e| BucketError::Catalog(e.to_string()))?;
         self.broadcast(|reply| Request::AddBucket {
             name: name.clone(),
             created,
             owner: owner.clone(),
+            durability,
             reply,
         })
         .await?;
@@ -471,6 +516,11 @@ impl Shard {
         })
         .await?;
         if empty {
+            let catalog = Catalog::new(&self.settings.data_dir);
+            if let Err(e) = catalog.save(&self.catalog_with(None, Some(&name))) {
+                // The bucket is gone from memory; it would come back (empty) after a restart.
+                tracing::error!(bucket = %name, error = %e, "cannot record the bucket deletion");
+            }
             tracing::info!(bucket = %name, "bucket deleted");
             Ok(())
         } else {

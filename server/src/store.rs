@@ -16,6 +16,7 @@ use bytes::Bytes;
 use yutu_api::{ByteRange, RangeSpec};
 
 use crate::arena::{Arena, Extent};
+use crate::catalog::Durability;
 use crate::eviction::{EntryId, EvictionPolicy};
 use crate::kv::{Lease, PendingPut, Pin};
 use crate::kv_events::EventLog;
@@ -115,6 +116,7 @@ impl Listable for Entry {
 pub(crate) struct BucketPart {
     created: SystemTime,
     owner: String,
+    pub(crate) durability: Durability,
     closing: bool,
     pub(crate) objects: BTreeMap<String, Entry>,
 }
@@ -125,6 +127,7 @@ pub struct BucketInfo {
     pub name: String,
     pub created: SystemTime,
     pub owner: String,
+    pub durability: Durability,
 }
 
 pub struct ShardStore {
@@ -209,12 +212,19 @@ impl ShardStore {
 
     // ---- buckets -------------------------------------------------------------------------
 
-    pub fn add_bucket(&mut self, name: &str, created: SystemTime, owner: &str) {
+    pub fn add_bucket(
+        &mut self,
+        name: &str,
+        created: SystemTime,
+        owner: &str,
+        durability: Durability,
+    ) {
         self.buckets
             .entry(name.to_string())
             .or_insert_with(|| BucketPart {
                 created,
                 owner: owner.to_string(),
+                durability,
                 closing: false,
                 objects: BTreeMap::new(),
             });
@@ -242,6 +252,7 @@ impl ShardStore {
                 name: name.clone(),
                 created: b.created,
                 owner: b.owner.clone(),
+                durability: b.durability,
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -559,7 +570,7 @@ mod tests {
     #[test]
     fn put_get_replace_delete() {
         let mut s = store(1 << 20);
-        s.add_bucket("b", SystemTime::now(), "");
+        s.add_bucket("b", SystemTime::now(), "", Durability::Memory);
         s.put("b", "k", b"hello", meta(5), &ANY).unwrap();
         let (_, _, data) = s.get("b", "k", None, false, &read()).unwrap();
         assert_eq!(&data[..], b"hello");
@@ -586,7 +597,7 @@ mod tests {
     fn evicts_lru_and_stays_within_capacity() {
         let cap = 64 * 1024;
         let mut s = store(cap);
-        s.add_bucket("b", SystemTime::now(), "");
+        s.add_bucket("b", SystemTime::now(), "", Durability::Memory);
         let block = vec![1u8; 8 * 1024];
         for i in 0..40 {
             s.put("b", &format!("k{i}"), &block, meta(block.len()), &ANY)
@@ -609,7 +620,7 @@ mod tests {
     #[test]
     fn bucket_close_protocol() {
         let mut s = store(1 << 20);
-        s.add_bucket("b", SystemTime::now(), "");
+        s.add_bucket("b", SystemTime::now(), "", Durability::Memory);
         s.put("b", "k", b"x", meta(1), &ANY).unwrap();
         assert_eq!(s.close_bucket("b"), Ok(false));
         assert_eq!(

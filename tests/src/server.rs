@@ -51,6 +51,22 @@ impl Server {
         Self::spawn(cmd, data_dir)
     }
 
+    /// Starts `yutu-server --no-auth --listen 127.0.0.1:0` on an existing data directory (to
+    /// test what survives a restart); the directory outlives the server.
+    pub fn start_on(dir: &std::path::Path, extra: &[&str]) -> Server {
+        let mut cmd = Command::new(bin_path("yutu-server"));
+        cmd.args(["--no-auth", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir)
+            .args(extra);
+        Self::spawn(cmd, tempfile::tempdir().expect("temp dir"))
+    }
+
+    /// Kills the server with SIGKILL and waits for it to be gone.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Starts the server with exactly these arguments (plus a data directory).
     pub fn spawn(mut cmd: Command, data_dir: tempfile::TempDir) -> Server {
         cmd.stdout(Stdio::null()).stderr(Stdio::piped());

@@ -19,6 +19,7 @@ use super::error::S3Error;
 use super::target::Target;
 use super::{body, xml_response, Resp};
 use crate::auth::can_see;
+use crate::catalog::Durability;
 use crate::listing::{merge, ListItem, ListQuery};
 use crate::shard::{Request, Shard};
 
@@ -63,10 +64,22 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
     // The optional CreateBucketConfiguration names a region; a single-region store accepts
     // any and ignores it, but still reads it (bounded) so the connection stays usable.
     body::read_limited(body_in, None, 64 * 1024).await?;
+    let durability = match ctx.header("x-yutu-durability") {
+        None => shard.settings.durability,
+        Some(d) => Durability::parse(d).ok_or_else(|| {
+            S3Error::new(S3ErrorCode::InvalidArgument)
+                .msg("x-yutu-durability must be memory or disk.")
+        })?,
+    };
     let name = bucket.to_string();
     let owner = ctx.identity().name().to_string();
     shard
-        .call(0, |reply| Request::CreateBucket { name, owner, reply })
+        .call(0, |reply| Request::CreateBucket {
+            name,
+            owner,
+            durability,
+            reply,
+        })
         .await??;
     Ok(Response::builder()
         .status(StatusCode::OK)

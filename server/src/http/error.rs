@@ -130,6 +130,11 @@ impl From<BucketError> for S3Error {
             BucketError::NotEmpty => S3Error::new(S3ErrorCode::BucketNotEmpty),
             BucketError::Conflict => S3Error::new(S3ErrorCode::OperationAborted),
             BucketError::Shard(s) => s.into(),
+            BucketError::Catalog(e) => {
+                tracing::error!(error = %e, "bucket catalog");
+                S3Error::new(S3ErrorCode::InternalError)
+                    .msg("The bucket catalog could not be written.")
+            }
         }
     }
 }
