@@ -60,6 +60,8 @@ struct Common {
 enum Suite {
     /// GET/PUT of 4 KiB and 1 MiB objects over HTTP, against nginx serving the same bytes.
     S3(suites::s3::S3Args),
+    /// One-sided 2 MiB reads over shm and tcp, against memcpy and a raw loopback TCP stream.
+    Transfer(suites::transfer::TransferArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -77,6 +79,7 @@ fn main() -> anyhow::Result<()> {
         let suite = async {
             match &cli.suite {
                 Suite::S3(args) => suites::s3::run(args).await,
+                Suite::Transfer(args) => suites::transfer::run(args).await,
             }
         };
         // Ctrl-C drops the suite's future, whose guards stop the servers and remove their files;

@@ -1,0 +1,161 @@
+//! The shm listener: a Unix socket that checks descriptors for same-host peers and hands them
+//! the memfds of the segments they are allowed to map.
+//!
+//! A memfd is sent only in answer to a descriptor whose token verifies, and only for a
+//! segment whose memfd is sealed against shrinking (see [`crate::MemoryRegion::sealed`]). The
+//! socket is created under a temporary name, given its mode, and renamed into place, so it is
+//! never reachable with looser permissions; it is removed when the listener stops.
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::fdpass::send_with_fds;
+use super::wire::{self, Verdict, CHECK_ENTRY_LEN, HEADER_LEN};
+use crate::descriptor::NodeId;
+use crate::error::TransferError;
+use crate::segment::SegmentTable;
+use crate::stats::ListenerCounters;
+use crate::transport::serve::Server;
+
+/// A running shm listener; stops and removes its socket when dropped.
+pub(crate) struct ShmListener {
+    pub(crate) path: PathBuf,
+    server: Option<Server>,
+}
+
+pub(crate) struct ShmListenOptions {
+    pub(crate) node: NodeId,
+    pub(crate) incarnation: u64,
+    pub(crate) mode: u32,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) max_connections: usize,
+}
+
+impl ShmListener {
+    pub(crate) fn start(
+        dir: &Path,
+        segments: Arc<SegmentTable>,
+        opts: ShmListenOptions,
+        counters: Arc<ListenerCounters>,
+    ) -> Result<ShmListener, TransferError> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            TransferError::setup(
+                format!("create the shm socket directory {}", dir.display()),
+                e,
+            )
+        })?;
+        let name = format!("yutu-{}-{:016x}.sock", opts.node, opts.incarnation);
+        let path = dir.join(&name);
+        let tmp = dir.join(format!("{name}.tmp"));
+        let setup =
+            |what: &str, e: io::Error| TransferError::setup(format!("{what} {}", tmp.display()), e);
+        let _ = std::fs::remove_file(&tmp);
+        let listener = UnixListener::bind(&tmp).map_err(|e| setup("bind the shm socket", e))?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(opts.mode))
+            .map_err(|e| setup("set the mode of", e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| setup("move into place", e))?;
+        let hello = wire::encode_hello(opts.node, opts.incarnation);
+        let wake_path = path.clone();
+        let idle = opts.idle_timeout;
+        let serve_counters = Arc::clone(&counters);
+        let listening = listener
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| TransferError::setup("duplicate the listening socket", e))?;
+        let server = Server::spawn(
+            "yutu-shm-listen",
+            listening,
+            move || listener.accept().map(|(s, _)| s),
+            move |stream: UnixStream| {
+                if let Err(err) = serve(stream, &segments, &hello, idle, &serve_counters) {
+                    tracing::debug!(%err, "shm control connection ended");
+                }
+            },
+            move || {
+                let _ = UnixStream::connect(&wake_path);
+            },
+            opts.max_connections,
+            counters,
+        )
+        .map_err(|e| TransferError::setup("start the shm listener thread", e))?;
+        Ok(ShmListener {
+            path,
+            server: Some(server),
+        })
+    }
+}
+
+impl Drop for ShmListener {
+    fn drop(&mut self) {
+        // Stop accepting before the name disappears, so the wake-up connect still finds it.
+        drop(self.server.take());
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn serve(
+    mut stream: UnixStream,
+    segments: &SegmentTable,
+    hello: &[u8; wire::HELLO_LEN],
+    idle: Duration,
+    counters: &ListenerCounters,
+) -> io::Result<()> {
+    stream.set_read_timeout(Some(idle))?;
+    stream.set_write_timeout(Some(idle))?;
+    stream.write_all(hello)?;
+    loop {
+        let mut header = [0u8; HEADER_LEN];
+        match stream.read_exact(&mut header) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let count = wire::decode_check_header(&header)
+            .map_err(|m| io::Error::new(io::ErrorKind::InvalidData, m))?;
+        let mut body = vec![0u8; count * CHECK_ENTRY_LEN];
+        stream.read_exact(&mut body)?;
+        let mut verdicts = Vec::with_capacity(count);
+        // Entries keep the segment (and so its memfd) alive until the message is sent.
+        let mut attached = Vec::new();
+        for raw in body.chunks_exact(CHECK_ENTRY_LEN) {
+            ListenerCounters::add(&counters.requests, 1);
+            let verdict = match wire::decode_check_entry(raw) {
+                Err(refusal) => Err(refusal),
+                Ok(entry) => match segments.check_descriptor(&entry.desc) {
+                    Err(refusal) => Err(refusal),
+                    Ok(seg) if entry.attach && !seg.shareable => {
+                        Err(crate::error::Refusal::NotShareable)
+                    }
+                    Ok(seg) => {
+                        let len = seg.region.len() as u64;
+                        if entry.attach {
+                            attached.push(seg);
+                        }
+                        Ok(len)
+                    }
+                },
+            };
+            verdicts.push(match verdict {
+                Ok(segment_len) => Verdict {
+                    status: Ok(()),
+                    segment_len,
+                },
+                Err(refusal) => {
+                    ListenerCounters::add(&counters.refused, 1);
+                    Verdict {
+                        status: Err(refusal),
+                        segment_len: 0,
+                    }
+                }
+            });
+        }
+        let fds: Vec<BorrowedFd<'_>> = attached.iter().map(|s| s.region.fd()).collect();
+        let msg = wire::encode_verdicts(&verdicts, fds.len());
+        send_with_fds(stream.as_fd(), &msg, &fds)?;
+    }
+}
