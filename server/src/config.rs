@@ -49,6 +49,12 @@ pub struct Flags {
     /// Seconds after which an unfinished multipart upload is aborted and its parts freed.
     #[arg(long)]
     pub multipart_timeout_secs: Option<u64>,
+    /// File or block device of the NVMe tier (default: DATA_DIR/nvme.img).
+    #[arg(long)]
+    pub nvme: Option<PathBuf>,
+    /// Capacity of the NVMe tier, preallocated in the file (0 turns the tier off).
+    #[arg(long)]
+    pub nvme_capacity: Option<ByteSize>,
     /// Default durability of new buckets: `memory` (DRAM, demoted to NVMe on eviction) or
     /// `disk` (written through to NVMe before a PUT is acknowledged).
     #[arg(long)]
@@ -104,6 +110,8 @@ pub struct FileConfig {
     pub conductor: Option<String>,
     pub advertise_url: Option<String>,
     pub durability: Option<String>,
+    pub nvme: Option<PathBuf>,
+    pub nvme_capacity: Option<ByteSize>,
     #[serde(default)]
     pub users: Vec<User>,
 }
@@ -126,6 +134,9 @@ pub struct Settings {
     pub conductor: Option<String>,
     pub advertise_url: Option<String>,
     pub durability: crate::catalog::Durability,
+    /// The NVMe tier's file or device; `None` when the tier is off.
+    pub nvme: Option<PathBuf>,
+    pub nvme_capacity: u64,
     /// This run of the node, in milliseconds since the Unix epoch: KV events are numbered per
     /// epoch, so the conductor can tell a restart from a gap.
     pub epoch: u64,
@@ -160,6 +171,8 @@ pub enum ConfigError {
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9000";
 pub const DEFAULT_MEMORY: u64 = 1 << 30;
+/// Default NVMe tier: a 4 GiB file under the data directory.
+pub const DEFAULT_NVME_CAPACITY: u64 = 4 << 30;
 /// S3's own limit for a single PUT.
 pub const DEFAULT_MAX_OBJECT_SIZE: u64 = 5 << 30;
 /// Smallest share of DRAM a shard may get: below this the allocator's bookkeeping dominates.
@@ -219,6 +232,20 @@ impl Settings {
                 ConfigError::Invalid(format!("unknown durability {d:?}; known: memory, disk"))
             })?,
         };
+        let nvme_capacity = flags
+            .nvme_capacity
+            .or(file.nvme_capacity)
+            .map_or(DEFAULT_NVME_CAPACITY, |b| b.0);
+        let data_dir = flags
+            .data_dir
+            .clone()
+            .or(file.data_dir.clone())
+            .unwrap_or_else(|| PathBuf::from("./yutu-data"));
+        let nvme_path = flags
+            .nvme
+            .clone()
+            .or(file.nvme.clone())
+            .unwrap_or_else(|| data_dir.join("nvme.img"));
         let mut keys = std::collections::HashSet::new();
         for u in &file.users {
             if u.name.is_empty() || u.access_key.is_empty() || u.secret_key.len() < 8 {
@@ -251,10 +278,7 @@ impl Settings {
                     .parse()
                     .expect("the default listen address is a valid socket address")
             }),
-            data_dir: flags
-                .data_dir
-                .or(file.data_dir)
-                .unwrap_or_else(|| PathBuf::from("./yutu-data")),
+            data_dir: data_dir.clone(),
             memory,
             shards,
             max_object_size,
@@ -278,6 +302,8 @@ impl Settings {
             }),
             conductor: flags.conductor.or(file.conductor),
             durability,
+            nvme_capacity,
+            nvme: (nvme_capacity > 0).then(|| nvme_path.clone()),
             advertise_url: flags.advertise_url.or(file.advertise_url),
             epoch: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -32,44 +32,44 @@ pub struct EventLog {
 }
 
 impl EventLog {
-    fn push_block(&mut self, bucket: &str, block: BlockHash, stored: bool) {
+    /// Appends a block to the last event when it is of the same kind, bucket and tier.
+    fn push_block(&mut self, bucket: &str, block: BlockHash, stored: Option<Tier>) {
         match (self.pending.last_mut(), stored) {
             (
                 Some(KvEventKind::Stored {
-                    bucket: b, blocks, ..
+                    bucket: b,
+                    blocks,
+                    tier,
                 }),
-                true,
-            )
-            | (Some(KvEventKind::Removed { bucket: b, blocks }), false)
-                if b == bucket =>
-            {
+                Some(t),
+            ) if b == bucket && *tier == t => blocks.push(block),
+            (Some(KvEventKind::Removed { bucket: b, blocks }), None) if b == bucket => {
                 blocks.push(block)
             }
-            _ => self.pending.push(if stored {
-                KvEventKind::Stored {
+            _ => self.pending.push(match stored {
+                Some(tier) => KvEventKind::Stored {
                     bucket: bucket.to_string(),
-                    tier: Tier::Dram,
+                    tier,
                     blocks: vec![block],
-                }
-            } else {
-                KvEventKind::Removed {
+                },
+                None => KvEventKind::Removed {
                     bucket: bucket.to_string(),
                     blocks: vec![block],
-                }
+                },
             }),
         }
     }
 
-    /// An object was published; an event only if its key is a block hash.
-    pub fn stored(&mut self, bucket: &str, key: &str) {
+    /// An object was published in `tier`; an event only if its key is a block hash.
+    pub fn stored(&mut self, bucket: &str, key: &str, tier: Tier) {
         if let Some(h) = BlockHash::from_key(key) {
-            self.push_block(bucket, h, true);
+            self.push_block(bucket, h, Some(tier));
         }
     }
 
     pub fn removed(&mut self, bucket: &str, key: &str) {
         if let Some(h) = BlockHash::from_key(key) {
-            self.push_block(bucket, h, false);
+            self.push_block(bucket, h, None);
         }
     }
 
@@ -226,12 +226,12 @@ pub async fn snapshot(shard: &Rc<Shard>) -> Result<KvSnapshot, crate::shard::Sha
     };
     let parts = shard.broadcast(|reply| Request::Blocks { reply }).await?;
     let mut groups: Vec<SnapshotGroup> = Vec::new();
-    for (bucket, blocks) in parts.into_iter().flatten() {
-        match groups.iter_mut().find(|g| g.bucket == bucket) {
+    for (bucket, tier, blocks) in parts.into_iter().flatten() {
+        match groups.iter_mut().find(|g| g.bucket == bucket && g.tier == tier) {
             Some(g) => g.blocks.extend(blocks),
             None => groups.push(SnapshotGroup {
                 bucket,
-                tier: Tier::Dram,
+                tier,
                 blocks,
             }),
         }

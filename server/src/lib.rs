@@ -19,3 +19,4 @@ pub mod runtime;
 pub mod s3;
 pub mod shard;
 pub mod store;
+pub mod tier;

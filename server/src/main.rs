@@ -21,6 +21,15 @@ fn main() -> anyhow::Result<()> {
             settings.data_dir.display()
         )
     })?;
+    if let Some(path) = &settings.nvme {
+        yutu_server::tier::prepare_file(path, settings.nvme_capacity).with_context(|| {
+            format!(
+                "cannot prepare the NVMe tier file {} ({} bytes)",
+                path.display(),
+                settings.nvme_capacity
+            )
+        })?;
+    }
     tracing::info!(
         listen = %settings.listen, shards = settings.shards, memory = settings.memory,
         max_object_size = settings.max_object_size, data_dir = %settings.data_dir.display(),

@@ -164,6 +164,17 @@ pub struct ShardMetrics {
     pub evictions: Counter,
     pub forwarded: Counter,
     pub events_published: Counter,
+    pub dram_hits: Counter,
+    pub nvme_hits: Counter,
+    pub misses: Counter,
+    pub demotions: Counter,
+    pub demotions_dropped: Counter,
+    pub promotions: Counter,
+    pub nvme_used: Gauge,
+    pub nvme_capacity: Gauge,
+    pub nvme_objects: Gauge,
+    pub nvme_reclaimed_regions: Gauge,
+    pub nvme_corrupt_records: Gauge,
     pub dram_used: Gauge,
     pub dram_capacity: Gauge,
     pub objects: Gauge,
@@ -181,6 +192,17 @@ impl Default for ShardMetrics {
             evictions: Counter::default(),
             forwarded: Counter::default(),
             events_published: Counter::default(),
+            dram_hits: Counter::default(),
+            nvme_hits: Counter::default(),
+            misses: Counter::default(),
+            demotions: Counter::default(),
+            demotions_dropped: Counter::default(),
+            promotions: Counter::default(),
+            nvme_used: Gauge::default(),
+            nvme_capacity: Gauge::default(),
+            nvme_objects: Gauge::default(),
+            nvme_reclaimed_regions: Gauge::default(),
+            nvme_corrupt_records: Gauge::default(),
             dram_used: Gauge::default(),
             dram_capacity: Gauge::default(),
             objects: Gauge::default(),
@@ -272,7 +294,18 @@ pub fn render(shards: &[std::sync::Arc<ShardMetrics>]) -> String {
         &'static str,
         fn(&ShardMetrics) -> u64,
     );
-    let simple: [Series; 8] = [
+    let simple: [Series; 19] = [
+        ("yutu_tier_hits_total{tier=\"dram\"}", "counter", "GETs served from DRAM (also objects on their way to NVMe).", |m| m.dram_hits.get()),
+        ("yutu_tier_hits_total{tier=\"nvme\"}", "counter", "GETs served from NVMe.", |m| m.nvme_hits.get()),
+        ("yutu_tier_misses_total", "counter", "GETs of keys in neither tier.", |m| m.misses.get()),
+        ("yutu_demotions_total", "counter", "Objects evicted from DRAM and written to NVMe.", |m| m.demotions.get()),
+        ("yutu_demotions_dropped_total", "counter", "Objects evicted from DRAM without demotion (back-pressure or too large).", |m| m.demotions_dropped.get()),
+        ("yutu_promotions_total", "counter", "NVMe hits copied back into DRAM.", |m| m.promotions.get()),
+        ("yutu_nvme_used_bytes", "gauge", "NVMe bytes in non-free regions.", |m| m.nvme_used.get()),
+        ("yutu_nvme_capacity_bytes", "gauge", "NVMe record space of the shard.", |m| m.nvme_capacity.get()),
+        ("yutu_nvme_objects", "gauge", "Objects in the NVMe index.", |m| m.nvme_objects.get()),
+        ("yutu_nvme_reclaimed_regions_total", "counter", "NVMe regions reclaimed (oldest first).", |m| m.nvme_reclaimed_regions.get()),
+        ("yutu_nvme_corrupt_records_total", "counter", "NVMe records skipped because their checksum failed.", |m| m.nvme_corrupt_records.get()),
         (
             "yutu_bytes_in_total",
             "counter",
@@ -319,10 +352,19 @@ pub fn render(shards: &[std::sync::Arc<ShardMetrics>]) -> String {
             m.objects.get()
         }),
     ];
+    // A name may carry labels (`name{tier="dram"}`); series of one name share a header.
+    let mut last_base = "";
     for (name, kind, help, get) in simple {
-        header(&mut out, name, kind, help);
+        let (base, labels) = match name.split_once('{') {
+            Some((b, l)) => (b, format!("{},", l.trim_end_matches('}'))),
+            None => (name, String::new()),
+        };
+        if base != last_base {
+            header(&mut out, base, kind, help);
+            last_base = base;
+        }
         for (s, m) in shards.iter().enumerate() {
-            let _ = writeln!(out, "{name}{{shard=\"{s}\"}} {}", get(m));
+            let _ = writeln!(out, "{base}{{{labels}shard=\"{s}\"}} {}", get(m));
         }
     }
     out

@@ -42,7 +42,7 @@ pub enum StartError {
 const MESH_CHANNEL_DEPTH: usize = 1024;
 /// Memory glommio registers per executor for its own I/O buffers; the object store does not
 /// use it, so it is kept small.
-const EXECUTOR_IO_MEMORY: usize = 2 << 20;
+const EXECUTOR_IO_MEMORY: usize = 32 << 20;
 
 /// A running node.
 pub struct Node {
@@ -169,21 +169,39 @@ async fn run_shard(
     let max_objects = (shard_memory / 1024).clamp(4096, 1 << 22) as u32;
     let arena = Arena::new(&format!("yutu-shard-{id}"), shard_memory, max_objects)
         .map_err(|e| e.to_string())?;
+    let nvme = match &settings.nvme {
+        Some(path) => Some(Rc::new(
+            crate::tier::open(path, settings.nvme_capacity, id as u32, n as u32).await?,
+        )),
+        None => None,
+    };
     let mut store = ShardStore::new(arena, policy(settings.eviction), metrics[id].clone());
+    if nvme.is_some() {
+        // Objects waiting for their NVMe append: an eighth of the shard's DRAM, at most 64 MiB.
+        store.enable_demotion((shard_memory / 8).min(64 << 20));
+    }
     for b in &buckets {
         store.add_bucket(&b.name, b.created(), &b.owner, b.durability);
     }
     if settings.conductor.is_some() {
         store.record_events();
     }
-    let shard = Rc::new(Shard::new(
+    let mut shard = Shard::new(
         id,
         n,
         settings.clone(),
         store,
         metrics,
         (n > 1).then_some(senders),
-    ));
+    );
+    if let Some(nvme) = &nvme {
+        let report = nvme.recovery_report();
+        tracing::info!(shard = id, report = ?report, "NVMe tier recovered");
+    }
+    shard.nvme = nvme;
+    let shard = Rc::new(shard);
+    crate::tier::spawn_demoter(shard.clone());
+    crate::tier::spawn_stats(shard.clone());
     for (_, receiver) in receivers.streams() {
         let shard = shard.clone();
         glommio::spawn_local(async move {

@@ -29,7 +29,7 @@ use crate::multipart::{CompletePart, PartInfo, Upload, UploadInfo};
 use crate::s3::conditions::{ReadConditions, WriteConditions};
 use crate::store::{ObjectMeta, ShardStore, StoreError};
 use yutu_api::block_hash::BlockHash;
-use yutu_api::events::{KvEventKind, KvSnapshot};
+use yutu_api::events::{KvEventKind, KvSnapshot, Tier};
 
 pub type Reply<T> = oneshot::Sender<T>;
 pub type GetResult = Result<(Arc<ObjectMeta>, Option<ByteRange>, Bytes), StoreError>;
@@ -106,16 +106,11 @@ pub enum Request {
     },
     /// Every KV block a shard holds, for a snapshot.
     Blocks {
-        reply: Reply<Vec<(String, Vec<BlockHash>)>>,
+        reply: Reply<Vec<(String, Tier, Vec<BlockHash>)>>,
     },
     /// Coordinator only (shard 0): a KV snapshot of the node.
     Snapshot {
         reply: Reply<Result<KvSnapshot, ShardError>>,
-    },
-    Delete {
-        bucket: String,
-        key: String,
-        reply: Reply<Result<bool, StoreError>>,
     },
     List {
         bucket: String,
@@ -190,6 +185,8 @@ pub struct Shard {
     senders: Option<Senders<Request>>,
     /// Shard 0: numbers and publishes KV events.
     pub publisher: Option<Rc<Publisher>>,
+    /// This shard's part of the NVMe tier, when there is one.
+    pub nvme: Option<Rc<crate::tier::Nvme>>,
     /// Serialises bucket creation and deletion on the coordinator.
     bucket_lock: glommio::sync::Semaphore,
     request_seq: Cell<u64>,
@@ -214,10 +211,45 @@ impl Shard {
             metrics: all_metrics[id].clone(),
             all_metrics,
             publisher,
+            nvme: None,
             senders,
             bucket_lock: glommio::sync::Semaphore::new(1),
             request_seq: Cell::new(0),
         }
+    }
+
+    /// Every KV block this shard holds, by bucket and fastest tier.
+    pub fn blocks(&self) -> Vec<(String, Tier, Vec<BlockHash>)> {
+        let dram = self.store.borrow().blocks();
+        let mut out: Vec<(String, Tier, Vec<BlockHash>)> = Vec::new();
+        let mut in_dram = std::collections::HashSet::new();
+        for (bucket, blocks) in dram {
+            for b in &blocks {
+                in_dram.insert((bucket.clone(), *b));
+            }
+            out.push((bucket, Tier::Dram, blocks));
+        }
+        if let Some(nvme) = &self.nvme {
+            for bucket in nvme.buckets() {
+                let mut blocks = Vec::new();
+                let mut after: Option<String> = None;
+                loop {
+                    let chunk = nvme.list(&bucket, "", after.as_deref(), 4096);
+                    let Some(last) = chunk.last() else { break };
+                    after = Some(last.key.clone());
+                    blocks.extend(
+                        chunk
+                            .iter()
+                            .filter_map(|l| BlockHash::from_key(&l.key))
+                            .filter(|b| !in_dram.contains(&(bucket.clone(), *b))),
+                    );
+                }
+                if !blocks.is_empty() {
+                    out.push((bucket, Tier::Nvme, blocks));
+                }
+            }
+        }
+        out
     }
 
     /// A request id unique across shards and restarts of the same process.
@@ -277,13 +309,7 @@ impl Shard {
                 meta,
                 cond,
                 reply,
-            } => {
-                let _ = reply.send(
-                    self.store
-                        .borrow_mut()
-                        .put(&bucket, &key, &data, meta, &cond),
-                );
-            }
+            } => self.tiered_put(bucket, key, data, meta, cond, reply),
             Request::Get {
                 bucket,
                 key,
@@ -291,20 +317,12 @@ impl Shard {
                 head_only,
                 cond,
                 reply,
-            } => {
-                let r = self
-                    .store
-                    .borrow_mut()
-                    .get(&bucket, &key, range, head_only, &cond);
-                let _ = reply.send(r);
-            }
+            } => self.tiered_get(bucket, key, range, head_only, cond, reply),
             Request::DeleteMany {
                 bucket,
                 keys,
                 reply,
-            } => {
-                let _ = reply.send(self.store.borrow_mut().delete_many(&bucket, &keys));
-            }
+            } => self.tiered_delete(bucket, keys, reply),
             Request::CreateUpload { id, upload, reply } => {
                 let _ = reply.send(self.store.borrow_mut().create_upload(id, *upload));
             }
@@ -336,7 +354,15 @@ impl Shard {
                     .store
                     .borrow_mut()
                     .complete_upload(&id, &bucket, &key, &parts, &cond);
-                let _ = reply.send(r);
+                let this = self.clone();
+                glommio::spawn_local(async move {
+                    let r = match r {
+                        Ok(meta) => this.write_through_published(&bucket, &key).await.map(|()| meta),
+                        Err(e) => Err(e),
+                    };
+                    let _ = reply.send(r);
+                })
+                .detach();
             }
             Request::AbortUpload {
                 id,
@@ -367,15 +393,12 @@ impl Shard {
             } => {
                 let _ = reply.send(self.store.borrow().list_uploads(&bucket, &prefix));
             }
-            Request::Delete { bucket, key, reply } => {
-                let _ = reply.send(self.store.borrow_mut().delete(&bucket, &key));
-            }
             Request::List {
                 bucket,
                 query,
                 reply,
             } => {
-                let _ = reply.send(self.store.borrow().list(&bucket, &query));
+                let _ = reply.send(self.tiered_list(&bucket, &query));
             }
             Request::AddBucket {
                 name,
@@ -390,7 +413,8 @@ impl Shard {
                 let _ = reply.send(());
             }
             Request::CloseBucket { name, reply } => {
-                let _ = reply.send(self.store.borrow_mut().close_bucket(&name));
+                let r = self.store.borrow_mut().close_bucket(&name);
+                let _ = reply.send(r.map(|empty| empty && !self.nvme_has_bucket(&name)));
             }
             Request::FinishClose {
                 name,
@@ -407,7 +431,7 @@ impl Shard {
                 let _ = reply.send(());
             }
             Request::Blocks { reply } => {
-                let _ = reply.send(self.store.borrow().blocks());
+                let _ = reply.send(self.blocks());
             }
             Request::Snapshot { reply } => {
                 let this = self.clone();

@@ -8,7 +8,7 @@
 //! index footprint (key, metadata and a fixed overhead), so that `used <= capacity` bounds the
 //! memory the shard really holds, not just the payload bytes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -26,7 +26,7 @@ use crate::multipart::Upload;
 use crate::s3::checksum::Checksum;
 use crate::s3::conditions::{Failed, ReadConditions, WriteConditions};
 use yutu_api::block_hash::BlockHash;
-use yutu_api::events::KvEventKind;
+use yutu_api::events::{KvEventKind, Tier};
 
 /// Index bytes charged per object beyond its key and metadata: the B-tree slot, the entry,
 /// the reverse id map and the policy's node, rounded up.
@@ -92,6 +92,8 @@ pub enum StoreError {
     EntityTooSmall(String),
     #[error("{0}")]
     BadDigest(String),
+    #[error("NVMe tier: {0}")]
+    Device(String),
 }
 
 pub(crate) struct Entry {
@@ -99,6 +101,24 @@ pub(crate) struct Entry {
     pub(crate) extent: Extent,
     pub(crate) meta: Arc<ObjectMeta>,
     pub(crate) charge: u64,
+    /// The same version is also on NVMe (written through, or promoted from there): evicting
+    /// it needs no demotion.
+    pub(crate) on_nvme: bool,
+}
+
+/// Object metadata as a listing sees it (for objects outside the DRAM index).
+pub(crate) struct ListedMeta(pub(crate) Arc<ObjectMeta>);
+
+impl Listable for ListedMeta {
+    fn size(&self) -> u64 {
+        self.0.size
+    }
+    fn etag(&self) -> &str {
+        &self.0.etag
+    }
+    fn last_modified(&self) -> SystemTime {
+        self.0.last_modified
+    }
 }
 
 impl Listable for Entry {
@@ -150,6 +170,13 @@ pub struct ShardStore {
     pub(crate) metrics: Arc<ShardMetrics>,
     /// KV events for the conductor; `None` when no conductor is configured.
     events: Option<EventLog>,
+    /// Evicted objects on their way to NVMe, readable until their append completes.
+    pub(crate) demoting: HashMap<(String, String), (Arc<ObjectMeta>, Bytes)>,
+    demote_queue: VecDeque<(String, String)>,
+    demote_bytes: u64,
+    /// Most bytes waiting for demotion; 0 when there is no NVMe tier. Past it, evicted
+    /// objects are dropped instead of demoted (the admission policy under back-pressure).
+    demote_budget: u64,
 }
 
 impl ShardStore {
@@ -170,6 +197,76 @@ impl ShardStore {
             capacity,
             metrics,
             events: None,
+            demoting: HashMap::new(),
+            demote_queue: VecDeque::new(),
+            demote_bytes: 0,
+            demote_budget: 0,
+        }
+    }
+
+    /// Evicted objects of `memory` buckets go to NVMe, with at most `budget` bytes in flight.
+    pub fn enable_demotion(&mut self, budget: u64) {
+        self.demote_budget = budget;
+    }
+
+    /// The next object waiting for demotion, if any.
+    pub fn next_demotion(&mut self) -> Option<(String, String, Arc<ObjectMeta>, Bytes)> {
+        while let Some((b, k)) = self.demote_queue.pop_front() {
+            if let Some((meta, data)) = self.demoting.get(&(b.clone(), k.clone())) {
+                return Some((b, k, meta.clone(), data.clone()));
+            }
+        }
+        None
+    }
+
+    /// The demoter finished with `bucket/key`: drops it from the in-flight map if it is still
+    /// the version that was written (`true`), else reports that it was replaced or deleted.
+    pub fn finish_demotion(&mut self, bucket: &str, key: &str, meta: &Arc<ObjectMeta>) -> bool {
+        let k = (bucket.to_string(), key.to_string());
+        match self.demoting.get(&k) {
+            Some((m, _)) if Arc::ptr_eq(m, meta) => {
+                if let Some((m, _)) = self.demoting.remove(&k) {
+                    self.demote_bytes -= m.size;
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether DRAM (or the demotion queue) holds `bucket/key` in a version not on NVMe.
+    pub fn newer_than_nvme(&self, bucket: &str, key: &str) -> bool {
+        let in_dram = self
+            .buckets
+            .get(bucket)
+            .and_then(|b| b.objects.get(key))
+            .is_some_and(|e| !e.on_nvme);
+        in_dram || self.demoting.contains_key(&(bucket.to_string(), key.to_string()))
+    }
+
+    /// Records that the DRAM version of `bucket/key` is also on NVMe.
+    pub fn mark_on_nvme(&mut self, bucket: &str, key: &str) {
+        if let Some(e) = self.buckets.get_mut(bucket).and_then(|b| b.objects.get_mut(key)) {
+            e.on_nvme = true;
+        }
+    }
+
+    pub fn has_key(&self, bucket: &str, key: &str) -> bool {
+        self.buckets.get(bucket).is_some_and(|b| b.objects.contains_key(key))
+            || self.demoting.contains_key(&(bucket.to_string(), key.to_string()))
+    }
+
+    pub fn durability(&self, bucket: &str) -> Option<Durability> {
+        self.buckets.get(bucket).map(|b| b.durability)
+    }
+
+    /// Records a KV event for a block that moved between tiers or left NVMe.
+    pub fn record_tier_event(&mut self, bucket: &str, key: &str, tier: Option<Tier>) {
+        if let Some(ev) = self.events.as_mut() {
+            match tier {
+                Some(t) => ev.stored(bucket, key, t),
+                None => ev.removed(bucket, key),
+            }
         }
     }
 
@@ -262,9 +359,10 @@ impl ShardStore {
     /// First phase of a bucket delete: stop accepting writes and say whether this shard
     /// holds any of the bucket's objects.
     pub fn close_bucket(&mut self, name: &str) -> Result<bool, StoreError> {
+        let demoting = self.demoting.keys().any(|(b, _)| b == name);
         let b = self.buckets.get_mut(name).ok_or(StoreError::NoSuchBucket)?;
         b.closing = true;
-        Ok(b.objects.is_empty())
+        Ok(b.objects.is_empty() && !demoting)
     }
 
     /// Second phase: the bucket is gone (commit) or open again (abort).
@@ -387,6 +485,7 @@ impl ShardStore {
             extent,
             meta: meta.clone(),
             charge,
+            on_nvme: false,
         };
         match self.buckets.get_mut(bucket) {
             Some(part) => {
@@ -394,7 +493,7 @@ impl ShardStore {
                 self.ids.insert(id, (bucket.to_string(), key.to_string()));
                 self.policy.on_insert(id, size);
                 if let Some(ev) = self.events.as_mut() {
-                    ev.stored(bucket, key);
+                    ev.stored(bucket, key, Tier::Dram);
                 }
             }
             // Callers check the bucket first and never yield in between; should that ever
@@ -415,32 +514,18 @@ impl ShardStore {
         cond: &ReadConditions,
     ) -> Result<(Arc<ObjectMeta>, Option<ByteRange>, Bytes), StoreError> {
         let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
-        let entry = part.objects.get(key).ok_or(StoreError::NoSuchKey)?;
-        match cond.check(&entry.meta.etag, entry.meta.last_modified) {
-            Ok(()) => {}
-            Err(Failed::NotModified) => return Err(StoreError::NotModified(entry.meta.clone())),
-            Err(Failed::Precondition) => return Err(StoreError::PreconditionFailed),
+        let Some(entry) = part.objects.get(key) else {
+            let demoting = self.demoting.get(&(bucket.to_string(), key.to_string()));
+            return match demoting {
+                Some((meta, data)) => serve(meta, data, range, head_only, cond),
+                None => Err(StoreError::NoSuchKey),
+            };
+        };
+        let result = serve(&entry.meta, self.arena.bytes(&entry.extent), range, head_only, cond);
+        if result.is_ok() {
+            self.policy.on_access(entry.id);
         }
-        let size = entry.meta.size;
-        let range = match range {
-            Some(spec) => Some(
-                spec.resolve(size)
-                    .ok_or(StoreError::InvalidRange { size })?,
-            ),
-            None => None,
-        };
-        let data = if head_only {
-            Bytes::new()
-        } else {
-            let all = self.arena.bytes(&entry.extent);
-            match range {
-                Some(r) => Bytes::copy_from_slice(&all[r.start as usize..r.end as usize]),
-                None => Bytes::copy_from_slice(all),
-            }
-        };
-        let (id, meta) = (entry.id, entry.meta.clone());
-        self.policy.on_access(id);
-        Ok((meta, range, data))
+        result
     }
 
     /// Removes an object; `Ok(false)` when it did not exist (S3 answers 204 either way).
@@ -465,16 +550,34 @@ impl ShardStore {
 
     pub fn list(&self, bucket: &str, q: &ListQuery) -> Result<Vec<ListItem>, StoreError> {
         let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
-        Ok(shard_page(&part.objects, q))
+        let dram = shard_page(&part.objects, q);
+        let in_flight: BTreeMap<String, ListedMeta> = self
+            .demoting
+            .iter()
+            .filter(|((b, k), _)| b == bucket && k.starts_with(&q.prefix))
+            .map(|((_, k), (m, _))| (k.clone(), ListedMeta(m.clone())))
+            .collect();
+        if in_flight.is_empty() {
+            return Ok(dram);
+        }
+        let flying = shard_page(&in_flight, q);
+        Ok(crate::listing::merge(vec![dram, flying], q.limit.saturating_add(1)).0)
     }
 
     fn remove_entry(&mut self, bucket: &str, key: &str) -> bool {
+        let was_demoting = match self.demoting.remove(&(bucket.to_string(), key.to_string())) {
+            Some((m, _)) => {
+                self.demote_bytes -= m.size;
+                true
+            }
+            None => false,
+        };
         let Some(entry) = self
             .buckets
             .get_mut(bucket)
             .and_then(|b| b.objects.remove(key))
         else {
-            return false;
+            return was_demoting;
         };
         self.policy.on_remove(entry.id);
         self.drop_entry(entry);
@@ -514,10 +617,27 @@ impl ShardStore {
                 .and_then(|b| b.objects.remove(&key));
             if let Some(entry) = entry {
                 tracing::debug!(bucket, key, size = entry.meta.size, "evicted");
+                let memory = self.durability(&bucket) == Some(Durability::Memory);
+                let tier = if entry.on_nvme {
+                    Some(Tier::Nvme)
+                } else if memory
+                    && self.demote_budget > 0
+                    && self.demote_bytes + entry.meta.size <= self.demote_budget
+                {
+                    let data = Bytes::copy_from_slice(self.arena.bytes(&entry.extent));
+                    self.demote_bytes += entry.meta.size;
+                    self.demoting
+                        .insert((bucket.clone(), key.clone()), (entry.meta.clone(), data));
+                    self.demote_queue.push_back((bucket.clone(), key.clone()));
+                    Some(Tier::Nvme)
+                } else {
+                    if self.demote_budget > 0 && memory {
+                        self.metrics.demotions_dropped.inc();
+                    }
+                    None
+                };
                 self.drop_entry(entry);
-                if let Some(ev) = self.events.as_mut() {
-                    ev.removed(&bucket, &key);
-                }
+                self.record_tier_event(&bucket, &key, tier);
                 self.metrics.evictions.inc();
                 return true;
             }
@@ -529,6 +649,35 @@ impl ShardStore {
         self.metrics
             .set_dram(self.used, self.capacity, self.ids.len() as u64);
     }
+}
+
+/// Answers a read of `meta`/`all` (the whole object): conditions, then the range.
+pub(crate) fn serve(
+    meta: &Arc<ObjectMeta>,
+    all: &[u8],
+    range: Option<RangeSpec>,
+    head_only: bool,
+    cond: &ReadConditions,
+) -> Result<(Arc<ObjectMeta>, Option<ByteRange>, Bytes), StoreError> {
+    match cond.check(&meta.etag, meta.last_modified) {
+        Ok(()) => {}
+        Err(Failed::NotModified) => return Err(StoreError::NotModified(meta.clone())),
+        Err(Failed::Precondition) => return Err(StoreError::PreconditionFailed),
+    }
+    let size = meta.size;
+    let range = match range {
+        Some(spec) => Some(spec.resolve(size).ok_or(StoreError::InvalidRange { size })?),
+        None => None,
+    };
+    let data = if head_only {
+        Bytes::new()
+    } else {
+        match range {
+            Some(r) => Bytes::copy_from_slice(all.get(r.start as usize..r.end as usize).unwrap_or_default()),
+            None => Bytes::copy_from_slice(all),
+        }
+    };
+    Ok((meta.clone(), range, data))
 }
 
 #[cfg(test)]

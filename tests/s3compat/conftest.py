@@ -38,6 +38,7 @@ listen = "127.0.0.1:0"
 memory = "512MiB"
 shards = 2
 multipart_timeout_secs = 3600
+nvme_capacity = "256MiB"
 {extra_config}
 
 [[users]]

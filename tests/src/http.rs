@@ -83,6 +83,19 @@ impl Client {
         }
     }
 
+    /// A PUT that reports a transport failure (a killed server) as `None` instead of failing.
+    pub fn try_put(&self, path: &str, body: &[u8]) -> Option<u16> {
+        let req = http::Request::builder()
+            .method("PUT")
+            .uri(format!("{}{}", self.base, path))
+            .body(body.to_vec())
+            .ok()?;
+        let resp = self.agent.run(req).ok()?;
+        let status = resp.status().as_u16();
+        resp.into_body().read_to_vec().ok()?;
+        Some(status)
+    }
+
     pub fn get(&self, path: &str) -> Reply {
         self.send("GET", path, &[], None)
     }

@@ -30,6 +30,16 @@ pub fn bin_path(name: &str) -> PathBuf {
     path
 }
 
+/// Tests run many servers at once: unless a test sizes the NVMe tier itself, each gets a
+/// small one (the default is 4 GiB of preallocated disk).
+fn small_nvme(extra: &[&str]) -> Vec<&'static str> {
+    if extra.contains(&"--nvme-capacity") {
+        vec![]
+    } else {
+        vec!["--nvme-capacity", "64MiB"]
+    }
+}
+
 /// A running server, killed when dropped.
 pub struct Server {
     child: Child,
@@ -47,6 +57,7 @@ impl Server {
         let mut cmd = Command::new(bin_path("yutu-server"));
         cmd.args(["--no-auth", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir.path())
+            .args(small_nvme(extra))
             .args(extra);
         Self::spawn(cmd, data_dir)
     }
@@ -57,6 +68,7 @@ impl Server {
         let mut cmd = Command::new(bin_path("yutu-server"));
         cmd.args(["--no-auth", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(dir)
+            .args(small_nvme(extra))
             .args(extra);
         Self::spawn(cmd, tempfile::tempdir().expect("temp dir"))
     }
@@ -137,7 +149,7 @@ impl Server {
     pub fn metric_sum(&self, name: &str) -> f64 {
         let text = self.client().get("/metrics").text();
         text.lines()
-            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ', ',']))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     }

@@ -110,6 +110,8 @@ impl From<StoreError> for S3Error {
             StoreError::InvalidPartOrder => S3Error::new(S3ErrorCode::InvalidPartOrder),
             StoreError::EntityTooSmall(m) => S3Error::new(S3ErrorCode::EntityTooSmall).msg(m),
             StoreError::BadDigest(m) => S3Error::new(S3ErrorCode::BadDigest).msg(m),
+            StoreError::Device(_) => S3Error::new(S3ErrorCode::InternalError)
+                .msg("The storage device failed or returned a corrupt record; the bytes were not served."),
         }
     }
 }

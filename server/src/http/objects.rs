@@ -179,9 +179,9 @@ pub async fn delete(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error>
     check_key(key)?;
     let (b, k) = (bucket.to_string(), key.to_string());
     ctx.shard
-        .call(ctx.shard.owner(bucket, key), |reply| Request::Delete {
+        .call(ctx.shard.owner(bucket, key), |reply| Request::DeleteMany {
             bucket: b,
-            key: k,
+            keys: vec![k],
             reply,
         })
         .await??;
