@@ -227,7 +227,10 @@ pub async fn snapshot(shard: &Rc<Shard>) -> Result<KvSnapshot, crate::shard::Sha
     let parts = shard.broadcast(|reply| Request::Blocks { reply }).await?;
     let mut groups: Vec<SnapshotGroup> = Vec::new();
     for (bucket, tier, blocks) in parts.into_iter().flatten() {
-        match groups.iter_mut().find(|g| g.bucket == bucket && g.tier == tier) {
+        match groups
+            .iter_mut()
+            .find(|g| g.bucket == bucket && g.tier == tier)
+        {
             Some(g) => g.blocks.extend(blocks),
             None => groups.push(SnapshotGroup {
                 bucket,

@@ -40,9 +40,10 @@ pub enum StartError {
 
 /// Depth of each shard-to-shard channel.
 const MESH_CHANNEL_DEPTH: usize = 1024;
-/// Memory glommio registers per executor for its own I/O buffers; the object store does not
-/// use it, so it is kept small.
-const EXECUTOR_IO_MEMORY: usize = 32 << 20;
+/// Memory glommio registers (and locks) per executor for DMA buffers. The NVMe tier's buffers
+/// beyond it come from the heap at no measurable cost, and locked memory counts against the
+/// node's RSS bound, so it is kept small.
+const EXECUTOR_IO_MEMORY: usize = 2 << 20;
 
 /// A running node.
 pub struct Node {

@@ -357,7 +357,10 @@ impl Shard {
                 let this = self.clone();
                 glommio::spawn_local(async move {
                     let r = match r {
-                        Ok(meta) => this.write_through_published(&bucket, &key).await.map(|()| meta),
+                        Ok(meta) => this
+                            .write_through_published(&bucket, &key)
+                            .await
+                            .map(|()| meta),
                         Err(e) => Err(e),
                     };
                     let _ = reply.send(r);

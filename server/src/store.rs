@@ -241,19 +241,30 @@ impl ShardStore {
             .get(bucket)
             .and_then(|b| b.objects.get(key))
             .is_some_and(|e| !e.on_nvme);
-        in_dram || self.demoting.contains_key(&(bucket.to_string(), key.to_string()))
+        in_dram
+            || self
+                .demoting
+                .contains_key(&(bucket.to_string(), key.to_string()))
     }
 
     /// Records that the DRAM version of `bucket/key` is also on NVMe.
     pub fn mark_on_nvme(&mut self, bucket: &str, key: &str) {
-        if let Some(e) = self.buckets.get_mut(bucket).and_then(|b| b.objects.get_mut(key)) {
+        if let Some(e) = self
+            .buckets
+            .get_mut(bucket)
+            .and_then(|b| b.objects.get_mut(key))
+        {
             e.on_nvme = true;
         }
     }
 
     pub fn has_key(&self, bucket: &str, key: &str) -> bool {
-        self.buckets.get(bucket).is_some_and(|b| b.objects.contains_key(key))
-            || self.demoting.contains_key(&(bucket.to_string(), key.to_string()))
+        self.buckets
+            .get(bucket)
+            .is_some_and(|b| b.objects.contains_key(key))
+            || self
+                .demoting
+                .contains_key(&(bucket.to_string(), key.to_string()))
     }
 
     pub fn durability(&self, bucket: &str) -> Option<Durability> {
@@ -521,7 +532,13 @@ impl ShardStore {
                 None => Err(StoreError::NoSuchKey),
             };
         };
-        let result = serve(&entry.meta, self.arena.bytes(&entry.extent), range, head_only, cond);
+        let result = serve(
+            &entry.meta,
+            self.arena.bytes(&entry.extent),
+            range,
+            head_only,
+            cond,
+        );
         if result.is_ok() {
             self.policy.on_access(entry.id);
         }
@@ -666,14 +683,20 @@ pub(crate) fn serve(
     }
     let size = meta.size;
     let range = match range {
-        Some(spec) => Some(spec.resolve(size).ok_or(StoreError::InvalidRange { size })?),
+        Some(spec) => Some(
+            spec.resolve(size)
+                .ok_or(StoreError::InvalidRange { size })?,
+        ),
         None => None,
     };
     let data = if head_only {
         Bytes::new()
     } else {
         match range {
-            Some(r) => Bytes::copy_from_slice(all.get(r.start as usize..r.end as usize).unwrap_or_default()),
+            Some(r) => Bytes::copy_from_slice(
+                all.get(r.start as usize..r.end as usize)
+                    .unwrap_or_default(),
+            ),
             None => Bytes::copy_from_slice(all),
         }
     };

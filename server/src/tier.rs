@@ -105,7 +105,11 @@ fn nvme_error(e: yutu_spdk::StoreError) -> StoreError {
 }
 
 /// The NVMe version of `bucket/key` with its metadata, from the index in DRAM.
-fn nvme_meta(nvme: &Nvme, bucket: &str, key: &str) -> Option<(yutu_spdk::Location, Arc<ObjectMeta>)> {
+fn nvme_meta(
+    nvme: &Nvme,
+    bucket: &str,
+    key: &str,
+) -> Option<(yutu_spdk::Location, Arc<ObjectMeta>)> {
     let loc = nvme.get(bucket, key)?;
     let blob = nvme.meta(bucket, key)?;
     let meta = decode_meta(&blob, loc.value_len())?;
@@ -174,7 +178,14 @@ impl Shard {
     }
 
     /// Copies a small NVMe hit back into DRAM, unless a newer version arrived meanwhile.
-    fn maybe_promote(&self, bucket: &str, key: &str, meta: &Arc<ObjectMeta>, value: &[u8], loc: yutu_spdk::Location) {
+    fn maybe_promote(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: &Arc<ObjectMeta>,
+        value: &[u8],
+        loc: yutu_spdk::Location,
+    ) {
         let mut store = self.store.borrow_mut();
         if meta.size > store.capacity() / PROMOTE_SHARE || store.has_key(bucket, key) {
             return;
@@ -184,7 +195,13 @@ impl Shard {
             return;
         }
         if store
-            .put(bucket, key, value, (**meta).clone(), &WriteConditions::default())
+            .put(
+                bucket,
+                key,
+                value,
+                (**meta).clone(),
+                &WriteConditions::default(),
+            )
             .is_ok()
         {
             store.mark_on_nvme(bucket, key);
@@ -203,12 +220,19 @@ impl Shard {
         reply: Reply<Result<Arc<ObjectMeta>, StoreError>>,
     ) {
         let Some(nvme) = self.nvme.clone() else {
-            let _ = reply.send(self.store.borrow_mut().put(&bucket, &key, &data, meta, &cond));
+            let _ = reply.send(
+                self.store
+                    .borrow_mut()
+                    .put(&bucket, &key, &data, meta, &cond),
+            );
             return;
         };
         let disk = self.store.borrow().durability(&bucket) == Some(Durability::Disk);
         if !disk {
-            let r = self.store.borrow_mut().put(&bucket, &key, &data, meta, &cond);
+            let r = self
+                .store
+                .borrow_mut()
+                .put(&bucket, &key, &data, meta, &cond);
             if r.is_err() || nvme.get(&bucket, &key).is_none() {
                 let _ = reply.send(r);
                 return;
@@ -226,7 +250,10 @@ impl Shard {
         }
         let this = self.clone();
         glommio::spawn_local(async move {
-            let _ = reply.send(this.write_through(&nvme, &bucket, &key, data, meta, &cond).await);
+            let _ = reply.send(
+                this.write_through(&nvme, &bucket, &key, data, meta, &cond)
+                    .await,
+            );
         })
         .detach();
     }
@@ -260,7 +287,13 @@ impl Shard {
         if nvme.get(bucket, key) != Some(appended.location) {
             return Ok(Arc::new(meta));
         }
-        let stored = match store.put(bucket, key, &data, meta.clone(), &WriteConditions::default()) {
+        let stored = match store.put(
+            bucket,
+            key,
+            &data,
+            meta.clone(),
+            &WriteConditions::default(),
+        ) {
             Ok(m) => m,
             // Durable on NVMe even when DRAM has no room for it right now.
             Err(StoreError::TooLarge { .. }) | Err(StoreError::NoSpace(_)) => Arc::new(meta),
@@ -273,21 +306,40 @@ impl Shard {
 
     /// Writes a whole object just published in DRAM through to NVMe (a `disk` bucket's
     /// CompleteMultipartUpload).
-    pub(crate) async fn write_through_published(&self, bucket: &str, key: &str) -> Result<(), StoreError> {
+    pub(crate) async fn write_through_published(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<(), StoreError> {
         let Some(nvme) = self.nvme.clone() else {
             return Ok(());
         };
         if self.store.borrow().durability(bucket) != Some(Durability::Disk) {
             return Ok(());
         }
-        let (meta, _, data) = self.store.borrow_mut().get(bucket, key, None, false, &ReadConditions::default())?;
-        self.write_through(&nvme, bucket, key, data, (*meta).clone(), &WriteConditions::default())
-            .await
-            .map(|_| ())
+        let (meta, _, data) =
+            self.store
+                .borrow_mut()
+                .get(bucket, key, None, false, &ReadConditions::default())?;
+        self.write_through(
+            &nvme,
+            bucket,
+            key,
+            data,
+            (*meta).clone(),
+            &WriteConditions::default(),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// DeleteObject / DeleteObjects on the owner: both tiers.
-    pub(crate) fn tiered_delete(self: &Rc<Self>, bucket: String, keys: Vec<String>, reply: Reply<Result<Vec<bool>, StoreError>>) {
+    pub(crate) fn tiered_delete(
+        self: &Rc<Self>,
+        bucket: String,
+        keys: Vec<String>,
+        reply: Reply<Result<Vec<bool>, StoreError>>,
+    ) {
         let r = self.store.borrow_mut().delete_many(&bucket, &keys);
         let Some(nvme) = self.nvme.clone() else {
             let _ = reply.send(r);
@@ -297,7 +349,9 @@ impl Shard {
             let _ = reply.send(r);
             return;
         };
-        let on_nvme: Vec<usize> = (0..keys.len()).filter(|i| nvme.get(&bucket, &keys[*i]).is_some()).collect();
+        let on_nvme: Vec<usize> = (0..keys.len())
+            .filter(|i| nvme.get(&bucket, &keys[*i]).is_some())
+            .collect();
         if on_nvme.is_empty() {
             let _ = reply.send(Ok(existed));
             return;
@@ -312,7 +366,9 @@ impl Shard {
                         existed[i] = true;
                         last_seq = d.seq.or(last_seq);
                         this.after_reclaim(&d.reclaimed);
-                        this.store.borrow_mut().record_tier_event(&bucket, &keys[i], None);
+                        this.store
+                            .borrow_mut()
+                            .record_tier_event(&bucket, &keys[i], None);
                     }
                     Err(e) => {
                         let _ = reply.send(Err(nvme_error(e)));
@@ -334,7 +390,11 @@ impl Shard {
     }
 
     /// One shard's listing page over both tiers.
-    pub(crate) fn tiered_list(&self, bucket: &str, q: &ListQuery) -> Result<Vec<ListItem>, StoreError> {
+    pub(crate) fn tiered_list(
+        &self,
+        bucket: &str,
+        q: &ListQuery,
+    ) -> Result<Vec<ListItem>, StoreError> {
         let dram = self.store.borrow().list(bucket, q)?;
         let Some(nvme) = &self.nvme else {
             return Ok(dram);
@@ -454,7 +514,12 @@ pub fn spawn_stats(shard: Rc<Shard>) {
 }
 
 /// Opens (creating and preallocating it if needed) this shard's part of the NVMe file.
-pub async fn open(path: &std::path::Path, capacity: u64, shard: u32, nshards: u32) -> Result<Nvme, String> {
+pub async fn open(
+    path: &std::path::Path,
+    capacity: u64,
+    shard: u32,
+    nshards: u32,
+) -> Result<Nvme, String> {
     let bdev = UringBdev::open(path)
         .await
         .map_err(|e| format!("cannot open the NVMe tier {}: {e}", path.display()))?;
@@ -482,12 +547,22 @@ pub fn prepare_file(path: &std::path::Path, capacity: u64) -> std::io::Result<()
         .read(true)
         .write(true)
         .open(path)?;
-    if file.metadata()?.len() < capacity {
+    let current = file.metadata()?.len();
+    if current < capacity {
         // SAFETY: posix_fallocate only reads its integer arguments and the open descriptor.
         let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, capacity as libc::off_t) };
         if rc != 0 {
             return Err(std::io::Error::from_raw_os_error(rc));
         }
+    }
+    if current == 0 {
+        // glommio decides once per device whether reads may use the polled ring, by reading
+        // the first block of the first file it opens: on an unwritten block that read never
+        // reaches the device and "succeeds", and every later read of real data then fails with
+        // EOPNOTSUPP on devices without polling. Writing the block makes the probe honest.
+        use std::os::unix::fs::FileExt;
+        file.write_all_at(&[0u8; 4096], 0)?;
+        file.sync_all()?;
     }
     Ok(())
 }
