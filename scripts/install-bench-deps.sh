@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs what `yutu-bench` needs besides the Rust toolchain, from Debian's packages:
+#   fio, the reference of the nvme suite;
 #   nginx, built with http_dav_module: the HTTP reference of the s3 suite (static files for
 #   GET, WebDAV for PUT). The bench starts its own nginx with its own config; the system
 #   service is neither needed nor started here.
@@ -27,6 +28,12 @@ nginx_has_dav() {
     bin="$(find_nginx)"
     [ -n "$bin" ] && "$bin" -V 2>&1 | grep -q -- 'http_dav_module'
 }
+
+# fio: the reference of the nvme suite (O_DIRECT io_uring on the same file system).
+if ! command -v fio >/dev/null 2>&1; then
+    $SUDO apt-get update
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y fio
+fi
 
 if nginx_has_dav; then
     echo "install-bench-deps: nginx with http_dav_module already installed ($(find_nginx))"

@@ -1,7 +1,9 @@
 //! Wire types and validation shared by every Yutu crate.
 //!
 //! This crate does no I/O: it says what a valid bucket name, object key, byte range or size is,
-//! which S3 error code goes with which HTTP status, and what the S3 XML documents look like.
+//! which S3 error code goes with which HTTP status, and what the S3 XML documents look like;
+//! and the KV-cache wire types: chained block hashes (`block_hash`), the events storage nodes
+//! publish to the conductor (`events`), and the conductor's routing API (`route`).
 //! Both the server and the clients depend on it, so a rule written here holds on both ends.
 
 pub mod block_hash;

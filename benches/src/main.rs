@@ -62,6 +62,10 @@ enum Suite {
     S3(suites::s3::S3Args),
     /// One-sided 2 MiB reads over shm and tcp, against memcpy and a raw loopback TCP stream.
     Transfer(suites::transfer::TransferArgs),
+    /// Spill write/read bandwidth of the NVMe tier's region store, against fio (O_DIRECT, io_uring).
+    Nvme(suites::nvme::NvmeArgs),
+    /// Prefix-index ingestion and routing decisions of the conductor, on one core.
+    Conductor(suites::conductor::ConductorArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -80,6 +84,8 @@ fn main() -> anyhow::Result<()> {
             match &cli.suite {
                 Suite::S3(args) => suites::s3::run(args).await,
                 Suite::Transfer(args) => suites::transfer::run(args).await,
+                Suite::Nvme(args) => suites::nvme::run(args).await,
+                Suite::Conductor(args) => suites::conductor::run(args).await,
             }
         };
         // Ctrl-C drops the suite's future, whose guards stop the servers and remove their files;

@@ -22,9 +22,9 @@ fn main() -> anyhow::Result<()> {
         )
     })?;
     if let Some(path) = &settings.nvme {
-        yutu_server::tier::prepare_file(path, settings.nvme_capacity).with_context(|| {
-            format!(
-                "cannot prepare the NVMe tier file {} ({} bytes)",
+        yutu_server::tier::prepare_file(path, settings.nvme_capacity).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot prepare the NVMe tier file {} ({} bytes): {e}",
                 path.display(),
                 settings.nvme_capacity
             )

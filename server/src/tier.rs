@@ -53,9 +53,12 @@ struct StoredMeta {
     checksum: Option<(String, String, Option<u32>)>,
     #[serde(default)]
     parts: Option<u32>,
+    /// The object belongs to a `disk` bucket: region reclamation must rewrite it, not drop it.
+    #[serde(default)]
+    disk: bool,
 }
 
-pub fn encode_meta(m: &ObjectMeta) -> Vec<u8> {
+pub fn encode_meta(m: &ObjectMeta, disk: bool) -> Vec<u8> {
     let stored = StoredMeta {
         etag: m.etag.clone(),
         modified_ms: m
@@ -74,6 +77,7 @@ pub fn encode_meta(m: &ObjectMeta) -> Vec<u8> {
             )
         }),
         parts: m.parts,
+        disk,
     };
     serde_json::to_vec(&stored).unwrap_or_default()
 }
@@ -269,7 +273,8 @@ impl Shard {
         cond: &WriteConditions,
     ) -> Result<Arc<ObjectMeta>, StoreError> {
         self.store.borrow().check_write(bucket, key, cond)?;
-        let max = nvme.max_value_len(bucket, key, encode_meta(&meta).len());
+        let blob = encode_meta(&meta, true);
+        let max = nvme.max_value_len(bucket, key, blob.len());
         if data.len() as u64 > max {
             return Err(StoreError::TooLarge {
                 size: data.len() as u64,
@@ -277,7 +282,7 @@ impl Shard {
             });
         }
         let appended = nvme
-            .append_with_meta(bucket, key, &encode_meta(&meta), &data)
+            .append_with_meta(bucket, key, &blob, &data)
             .await
             .map_err(nvme_error)?;
         self.after_reclaim(&appended.reclaimed);
@@ -458,7 +463,7 @@ pub fn spawn_demoter(shard: Rc<Shard>) {
                 glommio::timer::sleep(Duration::from_millis(2)).await;
                 continue;
             };
-            let blob = encode_meta(&meta);
+            let blob = encode_meta(&meta, false);
             if data.len() as u64 > nvme.max_value_len(&bucket, &key, blob.len()) {
                 shard.store.borrow_mut().finish_demotion(&bucket, &key, &meta);
                 shard.store.borrow_mut().record_tier_event(&bucket, &key, None);
@@ -525,7 +530,17 @@ pub async fn open(
         .map_err(|e| format!("cannot open the NVMe tier {}: {e}", path.display()))?;
     let mut config = yutu_spdk::StoreConfig::for_shard(shard, nshards);
     config.region_size = region_size(capacity, nshards);
-    RegionStore::open(bdev, config)
+    // Reclaiming a region drops the demoted copies of `memory` objects (the tier is a cache)
+    // but rewrites `disk` objects forward: they were acknowledged as durable.
+    let policy = |c: &yutu_spdk::ReclaimCandidate<'_>| {
+        let disk = serde_json::from_slice::<StoredMeta>(c.meta).is_ok_and(|m| m.disk);
+        if disk {
+            yutu_spdk::ReclaimAction::Rewrite
+        } else {
+            yutu_spdk::ReclaimAction::Drop
+        }
+    };
+    RegionStore::open_with_policy(bdev, config, Box::new(policy))
         .await
         .map_err(|e| format!("cannot open the NVMe tier {}: {e}", path.display()))
 }
@@ -538,31 +553,8 @@ pub fn region_size(capacity: u64, nshards: u32) -> u64 {
     size & !((1 << 20) - 1)
 }
 
-/// Prepares the NVMe file before the shards open it: created and preallocated once.
-pub fn prepare_file(path: &std::path::Path, capacity: u64) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(path)?;
-    let current = file.metadata()?.len();
-    if current < capacity {
-        // SAFETY: posix_fallocate only reads its integer arguments and the open descriptor.
-        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, capacity as libc::off_t) };
-        if rc != 0 {
-            return Err(std::io::Error::from_raw_os_error(rc));
-        }
-    }
-    if current == 0 {
-        // glommio decides once per device whether reads may use the polled ring, by reading
-        // the first block of the first file it opens: on an unwritten block that read never
-        // reaches the device and "succeeds", and every later read of real data then fails with
-        // EOPNOTSUPP on devices without polling. Writing the block makes the probe honest.
-        use std::os::unix::fs::FileExt;
-        file.write_all_at(&[0u8; 4096], 0)?;
-        file.sync_all()?;
-    }
-    Ok(())
+/// Prepares the NVMe file before the shards open it: created and preallocated once, with its
+/// first block written (glommio's poll-ring probe must read real data, see `yutu-spdk`).
+pub fn prepare_file(path: &std::path::Path, capacity: u64) -> Result<(), String> {
+    UringBdev::prepare_file(path, capacity).map_err(|e| e.to_string())
 }

@@ -1,0 +1,94 @@
+//! Fetching a node's snapshot when its event stream cannot be trusted any more.
+//!
+//! One task per resync: it fetches `GET {node url}/admin/v1/kv/snapshot` on the blocking
+//! pool (the fetch can be large and slow and must not hold the conductor's lock), hands it to
+//! the conductor, and retries with backoff on failure for as long as that resync is still
+//! the one wanted. A newer resync of the same node (another gap, a restart) supersedes it:
+//! the old task notices and stops, and its late snapshot, if any, is ignored.
+
+use std::io::BufReader;
+use std::sync::Arc;
+use std::time::Duration;
+
+use yutu_api::events::{KvSnapshot, SNAPSHOT_PATH};
+
+use super::Shared;
+use crate::feed::SnapshotOutcome;
+use crate::ids::NodeId;
+
+/// Why a snapshot could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("fetching the snapshot: {0}")]
+    Http(#[from] ureq::Error),
+    #[error("reading the snapshot: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("the snapshot fetch was cancelled")]
+    Cancelled,
+}
+
+/// Fetches and parses the snapshot of the node at `base_url`.
+pub fn fetch_snapshot(
+    base_url: &str,
+    timeout: Duration,
+    max_bytes: u64,
+) -> Result<KvSnapshot, SnapshotError> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .build()
+        .into();
+    let mut resp = agent.get(format!("{base_url}{SNAPSHOT_PATH}")).call()?;
+    let reader = resp.body_mut().with_config().limit(max_bytes).reader();
+    Ok(serde_json::from_reader(BufReader::new(reader))?)
+}
+
+/// Starts serving resync `generation` of `node` in the background.
+pub(crate) fn spawn(shared: Arc<Shared>, node: NodeId, generation: u64) {
+    tokio::spawn(run(shared, node, generation));
+}
+
+async fn run(shared: Arc<Shared>, node: NodeId, mut generation: u64) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        // No URL yet (the node pushed before it was registered): registration restarts this.
+        let Some(url) = shared.core().resync_source(node, generation) else {
+            return;
+        };
+        let (timeout, max) = (
+            shared.limits.snapshot_timeout,
+            shared.limits.max_snapshot_bytes,
+        );
+        let fetch_url = url.clone();
+        let fetched = tokio::task::spawn_blocking(move || fetch_snapshot(&fetch_url, timeout, max))
+            .await
+            .unwrap_or(Err(SnapshotError::Cancelled));
+        let failure = match fetched {
+            Ok(snapshot) => {
+                let outcome = shared.core().apply_snapshot(node, generation, &snapshot);
+                match outcome {
+                    Ok(SnapshotOutcome::Synced { replayed }) => {
+                        tracing::info!(node = %snapshot.node, seq = snapshot.seq, replayed, "resynced from snapshot");
+                        return;
+                    }
+                    Ok(SnapshotOutcome::Ignored) => return,
+                    Ok(SnapshotOutcome::Again(next)) => {
+                        tracing::info!(node = %snapshot.node, seq = snapshot.seq, "snapshot behind the events; fetching a newer one");
+                        generation = next.generation;
+                        None
+                    }
+                    Err(e) => Some(e.to_string()),
+                }
+            }
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(error) = failure {
+            shared.core().snapshot_failed();
+            tracing::warn!(%url, %error, retry_in_ms = backoff.as_millis() as u64, "snapshot fetch failed");
+        }
+        if !shared.core().resync_wanted(node, generation) {
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
