@@ -162,6 +162,10 @@ pub fn spawn_pusher(shard: Rc<Shard>, conductor: String, advertise: String) {
             url: advertise,
         };
         let mut registered = false;
+        // After (re-)registering, the first push announces this epoch even with no events:
+        // a restarted node publishes nothing for what it recovered from NVMe, and the new
+        // epoch is what makes the conductor resync from the snapshot.
+        let mut announce = true;
         let mut backoff = Duration::from_millis(100);
         loop {
             if !registered {
@@ -170,6 +174,7 @@ pub fn spawn_pusher(shard: Rc<Shard>, conductor: String, advertise: String) {
                     Ok(r) if (200..300).contains(&r.status) => {
                         tracing::info!(conductor = %conductor, node = %registration.node, "registered with the conductor");
                         registered = true;
+                        announce = true;
                         backoff = Duration::from_millis(100);
                     }
                     Ok(r) => tracing::warn!(status = r.status, "the conductor refused the node registration"),
@@ -182,12 +187,12 @@ pub fn spawn_pusher(shard: Rc<Shard>, conductor: String, advertise: String) {
                 }
             }
             let batch: Vec<KvEvent> = publisher.queue.borrow().iter().take(MAX_BATCH).cloned().collect();
-            if batch.is_empty() {
+            if batch.is_empty() && !announce {
                 glommio::timer::sleep(FLUSH_EVERY).await;
                 continue;
             }
             let sent = batch.len();
-            let last = batch[sent - 1].seq;
+            let last = batch.last().map_or(0, |e| e.seq);
             let body = KvEventBatch {
                 node: publisher.node.clone(),
                 epoch: publisher.epoch,
@@ -200,6 +205,7 @@ pub fn spawn_pusher(shard: Rc<Shard>, conductor: String, advertise: String) {
                     while q.front().is_some_and(|e| e.seq <= last) {
                         q.pop_front();
                     }
+                    announce = false;
                     backoff = Duration::from_millis(100);
                     shard.metrics.events_published.add(sent as u64);
                 }
