@@ -58,8 +58,11 @@ impl Arena {
             return Err(ArenaError::TooLarge(capacity));
         }
         let capacity = granules * GRANULE;
+        // Sealing is allowed so that the transfer engine can seal the size and hand the memfd
+        // to same-host peers (shared-memory transport) without them fearing a shrink.
         let memfd = memfd::MemfdOptions::default()
             .close_on_exec(true)
+            .allow_sealing(true)
             .create(name)
             .map_err(|e| ArenaError::Memfd(e.to_string()))?;
         let file = memfd.into_file();
@@ -83,6 +86,12 @@ impl Arena {
 
     pub fn capacity(&self) -> u64 {
         self.capacity
+    }
+
+    /// The memfd behind the arena, for registration with the transfer engine.
+    pub fn memfd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self._file.as_fd()
     }
 
     /// Bytes currently reserved by live extents.

@@ -55,6 +55,10 @@ pub struct Flags {
     /// Capacity of the NVMe tier, preallocated in the file (0 turns the tier off).
     #[arg(long)]
     pub nvme_capacity: Option<ByteSize>,
+    /// Address of the transfer engine's TCP listener (one-sided reads and writes of KV
+    /// blocks); port 0 picks a free port.
+    #[arg(long)]
+    pub transfer_listen: Option<SocketAddr>,
     /// Default durability of new buckets: `memory` (DRAM, demoted to NVMe on eviction) or
     /// `disk` (written through to NVMe before a PUT is acknowledged).
     #[arg(long)]
@@ -112,6 +116,7 @@ pub struct FileConfig {
     pub durability: Option<String>,
     pub nvme: Option<PathBuf>,
     pub nvme_capacity: Option<ByteSize>,
+    pub transfer_listen: Option<SocketAddr>,
     #[serde(default)]
     pub users: Vec<User>,
 }
@@ -137,6 +142,7 @@ pub struct Settings {
     /// The NVMe tier's file or device; `None` when the tier is off.
     pub nvme: Option<PathBuf>,
     pub nvme_capacity: u64,
+    pub transfer_listen: SocketAddr,
     /// This run of the node, in milliseconds since the Unix epoch: KV events are numbered per
     /// epoch, so the conductor can tell a restart from a gap.
     pub epoch: u64,
@@ -303,6 +309,10 @@ impl Settings {
             conductor: flags.conductor.or(file.conductor),
             durability,
             nvme_capacity,
+            transfer_listen: flags
+                .transfer_listen
+                .or(file.transfer_listen)
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
             nvme: (nvme_capacity > 0).then(|| nvme_path.clone()),
             advertise_url: flags.advertise_url.or(file.advertise_url),
             epoch: std::time::SystemTime::now()

@@ -162,8 +162,12 @@ impl ShardStore {
         Ok(offset)
     }
 
-    /// Publishes a put whose bytes the client has written.
-    pub fn put_end(&mut self, put_id: u64) -> Result<Arc<ObjectMeta>, StoreError> {
+    /// Publishes a put whose bytes the client has written; returns its bucket, key and
+    /// metadata.
+    pub fn put_end(
+        &mut self,
+        put_id: u64,
+    ) -> Result<(String, String, Arc<ObjectMeta>), StoreError> {
         let p = self
             .pending_puts
             .remove(&put_id)
@@ -176,7 +180,8 @@ impl ShardStore {
         meta.size = p.extent.len;
         meta.etag = kv_etag(self.arena.bytes(&p.extent));
         meta.last_modified = SystemTime::now();
-        Ok(self.publish(&p.bucket, &p.key, p.extent, meta, p.charge))
+        let meta = self.publish(&p.bucket, &p.key, p.extent, meta, p.charge);
+        Ok((p.bucket, p.key, meta))
     }
 
     /// Abandons a put-start; `false` when it was already gone.
@@ -349,7 +354,7 @@ mod tests {
             .get("b", "blk", None, false, &ReadConditions::default())
             .unwrap();
         assert_eq!(&old[..], b"old");
-        let m = s.put_end(9).unwrap();
+        let (_, _, m) = s.put_end(9).unwrap();
         assert!(m.etag.ends_with("-1\""));
         let (_, _, new) = s
             .get("b", "blk", None, false, &ReadConditions::default())

@@ -63,12 +63,13 @@ pub enum Op {
     ListParts,
     ListMultipartUploads,
     Admin,
+    Kv,
     Ops,
     Unsupported,
 }
 
 impl Op {
-    pub const ALL: [Op; 23] = [
+    pub const ALL: [Op; 24] = [
         Op::ListBuckets,
         Op::CreateBucket,
         Op::DeleteBucket,
@@ -90,6 +91,7 @@ impl Op {
         Op::ListParts,
         Op::ListMultipartUploads,
         Op::Admin,
+        Op::Kv,
         Op::Ops,
         Op::Unsupported,
     ];
@@ -117,6 +119,7 @@ impl Op {
             Op::ListParts => "ListParts",
             Op::ListMultipartUploads => "ListMultipartUploads",
             Op::Admin => "Admin",
+            Op::Kv => "Kv",
             Op::Ops => "Ops",
             Op::Unsupported => "Unsupported",
         }

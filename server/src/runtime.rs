@@ -89,6 +89,7 @@ pub fn start(settings: Settings) -> Result<Node, StartError> {
     if !buckets.is_empty() {
         tracing::info!(buckets = buckets.len(), "bucket catalog loaded");
     }
+    let engine = start_engine(&settings)?;
     let settings = Arc::new(settings);
     let n = settings.shards;
     let first = bind_first(settings.listen)?;
@@ -118,6 +119,7 @@ pub fn start(settings: Settings) -> Result<Node, StartError> {
         let ready = ready_tx.clone();
         let fd = if i == 0 { first_fd.take() } else { None };
         let buckets = buckets.clone();
+        let engine = engine.clone();
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("yutu-shard-{i}"))
             .io_memory(if settings.nvme.is_some() {
@@ -126,9 +128,16 @@ pub fn start(settings: Settings) -> Result<Node, StartError> {
                 EXECUTOR_IO_MEMORY
             })
             .spawn(move || async move {
-                if let Err(message) =
-                    run_shard(settings, metrics, mesh, fd, addr, buckets, ready.clone()).await
-                {
+                let start = ShardStart {
+                    settings,
+                    metrics,
+                    mesh,
+                    fd,
+                    addr,
+                    buckets,
+                    engine,
+                };
+                if let Err(message) = run_shard(start, ready.clone()).await {
                     let _ = ready.send(Err(message));
                 }
             })
@@ -149,15 +158,31 @@ pub fn start(settings: Settings) -> Result<Node, StartError> {
     Ok(Node { addr, handles })
 }
 
-async fn run_shard(
+/// What one shard starts from, handed to its executor thread.
+struct ShardStart {
     settings: Arc<Settings>,
     metrics: Arc<Vec<Arc<ShardMetrics>>>,
     mesh: MeshBuilder<Request, glommio::channels::channel_mesh::Full>,
+    /// The pre-bound listening socket, for the first shard.
     fd: Option<i32>,
     addr: SocketAddr,
     buckets: Vec<BucketRecord>,
+    engine: yutu_transfer::TransferEngine,
+}
+
+async fn run_shard(
+    start: ShardStart,
     ready: std::sync::mpsc::Sender<Result<usize, String>>,
 ) -> Result<(), String> {
+    let ShardStart {
+        settings,
+        metrics,
+        mesh,
+        fd,
+        addr,
+        buckets,
+        engine,
+    } = start;
     let n = settings.shards;
     // Every shard joins the mesh; its position in the mesh is its shard id.
     let (senders, mut receivers) = mesh
@@ -183,6 +208,11 @@ async fn run_shard(
         )),
         None => None,
     };
+    let region = yutu_transfer::MemoryRegion::map_memfd(arena.memfd(), arena.capacity() as usize)
+        .map_err(|e| format!("cannot map the arena for the transfer engine: {e}"))?;
+    let segment = engine
+        .register(region)
+        .map_err(|e| format!("cannot register the arena with the transfer engine: {e}"))?;
     let mut store = ShardStore::new(arena, policy(settings.eviction), metrics[id].clone());
     if nvme.is_some() {
         // Objects waiting for their NVMe append: an eighth of the shard's DRAM, at most 64 MiB.
@@ -207,7 +237,9 @@ async fn run_shard(
         tracing::info!(shard = id, report = ?report, "NVMe tier recovered");
     }
     shard.nvme = nvme;
+    shard.transfer = Some((engine, segment));
     let shard = Rc::new(shard);
+    spawn_kv_expiry(shard.clone());
     crate::tier::spawn_demoter(shard.clone());
     crate::tier::spawn_stats(shard.clone());
     for (_, receiver) in receivers.streams() {
@@ -234,6 +266,42 @@ async fn run_shard(
     let _ = ready.send(Ok(id));
     accept_loop(shard, listener).await;
     Ok(())
+}
+
+/// The node's transfer engine: a TCP listener (and a shared-memory socket for same-host
+/// peers) serving one-sided reads and writes of the shards' arenas.
+fn start_engine(settings: &Settings) -> Result<yutu_transfer::TransferEngine, StartError> {
+    let id = u64::from_le_bytes(
+        blake3::hash(settings.node_name.as_bytes()).as_bytes()[..8]
+            .try_into()
+            .unwrap_or([0; 8]),
+    );
+    let mut cfg = yutu_transfer::EngineConfig::new(yutu_transfer::NodeId(id));
+    cfg.tcp_listen = Some(settings.transfer_listen);
+    let shm_dir = settings.data_dir.join("transfer");
+    std::fs::create_dir_all(&shm_dir).map_err(|e| StartError::Shard {
+        shard: 0,
+        message: format!("cannot create {}: {e}", shm_dir.display()),
+    })?;
+    cfg.shm_dir = Some(shm_dir);
+    yutu_transfer::TransferEngine::start(cfg).map_err(|e| StartError::Shard {
+        shard: 0,
+        message: format!("cannot start the transfer engine: {e}"),
+    })
+}
+
+/// Ends expired read leases and reclaims put-starts never ended, ten times a second.
+fn spawn_kv_expiry(shard: Rc<Shard>) {
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(std::time::Duration::from_millis(100)).await;
+            let (leases, puts) = shard.store.borrow_mut().expire(std::time::Instant::now());
+            if leases + puts > 0 {
+                tracing::debug!(shard = shard.id, leases, puts, "expired KV leases and puts");
+            }
+        }
+    })
+    .detach();
 }
 
 /// Aborts multipart uploads older than the configured timeout, checking a few times per

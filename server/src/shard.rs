@@ -99,6 +99,48 @@ pub enum Request {
         prefix: String,
         reply: Reply<Vec<UploadInfo>>,
     },
+    KvLease {
+        lease_id: u64,
+        bucket: String,
+        keys: Vec<String>,
+        ttl: std::time::Duration,
+        reply: Reply<Result<Vec<Option<crate::kv::BlockRef>>, StoreError>>,
+    },
+    KvRelease {
+        lease_id: u64,
+        reply: Reply<bool>,
+    },
+    KvPutStart {
+        put_id: u64,
+        bucket: String,
+        key: String,
+        len: u64,
+        ttl: std::time::Duration,
+        reply: Reply<Result<u64, StoreError>>,
+    },
+    KvPutEnd {
+        put_id: u64,
+        reply: Reply<Result<Arc<ObjectMeta>, StoreError>>,
+    },
+    KvRevoke {
+        put_id: u64,
+        reply: Reply<bool>,
+    },
+    /// A descriptor of a range of this shard's arena segment.
+    KvDescriptor {
+        offset: u64,
+        len: u64,
+        reply: Reply<Option<yutu_transfer::SegmentDescriptor>>,
+    },
+    /// This shard's arena segment (for a batch the connection's shard submits).
+    KvSegment {
+        reply: Reply<Option<yutu_transfer::LocalSegment>>,
+    },
+    KvExists {
+        bucket: String,
+        keys: Vec<String>,
+        reply: Reply<Result<Vec<bool>, StoreError>>,
+    },
     /// To shard 0: KV events to number and publish.
     KvEvents {
         events: Vec<KvEventKind>,
@@ -187,6 +229,11 @@ pub struct Shard {
     pub publisher: Option<Rc<Publisher>>,
     /// This shard's part of the NVMe tier, when there is one.
     pub nvme: Option<Rc<crate::tier::Nvme>>,
+    /// The node's transfer engine and this shard's arena registered with it: KV blocks are
+    /// read and written one-sidedly through descriptors into this segment.
+    pub transfer: Option<(yutu_transfer::TransferEngine, yutu_transfer::LocalSegment)>,
+    /// Lease and put ids handed out by this shard (the shard is in the top 16 bits).
+    kv_seq: Cell<u64>,
     /// Serialises bucket creation and deletion on the coordinator.
     bucket_lock: glommio::sync::Semaphore,
     request_seq: Cell<u64>,
@@ -212,6 +259,8 @@ impl Shard {
             all_metrics,
             publisher,
             nvme: None,
+            transfer: None,
+            kv_seq: Cell::new(0),
             senders,
             bucket_lock: glommio::sync::Semaphore::new(1),
             request_seq: Cell::new(0),
@@ -250,6 +299,20 @@ impl Shard {
             }
         }
         out
+    }
+
+    /// A lease or put id for shard `owner`: unique on the node (owner in the top 16 bits, the
+    /// issuing shard in the next 16, a counter below), so it routes back to its owner.
+    pub fn kv_id_for(&self, owner: usize) -> u64 {
+        let n = self.kv_seq.get() + 1;
+        self.kv_seq.set(n);
+        ((owner as u64) << 48) | ((self.id as u64 & 0xffff) << 32) | (n & 0xffff_ffff)
+    }
+
+    /// The shard that issued a lease or put id.
+    pub fn shard_of_id(&self, id: u64) -> Option<usize> {
+        let s = (id >> 48) as usize;
+        (s < self.nshards).then_some(s)
     }
 
     /// A request id unique across shards and restarts of the same process.
@@ -426,6 +489,90 @@ impl Shard {
             } => {
                 self.store.borrow_mut().finish_close(&name, commit);
                 let _ = reply.send(());
+            }
+            Request::KvLease {
+                lease_id,
+                bucket,
+                keys,
+                ttl,
+                reply,
+            } => {
+                let _ = reply.send(self.store.borrow_mut().lease(lease_id, &bucket, &keys, ttl));
+            }
+            Request::KvRelease { lease_id, reply } => {
+                let _ = reply.send(self.store.borrow_mut().release_lease(lease_id));
+            }
+            Request::KvPutStart {
+                put_id,
+                bucket,
+                key,
+                len,
+                ttl,
+                reply,
+            } => {
+                let meta = crate::store::ObjectMeta {
+                    size: len,
+                    etag: String::new(),
+                    last_modified: SystemTime::now(),
+                    content_type: None,
+                    headers: Vec::new(),
+                    user_meta: Vec::new(),
+                    checksum: None,
+                    parts: None,
+                };
+                let r = self
+                    .store
+                    .borrow_mut()
+                    .put_start(put_id, &bucket, &key, len, meta, ttl);
+                let _ = reply.send(r);
+            }
+            Request::KvPutEnd { put_id, reply } => {
+                let r = self.store.borrow_mut().put_end(put_id);
+                let this = self.clone();
+                glommio::spawn_local(async move {
+                    // A `disk` bucket's block is on NVMe before put-end is answered.
+                    let r = match r {
+                        Ok((bucket, key, meta)) => this
+                            .write_through_published(&bucket, &key)
+                            .await
+                            .map(|()| meta),
+                        Err(e) => Err(e),
+                    };
+                    let _ = reply.send(r);
+                })
+                .detach();
+            }
+            Request::KvDescriptor { offset, len, reply } => {
+                let d = self
+                    .transfer
+                    .as_ref()
+                    .and_then(|(_, seg)| seg.descriptor(offset, len).ok());
+                let _ = reply.send(d);
+            }
+            Request::KvSegment { reply } => {
+                let _ = reply.send(self.transfer.as_ref().map(|(_, seg)| seg.clone()));
+            }
+            Request::KvRevoke { put_id, reply } => {
+                let _ = reply.send(self.store.borrow_mut().put_revoke(put_id));
+            }
+            Request::KvExists {
+                bucket,
+                keys,
+                reply,
+            } => {
+                let r = self.store.borrow().exists(&bucket, &keys).map(|found| {
+                    found
+                        .into_iter()
+                        .zip(&keys)
+                        .map(|(f, k)| {
+                            f || self
+                                .nvme
+                                .as_ref()
+                                .is_some_and(|n| n.get(&bucket, k).is_some())
+                        })
+                        .collect()
+                });
+                let _ = reply.send(r);
             }
             Request::KvEvents { events, reply } => {
                 if let Some(p) = &self.publisher {

@@ -9,6 +9,7 @@ pub mod ctx;
 pub mod delete_many;
 pub mod error;
 pub mod io;
+pub mod kv_api;
 pub mod meta;
 pub mod multipart;
 pub mod objects;

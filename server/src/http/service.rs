@@ -17,7 +17,7 @@ use super::error::S3Error;
 use super::io::HyperStream;
 use super::target::Target;
 use super::timer::GlommioTimer;
-use super::{admin, buckets, copy, delete_many, multipart, objects, Resp};
+use super::{admin, buckets, copy, delete_many, kv_api, multipart, objects, Resp};
 use crate::auth::Action;
 use crate::metrics::{render, Op};
 use crate::s3::authenticate::authenticate;
@@ -174,6 +174,10 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
     };
     if ctx.target.bucket.as_deref() == Some("admin") && !ctx.target.virtual_host {
         return (Op::Admin, admin::route(&ctx).await);
+    }
+    // `v1` is not a valid bucket name, so the KV control API cannot shadow a bucket.
+    if ctx.target.bucket.as_deref() == Some("v1") && !ctx.target.virtual_host {
+        return (Op::Kv, kv_api::route(&ctx, body).await);
     }
     let bucket = ctx.target.bucket.clone();
     let key = ctx.target.key.clone();

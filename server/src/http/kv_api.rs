@@ -1,0 +1,497 @@
+//! The KV control API (`/v1/kv/...`): JSON over HTTP for the control plane, while the block
+//! bytes move one-sidedly through the transfer engine into or out of the shards' arenas.
+//!
+//! | request | body | answer |
+//! |---|---|---|
+//! | `GET /v1/kv/engine` | | the node's transfer address (add it as a peer) |
+//! | `POST /v1/kv/{bucket}/exists` | `{"keys"}` | `{"exists": [bool]}` |
+//! | `POST /v1/kv/{bucket}/prefix` | `{"keys"}` (a chain, in order) | `{"present": n}` leading blocks held |
+//! | `POST /v1/kv/{bucket}/put-start` | `{"blocks": [{"key", "len"}], "ttl_ms"}` | `{"puts": [{"key", "put_id", "descriptor"}], "ttl_ms"}` |
+//! | `POST /v1/kv/{bucket}/put-end` | `{"put_ids"}` | `{"etags"}`: published, visible through S3 too |
+//! | `POST /v1/kv/{bucket}/revoke` | `{"put_ids"}` | `{"revoked": [bool]}` |
+//! | `POST /v1/kv/{bucket}/get` | `{"keys", "ttl_ms"}` | `{"leases", "blocks": [{"key", "descriptor", "len", "etag"}], "ttl_ms"}` (`descriptor` null: not in DRAM) |
+//! | `POST /v1/kv/{bucket}/get-into` | `{"keys", "targets": [descriptor], "client": address}` | `{"copied": [len or null]}` |
+//! | `POST /v1/kv/{bucket}/remove` | `{"keys"}` | `{"removed": [bool]}` |
+//! | `POST /v1/kv/release` | `{"leases"}` | `{"released": n}` |
+//!
+//! A lease keeps the leased bytes from being evicted or reused until it is released or its
+//! time is up (default 10 s, at most 60 s); the client must not read after that.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use serde::{Deserialize, Serialize};
+use yutu_api::S3ErrorCode;
+use yutu_transfer::{NodeAddress, SegmentDescriptor, TransferRequest};
+
+use super::body::read_limited;
+use super::ctx::Ctx;
+use super::error::S3Error;
+use super::objects::{bucket_must_exist, check_key, object_limit};
+use super::Resp;
+use crate::auth::Action;
+use crate::kv::BlockRef;
+use crate::shard::Request;
+
+/// Most keys in one batch.
+pub const MAX_BATCH: usize = 4096;
+/// Lease and put-start lifetimes.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+pub const MAX_TTL: Duration = Duration::from_secs(60);
+/// Largest control document (4096 keys and descriptors).
+const MAX_BODY: u64 = 4 << 20;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Keys {
+    keys: Vec<String>,
+    #[serde(default)]
+    ttl_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutStart {
+    blocks: Vec<PutBlock>,
+    #[serde(default)]
+    ttl_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutBlock {
+    key: String,
+    len: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutIds {
+    put_ids: Vec<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Leases {
+    leases: Vec<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GetInto {
+    keys: Vec<String>,
+    targets: Vec<SegmentDescriptor>,
+    client: NodeAddress,
+}
+
+#[derive(Serialize)]
+struct Started {
+    key: String,
+    put_id: u64,
+    descriptor: SegmentDescriptor,
+}
+
+#[derive(Serialize)]
+struct Block {
+    key: String,
+    descriptor: Option<SegmentDescriptor>,
+    len: u64,
+    etag: Option<String>,
+}
+
+fn bad(msg: impl Into<String>) -> S3Error {
+    S3Error::new(S3ErrorCode::InvalidArgument).msg(msg)
+}
+
+fn json(value: &impl Serialize) -> Resp {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(
+            serde_json::to_vec(value).unwrap_or_default(),
+        )))
+        .unwrap_or_default()
+}
+
+async fn parse<T: for<'de> Deserialize<'de>>(body: Incoming) -> Result<T, S3Error> {
+    let raw = read_limited(body, None, MAX_BODY).await?;
+    serde_json::from_slice(&raw).map_err(|e| bad(format!("Malformed KV request: {e}.")))
+}
+
+fn ttl(ms: Option<u64>) -> Result<Duration, S3Error> {
+    match ms {
+        None => Ok(DEFAULT_TTL),
+        Some(ms) if ms > 0 && Duration::from_millis(ms) <= MAX_TTL => Ok(Duration::from_millis(ms)),
+        Some(_) => Err(bad("ttl_ms must be between 1 and 60000.")),
+    }
+}
+
+fn check_keys(keys: &[String]) -> Result<(), S3Error> {
+    if keys.is_empty() || keys.len() > MAX_BATCH {
+        return Err(bad(format!("A batch names 1 to {MAX_BATCH} keys.")));
+    }
+    keys.iter().try_for_each(|k| check_key(k))
+}
+
+/// Indices of `keys` grouped by owning shard.
+fn by_shard(ctx: &Ctx, bucket: &str, keys: &[String]) -> BTreeMap<usize, Vec<usize>> {
+    let mut out: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (i, k) in keys.iter().enumerate() {
+        out.entry(ctx.shard.owner(bucket, k)).or_default().push(i);
+    }
+    out
+}
+
+/// The descriptor of a leased or reserved range of shard `shard`'s arena.
+async fn descriptor(
+    ctx: &Ctx,
+    shard: usize,
+    offset: u64,
+    len: u64,
+) -> Result<SegmentDescriptor, S3Error> {
+    // Every shard registered its arena with the one engine; the segment of shard `s` is
+    // found through that shard, which owns the `LocalSegment`.
+    if shard == ctx.shard.id {
+        let (_, seg) = ctx
+            .shard
+            .transfer
+            .as_ref()
+            .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))?;
+        return seg.descriptor(offset, len).map_err(|e| {
+            tracing::error!(error = %e, "minting a descriptor");
+            S3Error::new(S3ErrorCode::InternalError)
+        });
+    }
+    ctx.shard
+        .call(shard, |reply| Request::KvDescriptor { offset, len, reply })
+        .await?
+        .ok_or_else(|| S3Error::new(S3ErrorCode::InternalError))
+}
+
+pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
+    let path = ctx.target.key.clone().unwrap_or_default();
+    if path == "kv/release" && ctx.method == Method::POST {
+        return release(ctx, parse(body).await?).await;
+    }
+    let (bucket, op) = match path.strip_prefix("kv/").and_then(|p| p.rsplit_once('/')) {
+        Some((b, op)) => (b.to_string(), op.to_string()),
+        None if path == "kv/engine" && ctx.method == Method::GET => {
+            let (engine, _) = ctx
+                .shard
+                .transfer
+                .as_ref()
+                .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))?;
+            return Ok(json(&engine.address()));
+        }
+        None => return Err(S3Error::new(S3ErrorCode::InvalidRequest).msg("Unknown KV endpoint.")),
+    };
+    if ctx.method != Method::POST {
+        return Err(S3Error::new(S3ErrorCode::MethodNotAllowed));
+    }
+    let action = match op.as_str() {
+        "exists" | "prefix" | "get" | "get-into" => Action::Read,
+        _ => Action::Write,
+    };
+    ctx.allow(action, Some(&bucket))?;
+    bucket_must_exist(ctx, &bucket).map_err(|e| e.bucket(&bucket))?;
+    match op.as_str() {
+        "exists" => {
+            let k: Keys = parse(body).await?;
+            Ok(json(
+                &serde_json::json!({ "exists": exists(ctx, &bucket, &k.keys).await? }),
+            ))
+        }
+        "prefix" => {
+            let k: Keys = parse(body).await?;
+            let found = exists(ctx, &bucket, &k.keys).await?;
+            let present = found.iter().take_while(|f| **f).count();
+            Ok(json(&serde_json::json!({ "present": present })))
+        }
+        "put-start" => put_start(ctx, &bucket, parse(body).await?).await,
+        "put-end" => put_end(ctx, parse(body).await?).await,
+        "revoke" => revoke(ctx, parse(body).await?).await,
+        "get" => get(ctx, &bucket, parse(body).await?).await,
+        "get-into" => get_into(ctx, &bucket, parse(body).await?).await,
+        "remove" => {
+            let k: Keys = parse(body).await?;
+            check_keys(&k.keys)?;
+            let mut removed = vec![false; k.keys.len()];
+            for (shard, idx) in by_shard(ctx, &bucket, &k.keys) {
+                let keys: Vec<String> = idx.iter().map(|i| k.keys[*i].clone()).collect();
+                let b = bucket.clone();
+                let r = ctx
+                    .shard
+                    .call(shard, |reply| Request::DeleteMany {
+                        bucket: b,
+                        keys,
+                        reply,
+                    })
+                    .await??;
+                for (i, r) in idx.into_iter().zip(r) {
+                    removed[i] = r;
+                }
+            }
+            Ok(json(&serde_json::json!({ "removed": removed })))
+        }
+        _ => Err(S3Error::new(S3ErrorCode::InvalidRequest).msg("Unknown KV endpoint.")),
+    }
+}
+
+async fn exists(ctx: &Ctx, bucket: &str, keys: &[String]) -> Result<Vec<bool>, S3Error> {
+    check_keys(keys)?;
+    let mut out = vec![false; keys.len()];
+    for (shard, idx) in by_shard(ctx, bucket, keys) {
+        let ks: Vec<String> = idx.iter().map(|i| keys[*i].clone()).collect();
+        let b = bucket.to_string();
+        let r = ctx
+            .shard
+            .call(shard, |reply| Request::KvExists {
+                bucket: b,
+                keys: ks,
+                reply,
+            })
+            .await??;
+        for (i, f) in idx.into_iter().zip(r) {
+            out[i] = f;
+        }
+    }
+    Ok(out)
+}
+
+async fn put_start(ctx: &Ctx, bucket: &str, req: PutStart) -> Result<Resp, S3Error> {
+    let keys: Vec<String> = req.blocks.iter().map(|b| b.key.clone()).collect();
+    check_keys(&keys)?;
+    let ttl = ttl(req.ttl_ms)?;
+    let (limit, what) = object_limit(ctx);
+    let mut puts = Vec::with_capacity(req.blocks.len());
+    let mut started: Vec<(usize, u64)> = Vec::new();
+    for b in &req.blocks {
+        if b.len > limit {
+            revoke_all(ctx, &started).await;
+            return Err(S3Error::new(S3ErrorCode::EntityTooLarge)
+                .msg(format!("Block {} exceeds {what} of {limit} bytes.", b.key)));
+        }
+        let shard = ctx.shard.owner(bucket, &b.key);
+        let put_id = ctx.shard.kv_id_for(shard);
+        let (bk, k, len) = (bucket.to_string(), b.key.clone(), b.len);
+        let r = ctx
+            .shard
+            .call(shard, |reply| Request::KvPutStart {
+                put_id,
+                bucket: bk,
+                key: k,
+                len,
+                ttl,
+                reply,
+            })
+            .await?;
+        let offset = match r {
+            Ok(o) => o,
+            Err(e) => {
+                revoke_all(ctx, &started).await;
+                return Err(S3Error::from(e).key(&b.key));
+            }
+        };
+        started.push((shard, put_id));
+        puts.push(Started {
+            key: b.key.clone(),
+            put_id,
+            descriptor: descriptor(ctx, shard, offset, len).await?,
+        });
+    }
+    Ok(json(
+        &serde_json::json!({ "puts": puts, "ttl_ms": ttl.as_millis() as u64 }),
+    ))
+}
+
+async fn revoke_all(ctx: &Ctx, started: &[(usize, u64)]) {
+    for (shard, put_id) in started {
+        let put_id = *put_id;
+        let _ = ctx
+            .shard
+            .call(*shard, |reply| Request::KvRevoke { put_id, reply })
+            .await;
+    }
+}
+
+fn owner_of(ctx: &Ctx, id: u64) -> Result<usize, S3Error> {
+    ctx.shard
+        .shard_of_id(id)
+        .ok_or_else(|| bad(format!("Unknown id {id}.")))
+}
+
+async fn put_end(ctx: &Ctx, req: PutIds) -> Result<Resp, S3Error> {
+    if req.put_ids.is_empty() || req.put_ids.len() > MAX_BATCH {
+        return Err(bad(format!("A batch names 1 to {MAX_BATCH} puts.")));
+    }
+    let mut etags = Vec::with_capacity(req.put_ids.len());
+    for id in req.put_ids {
+        let shard = owner_of(ctx, id)?;
+        let meta = ctx
+            .shard
+            .call(shard, |reply| Request::KvPutEnd { put_id: id, reply })
+            .await?
+            .map_err(|e| match e {
+                crate::store::StoreError::NoSuchUpload => bad(format!(
+                    "Put {id} is unknown, already ended, revoked or expired."
+                )),
+                e => S3Error::from(e),
+            })?;
+        etags.push(meta.etag.clone());
+    }
+    Ok(json(&serde_json::json!({ "etags": etags })))
+}
+
+async fn revoke(ctx: &Ctx, req: PutIds) -> Result<Resp, S3Error> {
+    let mut revoked = Vec::with_capacity(req.put_ids.len());
+    for id in req.put_ids {
+        let shard = owner_of(ctx, id)?;
+        revoked.push(
+            ctx.shard
+                .call(shard, |reply| Request::KvRevoke { put_id: id, reply })
+                .await?,
+        );
+    }
+    Ok(json(&serde_json::json!({ "revoked": revoked })))
+}
+
+/// Leases the blocks on their shards; per key, the block (or `None`) and its shard.
+async fn lease(
+    ctx: &Ctx,
+    bucket: &str,
+    keys: &[String],
+    ttl: Duration,
+) -> Result<(Vec<u64>, Vec<Option<(usize, BlockRef)>>), S3Error> {
+    check_keys(keys)?;
+    let mut leases = Vec::new();
+    let mut found: Vec<Option<(usize, BlockRef)>> = vec![None; keys.len()];
+    for (shard, idx) in by_shard(ctx, bucket, keys) {
+        let lease_id = ctx.shard.kv_id_for(shard);
+        let ks: Vec<String> = idx.iter().map(|i| keys[*i].clone()).collect();
+        let b = bucket.to_string();
+        let r = ctx
+            .shard
+            .call(shard, |reply| Request::KvLease {
+                lease_id,
+                bucket: b,
+                keys: ks,
+                ttl,
+                reply,
+            })
+            .await??;
+        leases.push(lease_id);
+        for (i, r) in idx.into_iter().zip(r) {
+            found[i] = r.map(|b| (shard, b));
+        }
+    }
+    Ok((leases, found))
+}
+
+async fn release(ctx: &Ctx, req: Leases) -> Result<Resp, S3Error> {
+    let mut released = 0;
+    for id in req.leases {
+        let shard = owner_of(ctx, id)?;
+        if ctx
+            .shard
+            .call(shard, |reply| Request::KvRelease {
+                lease_id: id,
+                reply,
+            })
+            .await?
+        {
+            released += 1;
+        }
+    }
+    Ok(json(&serde_json::json!({ "released": released })))
+}
+
+async fn get(ctx: &Ctx, bucket: &str, req: Keys) -> Result<Resp, S3Error> {
+    let ttl = ttl(req.ttl_ms)?;
+    let (leases, found) = lease(ctx, bucket, &req.keys, ttl).await?;
+    let mut blocks = Vec::with_capacity(found.len());
+    for (key, f) in req.keys.iter().zip(found) {
+        blocks.push(match f {
+            Some((shard, b)) => Block {
+                key: key.clone(),
+                descriptor: Some(descriptor(ctx, shard, b.offset, b.len).await?),
+                len: b.len,
+                etag: Some(b.etag),
+            },
+            None => Block {
+                key: key.clone(),
+                descriptor: None,
+                len: 0,
+                etag: None,
+            },
+        });
+    }
+    Ok(json(
+        &serde_json::json!({ "leases": leases, "blocks": blocks, "ttl_ms": ttl.as_millis() as u64 }),
+    ))
+}
+
+async fn get_into(ctx: &Ctx, bucket: &str, req: GetInto) -> Result<Resp, S3Error> {
+    if req.targets.len() != req.keys.len() {
+        return Err(bad("targets must name one descriptor per key."));
+    }
+    let (leases, found) = lease(ctx, bucket, &req.keys, DEFAULT_TTL).await?;
+    let result = write_blocks(ctx, &req, &found).await;
+    for id in leases {
+        let shard = owner_of(ctx, id)?;
+        let _ = ctx
+            .shard
+            .call(shard, |reply| Request::KvRelease {
+                lease_id: id,
+                reply,
+            })
+            .await;
+    }
+    let copied = result?;
+    Ok(json(&serde_json::json!({ "copied": copied })))
+}
+
+/// Writes every found block into its target on the client, one-sidedly, in one batch.
+async fn write_blocks(
+    ctx: &Ctx,
+    req: &GetInto,
+    found: &[Option<(usize, BlockRef)>],
+) -> Result<Vec<Option<u64>>, S3Error> {
+    let (engine, _) = ctx
+        .shard
+        .transfer
+        .as_ref()
+        .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))?;
+    engine.add_peer(req.client.clone());
+    let mut requests = Vec::new();
+    let mut copied = vec![None; found.len()];
+    for (i, f) in found.iter().enumerate() {
+        let Some((shard, b)) = f else { continue };
+        if req.targets[i].len < b.len {
+            return Err(bad(format!(
+                "Target {i} has {} bytes; block {} has {}.",
+                req.targets[i].len, req.keys[i], b.len
+            )));
+        }
+        let segment = ctx
+            .shard
+            .call(*shard, |reply| Request::KvSegment { reply })
+            .await?
+            .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))?;
+        requests.push(TransferRequest::write(&segment, b.offset, &req.targets[i]).range(0, b.len));
+        copied[i] = Some(b.len);
+    }
+    if !requests.is_empty() {
+        let handle = engine
+            .submit(requests)
+            .map_err(|e| bad(format!("Cannot reach the client's buffer: {e}.")))?;
+        handle.await.into_result().map_err(|e| {
+            S3Error::new(S3ErrorCode::InternalError)
+                .msg(format!("Writing into the client's buffer failed: {e}."))
+        })?;
+    }
+    Ok(copied)
+}

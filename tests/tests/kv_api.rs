@@ -1,0 +1,259 @@
+//! The KV block API end to end: the real server, a client transfer engine in this process,
+//! one-sided writes (put-start/put-end) and reads (get, get-into) over shm and over tcp.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use yutu_tests::server::wait_until;
+use yutu_tests::{pattern, Client, Server};
+use yutu_transfer::transport::TransportKind;
+use yutu_transfer::{
+    EngineConfig, HugePages, LocalSegment, MemoryRegion, NodeAddress, NodeId, SegmentDescriptor,
+    TransferEngine, TransferRequest,
+};
+
+fn post(c: &Client, path: &str, body: &Value) -> Value {
+    let r = c.send(
+        "POST",
+        path,
+        &[("content-type", "application/json")],
+        Some(body.to_string().as_bytes()),
+    );
+    assert_eq!(r.status, 200, "POST {path}: {}", r.text());
+    serde_json::from_slice(&r.body).expect("json")
+}
+
+struct Peer {
+    engine: TransferEngine,
+    buf: LocalSegment,
+    _dir: tempfile::TempDir,
+}
+
+/// A client engine with a registered 64 MiB buffer, peered with the server's engine.
+fn peer(server: &Server, id: u64) -> Peer {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = EngineConfig::new(NodeId(id));
+    cfg.shm_dir = Some(dir.path().to_path_buf());
+    let engine = TransferEngine::start(cfg).expect("client engine");
+    let region = MemoryRegion::allocate("kv-test-client", 64 << 20, HugePages::Never).unwrap();
+    let buf = engine.register(region).unwrap();
+    let addr: NodeAddress =
+        serde_json::from_slice(&server.client().get("/v1/kv/engine").body).unwrap();
+    engine.add_peer(addr);
+    Peer {
+        engine,
+        buf,
+        _dir: dir,
+    }
+}
+
+fn desc(v: &Value) -> SegmentDescriptor {
+    serde_json::from_value(v.clone()).expect("a descriptor")
+}
+
+fn roundtrip(server: &Server, path: TransportKind, bucket: &str) {
+    let c = server.client();
+    let p = peer(server, 0x5151 + path as u64);
+    let sizes = [1024usize, 65_536, (1 << 20) + 7, 16 << 20];
+    let keys: Vec<String> = (0..sizes.len())
+        .map(|i| format!("blk-{path:?}-{i}"))
+        .collect();
+    // Stage the blocks in the client buffer and put them one-sidedly.
+    let mut at = 0u64;
+    let mut offsets = Vec::new();
+    for (i, size) in sizes.iter().enumerate() {
+        p.buf
+            .region()
+            .write_at(at, &pattern(*size, i as u64 + 11))
+            .unwrap();
+        offsets.push(at);
+        at += *size as u64;
+    }
+    let blocks: Vec<Value> = keys
+        .iter()
+        .zip(sizes)
+        .map(|(k, s)| json!({"key": k, "len": s}))
+        .collect();
+    let started = post(
+        &c,
+        &format!("/v1/kv/{bucket}/put-start"),
+        &json!({"blocks": blocks}),
+    );
+    let puts = started["puts"].as_array().unwrap();
+    let writes: Vec<TransferRequest> = puts
+        .iter()
+        .zip(&offsets)
+        .map(|(p_, off)| TransferRequest::write(&p.buf, *off, &desc(&p_["descriptor"])))
+        .collect();
+    let done = p
+        .engine
+        .submit_via(writes, &[path])
+        .unwrap()
+        .wait()
+        .into_result()
+        .expect("one-sided writes");
+    assert!(done.iter().all(|d| d.transport == path), "{done:?}");
+    let ids: Vec<u64> = puts
+        .iter()
+        .map(|p_| p_["put_id"].as_u64().unwrap())
+        .collect();
+    let ended = post(
+        &c,
+        &format!("/v1/kv/{bucket}/put-end"),
+        &json!({"put_ids": ids}),
+    );
+    assert_eq!(ended["etags"].as_array().unwrap().len(), sizes.len());
+    // Visible through the S3 API too.
+    for (i, (k, s)) in keys.iter().zip(sizes).enumerate() {
+        let r = c.get(&format!("/{bucket}/{k}"));
+        assert!(
+            r.status == 200 && r.body == pattern(s, i as u64 + 11),
+            "{k} via S3"
+        );
+    }
+    // get: leases and descriptors, read one-sidedly into a clean part of the buffer.
+    let got = post(&c, &format!("/v1/kv/{bucket}/get"), &json!({"keys": keys}));
+    let base = 32u64 << 20;
+    let mut reads = Vec::new();
+    let mut at = base;
+    let mut read_at = Vec::new();
+    for b in got["blocks"].as_array().unwrap() {
+        let d = desc(&b["descriptor"]);
+        reads.push(TransferRequest::read(&p.buf, at, &d));
+        read_at.push(at);
+        at += d.len;
+    }
+    p.engine
+        .submit_via(reads, &[path])
+        .unwrap()
+        .wait()
+        .into_result()
+        .expect("one-sided reads");
+    for (i, (s, off)) in sizes.iter().zip(&read_at).enumerate() {
+        let mut back = vec![0u8; *s];
+        p.buf.region().read_at(*off, &mut back).unwrap();
+        assert!(
+            back == pattern(*s, i as u64 + 11),
+            "block {i} read back over {path:?}"
+        );
+    }
+    let released = post(&c, "/v1/kv/release", &json!({"leases": got["leases"]}));
+    assert!(released["released"].as_u64().unwrap() >= 1);
+    // get-into: the server writes into the client's buffer.
+    p.buf.region().write_at(base, &vec![0u8; 20 << 20]).unwrap();
+    let targets: Vec<Value> = read_at
+        .iter()
+        .zip(sizes)
+        .map(|(off, s)| serde_json::to_value(p.buf.descriptor(*off, s as u64).unwrap()).unwrap())
+        .collect();
+    let into = post(
+        &c,
+        &format!("/v1/kv/{bucket}/get-into"),
+        &json!({"keys": keys, "targets": targets, "client": p.engine.address()}),
+    );
+    assert_eq!(into["copied"].as_array().unwrap().len(), sizes.len());
+    for (i, (s, off)) in sizes.iter().zip(&read_at).enumerate() {
+        let mut back = vec![0u8; *s];
+        p.buf.region().read_at(*off, &mut back).unwrap();
+        assert!(back == pattern(*s, i as u64 + 11), "block {i} via get-into");
+    }
+    // exists, prefix, remove.
+    let mut probe = keys.clone();
+    probe.insert(2, "missing".into());
+    let e = post(
+        &c,
+        &format!("/v1/kv/{bucket}/exists"),
+        &json!({"keys": probe}),
+    );
+    assert_eq!(e["exists"], json!([true, true, false, true, true]));
+    let pre = post(
+        &c,
+        &format!("/v1/kv/{bucket}/prefix"),
+        &json!({"keys": probe}),
+    );
+    assert_eq!(pre["present"], 2);
+    let rm = post(
+        &c,
+        &format!("/v1/kv/{bucket}/remove"),
+        &json!({"keys": [keys[0].clone()]}),
+    );
+    assert_eq!(rm["removed"], json!([true]));
+    assert_eq!(c.get(&format!("/{bucket}/{}", keys[0])).status, 404);
+}
+
+#[test]
+fn blocks_move_one_sidedly_over_tcp_and_shm() {
+    let server = Server::start(&["--memory", "256MiB", "--shards", "2"]);
+    server.client().mb("kvblocks");
+    roundtrip(&server, TransportKind::Tcp, "kvblocks");
+    roundtrip(&server, TransportKind::Shm, "kvblocks");
+}
+
+#[test]
+fn leases_hold_under_eviction_and_abandoned_puts_are_reclaimed() {
+    let server = Server::start(&["--memory", "16MiB", "--shards", "1", "--nvme-capacity", "0"]);
+    let c = server.client();
+    c.mb("lease");
+    let data = pattern(1 << 20, 5);
+    assert_eq!(c.put("/lease/held", &data).status, 200);
+    let p = peer(&server, 0x77);
+    let got = post(
+        &c,
+        "/v1/kv/lease/get",
+        &json!({"keys": ["held"], "ttl_ms": 60000}),
+    );
+    let d = desc(&got["blocks"][0]["descriptor"]);
+    // Three times the DRAM through S3, and the leased block replaced: its bytes stay put.
+    assert_eq!(c.put("/lease/held", &pattern(1 << 20, 6)).status, 200);
+    for i in 0..48 {
+        assert_eq!(
+            c.put(&format!("/lease/fill-{i}"), &vec![i as u8; 1 << 20])
+                .status,
+            200
+        );
+    }
+    assert!(server.metric_sum("yutu_evictions_total") > 10.0);
+    p.engine
+        .transfer([TransferRequest::read(&p.buf, 0, &d)])
+        .expect("leased read");
+    let mut back = vec![0u8; 1 << 20];
+    p.buf.region().read_at(0, &mut back).unwrap();
+    assert!(back == data, "leased bytes changed under eviction");
+    post(&c, "/v1/kv/release", &json!({"leases": got["leases"]}));
+    // A put-start never ended is reclaimed after its ttl; put-end then fails.
+    for i in 0..48 {
+        c.delete(&format!("/lease/fill-{i}"));
+    }
+    let before = server.metric_sum("yutu_dram_used_bytes");
+    let started = post(
+        &c,
+        "/v1/kv/lease/put-start",
+        &json!({"blocks": [{"key": "never", "len": 4 << 20}], "ttl_ms": 200}),
+    );
+    let id = started["puts"][0]["put_id"].as_u64().unwrap();
+    assert!(server.metric_sum("yutu_dram_used_bytes") > before);
+    assert!(wait_until(Duration::from_secs(10), || server
+        .metric_sum("yutu_dram_used_bytes")
+        <= before));
+    let r = c.send(
+        "POST",
+        "/v1/kv/lease/put-end",
+        &[],
+        Some(json!({"put_ids": [id]}).to_string().as_bytes()),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(c.get("/lease/never").status, 404);
+    // Bad requests are refused clearly.
+    let r = c.send("POST", "/v1/kv/lease/get", &[], Some(b"{not json"));
+    assert_eq!(
+        (r.status, r.code().as_deref()),
+        (400, Some("InvalidArgument"))
+    );
+    let r = c.send(
+        "POST",
+        "/v1/kv/nobucket/get",
+        &[],
+        Some(br#"{"keys":["a"]}"#),
+    );
+    assert_eq!((r.status, r.code().as_deref()), (404, Some("NoSuchBucket")));
+}
