@@ -257,3 +257,155 @@ fn leases_hold_under_eviction_and_abandoned_puts_are_reclaimed() {
     );
     assert_eq!((r.status, r.code().as_deref()), (404, Some("NoSuchBucket")));
 }
+
+/// Writes block versions of one key forever: every byte of a version is the same value,
+/// and its length depends on it, so a mixed read is detectable.
+fn version(v: u8) -> Vec<u8> {
+    vec![v; 100_000 + v as usize * 1_000]
+}
+
+#[test]
+fn concurrent_readers_and_a_writer_never_see_mixed_bytes() {
+    let server = Server::start(&["--memory", "128MiB", "--shards", "2"]);
+    let c = server.client();
+    c.mb("race");
+    let url = server.url.clone();
+    let addr: NodeAddress = serde_json::from_slice(&c.get("/v1/kv/engine").body).unwrap();
+    let writer = {
+        let c = c.clone();
+        let p = peer(&server, 0x900);
+        std::thread::spawn(move || {
+            for v in 1..=60u8 {
+                let data = version(v);
+                p.buf.region().write_at(0, &data).unwrap();
+                let s = post(
+                    &c,
+                    "/v1/kv/race/put-start",
+                    &json!({"blocks": [{"key": "hot", "len": data.len()}]}),
+                );
+                let d = desc(&s["puts"][0]["descriptor"]);
+                p.engine
+                    .transfer([TransferRequest::write(&p.buf, 0, &d)])
+                    .unwrap();
+                post(
+                    &c,
+                    "/v1/kv/race/put-end",
+                    &json!({"put_ids": [s["puts"][0]["put_id"]]}),
+                );
+            }
+        })
+    };
+    let readers: Vec<_> = (0..2u64)
+        .map(|r| {
+            let c = Client::new(&url);
+            let addr = addr.clone();
+            let dir = tempfile::tempdir().unwrap();
+            std::thread::spawn(move || {
+                let mut cfg = EngineConfig::new(NodeId(0xa00 + r));
+                cfg.shm_dir = Some(dir.path().to_path_buf());
+                let engine = TransferEngine::start(cfg).unwrap();
+                let buf = engine
+                    .register(MemoryRegion::allocate("reader", 1 << 20, HugePages::Never).unwrap())
+                    .unwrap();
+                engine.add_peer(addr);
+                let mut seen = 0;
+                for _ in 0..150 {
+                    let g = post(&c, "/v1/kv/race/get", &json!({"keys": ["hot"]}));
+                    let b = &g["blocks"][0];
+                    if b["descriptor"].is_null() {
+                        continue;
+                    }
+                    let d = desc(&b["descriptor"]);
+                    engine
+                        .transfer([TransferRequest::read(&buf, 0, &d)])
+                        .unwrap();
+                    let mut back = vec![0u8; d.len as usize];
+                    buf.region().read_at(0, &mut back).unwrap();
+                    assert!(
+                        back == version(back[0]),
+                        "mixed bytes: {} bytes starting with {}",
+                        back.len(),
+                        back[0]
+                    );
+                    post(&c, "/v1/kv/release", &json!({"leases": g["leases"]}));
+                    seen += 1;
+                }
+                seen
+            })
+        })
+        .collect();
+    writer.join().expect("writer");
+    let seen: u32 = readers.into_iter().map(|r| r.join().expect("reader")).sum();
+    assert!(seen > 100, "readers saw {seen} versions");
+    let last = c.get("/race/hot").body;
+    assert!(last == version(60));
+}
+
+/// Run as a child process by `a_client_killed_mid_transfer_leaves_the_server_serving`:
+/// starts puts and writes forever. A no-op when run directly.
+#[test]
+fn kv_child_writer() {
+    let Ok(url) = std::env::var("YUTU_KV_CHILD_URL") else {
+        return;
+    };
+    let c = Client::new(&url);
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = EngineConfig::new(NodeId(0xdead));
+    cfg.shm_dir = Some(dir.path().to_path_buf());
+    let engine = TransferEngine::start(cfg).unwrap();
+    let buf = engine
+        .register(MemoryRegion::allocate("child", 16 << 20, HugePages::Never).unwrap())
+        .unwrap();
+    let addr: NodeAddress = serde_json::from_slice(&c.get("/v1/kv/engine").body).unwrap();
+    engine.add_peer(addr);
+    loop {
+        // Reservations never ended pile up until their ttl: a refusal (503 when the shard is
+        // full of them) is expected here, and the child just tries again.
+        let body = json!({"blocks": [{"key": "victim", "len": 4 << 20}], "ttl_ms": 1000});
+        let r = c.send(
+            "POST",
+            "/v1/kv/dying/put-start",
+            &[],
+            Some(body.to_string().as_bytes()),
+        );
+        if r.status != 200 {
+            continue;
+        }
+        let s: Value = serde_json::from_slice(&r.body).unwrap();
+        let d = desc(&s["puts"][0]["descriptor"]);
+        let _ = engine.transfer([TransferRequest::write(&buf, 0, &d)]);
+    }
+}
+
+#[test]
+fn a_client_killed_mid_transfer_leaves_the_server_serving() {
+    let server = Server::start(&["--memory", "128MiB", "--shards", "2"]);
+    let c = server.client();
+    c.mb("dying");
+    assert_eq!(c.put("/dying/victim", b"the old version").status, 200);
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "kv_child_writer", "--nocapture"])
+        .env("YUTU_KV_CHILD_URL", &server.url)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let kv_ok = || {
+        server.metric_sum("yutu_requests_total{shard=\"0\",op=\"Kv\",status=\"200\"}")
+            + server.metric_sum("yutu_requests_total{shard=\"1\",op=\"Kv\",status=\"200\"}")
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || kv_ok() >= 6.0),
+        "the child never got going"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The server keeps serving; the old object is intact (no put-end ever came).
+    assert_eq!(c.get("/health").status, 200);
+    assert_eq!(c.get("/dying/victim").body, b"the old version");
+    // The abandoned reservations are reclaimed after their ttl.
+    assert!(wait_until(Duration::from_secs(15), || server
+        .metric_sum("yutu_dram_used_bytes")
+        < (1 << 20) as f64));
+    roundtrip(&server, TransportKind::Tcp, "dying");
+}
