@@ -1,4 +1,5 @@
-//! Yutu client library: a blocking client for Yutu's S3-like object API.
+//! Yutu client library: a blocking client for Yutu's S3-like object API, and ([`kv`]) for
+//! its KV block API, whose bytes move one-sidedly through a transfer engine.
 //!
 //! Yutu speaks S3 in path style (`/{bucket}/{key}`), so this crate is a small S3 client:
 //! one method per operation on [`Client`], typed results, and S3 errors kept as the server
@@ -25,6 +26,7 @@ mod address;
 mod client;
 mod download;
 mod error;
+pub mod kv;
 mod listing;
 mod object;
 pub mod timestamp;
@@ -35,5 +37,6 @@ pub use address::encode_key;
 pub use client::Client;
 pub use download::GetObject;
 pub use error::ClientError;
+pub use kv::{BlockHash, BlockHasher, Buffer, KvClient, KvError, KvOptions};
 pub use listing::{BucketInfo, ListPage, ListPages, Listing, ObjectSummary};
 pub use object::{ObjectInfo, PutResult};

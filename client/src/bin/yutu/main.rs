@@ -7,6 +7,7 @@
 
 mod commands;
 mod format;
+mod kv;
 mod progress;
 mod sink;
 mod spool;
@@ -75,6 +76,11 @@ enum Command {
     Rm { target: String },
     /// Show an object's size, ETag, last-modified time and content type.
     Stat { target: String },
+    /// KV blocks through the KV API, bytes moved one-sidedly by a transfer engine.
+    Kv {
+        #[command(subcommand)]
+        command: kv::KvCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -102,6 +108,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Get { target, file } => commands::get(&client, &target, file.as_deref()),
         Command::Rm { target } => commands::remove(&client, &target),
         Command::Stat { target } => commands::stat(&client, &target),
+        Command::Kv { command } => kv::run(&cli.url, command),
     }
 }
 

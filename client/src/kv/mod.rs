@@ -1,0 +1,683 @@
+//! [`KvClient`]: the KV block API (`/v1/kv/...`), with block bytes moved one-sidedly.
+//!
+//! The control documents are JSON over HTTP; the bytes never travel in them. The client runs
+//! its own transfer engine and registers [`Buffer`]s with it: a put writes each block straight
+//! from the buffer into the range the server reserved in its arena (put-start, one batch of
+//! one-sided writes, put-end), and a get asks the server to write the blocks into ranges of
+//! the buffer (get-into). Over shm (same host) or tcp, whichever the two engines share.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), yutu_client::kv::KvError> {
+//! use yutu_client::kv::{KvClient, KvOptions};
+//! let kv = KvClient::new("http://127.0.0.1:9000", KvOptions::default())?;
+//! let buf = kv.register(8 << 20)?;
+//! buf.write_at(0, b"kv block")?;
+//! let keys = vec!["blk-0".to_string()];
+//! kv.batch_put_from("models", &keys, &buf, &[0], &[8])?;
+//! let copied = kv.batch_get_into("models", &keys, &buf, &[4 << 20])?;
+//! assert_eq!(copied, vec![Some(8)]);
+//! # Ok(())
+//! # }
+//! ```
+
+mod wire;
+
+use std::hash::{BuildHasher, Hasher};
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use ureq::Agent;
+use yutu_transfer::{
+    EngineConfig, HugePages, LocalSegment, MemoryRegion, NodeAddress, NodeId, RegionError,
+    SegmentDescriptor, TransferEngine, TransferError, TransferRequest,
+};
+
+pub use yutu_api::block_hash::{BlockHash, BlockHasher};
+
+use crate::address::encode_key;
+use crate::error::{error_from_response, Resource};
+use crate::ClientError;
+
+/// Most keys the server takes in one batch.
+pub const MAX_BATCH: usize = 4096;
+
+/// Largest JSON answer read (4096 descriptors fit in well under 2 MiB).
+const JSON_LIMIT: u64 = 16 << 20;
+/// How much of an error body is read.
+const ERROR_BODY_LIMIT: u64 = 64 * 1024;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What can go wrong in a KV call.
+#[derive(Debug, thiserror::Error)]
+pub enum KvError {
+    /// The HTTP side: an S3 error from the server, a transport failure, a bad URL, or an
+    /// answer this client cannot read.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// Moving the bytes failed (or the engine could not start).
+    #[error("transfer failed: {0}")]
+    Transfer(#[from] TransferError),
+    /// Allocating a buffer, or reading or writing it out of bounds.
+    #[error("buffer: {0}")]
+    Region(#[from] RegionError),
+    /// The arguments do not fit together (lengths differ, ranges outside the buffer...);
+    /// caught before anything is sent.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The server answered with success, but with something that does not match the request.
+    #[error("invalid response from server: {0}")]
+    InvalidResponse(String),
+}
+
+impl KvError {
+    /// The S3 error code, when the server sent one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            KvError::Client(e) => e.code(),
+            _ => None,
+        }
+    }
+}
+
+/// How [`KvClient::new`] sets up its transfer engine.
+#[derive(Debug, Clone)]
+pub struct KvOptions {
+    /// The engine's node id; `None` picks a random one (it must differ from the server's).
+    pub node_id: Option<u64>,
+    /// Offer shm to same-host servers (a Unix socket in a private temporary directory).
+    pub shm: bool,
+    /// Where the engine's tcp listener binds; `None` is loopback on an ephemeral port, which
+    /// only a server on this host can reach.
+    pub tcp_listen: Option<SocketAddr>,
+    /// What the server should connect to when it differs from the bound address.
+    pub tcp_advertise: Option<SocketAddr>,
+    /// Lifetime of a put between put-start and put-end (server default when `None`).
+    pub put_ttl_ms: Option<u64>,
+}
+
+impl Default for KvOptions {
+    fn default() -> KvOptions {
+        KvOptions {
+            node_id: None,
+            shm: true,
+            tcp_listen: None,
+            tcp_advertise: None,
+            put_ttl_ms: None,
+        }
+    }
+}
+
+/// The engine and what must outlive it; the shm directory goes when the last user does.
+struct Inner {
+    engine: TransferEngine,
+    shm_dir: Option<PathBuf>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.shm_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Memory registered with a [`KvClient`]'s engine: the source of puts and the target of gets.
+/// Unregistered when dropped.
+pub struct Buffer {
+    segment: LocalSegment,
+    inner: Arc<Inner>,
+}
+
+impl Buffer {
+    /// Bytes in the buffer (at least what was asked for; rounded up to whole pages).
+    pub fn len(&self) -> u64 {
+        self.segment.len()
+    }
+
+    /// Always false: a buffer has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.segment.is_empty()
+    }
+
+    /// Copies `src` into the buffer at `offset`.
+    pub fn write_at(&self, offset: u64, src: &[u8]) -> Result<(), KvError> {
+        Ok(self.segment.region().write_at(offset, src)?)
+    }
+
+    /// Copies bytes from `offset` into `dst`.
+    pub fn read_at(&self, offset: u64, dst: &mut [u8]) -> Result<(), KvError> {
+        Ok(self.segment.region().read_at(offset, dst)?)
+    }
+
+    /// The registered segment, for callers that drive the engine themselves.
+    pub fn segment(&self) -> &LocalSegment {
+        &self.segment
+    }
+}
+
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Buffer")
+            .field("segment", &self.segment.id())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        self.inner.engine.unregister(&self.segment);
+    }
+}
+
+/// A blocking client for the KV block API of one Yutu server.
+pub struct KvClient {
+    agent: Agent,
+    base: String,
+    inner: Arc<Inner>,
+    server: NodeAddress,
+    put_ttl_ms: Option<u64>,
+}
+
+impl std::fmt::Debug for KvClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvClient")
+            .field("base", &self.base)
+            .field("node", &self.inner.engine.node())
+            .field("server", &self.server.node)
+            .finish()
+    }
+}
+
+impl KvClient {
+    /// Starts a transfer engine, asks `base_url` for its engine's address and peers with it.
+    pub fn new(base_url: &str, options: KvOptions) -> Result<KvClient, KvError> {
+        // Checks the URL the same way the S3 client does.
+        let base = crate::Client::new(base_url)?.base_url().to_string();
+        let agent: Agent = Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .max_redirects_will_error(false)
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .user_agent(concat!("yutu-client/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into();
+        let node = options.node_id.unwrap_or_else(random_node_id);
+        let mut cfg = EngineConfig::new(NodeId(node));
+        let shm_dir = if options.shm {
+            let dir =
+                std::env::temp_dir().join(format!("yutu-kv-{}-{:016x}", std::process::id(), node));
+            std::fs::create_dir_all(&dir).map_err(ClientError::Io)?;
+            Some(dir)
+        } else {
+            None
+        };
+        cfg.shm_dir = shm_dir.clone();
+        if let Some(listen) = options.tcp_listen {
+            cfg.tcp_listen = Some(listen);
+        }
+        cfg.tcp_advertise = options.tcp_advertise;
+        let engine = match TransferEngine::start(cfg) {
+            Ok(e) => e,
+            Err(e) => {
+                if let Some(dir) = &shm_dir {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+                return Err(e.into());
+            }
+        };
+        let inner = Arc::new(Inner { engine, shm_dir });
+        let server: NodeAddress = call_get(&agent, &base, "/v1/kv/engine")?;
+        if server.node == inner.engine.node() {
+            return Err(KvError::InvalidArgument(format!(
+                "node id {} is the server's own; pick another",
+                server.node
+            )));
+        }
+        inner.engine.add_peer(server.clone());
+        Ok(KvClient {
+            agent,
+            base,
+            inner,
+            server,
+            put_ttl_ms: options.put_ttl_ms,
+        })
+    }
+
+    /// The server's base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// This client's transfer engine.
+    pub fn engine(&self) -> &TransferEngine {
+        &self.inner.engine
+    }
+
+    /// The server engine's address, as the server announced it.
+    pub fn server_address(&self) -> &NodeAddress {
+        &self.server
+    }
+
+    /// Allocates and registers a buffer of at least `len` bytes (zeroed).
+    pub fn register(&self, len: u64) -> Result<Buffer, KvError> {
+        let len = usize::try_from(len)
+            .map_err(|_| KvError::InvalidArgument(format!("{len} bytes do not fit in memory")))?;
+        if len == 0 {
+            return Err(KvError::InvalidArgument(
+                "a buffer needs at least one byte".into(),
+            ));
+        }
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let name = format!("yutu-kv-buf-{}", SEQ.fetch_add(1, Ordering::Relaxed));
+        let region = MemoryRegion::allocate(&name, len, HugePages::Auto)?;
+        let segment = self.inner.engine.register(region)?;
+        Ok(Buffer {
+            segment,
+            inner: self.inner.clone(),
+        })
+    }
+
+    /// Stores `keys[i]` from `buf[offsets[i] .. offsets[i] + lengths[i]]`, all or nothing as far
+    /// as this client can tell: when a write fails the reserved puts are revoked. Returns the
+    /// ETags, in order. Blocks are visible (also through S3) once this returns.
+    pub fn batch_put_from(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        lengths: &[u64],
+    ) -> Result<Vec<String>, KvError> {
+        self.check_buffer(buf)?;
+        same_len(keys, offsets.len(), "offsets")?;
+        same_len(keys, lengths.len(), "lengths")?;
+        check_batch(keys)?;
+        for (i, (&off, &len)) in offsets.iter().zip(lengths).enumerate() {
+            check_range(buf, i, off, len)?;
+        }
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let blocks: Vec<Value> = keys
+            .iter()
+            .zip(lengths)
+            .map(|(k, l)| json!({"key": k, "len": l}))
+            .collect();
+        let mut body = json!({ "blocks": blocks });
+        if let Some(ttl) = self.put_ttl_ms {
+            body["ttl_ms"] = json!(ttl);
+        }
+        let started: wire::PutStarted = self.call_post(&kv_path(bucket, "put-start")?, &body)?;
+        let ids: Vec<u64> = started.puts.iter().map(|p| p.put_id).collect();
+        let result = self
+            .write_blocks(keys, buf, offsets, lengths, &started.puts)
+            .and_then(|()| {
+                let ended: wire::Etags =
+                    self.call_post(&kv_path(bucket, "put-end")?, &json!({ "put_ids": ids }))?;
+                if ended.etags.len() != keys.len() {
+                    return Err(KvError::InvalidResponse(format!(
+                        "put-end answered {} etags for {} blocks",
+                        ended.etags.len(),
+                        keys.len()
+                    )));
+                }
+                Ok(ended.etags)
+            });
+        if result.is_err() && !ids.is_empty() {
+            // Best effort: frees the reserved space now instead of at the ttl. Puts already
+            // ended are not revoked (the server answers false for them).
+            let _ =
+                self.call_post::<Value>(&kv_path(bucket, "revoke")?, &json!({ "put_ids": ids }));
+        }
+        result
+    }
+
+    /// Checks put-start's answer against the request, then writes every block one-sidedly.
+    fn write_blocks(
+        &self,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        lengths: &[u64],
+        puts: &[wire::Started],
+    ) -> Result<(), KvError> {
+        if puts.len() != keys.len() {
+            return Err(KvError::InvalidResponse(format!(
+                "put-start answered {} puts for {} blocks",
+                puts.len(),
+                keys.len()
+            )));
+        }
+        let mut requests = Vec::with_capacity(puts.len());
+        for (i, p) in puts.iter().enumerate() {
+            if p.key != keys[i] {
+                return Err(KvError::InvalidResponse(format!(
+                    "put {i} is for key {:?}, not {:?}",
+                    p.key, keys[i]
+                )));
+            }
+            self.check_descriptor(&p.descriptor, i, lengths[i])?;
+            if lengths[i] > 0 {
+                requests.push(
+                    TransferRequest::write(&buf.segment, offsets[i], &p.descriptor)
+                        .range(0, lengths[i]),
+                );
+            }
+        }
+        if !requests.is_empty() {
+            self.inner.engine.transfer(requests)?;
+        }
+        Ok(())
+    }
+
+    /// A descriptor from the server must name the server's engine and cover `len` bytes.
+    fn check_descriptor(&self, d: &SegmentDescriptor, i: usize, len: u64) -> Result<(), KvError> {
+        if d.node != self.server.node {
+            return Err(KvError::InvalidResponse(format!(
+                "block {i}'s descriptor names node {}, not the server's {}",
+                d.node, self.server.node
+            )));
+        }
+        if d.len < len {
+            return Err(KvError::InvalidResponse(format!(
+                "block {i}'s descriptor covers {} bytes, not {len}",
+                d.len
+            )));
+        }
+        Ok(())
+    }
+
+    /// Fetches `keys[i]` into `buf` at `offsets[i]`; the server writes the bytes one-sidedly.
+    /// Each key may fill its offset up to the next larger offset (or the buffer's end), so
+    /// offsets must differ. Returns each block's length, or `None` where the key is absent.
+    pub fn batch_get_into(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+    ) -> Result<Vec<Option<u64>>, KvError> {
+        same_len(keys, offsets.len(), "offsets")?;
+        let mut order: Vec<usize> = (0..offsets.len()).collect();
+        order.sort_by_key(|&i| offsets[i]);
+        let mut capacities = vec![0u64; offsets.len()];
+        for (n, &i) in order.iter().enumerate() {
+            let end = match order.get(n + 1) {
+                Some(&next) if offsets[next] == offsets[i] => {
+                    return Err(KvError::InvalidArgument(format!(
+                        "keys {i} and {next} share offset {}",
+                        offsets[i]
+                    )))
+                }
+                Some(&next) => offsets[next],
+                None => buf.len(),
+            };
+            capacities[i] = end.saturating_sub(offsets[i]);
+        }
+        self.batch_get_into_ranges(bucket, keys, buf, offsets, &capacities)
+    }
+
+    /// As [`KvClient::batch_get_into`], with the room for each key given: key `i` may be
+    /// written to `buf[offsets[i] .. offsets[i] + capacities[i]]` and no further; a block
+    /// larger than its room fails the batch (`InvalidArgument` from the server).
+    pub fn batch_get_into_ranges(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        capacities: &[u64],
+    ) -> Result<Vec<Option<u64>>, KvError> {
+        self.check_buffer(buf)?;
+        same_len(keys, offsets.len(), "offsets")?;
+        same_len(keys, capacities.len(), "capacities")?;
+        check_batch(keys)?;
+        let mut targets = Vec::with_capacity(keys.len());
+        for (i, (&off, &cap)) in offsets.iter().zip(capacities).enumerate() {
+            check_range(buf, i, off, cap)?;
+            if cap == 0 {
+                return Err(KvError::InvalidArgument(format!(
+                    "key {i} has no room at offset {off}"
+                )));
+            }
+            targets.push(buf.segment.descriptor(off, cap)?);
+        }
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let body = json!({
+            "keys": keys,
+            "targets": targets,
+            "client": self.inner.engine.address(),
+        });
+        let answer: wire::Copied = self.call_post(&kv_path(bucket, "get-into")?, &body)?;
+        if answer.copied.len() != keys.len() {
+            return Err(KvError::InvalidResponse(format!(
+                "get-into answered {} results for {} keys",
+                answer.copied.len(),
+                keys.len()
+            )));
+        }
+        for (i, c) in answer.copied.iter().enumerate() {
+            if let Some(n) = c {
+                if *n > capacities[i] {
+                    return Err(KvError::InvalidResponse(format!(
+                        "get-into claims {n} bytes for key {i}, which had room for {}",
+                        capacities[i]
+                    )));
+                }
+            }
+        }
+        Ok(answer.copied)
+    }
+
+    /// Whether each key is stored (in any tier).
+    pub fn batch_exists(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
+        check_batch(keys)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let answer: wire::Exists =
+            self.call_post(&kv_path(bucket, "exists")?, &json!({ "keys": keys }))?;
+        expect_len(answer.exists.len(), keys.len(), "exists")?;
+        Ok(answer.exists)
+    }
+
+    /// How many leading keys of the chain `keys` are stored (the usable cached prefix).
+    pub fn prefix(&self, bucket: &str, keys: &[String]) -> Result<usize, KvError> {
+        check_batch(keys)?;
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let answer: wire::Present =
+            self.call_post(&kv_path(bucket, "prefix")?, &json!({ "keys": keys }))?;
+        match usize::try_from(answer.present) {
+            Ok(n) if n <= keys.len() => Ok(n),
+            _ => Err(KvError::InvalidResponse(format!(
+                "prefix claims {} of {} keys",
+                answer.present,
+                keys.len()
+            ))),
+        }
+    }
+
+    /// Deletes the keys; `true` where one was there.
+    pub fn remove(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
+        check_batch(keys)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let answer: wire::Removed =
+            self.call_post(&kv_path(bucket, "remove")?, &json!({ "keys": keys }))?;
+        expect_len(answer.removed.len(), keys.len(), "remove")?;
+        Ok(answer.removed)
+    }
+
+    fn check_buffer(&self, buf: &Buffer) -> Result<(), KvError> {
+        if !Arc::ptr_eq(&buf.inner, &self.inner) {
+            return Err(KvError::InvalidArgument(
+                "the buffer was registered by another KvClient".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn call_post<T: DeserializeOwned>(&self, path: &str, body: &Value) -> Result<T, KvError> {
+        let raw = serde_json::to_vec(body)
+            .map_err(|e| KvError::InvalidArgument(format!("cannot encode the request: {e}")))?;
+        let resp = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .send(&raw[..])
+            .map_err(ClientError::from)?;
+        read_json(resp)
+    }
+}
+
+fn call_get<T: DeserializeOwned>(agent: &Agent, base: &str, path: &str) -> Result<T, KvError> {
+    let resp = agent
+        .get(format!("{base}{path}"))
+        .call()
+        .map_err(ClientError::from)?;
+    read_json(resp)
+}
+
+/// `/v1/kv/{bucket}/{op}`, refusing buckets that would address something else.
+fn kv_path(bucket: &str, op: &str) -> Result<String, KvError> {
+    if bucket.is_empty() || bucket.contains('/') {
+        return Err(KvError::InvalidArgument(format!(
+            "bucket name {bucket:?} must be non-empty and without '/'"
+        )));
+    }
+    Ok(format!("/v1/kv/{}/{op}", encode_key(bucket)))
+}
+
+fn read_json<T: DeserializeOwned>(
+    mut resp: ureq::http::Response<ureq::Body>,
+) -> Result<T, KvError> {
+    let status = resp.status().as_u16();
+    if !(200..300).contains(&status) {
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let (code, message) = (header("x-amz-error-code"), header("x-amz-error-message"));
+        let mut raw = Vec::new();
+        let _ = resp
+            .body_mut()
+            .as_reader()
+            .take(ERROR_BODY_LIMIT)
+            .read_to_end(&mut raw);
+        return Err(error_from_response(
+            status,
+            &String::from_utf8_lossy(&raw),
+            code.as_deref(),
+            message.as_deref(),
+            Resource::Bucket,
+        )
+        .into());
+    }
+    let raw = resp
+        .body_mut()
+        .with_config()
+        .limit(JSON_LIMIT)
+        .read_to_vec()
+        .map_err(ClientError::from)?;
+    serde_json::from_slice(&raw)
+        .map_err(|e| KvError::InvalidResponse(format!("malformed KV answer: {e}")))
+}
+
+fn same_len(keys: &[String], n: usize, what: &str) -> Result<(), KvError> {
+    if keys.len() != n {
+        return Err(KvError::InvalidArgument(format!(
+            "{} keys but {n} {what}",
+            keys.len()
+        )));
+    }
+    Ok(())
+}
+
+fn check_batch(keys: &[String]) -> Result<(), KvError> {
+    if keys.len() > MAX_BATCH {
+        return Err(KvError::InvalidArgument(format!(
+            "{} keys in one batch; the server takes at most {MAX_BATCH}",
+            keys.len()
+        )));
+    }
+    if let Some(i) = keys.iter().position(|k| k.is_empty()) {
+        return Err(KvError::InvalidArgument(format!("key {i} is empty")));
+    }
+    Ok(())
+}
+
+fn check_range(buf: &Buffer, i: usize, off: u64, len: u64) -> Result<(), KvError> {
+    if off.checked_add(len).is_none_or(|end| end > buf.len()) {
+        return Err(KvError::InvalidArgument(format!(
+            "key {i}: bytes {off}..{off}+{len} are outside the {}-byte buffer",
+            buf.len()
+        )));
+    }
+    Ok(())
+}
+
+fn expect_len(got: usize, want: usize, what: &str) -> Result<(), KvError> {
+    if got != want {
+        return Err(KvError::InvalidResponse(format!(
+            "{what} answered {got} results for {want} keys"
+        )));
+    }
+    Ok(())
+}
+
+/// A node id unlikely to collide with the server's or another client's.
+fn random_node_id() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    h.write_u64(SEQ.fetch_add(1, Ordering::Relaxed));
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_checked() {
+        assert_eq!(kv_path("b", "get").unwrap(), "/v1/kv/b/get");
+        assert!(matches!(
+            kv_path("", "get"),
+            Err(KvError::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            kv_path("a/b", "get"),
+            Err(KvError::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn batches_are_checked() {
+        assert!(check_batch(&["a".into()]).is_ok());
+        assert!(check_batch(&["".into()]).is_err());
+        assert!(check_batch(&vec!["k".to_string(); MAX_BATCH + 1]).is_err());
+        assert!(same_len(&["a".into()], 2, "offsets").is_err());
+    }
+
+    #[test]
+    fn node_ids_differ() {
+        assert_ne!(random_node_id(), random_node_id());
+    }
+}

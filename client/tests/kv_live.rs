@@ -1,0 +1,333 @@
+//! `KvClient` and `yutu kv` against the real `yutu-server`: one-sided puts and get-into,
+//! byte for byte, plus exists/prefix/remove and the local argument checks.
+//!
+//! The server binary is `$YUTU_BIN_DIR/yutu-server`, else the workspace's
+//! `target/debug/yutu-server`, else one next to this test's target directory. When none is
+//! built the tests say so and pass without running (build it with
+//! `cargo build -p yutu-server`).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use yutu_client::kv::{BlockHasher, KvClient, KvError, KvOptions};
+use yutu_client::Client;
+
+fn server_binary() -> Option<PathBuf> {
+    let mut candidates = Vec::new();
+    if let Ok(dir) = std::env::var("YUTU_BIN_DIR") {
+        candidates.push(PathBuf::from(dir).join("yutu-server"));
+    }
+    candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/yutu-server"));
+    // target/<profile>/deps/<test> -> target/<profile>/yutu-server
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| Some(e.parent()?.parent()?.to_path_buf()))
+    {
+        candidates.push(dir.join("yutu-server"));
+    }
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+/// A scratch directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("yutu-kv-live-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running server, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+    _data: Scratch,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server(name: &str) -> Option<Server> {
+    let Some(bin) = server_binary() else {
+        // In CI the binaries are always built first: a missing one is a failure there.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "yutu-server is not built; the test command builds it before the tests"
+        );
+        eprintln!(
+            "SKIPPED: yutu-server is not built (looked in $YUTU_BIN_DIR and target/debug); \
+             run `cargo build -p yutu-server` first"
+        );
+        return None;
+    };
+    let data = Scratch::new(name);
+    let mut child = Command::new(bin)
+        .args(["--no-auth", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data.0)
+        .args(["--memory", "128MiB", "--nvme-capacity", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn yutu-server");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut log = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(addr) = line.split("listening on ").nth(1) {
+                let addr: String = addr
+                    .chars()
+                    .take_while(|c| c.is_ascii_hexdigit() || ".:[]".contains(*c))
+                    .collect();
+                let _ = tx.send(Ok(addr));
+            }
+            log.push(line);
+        }
+        let _ = tx.send(Err(log.join("\n")));
+    });
+    let addr = match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok(addr)) => addr,
+        other => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("yutu-server did not announce its address: {other:?}");
+        }
+    };
+    Some(Server {
+        child,
+        url: format!("http://{addr}"),
+        _data: data,
+    })
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn blocks_round_trip_through_registered_buffers() {
+    let Some(server) = start_server("roundtrip") else {
+        return;
+    };
+    Client::new(&server.url)
+        .unwrap()
+        .create_bucket("kvlive")
+        .unwrap();
+    let kv = KvClient::new(&server.url, KvOptions::default()).expect("kv client");
+    let buf = kv.register(32 << 20).unwrap();
+    assert!(buf.len() >= 32 << 20);
+
+    let sizes: [u64; 5] = [1024, 65_536, (1 << 20) + 7, 3 << 20, 4 << 20];
+    let keys: Vec<String> = (0..sizes.len()).map(|i| format!("blk-{i}")).collect();
+    let mut offsets = Vec::new();
+    let mut at = 0u64;
+    for (i, s) in sizes.iter().enumerate() {
+        buf.write_at(at, &pattern(*s as usize, i as u64 + 3))
+            .unwrap();
+        offsets.push(at);
+        at += s;
+    }
+    let etags = kv
+        .batch_put_from("kvlive", &keys, &buf, &offsets, &sizes)
+        .expect("batch put");
+    assert_eq!(etags.len(), sizes.len());
+    assert!(etags.iter().all(|e| !e.is_empty()), "{etags:?}");
+
+    // Visible through S3 too.
+    let s3 = Client::new(&server.url).unwrap();
+    assert_eq!(
+        s3.get_bytes("kvlive", "blk-2").unwrap(),
+        pattern(sizes[2] as usize, 5)
+    );
+
+    // get-into other offsets (in reverse order, with a missing key in the middle).
+    let mut probe: Vec<String> = keys.iter().rev().cloned().collect();
+    probe.insert(2, "missing".into());
+    let base = 16u64 << 20;
+    let mut into = Vec::new();
+    let mut at = base;
+    for k in &probe {
+        into.push(at);
+        at += match keys.iter().position(|x| x == k) {
+            Some(i) => sizes[i],
+            None => 4096,
+        };
+    }
+    let copied = kv
+        .batch_get_into("kvlive", &probe, &buf, &into)
+        .expect("get-into");
+    for (j, k) in probe.iter().enumerate() {
+        match keys.iter().position(|x| x == k) {
+            Some(i) => {
+                assert_eq!(copied[j], Some(sizes[i]), "{k}");
+                let mut back = vec![0u8; sizes[i] as usize];
+                buf.read_at(into[j], &mut back).unwrap();
+                assert!(
+                    back == pattern(sizes[i] as usize, i as u64 + 3),
+                    "{k} bytes"
+                );
+            }
+            None => assert_eq!(copied[j], None, "{k}"),
+        }
+    }
+
+    // exists, prefix, remove.
+    assert_eq!(
+        kv.batch_exists("kvlive", &probe).unwrap(),
+        vec![true, true, false, true, true, true]
+    );
+    assert_eq!(kv.prefix("kvlive", &probe).unwrap(), 2);
+    assert_eq!(kv.prefix("kvlive", &keys).unwrap(), keys.len());
+    assert_eq!(
+        kv.remove("kvlive", &[keys[0].clone(), "missing".into()])
+            .unwrap(),
+        vec![true, false]
+    );
+    assert_eq!(kv.prefix("kvlive", &keys).unwrap(), 0);
+    assert!(s3.get_bytes("kvlive", &keys[0]).unwrap_err().is_not_found());
+
+    // Chained block hashes as keys.
+    let tokens: Vec<u32> = (0..3 * 512).collect();
+    let chain: Vec<String> = BlockHasher::new(512)
+        .hash_tokens(&tokens)
+        .iter()
+        .map(|h| h.to_key())
+        .collect();
+    assert_eq!(chain.len(), 3);
+    kv.batch_put_from("kvlive", &chain[..2], &buf, &[0, 1024], &[1024, 1024])
+        .unwrap();
+    assert_eq!(kv.prefix("kvlive", &chain).unwrap(), 2);
+
+    // Local argument checks: nothing is sent.
+    let one = vec!["k".to_string()];
+    for e in [
+        kv.batch_put_from("kvlive", &one, &buf, &[0, 1], &[1]),
+        kv.batch_put_from("kvlive", &one, &buf, &[buf.len()], &[1]),
+        kv.batch_put_from("kvlive", &one, &buf, &[u64::MAX], &[2]),
+    ] {
+        assert!(matches!(e, Err(KvError::InvalidArgument(_))), "{e:?}");
+    }
+    let e = kv.batch_get_into("kvlive", &[one[0].clone(), "j".into()], &buf, &[8, 8]);
+    assert!(matches!(e, Err(KvError::InvalidArgument(_))), "{e:?}");
+    let other = kv.register(4096).unwrap();
+    let kv2 = KvClient::new(&server.url, KvOptions::default()).unwrap();
+    let e = kv2.batch_put_from("kvlive", &one, &other, &[0], &[1]);
+    assert!(matches!(e, Err(KvError::InvalidArgument(_))), "{e:?}");
+    assert!(kv.batch_exists("kvlive", &[]).unwrap().is_empty());
+
+    // Server errors keep their S3 code.
+    let e = kv.batch_exists("nosuchbucket", &one).unwrap_err();
+    assert_eq!(e.code(), Some("NoSuchBucket"), "{e}");
+    let e = kv
+        .batch_put_from("nosuchbucket", &one, &buf, &[0], &[1])
+        .unwrap_err();
+    assert_eq!(e.code(), Some("NoSuchBucket"), "{e}");
+    // A target too small for the block: the server refuses, the client reports it.
+    let e = kv
+        .batch_get_into_ranges("kvlive", &[keys[4].clone()], &buf, &[0], &[1024])
+        .unwrap_err();
+    assert_eq!(e.code(), Some("InvalidArgument"), "{e}");
+}
+
+fn yutu(url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_yutu"))
+        .args(args)
+        .env("YUTU_URL", url)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "yutu failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn cli_kv_put_get_exists_prefix() {
+    let Some(server) = start_server("cli") else {
+        return;
+    };
+    let dir = Scratch::new("cli-files");
+    ok(&yutu(&server.url, &["mb", "kvcli"]));
+    let data = pattern((2 << 20) + 13, 9);
+    let src = dir.0.join("in.bin");
+    std::fs::write(&src, &data).unwrap();
+    ok(&yutu(
+        &server.url,
+        &["kv", "put", "kvcli", "blk", src.to_str().unwrap()],
+    ));
+    let dst = dir.0.join("out.bin");
+    ok(&yutu(
+        &server.url,
+        &["kv", "get", "kvcli", "blk", dst.to_str().unwrap()],
+    ));
+    assert!(std::fs::read(&dst).unwrap() == data, "kv get bytes");
+
+    let out = ok(&yutu(
+        &server.url,
+        &["kv", "exists", "kvcli", "blk", "nope"],
+    ));
+    assert_eq!(out, "true\tblk\nfalse\tnope\n");
+
+    let o = yutu(
+        &server.url,
+        &["kv", "get", "kvcli", "nope", dst.to_str().unwrap()],
+    );
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("NoSuchKey"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    // prefix: store the first two 512-token blocks of a 3-block prompt (plus a partial tail).
+    let tokens: Vec<u32> = (0..3 * 512 + 100).map(|t| t * 7 % 50_000).collect();
+    let chain: Vec<String> = BlockHasher::new(512)
+        .hash_tokens(&tokens)
+        .iter()
+        .map(|h| h.to_key())
+        .collect();
+    for k in &chain[..2] {
+        ok(&yutu(
+            &server.url,
+            &["kv", "put", "kvcli", k, src.to_str().unwrap()],
+        ));
+    }
+    let tok = dir.0.join("tokens.txt");
+    let text: Vec<String> = tokens.iter().map(|t| t.to_string()).collect();
+    std::fs::write(&tok, text.join(" ")).unwrap();
+    let out = ok(&yutu(
+        &server.url,
+        &["kv", "prefix", "kvcli", "--tokens", tok.to_str().unwrap()],
+    ));
+    assert_eq!(out.trim(), "2");
+}
