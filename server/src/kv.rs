@@ -17,6 +17,50 @@ use crate::arena::Extent;
 use crate::eviction::EntryId;
 use crate::store::{ObjectMeta, ShardStore, StoreError};
 
+/// The arena ranges a shard has granted through descriptors, with their deadlines: the
+/// transfer engine asks it on every request, so a descriptor used after its lease or put
+/// expired (or was released) is refused instead of reaching reused memory.
+///
+/// Written by the shard's thread on lease and put changes, read by the engine's transfer
+/// threads: a mutex held for one map operation. It is not on the S3 data path.
+#[derive(Default)]
+pub struct Grants {
+    ranges: std::sync::Mutex<GrantMap>,
+}
+
+/// Granted `(offset, len)` ranges and, for each, the holders (lease or put id) and deadlines.
+type GrantMap = std::collections::HashMap<(u64, u64), Vec<(u64, Instant)>>;
+
+impl Grants {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GrantMap> {
+        // The map is valid after any panic (single inserts and removes), so poison is ignored.
+        self.ranges.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn grant(&self, range: (u64, u64), id: u64, until: Instant) {
+        self.lock().entry(range).or_default().push((id, until));
+    }
+
+    pub fn revoke(&self, range: (u64, u64), id: u64) {
+        let mut map = self.lock();
+        if let Some(v) = map.get_mut(&range) {
+            v.retain(|(i, _)| *i != id);
+            if v.is_empty() {
+                map.remove(&range);
+            }
+        }
+    }
+}
+
+impl yutu_transfer::RangeGuard for Grants {
+    fn allows(&self, offset: u64, len: u64) -> bool {
+        let now = Instant::now();
+        self.lock()
+            .get(&(offset, len))
+            .is_some_and(|v| v.iter().any(|(_, until)| *until > now))
+    }
+}
+
 /// A pinned entry: how many leases hold it, and its bytes once it left the index.
 pub struct Pin {
     pub(crate) count: u32,
@@ -25,6 +69,8 @@ pub struct Pin {
 
 pub struct Lease {
     pub(crate) entries: Vec<EntryId>,
+    /// The arena ranges granted to the holder.
+    pub(crate) ranges: Vec<(u64, u64)>,
     pub(crate) expires: Instant,
 }
 
@@ -65,10 +111,12 @@ impl ShardStore {
         let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
         let mut found = Vec::with_capacity(keys.len());
         let mut ids = Vec::new();
+        let mut ranges = Vec::new();
         for key in keys {
             match part.objects.get(key) {
                 Some(e) => {
                     ids.push(e.id);
+                    ranges.push((e.extent.offset, e.extent.len));
                     found.push(Some(BlockRef {
                         offset: e.extent.offset,
                         len: e.extent.len,
@@ -88,11 +136,18 @@ impl ShardStore {
             }
             pin.count += 1;
         }
+        let expires = Instant::now() + ttl;
+        if let Some(g) = &self.grants {
+            for r in &ranges {
+                g.grant(*r, lease_id, expires);
+            }
+        }
         self.leases.insert(
             lease_id,
             Lease {
                 entries: ids,
-                expires: Instant::now() + ttl,
+                ranges,
+                expires,
             },
         );
         Ok(found)
@@ -103,6 +158,11 @@ impl ShardStore {
         let Some(lease) = self.leases.remove(&lease_id) else {
             return false;
         };
+        if let Some(g) = &self.grants {
+            for r in &lease.ranges {
+                g.revoke(*r, lease_id);
+            }
+        }
         for id in lease.entries {
             self.unpin(id);
         }
@@ -147,6 +207,9 @@ impl ShardStore {
         let charge = Self::charge_for(bucket, key, len, &meta);
         let extent = self.reserve(len, charge)?;
         let offset = extent.offset;
+        if let Some(g) = &self.grants {
+            g.grant((offset, len), put_id, Instant::now() + ttl);
+        }
         self.pending_puts.insert(
             put_id,
             PendingPut {
@@ -172,6 +235,9 @@ impl ShardStore {
             .pending_puts
             .remove(&put_id)
             .ok_or(StoreError::NoSuchUpload)?;
+        if let Some(g) = &self.grants {
+            g.revoke((p.extent.offset, p.extent.len), put_id);
+        }
         if let Err(e) = self.check_write(&p.bucket, &p.key, &Default::default()) {
             self.release(p.extent, p.charge);
             return Err(e);
@@ -188,6 +254,9 @@ impl ShardStore {
     pub fn put_revoke(&mut self, put_id: u64) -> bool {
         match self.pending_puts.remove(&put_id) {
             Some(p) => {
+                if let Some(g) = &self.grants {
+                    g.revoke((p.extent.offset, p.extent.len), put_id);
+                }
                 self.release(p.extent, p.charge);
                 true
             }

@@ -210,10 +210,12 @@ async fn run_shard(
     };
     let region = yutu_transfer::MemoryRegion::map_memfd(arena.memfd(), arena.capacity() as usize)
         .map_err(|e| format!("cannot map the arena for the transfer engine: {e}"))?;
+    let grants = Arc::new(crate::kv::Grants::default());
     let segment = engine
-        .register(region)
+        .register_guarded(region, grants.clone())
         .map_err(|e| format!("cannot register the arena with the transfer engine: {e}"))?;
     let mut store = ShardStore::new(arena, policy(settings.eviction), metrics[id].clone());
+    store.set_grants(grants);
     if nvme.is_some() {
         // Objects waiting for their NVMe append: an eighth of the shard's DRAM, at most 64 MiB.
         store.enable_demotion((shard_memory / 8).min(64 << 20));

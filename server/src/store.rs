@@ -161,6 +161,8 @@ pub struct ShardStore {
     pub(crate) leases: HashMap<u64, Lease>,
     /// Two-phase puts between put-start and put-end, by put id.
     pub(crate) pending_puts: HashMap<u64, PendingPut>,
+    /// The ranges leases and puts granted, shared with the transfer engine's guard.
+    pub(crate) grants: Option<Arc<crate::kv::Grants>>,
     /// Reverse index for the eviction policy, which deals in ids only.
     pub(crate) ids: HashMap<EntryId, (String, String)>,
     pub(crate) policy: Box<dyn EvictionPolicy>,
@@ -190,6 +192,7 @@ impl ShardStore {
             pins: HashMap::new(),
             leases: HashMap::new(),
             pending_puts: HashMap::new(),
+            grants: None,
             ids: HashMap::new(),
             policy,
             next_id: 1,
@@ -279,6 +282,11 @@ impl ShardStore {
                 None => ev.removed(bucket, key),
             }
         }
+    }
+
+    /// Shares the lease and put grants with the transfer engine.
+    pub fn set_grants(&mut self, grants: Arc<crate::kv::Grants>) {
+        self.grants = Some(grants);
     }
 
     /// Starts recording KV events (a conductor is configured).

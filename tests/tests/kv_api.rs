@@ -220,6 +220,27 @@ fn leases_hold_under_eviction_and_abandoned_puts_are_reclaimed() {
     p.buf.region().read_at(0, &mut back).unwrap();
     assert!(back == data, "leased bytes changed under eviction");
     post(&c, "/v1/kv/release", &json!({"leases": got["leases"]}));
+    // Released: the same descriptor is refused now, never served from reused memory.
+    let after = p.engine.transfer([TransferRequest::read(&p.buf, 0, &d)]);
+    assert!(after.is_err(), "a read after release was served");
+    // An expired lease is refused the same way, without a release.
+    assert_eq!(c.put("/lease/short", &data).status, 200);
+    let got = post(
+        &c,
+        "/v1/kv/lease/get",
+        &json!({"keys": ["short"], "ttl_ms": 300}),
+    );
+    let d = desc(&got["blocks"][0]["descriptor"]);
+    p.engine
+        .transfer([TransferRequest::read(&p.buf, 0, &d)])
+        .expect("read within the lease");
+    assert!(
+        wait_until(Duration::from_secs(10), || p
+            .engine
+            .transfer([TransferRequest::read(&p.buf, 0, &d)])
+            .is_err()),
+        "a read after the lease expired was still served"
+    );
     // A put-start never ended is reclaimed after its ttl; put-end then fails.
     for i in 0..48 {
         c.delete(&format!("/lease/fill-{i}"));

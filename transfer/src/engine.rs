@@ -301,7 +301,25 @@ impl TransferEngine {
     /// Registers a region; its bytes become reachable by peers holding descriptors minted from
     /// the returned handle. Over shm only if the region is sealed ([`MemoryRegion::sealed`]).
     pub fn register(&self, region: MemoryRegion) -> Result<LocalSegment, TransferError> {
-        let segment = self.inner.segments.insert(region, true)?;
+        self.register_inner(region, None)
+    }
+
+    /// Registers a region whose ranges stay accessible only while `guard` allows them (a
+    /// storage node's leases); see [`crate::RangeGuard`].
+    pub fn register_guarded(
+        &self,
+        region: MemoryRegion,
+        guard: Arc<dyn crate::RangeGuard>,
+    ) -> Result<LocalSegment, TransferError> {
+        self.register_inner(region, Some(guard))
+    }
+
+    fn register_inner(
+        &self,
+        region: MemoryRegion,
+        guard: Option<Arc<dyn crate::RangeGuard>>,
+    ) -> Result<LocalSegment, TransferError> {
+        let segment = self.inner.segments.insert(region, true, guard)?;
         for transport in self.inner.paths.transports.values() {
             if let Err(err) = transport.register(&segment) {
                 // Not fatal: the other paths still reach the segment, and requests that need

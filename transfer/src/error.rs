@@ -53,6 +53,8 @@ pub enum Refusal {
     TooLarge = 6,
     #[error("malformed request")]
     BadRequest = 7,
+    #[error("the range is no longer granted (its lease expired or was released)")]
+    Expired = 8,
 }
 
 impl Refusal {
@@ -71,6 +73,7 @@ impl Refusal {
             5 => Refusal::NotShareable,
             6 => Refusal::TooLarge,
             7 => Refusal::BadRequest,
+            8 => Refusal::Expired,
             _ => return None,
         })
     }

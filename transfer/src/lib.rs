@@ -74,7 +74,7 @@ pub use engine::{EngineConfig, RdmaMode, TransferEngine};
 pub use error::{Refusal, Side, TransferError};
 pub use region::{HugePages, MemoryRegion, RegionError};
 pub use request::{TransferOp, TransferRequest};
-pub use segment::LocalSegment;
+pub use segment::{LocalSegment, RangeGuard};
 pub use stats::{EngineStats, ListenerStats, TransportStats};
 pub use transport::rdma::RdmaError;
 pub use transport::TransportKind;

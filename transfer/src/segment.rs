@@ -24,7 +24,17 @@ pub struct LocalSegment {
     pub(crate) entry: Arc<SegmentEntry>,
 }
 
+/// Decides on every request whether a range of a segment may still be accessed. A storage
+/// node answers from its leases and pending puts, so that a descriptor used after its lease
+/// expired is refused ([`Refusal::Expired`]) instead of reaching memory that may have been
+/// reused. Called on transfer threads: it must be quick and must not block for long.
+pub trait RangeGuard: Send + Sync {
+    fn allows(&self, offset: u64, len: u64) -> bool;
+}
+
 pub(crate) struct SegmentEntry {
+    /// Consulted after the token check; `None`: every minted range stays valid.
+    pub(crate) guard: Option<Arc<dyn RangeGuard>>,
     pub(crate) id: SegmentId,
     pub(crate) node: NodeId,
     /// Incarnation of the engine that registered it (a segment is only usable there).
@@ -128,11 +138,13 @@ impl SegmentTable {
         &self,
         region: MemoryRegion,
         allow_shm: bool,
+        guard: Option<Arc<dyn RangeGuard>>,
     ) -> Result<LocalSegment, TransferError> {
         let id = SegmentId(self.next.fetch_add(1, Ordering::Relaxed));
         let key = SegmentKey::random().map_err(|e| TransferError::setup("read /dev/urandom", e))?;
         let shareable = allow_shm && region.sealed();
         let entry = Arc::new(SegmentEntry {
+            guard,
             id,
             node: self.node,
             engine: self.engine,
@@ -171,6 +183,11 @@ impl SegmentTable {
         }
         if desc.end().is_none_or(|end| end > entry.region.len() as u64) {
             return Err(Refusal::OutOfBounds);
+        }
+        if let Some(guard) = &entry.guard {
+            if !guard.allows(desc.offset, desc.len) {
+                return Err(Refusal::Expired);
+            }
         }
         Ok(entry)
     }
@@ -216,10 +233,34 @@ mod tests {
     use crate::region::HugePages;
 
     #[test]
+    fn a_guard_refuses_ranges_it_no_longer_allows() {
+        struct Only(std::sync::atomic::AtomicBool);
+        impl RangeGuard for Only {
+            fn allows(&self, offset: u64, len: u64) -> bool {
+                (offset, len) == (0, 64) && self.0.load(Ordering::Relaxed)
+            }
+        }
+        let guard = Arc::new(Only(std::sync::atomic::AtomicBool::new(true)));
+        let table = SegmentTable::new(NodeId(5), 1);
+        let region = MemoryRegion::allocate("g", 4096, HugePages::Never).unwrap();
+        let seg = table.insert(region, true, Some(guard.clone())).unwrap();
+        let granted = seg.descriptor(0, 64).unwrap();
+        let other = seg.descriptor(64, 64).unwrap();
+        assert!(table.check(&granted, 0, 64).is_ok());
+        assert_eq!(table.check(&other, 0, 1).err(), Some(Refusal::Expired));
+        guard.0.store(false, Ordering::Relaxed);
+        assert_eq!(table.check(&granted, 0, 64).err(), Some(Refusal::Expired));
+        assert_eq!(
+            Refusal::from_code(Refusal::Expired.code()),
+            Some(Refusal::Expired)
+        );
+    }
+
+    #[test]
     fn check_refuses_each_violation_with_its_reason() {
         let table = SegmentTable::new(NodeId(5), 1);
         let region = MemoryRegion::allocate("t", 4096, HugePages::Never).unwrap();
-        let seg = table.insert(region, true).unwrap();
+        let seg = table.insert(region, true, None).unwrap();
         assert!(seg.shm_shareable());
         let d = seg.descriptor(1000, 100).unwrap();
         assert!(table.check(&d, 0, 100).is_ok());
