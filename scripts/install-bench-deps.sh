@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs what `yutu-bench` needs besides the Rust toolchain, from Debian's packages:
 #   fio, the reference of the nvme suite;
+#   redis-server, redis-tools (redis-benchmark) and memcached: the 4 KiB references of the kv
+#   suite. The bench starts its own servers on free loopback ports; the system services are
+#   neither needed nor started here.
 #   nginx, built with http_dav_module: the HTTP reference of the s3 suite (static files for
 #   GET, WebDAV for PUT). The bench starts its own nginx with its own config; the system
 #   service is neither needed nor started here.
@@ -33,6 +36,25 @@ nginx_has_dav() {
 if ! command -v fio >/dev/null 2>&1; then
     $SUDO apt-get update
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y fio
+fi
+
+# redis-server, redis-benchmark, memcached: the kv suite's 4 KiB references. Service starts are
+# denied for the install (policy-rc.d, unless one exists) so no system redis/memcached stays up.
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-benchmark >/dev/null 2>&1 \
+    || ! command -v memcached >/dev/null 2>&1; then
+    KV_POLICY=/usr/sbin/policy-rc.d
+    KV_POLICY_OURS=""
+    if [ ! -e "$KV_POLICY" ]; then
+        printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$KV_POLICY" >/dev/null
+        $SUDO chmod 755 "$KV_POLICY"
+        KV_POLICY_OURS=1
+    fi
+    $SUDO apt-get update
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server redis-tools memcached \
+        || echo "install-bench-deps: redis/memcached not installed; the kv suite's 4 KiB case will have no reference" >&2
+    if [ -n "$KV_POLICY_OURS" ]; then
+        $SUDO rm -f "$KV_POLICY"
+    fi
 fi
 
 if nginx_has_dav; then

@@ -66,6 +66,9 @@ enum Suite {
     Nvme(suites::nvme::NvmeArgs),
     /// Prefix-index ingestion and routing decisions of the conductor, on one core.
     Conductor(suites::conductor::ConductorArgs),
+    /// The KV block API end to end (2 MiB gets over shm and tcp, batched 4 KiB put/get), against
+    /// memcpy, a raw loopback TCP stream, redis-benchmark and memcached.
+    Kv(suites::kv::KvArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -86,6 +89,7 @@ fn main() -> anyhow::Result<()> {
                 Suite::Transfer(args) => suites::transfer::run(args).await,
                 Suite::Nvme(args) => suites::nvme::run(args).await,
                 Suite::Conductor(args) => suites::conductor::run(args).await,
+                Suite::Kv(args) => suites::kv::run(args).await,
             }
         };
         // Ctrl-C drops the suite's future, whose guards stop the servers and remove their files;

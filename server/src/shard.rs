@@ -104,33 +104,32 @@ pub enum Request {
         bucket: String,
         keys: Vec<String>,
         ttl: std::time::Duration,
-        reply: Reply<Result<Vec<Option<crate::kv::BlockRef>>, StoreError>>,
+        reply: Reply<
+            Result<
+                Vec<Option<(crate::kv::BlockRef, yutu_transfer::SegmentDescriptor)>>,
+                StoreError,
+            >,
+        >,
     },
     KvRelease {
         lease_id: u64,
         reply: Reply<bool>,
     },
+    /// A batch of put-starts on this shard: `(put id, key, length)` each. All or none: on an
+    /// error the ones already started are revoked and the failing index is returned.
     KvPutStart {
-        put_id: u64,
         bucket: String,
-        key: String,
-        len: u64,
+        items: Vec<(u64, String, u64)>,
         ttl: std::time::Duration,
-        reply: Reply<Result<u64, StoreError>>,
+        reply: Reply<Result<Vec<yutu_transfer::SegmentDescriptor>, (usize, StoreError)>>,
     },
     KvPutEnd {
-        put_id: u64,
-        reply: Reply<Result<Arc<ObjectMeta>, StoreError>>,
+        put_ids: Vec<u64>,
+        reply: Reply<Vec<Result<Arc<ObjectMeta>, StoreError>>>,
     },
     KvRevoke {
         put_id: u64,
         reply: Reply<bool>,
-    },
-    /// A descriptor of a range of this shard's arena segment.
-    KvDescriptor {
-        offset: u64,
-        len: u64,
-        reply: Reply<Option<yutu_transfer::SegmentDescriptor>>,
     },
     /// This shard's arena segment (for a batch the connection's shard submits).
     KvSegment {
@@ -497,57 +496,89 @@ impl Shard {
                 ttl,
                 reply,
             } => {
-                let _ = reply.send(self.store.borrow_mut().lease(lease_id, &bucket, &keys, ttl));
+                let r = self.store.borrow_mut().lease(lease_id, &bucket, &keys, ttl);
+                let _ = reply.send(r.map(|found| {
+                    found
+                        .into_iter()
+                        .map(|b| {
+                            let b = b?;
+                            let (_, seg) = self.transfer.as_ref()?;
+                            let d = seg.descriptor(b.offset, b.len).ok()?;
+                            Some((b, d))
+                        })
+                        .collect()
+                }));
             }
             Request::KvRelease { lease_id, reply } => {
                 let _ = reply.send(self.store.borrow_mut().release_lease(lease_id));
             }
             Request::KvPutStart {
-                put_id,
                 bucket,
-                key,
-                len,
+                items,
                 ttl,
                 reply,
             } => {
-                let meta = crate::store::ObjectMeta {
-                    size: len,
-                    etag: String::new(),
-                    last_modified: SystemTime::now(),
-                    content_type: None,
-                    headers: Vec::new(),
-                    user_meta: Vec::new(),
-                    checksum: None,
-                    parts: None,
-                };
-                let r = self
-                    .store
-                    .borrow_mut()
-                    .put_start(put_id, &bucket, &key, len, meta, ttl);
-                let _ = reply.send(r);
+                let mut out = Vec::with_capacity(items.len());
+                let mut failed = None;
+                for (i, (put_id, key, len)) in items.iter().enumerate() {
+                    let meta = crate::store::ObjectMeta {
+                        size: *len,
+                        etag: String::new(),
+                        last_modified: SystemTime::now(),
+                        content_type: None,
+                        headers: Vec::new(),
+                        user_meta: Vec::new(),
+                        checksum: None,
+                        parts: None,
+                    };
+                    let started = self
+                        .store
+                        .borrow_mut()
+                        .put_start(*put_id, &bucket, key, *len, meta, ttl);
+                    let desc = started.and_then(|offset| {
+                        self.transfer
+                            .as_ref()
+                            .and_then(|(_, seg)| seg.descriptor(offset, *len).ok())
+                            .ok_or(StoreError::Device("no transfer engine".into()))
+                    });
+                    match desc {
+                        Ok(d) => out.push(d),
+                        Err(e) => {
+                            failed = Some((i, e));
+                            break;
+                        }
+                    }
+                }
+                if let Some((i, e)) = failed {
+                    for (put_id, _, _) in &items[..i.min(items.len())] {
+                        self.store.borrow_mut().put_revoke(*put_id);
+                    }
+                    let _ = reply.send(Err((i, e)));
+                } else {
+                    let _ = reply.send(Ok(out));
+                }
             }
-            Request::KvPutEnd { put_id, reply } => {
-                let r = self.store.borrow_mut().put_end(put_id);
+            Request::KvPutEnd { put_ids, reply } => {
+                let ended: Vec<_> = put_ids
+                    .iter()
+                    .map(|id| self.store.borrow_mut().put_end(*id))
+                    .collect();
                 let this = self.clone();
                 glommio::spawn_local(async move {
                     // A `disk` bucket's block is on NVMe before put-end is answered.
-                    let r = match r {
-                        Ok((bucket, key, meta)) => this
-                            .write_through_published(&bucket, &key)
-                            .await
-                            .map(|()| meta),
-                        Err(e) => Err(e),
-                    };
-                    let _ = reply.send(r);
+                    let mut out = Vec::with_capacity(ended.len());
+                    for r in ended {
+                        out.push(match r {
+                            Ok((bucket, key, meta)) => this
+                                .write_through_published(&bucket, &key)
+                                .await
+                                .map(|()| meta),
+                            Err(e) => Err(e),
+                        });
+                    }
+                    let _ = reply.send(out);
                 })
                 .detach();
-            }
-            Request::KvDescriptor { offset, len, reply } => {
-                let d = self
-                    .transfer
-                    .as_ref()
-                    .and_then(|(_, seg)| seg.descriptor(offset, len).ok());
-                let _ = reply.send(d);
             }
             Request::KvSegment { reply } => {
                 let _ = reply.send(self.transfer.as_ref().map(|(_, seg)| seg.clone()));

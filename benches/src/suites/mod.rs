@@ -1,6 +1,7 @@
 //! One module per suite; each turns its own options into a [`crate::report::Report`].
 
 pub mod conductor;
+pub mod kv;
 pub mod nvme;
 pub mod s3;
 pub mod transfer;

@@ -146,32 +146,6 @@ fn by_shard(ctx: &Ctx, bucket: &str, keys: &[String]) -> BTreeMap<usize, Vec<usi
     out
 }
 
-/// The descriptor of a leased or reserved range of shard `shard`'s arena.
-async fn descriptor(
-    ctx: &Ctx,
-    shard: usize,
-    offset: u64,
-    len: u64,
-) -> Result<SegmentDescriptor, S3Error> {
-    // Every shard registered its arena with the one engine; the segment of shard `s` is
-    // found through that shard, which owns the `LocalSegment`.
-    if shard == ctx.shard.id {
-        let (_, seg) = ctx
-            .shard
-            .transfer
-            .as_ref()
-            .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))?;
-        return seg.descriptor(offset, len).map_err(|e| {
-            tracing::error!(error = %e, "minting a descriptor");
-            S3Error::new(S3ErrorCode::InternalError)
-        });
-    }
-    ctx.shard
-        .call(shard, |reply| Request::KvDescriptor { offset, len, reply })
-        .await?
-        .ok_or_else(|| S3Error::new(S3ErrorCode::InternalError))
-}
-
 pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
     let path = ctx.target.key.clone().unwrap_or_default();
     if path == "kv/release" && ctx.method == Method::POST {
@@ -267,42 +241,69 @@ async fn put_start(ctx: &Ctx, bucket: &str, req: PutStart) -> Result<Resp, S3Err
     check_keys(&keys)?;
     let ttl = ttl(req.ttl_ms)?;
     let (limit, what) = object_limit(ctx);
-    let mut puts = Vec::with_capacity(req.blocks.len());
-    let mut started: Vec<(usize, u64)> = Vec::new();
-    for b in &req.blocks {
-        if b.len > limit {
-            revoke_all(ctx, &started).await;
-            return Err(S3Error::new(S3ErrorCode::EntityTooLarge)
-                .msg(format!("Block {} exceeds {what} of {limit} bytes.", b.key)));
-        }
-        let shard = ctx.shard.owner(bucket, &b.key);
-        let put_id = ctx.shard.kv_id_for(shard);
-        let (bk, k, len) = (bucket.to_string(), b.key.clone(), b.len);
-        let r = ctx
-            .shard
-            .call(shard, |reply| Request::KvPutStart {
-                put_id,
-                bucket: bk,
-                key: k,
-                len,
-                ttl,
-                reply,
-            })
-            .await?;
-        let offset = match r {
-            Ok(o) => o,
-            Err(e) => {
-                revoke_all(ctx, &started).await;
-                return Err(S3Error::from(e).key(&b.key));
-            }
-        };
-        started.push((shard, put_id));
-        puts.push(Started {
-            key: b.key.clone(),
-            put_id,
-            descriptor: descriptor(ctx, shard, offset, len).await?,
-        });
+    if let Some(b) = req.blocks.iter().find(|b| b.len > limit) {
+        return Err(S3Error::new(S3ErrorCode::EntityTooLarge)
+            .msg(format!("Block {} exceeds {what} of {limit} bytes.", b.key)));
     }
+    // One message per owning shard, all shards at once.
+    let groups = by_shard(ctx, bucket, &keys);
+    let ids: Vec<u64> = keys
+        .iter()
+        .map(|k| ctx.shard.kv_id_for(ctx.shard.owner(bucket, k)))
+        .collect();
+    let calls = groups.iter().map(|(shard, idx)| {
+        let items: Vec<(u64, String, u64)> = idx
+            .iter()
+            .map(|i| (ids[*i], req.blocks[*i].key.clone(), req.blocks[*i].len))
+            .collect();
+        let b = bucket.to_string();
+        ctx.shard.call(*shard, move |reply| Request::KvPutStart {
+            bucket: b,
+            items,
+            ttl,
+            reply,
+        })
+    });
+    let answers = futures::future::join_all(calls).await;
+    let mut descriptors: Vec<Option<SegmentDescriptor>> = vec![None; keys.len()];
+    let mut failure = None;
+    for ((shard, idx), answer) in groups.iter().zip(answers) {
+        match answer {
+            Ok(Ok(ds)) => {
+                for (i, d) in idx.iter().zip(ds) {
+                    descriptors[*i] = Some(d);
+                }
+            }
+            Ok(Err((at, e))) => {
+                failure = Some(S3Error::from(e).key(&keys[idx[at.min(idx.len() - 1)]]))
+            }
+            Err(e) => failure = Some(e.into()),
+        }
+        let _ = shard;
+    }
+    if let Some(e) = failure {
+        // All or none: revoke what the other shards started.
+        let started: Vec<(usize, u64)> = descriptors
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.is_some())
+            .map(|(i, _)| (ctx.shard.owner(bucket, &keys[i]), ids[i]))
+            .collect();
+        revoke_all(ctx, &started).await;
+        return Err(e);
+    }
+    let puts: Vec<Started> = keys
+        .iter()
+        .zip(ids)
+        .zip(descriptors)
+        .filter_map(|((k, id), d)| {
+            Some(Started {
+                key: k.clone(),
+                put_id: id,
+                descriptor: d?,
+            })
+        })
+        .collect();
     Ok(json(
         &serde_json::json!({ "puts": puts, "ttl_ms": ttl.as_millis() as u64 }),
     ))
@@ -328,20 +329,28 @@ async fn put_end(ctx: &Ctx, req: PutIds) -> Result<Resp, S3Error> {
     if req.put_ids.is_empty() || req.put_ids.len() > MAX_BATCH {
         return Err(bad(format!("A batch names 1 to {MAX_BATCH} puts.")));
     }
-    let mut etags = Vec::with_capacity(req.put_ids.len());
-    for id in req.put_ids {
-        let shard = owner_of(ctx, id)?;
-        let meta = ctx
-            .shard
-            .call(shard, |reply| Request::KvPutEnd { put_id: id, reply })
-            .await?
-            .map_err(|e| match e {
+    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (i, id) in req.put_ids.iter().enumerate() {
+        groups.entry(owner_of(ctx, *id)?).or_default().push(i);
+    }
+    let calls = groups.iter().map(|(shard, idx)| {
+        let put_ids: Vec<u64> = idx.iter().map(|i| req.put_ids[*i]).collect();
+        ctx.shard
+            .call(*shard, move |reply| Request::KvPutEnd { put_ids, reply })
+    });
+    let answers = futures::future::join_all(calls).await;
+    let mut etags = vec![String::new(); req.put_ids.len()];
+    for ((_, idx), answer) in groups.iter().zip(answers) {
+        for (i, r) in idx.iter().zip(answer?) {
+            let id = req.put_ids[*i];
+            let meta = r.map_err(|e| match e {
                 crate::store::StoreError::NoSuchUpload => bad(format!(
                     "Put {id} is unknown, already ended, revoked or expired."
                 )),
                 e => S3Error::from(e),
             })?;
-        etags.push(meta.etag.clone());
+            etags[*i] = meta.etag.clone();
+        }
     }
     Ok(json(&serde_json::json!({ "etags": etags })))
 }
@@ -365,10 +374,10 @@ async fn lease(
     bucket: &str,
     keys: &[String],
     ttl: Duration,
-) -> Result<(Vec<u64>, Vec<Option<(usize, BlockRef)>>), S3Error> {
+) -> Result<(Vec<u64>, Vec<Option<(usize, BlockRef, SegmentDescriptor)>>), S3Error> {
     check_keys(keys)?;
     let mut leases = Vec::new();
-    let mut found: Vec<Option<(usize, BlockRef)>> = vec![None; keys.len()];
+    let mut found: Vec<Option<(usize, BlockRef, SegmentDescriptor)>> = vec![None; keys.len()];
     for (shard, idx) in by_shard(ctx, bucket, keys) {
         let lease_id = ctx.shard.kv_id_for(shard);
         let ks: Vec<String> = idx.iter().map(|i| keys[*i].clone()).collect();
@@ -385,7 +394,7 @@ async fn lease(
             .await??;
         leases.push(lease_id);
         for (i, r) in idx.into_iter().zip(r) {
-            found[i] = r.map(|b| (shard, b));
+            found[i] = r.map(|(b, d)| (shard, b, d));
         }
     }
     Ok((leases, found))
@@ -415,9 +424,9 @@ async fn get(ctx: &Ctx, bucket: &str, req: Keys) -> Result<Resp, S3Error> {
     let mut blocks = Vec::with_capacity(found.len());
     for (key, f) in req.keys.iter().zip(found) {
         blocks.push(match f {
-            Some((shard, b)) => Block {
+            Some((_, b, d)) => Block {
                 key: key.clone(),
-                descriptor: Some(descriptor(ctx, shard, b.offset, b.len).await?),
+                descriptor: Some(d),
                 len: b.len,
                 etag: Some(b.etag),
             },
@@ -458,7 +467,7 @@ async fn get_into(ctx: &Ctx, bucket: &str, req: GetInto) -> Result<Resp, S3Error
 async fn write_blocks(
     ctx: &Ctx,
     req: &GetInto,
-    found: &[Option<(usize, BlockRef)>],
+    found: &[Option<(usize, BlockRef, SegmentDescriptor)>],
 ) -> Result<Vec<Option<u64>>, S3Error> {
     let (engine, _) = ctx
         .shard
@@ -468,19 +477,27 @@ async fn write_blocks(
     engine.add_peer(req.client.clone());
     let mut requests = Vec::new();
     let mut copied = vec![None; found.len()];
+    let mut segments: BTreeMap<usize, yutu_transfer::LocalSegment> = BTreeMap::new();
     for (i, f) in found.iter().enumerate() {
-        let Some((shard, b)) = f else { continue };
+        let Some((shard, b, _)) = f else { continue };
         if req.targets[i].len < b.len {
             return Err(bad(format!(
                 "Target {i} has {} bytes; block {} has {}.",
                 req.targets[i].len, req.keys[i], b.len
             )));
         }
-        let segment = ctx
-            .shard
-            .call(*shard, |reply| Request::KvSegment { reply })
-            .await?
-            .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))?;
+        let segment = match segments.get(shard) {
+            Some(s) => s.clone(),
+            None => {
+                let s = ctx
+                    .shard
+                    .call(*shard, |reply| Request::KvSegment { reply })
+                    .await?
+                    .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))?;
+                segments.insert(*shard, s.clone());
+                s
+            }
+        };
         requests.push(TransferRequest::write(&segment, b.offset, &req.targets[i]).range(0, b.len));
         copied[i] = Some(b.len);
     }

@@ -1,0 +1,1000 @@
+//! The `kv` suite: the KV block API of a real `yutu-server` (`/v1/kv/...` control calls over
+//! HTTP, bytes moved one-sidedly by a client transfer engine in this process), against what the
+//! same machine does without Yutu, measured in the same run.
+//!
+//! - `get_2MiB_shm`: one `get` call for a batch of 2 MiB keys, one-sided reads of the returned
+//!   descriptors forced over shm, one `release`; GB/s with the control calls counted in the
+//!   time. Reference: one thread `memcpy`ing the same number of 2 MiB blocks between mappings.
+//! - `get_2MiB_tcp`: the same forced over tcp. Reference: one raw loopback TCP stream carrying
+//!   2 MiB blocks, no protocol at all.
+//! - `put_get_4KiB_batched`: 4 KiB blocks in batches of 64 keys, alternating a put
+//!   (`put-start`, one-sided writes over shm, `put-end`) and a get (`get`, reads, `release`);
+//!   blocks per second over both. Reference: `redis-benchmark -t set,get -d 4096 -P 64` against
+//!   a redis-server started here (set and get combined as total requests over total time).
+//!   Extra row `put_get_4KiB_batched_vs_memcached`: memcached started here, driven by a
+//!   single-connection client in this file alternating 64 pipelined `set`s and one 64-key
+//!   `get`, the same shape as Yutu's side.
+//!
+//! The 2 MiB cases alternate Yutu and the reference in rounds (as the `transfer` suite does);
+//! the 4 KiB references run after yutu-server is stopped, one at a time, so no server competes
+//! for the cores with another. Before measuring, one batch of every Yutu case and of memcached
+//! is read back and compared byte for byte. A missing reference binary gives `reference: null`.
+
+use std::io::{BufRead as _, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::RecvTimeoutError;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context as _};
+use clap::Args;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use yutu_transfer::{
+    EngineConfig, HugePages, LocalSegment, MemoryRegion, NodeAddress, NodeId, RdmaMode,
+    SegmentDescriptor, TransferEngine, TransferRequest, TransportKind,
+};
+
+use crate::child::ChildGuard;
+use crate::report::{BenchResult, Machine, Reference, Report};
+use crate::tempdir::TempDir;
+
+const BIG: usize = 2 << 20;
+const SMALL: usize = 4 << 10;
+const BUCKET: &str = "kvbench";
+/// One-sided batches and control calls that take longer than this fail the run.
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a started reference server gets to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Options of `yutu-bench kv`.
+#[derive(Debug, Clone, Args)]
+pub struct KvArgs {
+    /// Seconds measured per side of each case.
+    #[arg(long, default_value_t = 4)]
+    pub duration_secs: u64,
+    /// Rounds the measured time of the 2 MiB cases is cut into; the sides alternate in each.
+    #[arg(long, default_value_t = 8)]
+    pub rounds: u32,
+    /// 2 MiB keys stored for the get cases (128 MiB by default).
+    #[arg(long, default_value_t = 64)]
+    pub big_keys: usize,
+    /// 2 MiB keys per get call.
+    #[arg(long, default_value_t = 16)]
+    pub big_batch: usize,
+    /// 4 KiB keys the put/get case cycles over.
+    #[arg(long, default_value_t = 4096)]
+    pub small_keys: usize,
+    /// 4 KiB keys per put or get call (also redis-benchmark's -P and memcached's batch).
+    #[arg(long, default_value_t = 64)]
+    pub small_batch: usize,
+    /// Requests redis-benchmark sends per test (-n).
+    #[arg(long, default_value_t = 400_000)]
+    pub redis_requests: u64,
+    /// DRAM given to yutu-server (`--memory`).
+    #[arg(long, default_value = "1GiB")]
+    pub yutu_memory: String,
+}
+
+pub async fn run(args: &KvArgs) -> anyhow::Result<Report> {
+    tokio::task::block_in_place(|| run_blocking(args))
+}
+
+fn run_blocking(args: &KvArgs) -> anyhow::Result<Report> {
+    if [args.duration_secs, args.rounds.into(), args.redis_requests].contains(&0)
+        || [
+            args.big_keys,
+            args.big_batch,
+            args.small_keys,
+            args.small_batch,
+        ]
+        .contains(&0)
+    {
+        bail!("every count and duration of the kv suite must be at least 1");
+    }
+    ensure!(
+        args.big_batch <= args.big_keys && args.small_batch <= args.small_keys,
+        "a batch cannot exceed the keys it cycles over"
+    );
+    let bin = crate::yutu::locate_binary()?;
+    eprintln!("under test: {}", bin.display());
+    let dir = TempDir::new_in(&std::env::temp_dir(), "yutu-bench-kv-")?;
+    let duration = Duration::from_secs(args.duration_secs);
+    let mut results = Vec::new();
+
+    let small_yutu = {
+        let mut server = Server::start(&bin, &args.yutu_memory)?;
+        let client = KvClient::connect(server.addr, dir.path(), args)?;
+
+        eprintln!("storing {} x 2 MiB blocks...", args.big_keys);
+        let big_keys: Vec<String> = (0..args.big_keys).map(|i| format!("big-{i}")).collect();
+        for chunk in (0..args.big_keys)
+            .collect::<Vec<_>>()
+            .chunks(args.big_batch)
+        {
+            let keys: Vec<&str> = chunk.iter().map(|&i| big_keys[i].as_str()).collect();
+            for (slot, &i) in chunk.iter().enumerate() {
+                client
+                    .buf
+                    .region()
+                    .write_at((slot * BIG) as u64, &pattern(BIG, i as u64))?;
+            }
+            client.put(&keys, BIG, TransportKind::Shm)?;
+        }
+
+        for (kind, name, reference_name) in [
+            (TransportKind::Shm, "get_2MiB_shm", "memcpy_2MiB"),
+            (TransportKind::Tcp, "get_2MiB_tcp", "tcp_stream_2MiB"),
+        ] {
+            eprintln!("{name}: kv get over {kind} against {reference_name}...");
+            let batches = args.big_keys / args.big_batch;
+            let batch_keys = |step: usize| -> Vec<&str> {
+                let first = (step % batches) * args.big_batch;
+                big_keys[first..first + args.big_batch]
+                    .iter()
+                    .map(String::as_str)
+                    .collect()
+            };
+            // Correctness first: one batch read back and compared.
+            client.get(&batch_keys(0), BIG, kind)?;
+            client.verify(args.big_batch, BIG, 0)?;
+            let mut errors = 0u64;
+            let (yutu, base) = if kind == TransportKind::Shm {
+                let memcpy = Memcpy::new(args.big_keys, args.big_batch)?;
+                interleave(
+                    args,
+                    batches,
+                    |step| {
+                        errors += client.get(&batch_keys(step), BIG, kind)?;
+                        Ok(())
+                    },
+                    |step| {
+                        memcpy.copy_batch(step);
+                        Ok(())
+                    },
+                )?
+            } else {
+                let mut stream = Stream::start(args.big_keys, args.big_batch)?;
+                let r = interleave(
+                    args,
+                    batches,
+                    |step| {
+                        errors += client.get(&batch_keys(step), BIG, kind)?;
+                        Ok(())
+                    },
+                    |_| stream.receive_batch(),
+                )?;
+                stream.stop()?;
+                r
+            };
+            server.check_running()?;
+            let gbps = |(steps, time): (usize, Duration)| {
+                (steps * args.big_batch * BIG) as f64 / time.as_secs_f64() / 1e9
+            };
+            let (yutu, base) = (gbps(yutu), gbps(base));
+            results.push(
+                BenchResult {
+                    name: name.to_owned(),
+                    value: Some(yutu),
+                    unit: "GB/s".to_owned(),
+                    p50_us: None,
+                    p99_us: None,
+                    mb_per_s: Some(yutu * 1000.0),
+                    errors: Some(errors),
+                    reference: Some(Reference {
+                        name: reference_name.to_owned(),
+                        value: base,
+                        p50_us: None,
+                        p99_us: None,
+                        mb_per_s: Some(base * 1000.0),
+                        errors: Some(0),
+                    }),
+                    ratio: None,
+                    target: Some(0.8),
+                }
+                .with_ratio(),
+            );
+        }
+
+        eprintln!("put_get_4KiB_batched: yutu...");
+        let small_keys: Vec<String> = (0..args.small_keys).map(|i| format!("small-{i}")).collect();
+        let batches = args.small_keys / args.small_batch;
+        let batch_keys = |step: usize| -> Vec<&str> {
+            let first = (step % batches) * args.small_batch;
+            small_keys[first..first + args.small_batch]
+                .iter()
+                .map(String::as_str)
+                .collect()
+        };
+        for step in 0..batches {
+            for slot in 0..args.small_batch {
+                let key = (step * args.small_batch + slot) as u64;
+                client
+                    .buf
+                    .region()
+                    .write_at((slot * SMALL) as u64, &pattern(SMALL, key))?;
+            }
+            client.put(&batch_keys(step), SMALL, TransportKind::Shm)?;
+        }
+        // Read back batch 0 into the second half of the buffer and compare.
+        client.get_at(&batch_keys(0), SMALL, TransportKind::Shm, client.half)?;
+        for slot in 0..args.small_batch {
+            let mut back = vec![0u8; SMALL];
+            client
+                .buf
+                .region()
+                .read_at(client.half + (slot * SMALL) as u64, &mut back)?;
+            ensure!(
+                back == pattern(SMALL, slot as u64),
+                "4 KiB block {slot} came back with the wrong bytes"
+            );
+        }
+        let mut errors = 0u64;
+        let mut ops = 0u64;
+        client.take_times();
+        let start = Instant::now();
+        let mut step = 0usize;
+        while start.elapsed() < duration {
+            let keys = batch_keys(step);
+            client.put(&keys, SMALL, TransportKind::Shm)?;
+            errors += client.get_at(&keys, SMALL, TransportKind::Shm, client.half)?;
+            ops += 2 * keys.len() as u64;
+            step += 1;
+        }
+        let rate = ops as f64 / start.elapsed().as_secs_f64();
+        let (control, transfers) = client.take_times();
+        eprintln!(
+            "yutu: {step} put+get rounds; per round {:.0} us in 4 control calls, {:.0} us in 2 one-sided batches",
+            control.as_secs_f64() * 1e6 / step.max(1) as f64,
+            transfers.as_secs_f64() * 1e6 / step.max(1) as f64
+        );
+        server.check_running()?;
+        (rate, errors)
+        // The server stops here, before the references start.
+    };
+
+    eprintln!("put_get_4KiB_batched: redis-benchmark...");
+    let redis = match redis_reference(args, dir.path()) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("no redis reference: {e:#}");
+            None
+        }
+    };
+    eprintln!("put_get_4KiB_batched: memcached...");
+    let memcached = match memcached_reference(args, duration) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("no memcached reference: {e:#}");
+            None
+        }
+    };
+    for (name, reference, target) in [
+        ("put_get_4KiB_batched", redis, Some(1.5)),
+        ("put_get_4KiB_batched_vs_memcached", memcached, None),
+    ] {
+        let (value, errors) = small_yutu;
+        results.push(
+            BenchResult {
+                name: name.to_owned(),
+                value: Some(value),
+                unit: "ops/s".to_owned(),
+                p50_us: None,
+                p99_us: None,
+                mb_per_s: Some(value * SMALL as f64 / 1e6),
+                errors: Some(errors),
+                reference: reference.map(|(name, v)| Reference {
+                    name,
+                    value: v,
+                    p50_us: None,
+                    p99_us: None,
+                    mb_per_s: Some(v * SMALL as f64 / 1e6),
+                    errors: Some(0),
+                }),
+                ratio: None,
+                target,
+            }
+            .with_ratio(),
+        );
+    }
+
+    Ok(Report {
+        suite: "kv".to_owned(),
+        machine: Machine::detect(),
+        results,
+    })
+}
+
+/// Runs both sides for `--duration-secs` each, in alternating rounds, after one unmeasured pass
+/// over every batch; returns (steps, time) of each side.
+type Side = (usize, Duration);
+fn interleave(
+    args: &KvArgs,
+    batches: usize,
+    mut yutu: impl FnMut(usize) -> anyhow::Result<()>,
+    mut reference: impl FnMut(usize) -> anyhow::Result<()>,
+) -> anyhow::Result<(Side, Side)> {
+    for step in 0..batches {
+        yutu(step)?;
+        reference(step)?;
+    }
+    let per_round = Duration::from_secs(args.duration_secs) / args.rounds;
+    let mut totals = [(0usize, Duration::ZERO); 2];
+    for round in 0..args.rounds {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for side in order {
+            let (steps, time) = &mut totals[side];
+            let start = Instant::now();
+            while start.elapsed() < per_round {
+                if side == 0 {
+                    yutu(*steps)?;
+                } else {
+                    reference(*steps)?;
+                }
+                *steps += 1;
+            }
+            *time += start.elapsed();
+        }
+    }
+    Ok((totals[0], totals[1]))
+}
+
+/// Deterministic block contents, different per key.
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// yutu-server with the NVMe tier off, so the KV blocks live in DRAM only and no 4 GiB file is
+/// preallocated; stopped and its data removed when dropped.
+struct Server {
+    child: ChildGuard,
+    addr: SocketAddr,
+    _data: TempDir,
+}
+
+impl Server {
+    fn start(bin: &Path, memory: &str) -> anyhow::Result<Server> {
+        let data = TempDir::new_in(&std::env::temp_dir(), "yutu-bench-data-")?;
+        let mut cmd = Command::new(bin);
+        cmd.args(["--no-auth", "--listen", "127.0.0.1:0", "--memory", memory])
+            .args(["--nvme-capacity", "0"])
+            .arg("--data-dir")
+            .arg(data.path())
+            .env("NO_COLOR", "1");
+        let (mut child, lines) = ChildGuard::spawn("yutu-server", &mut cmd)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let addr = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                bail!(
+                    "yutu-server did not log its address; last output:\n{}",
+                    child.tail()
+                );
+            }
+            match lines.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok(line) => {
+                    if let Some(addr) = crate::yutu::parse_listening(&line) {
+                        break addr;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => child.check_running()?,
+                Err(RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep(Duration::from_millis(50));
+                    child.check_running()?;
+                    bail!("yutu-server closed its output without logging its address");
+                }
+            }
+        };
+        Ok(Server {
+            child,
+            addr,
+            _data: data,
+        })
+    }
+
+    fn check_running(&mut self) -> anyhow::Result<()> {
+        self.child.check_running()
+    }
+}
+
+/// A minimal blocking HTTP/1.1 client on one keep-alive connection: JSON in, JSON out,
+/// `Content-Length` bodies only (what the server sends for the KV API).
+struct Http {
+    addr: SocketAddr,
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    wbuf: Vec<u8>,
+}
+
+impl Http {
+    fn connect(addr: SocketAddr) -> anyhow::Result<Http> {
+        let sock = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+        sock.set_nodelay(true)?;
+        sock.set_read_timeout(Some(IO_TIMEOUT))?;
+        sock.set_write_timeout(Some(IO_TIMEOUT))?;
+        Ok(Http {
+            addr,
+            reader: BufReader::with_capacity(64 << 10, sock.try_clone()?),
+            writer: sock,
+            wbuf: Vec::with_capacity(64 << 10),
+        })
+    }
+
+    /// Sends one request; returns the status and body.
+    fn send(&mut self, method: &str, path: &str, body: &[u8]) -> anyhow::Result<(u16, Vec<u8>)> {
+        self.wbuf.clear();
+        write!(
+            self.wbuf,
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            self.addr,
+            body.len()
+        )?;
+        self.wbuf.extend_from_slice(body);
+        self.writer.write_all(&self.wbuf)?;
+        let mut line = String::new();
+        self.reader.read_line(&mut line)?;
+        let status: u16 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .with_context(|| format!("bad status line {line:?} for {method} {path}"))?;
+        let mut len = 0usize;
+        loop {
+            line.clear();
+            if self.reader.read_line(&mut line)? == 0 {
+                bail!("connection closed in the response head of {method} {path}");
+            }
+            let l = line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = l.split_once(':') {
+                if k.eq_ignore_ascii_case("content-length") {
+                    len = v.trim().parse()?;
+                } else if k.eq_ignore_ascii_case("transfer-encoding") {
+                    bail!("chunked responses are not supported by the kv bench client");
+                }
+            }
+        }
+        let mut out = vec![0u8; len];
+        self.reader.read_exact(&mut out)?;
+        Ok((status, out))
+    }
+
+    fn post(&mut self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        let (status, out) = self.send("POST", path, body.to_string().as_bytes())?;
+        ensure!(
+            status == 200,
+            "POST {path}: {status} {}",
+            String::from_utf8_lossy(&out)
+        );
+        Ok(serde_json::from_slice(&out)?)
+    }
+}
+
+#[derive(Deserialize)]
+struct GetReply {
+    leases: Vec<u64>,
+    blocks: Vec<GetBlock>,
+}
+
+#[derive(Deserialize)]
+struct GetBlock {
+    descriptor: Option<SegmentDescriptor>,
+}
+
+#[derive(Deserialize)]
+struct PutReply {
+    puts: Vec<PutStarted>,
+}
+
+#[derive(Deserialize)]
+struct PutStarted {
+    put_id: u64,
+    descriptor: SegmentDescriptor,
+}
+
+/// The client side of the KV API: one HTTP connection for the control calls and one transfer
+/// engine with a registered buffer (two halves of `2 * big_batch * 2 MiB`) for the bytes.
+struct KvClient {
+    http: std::cell::RefCell<Http>,
+    engine: TransferEngine,
+    buf: LocalSegment,
+    half: u64,
+    /// Time spent in control calls and in one-sided batches, for the progress output.
+    control: std::cell::Cell<Duration>,
+    transfers: std::cell::Cell<Duration>,
+}
+
+impl KvClient {
+    fn connect(addr: SocketAddr, shm_dir: &Path, args: &KvArgs) -> anyhow::Result<KvClient> {
+        let mut http = Http::connect(addr)?;
+        let (status, body) = http.send("PUT", &format!("/{BUCKET}"), b"")?;
+        ensure!(
+            status == 200,
+            "creating bucket {BUCKET}: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+        let (status, body) = http.send("GET", "/v1/kv/engine", b"")?;
+        ensure!(status == 200, "GET /v1/kv/engine: {status}");
+        let server: NodeAddress = serde_json::from_slice(&body).context("the engine address")?;
+        let mut config = EngineConfig::new(NodeId(0xbe4c));
+        config.shm_dir = Some(shm_dir.to_path_buf());
+        config.rdma = RdmaMode::Off;
+        let engine = TransferEngine::start(config).context("starting the client engine")?;
+        engine.add_peer(server);
+        let half = (args.big_batch * BIG).max(args.small_batch * SMALL);
+        let region = MemoryRegion::allocate("kv-bench-client", 2 * half, HugePages::Auto)?;
+        region.write_at(0, &vec![0u8; 2 * half])?;
+        let buf = engine.register(region)?;
+        Ok(KvClient {
+            http: std::cell::RefCell::new(http),
+            engine,
+            buf,
+            half: half as u64,
+            control: Default::default(),
+            transfers: Default::default(),
+        })
+    }
+
+    fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        let start = Instant::now();
+        let out = self.http.borrow_mut().post(path, body);
+        self.control.set(self.control.get() + start.elapsed());
+        out
+    }
+
+    /// Submits one batch over `kind` and waits for it, timing it.
+    fn transfer(
+        &self,
+        reqs: impl IntoIterator<Item = TransferRequest>,
+        kind: TransportKind,
+    ) -> anyhow::Result<yutu_transfer::BatchResult> {
+        let start = Instant::now();
+        let result = self
+            .engine
+            .submit_via(reqs, &[kind])?
+            .wait_timeout(IO_TIMEOUT)
+            .context("a one-sided batch timed out");
+        self.transfers.set(self.transfers.get() + start.elapsed());
+        result
+    }
+
+    /// Control and transfer time since the last call, zeroing both.
+    fn take_times(&self) -> (Duration, Duration) {
+        (self.control.take(), self.transfers.take())
+    }
+
+    /// Writes `keys.len()` blocks of `len` bytes from the start of the buffer: put-start,
+    /// one-sided writes over `kind`, put-end.
+    fn put(&self, keys: &[&str], len: usize, kind: TransportKind) -> anyhow::Result<()> {
+        let blocks: Vec<Value> = keys.iter().map(|k| json!({"key": k, "len": len})).collect();
+        let started: PutReply = serde_json::from_value(self.post(
+            &format!("/v1/kv/{BUCKET}/put-start"),
+            &json!({ "blocks": blocks }),
+        )?)?;
+        ensure!(started.puts.len() == keys.len(), "put-start answered short");
+        let writes = started
+            .puts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| TransferRequest::write(&self.buf, (i * len) as u64, &p.descriptor));
+        let result = self.transfer(writes, kind)?;
+        for outcome in result.outcomes {
+            let c = outcome.context("a one-sided write failed")?;
+            ensure!(c.transport == kind, "a write went over {}", c.transport);
+        }
+        let ids: Vec<u64> = started.puts.iter().map(|p| p.put_id).collect();
+        self.post(
+            &format!("/v1/kv/{BUCKET}/put-end"),
+            &json!({ "put_ids": ids }),
+        )?;
+        Ok(())
+    }
+
+    fn get(&self, keys: &[&str], len: usize, kind: TransportKind) -> anyhow::Result<u64> {
+        self.get_at(keys, len, kind, 0)
+    }
+
+    /// get, one-sided reads over `kind` into the buffer from `base`, release; the failed reads.
+    fn get_at(
+        &self,
+        keys: &[&str],
+        len: usize,
+        kind: TransportKind,
+        base: u64,
+    ) -> anyhow::Result<u64> {
+        let got: GetReply = serde_json::from_value(
+            self.post(&format!("/v1/kv/{BUCKET}/get"), &json!({ "keys": keys }))?,
+        )?;
+        ensure!(got.blocks.len() == keys.len(), "get answered short");
+        let mut reads = Vec::with_capacity(keys.len());
+        for (i, b) in got.blocks.iter().enumerate() {
+            let d = b
+                .descriptor
+                .as_ref()
+                .context("a stored key was not found")?;
+            ensure!(
+                d.len == len as u64,
+                "a block came back with length {}",
+                d.len
+            );
+            reads.push(TransferRequest::read(&self.buf, base + (i * len) as u64, d));
+        }
+        let result = self.transfer(reads, kind)?;
+        let mut errors = 0;
+        for outcome in result.outcomes {
+            match outcome {
+                Ok(c) if c.transport == kind => {}
+                Ok(c) => bail!("a read went over {} instead of {kind}", c.transport),
+                Err(_) => errors += 1,
+            }
+        }
+        self.post("/v1/kv/release", &json!({ "leases": got.leases }))?;
+        Ok(errors)
+    }
+
+    /// Compares the first `n` blocks of the buffer with the keys of batch `step`.
+    fn verify(&self, n: usize, len: usize, first_key: usize) -> anyhow::Result<()> {
+        let mut back = vec![0u8; len];
+        for i in 0..n {
+            self.buf.region().read_at((i * len) as u64, &mut back)?;
+            ensure!(
+                back == pattern(len, (first_key + i) as u64),
+                "block {} came back with the wrong bytes",
+                first_key + i
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A region of `blocks` 2 MiB blocks, every page touched.
+fn region(name: &str, blocks: usize) -> anyhow::Result<MemoryRegion> {
+    let region = MemoryRegion::allocate(name, blocks * BIG, HugePages::Auto)
+        .with_context(|| format!("allocating {name}"))?;
+    let fill = pattern(BIG, 7);
+    for b in 0..blocks {
+        region.write_at((b * BIG) as u64, &fill)?;
+    }
+    Ok(region)
+}
+
+/// The shm reference: one thread copying 2 MiB blocks between two mappings.
+struct Memcpy {
+    src: MemoryRegion,
+    dst: MemoryRegion,
+    blocks: usize,
+    batch: usize,
+}
+
+impl Memcpy {
+    fn new(blocks: usize, batch: usize) -> anyhow::Result<Memcpy> {
+        Ok(Memcpy {
+            src: region("kv-memcpy-src", blocks)?,
+            dst: region("kv-memcpy-dst", batch)?,
+            blocks,
+            batch,
+        })
+    }
+
+    fn copy_batch(&self, step: usize) {
+        let first = (step % (self.blocks / self.batch)) * self.batch;
+        for i in 0..self.batch {
+            // SAFETY: both ranges lie inside live mappings owned by `self`, which nothing else
+            // touches, and they belong to different mappings.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.src.as_ptr().add((first + i) * BIG),
+                    self.dst.as_ptr().add(i * BIG),
+                    BIG,
+                );
+            }
+        }
+    }
+}
+
+/// The tcp reference: a sender thread streaming 2 MiB blocks over one loopback connection,
+/// received with 2 MiB reads into a mapping.
+struct Stream {
+    sock: Option<TcpStream>,
+    dst: MemoryRegion,
+    batch: usize,
+    sender: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Stream {
+    fn start(blocks: usize, batch: usize) -> anyhow::Result<Stream> {
+        let src = region("kv-stream-src", blocks)?;
+        let dst = region("kv-stream-dst", batch)?;
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let sender = std::thread::spawn(move || -> std::io::Result<()> {
+            let (mut sock, _) = listener.accept()?;
+            sock.set_nodelay(true)?;
+            let mut b = 0usize;
+            loop {
+                // SAFETY: a block inside the live source mapping (moved into this thread),
+                // read by this thread only.
+                let block = unsafe { std::slice::from_raw_parts(src.as_ptr().add(b * BIG), BIG) };
+                if sock.write_all(block).is_err() {
+                    return Ok(()); // the receiver hung up: the benchmark is over
+                }
+                b = (b + 1) % blocks;
+            }
+        });
+        let sock = TcpStream::connect(addr)?;
+        sock.set_nodelay(true)?;
+        sock.set_read_timeout(Some(IO_TIMEOUT))?;
+        Ok(Stream {
+            sock: Some(sock),
+            dst,
+            batch,
+            sender: Some(sender),
+        })
+    }
+
+    fn receive_batch(&mut self) -> anyhow::Result<()> {
+        let sock = self.sock.as_mut().context("the stream is stopped")?;
+        for i in 0..self.batch {
+            // SAFETY: a block inside the live destination mapping, written by this thread only.
+            let block =
+                unsafe { std::slice::from_raw_parts_mut(self.dst.as_ptr().add(i * BIG), BIG) };
+            sock.read_exact(block)?;
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self) -> anyhow::Result<()> {
+        drop(self.sock.take());
+        if let Some(sender) = self.sender.take() {
+            sender
+                .join()
+                .map_err(|_| anyhow::anyhow!("the stream sender panicked"))??;
+        }
+        Ok(())
+    }
+}
+
+/// Finds `name` on `$PATH` or in the sbin directories Debian installs servers to.
+fn find_binary(name: &str) -> anyhow::Result<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/usr/local/sbin", "/usr/bin"].map(Into::into))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .with_context(|| format!("{name} not found (scripts/install-bench-deps.sh installs it)"))
+}
+
+/// A loopback port that was free a moment ago (the reference servers cannot announce theirs).
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Waits until `child` accepts connections on `port`.
+fn wait_listening(child: &mut ChildGuard, port: u16) -> anyhow::Result<()> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        child.check_running()?;
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("nothing listens on port {port} after {START_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// redis-server on a free port, measured by redis-benchmark; SET and GET requests together
+/// over the time of both.
+fn redis_reference(args: &KvArgs, dir: &Path) -> anyhow::Result<(String, f64)> {
+    let server_bin = find_binary("redis-server")?;
+    let bench_bin = find_binary("redis-benchmark")?;
+    let port = free_port()?;
+    let data = TempDir::new_in(dir, "redis-")?;
+    let mut cmd = Command::new(server_bin);
+    cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+        .arg("--dir")
+        .arg(data.path());
+    let (mut server, _lines) = ChildGuard::spawn("redis-server", &mut cmd)?;
+    wait_listening(&mut server, port)?;
+    let mut bench = Command::new(bench_bin);
+    bench
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-t", "set,get", "-d", &SMALL.to_string()])
+        .args(["-P", &args.small_batch.to_string()])
+        .args(["-n", &args.redis_requests.to_string(), "-q", "--csv"]);
+    // Generous but bounded: redis moves far more than 10k requests a second.
+    let limit = Duration::from_secs(10 + 2 * args.redis_requests / 10_000);
+    let out = run_bounded("redis-benchmark", &mut bench, limit)?;
+    server.check_running()?;
+    let mut rps = Vec::new();
+    for line in out.lines() {
+        let cells: Vec<&str> = line.split(',').map(|c| c.trim_matches('"')).collect();
+        if let [test, value, ..] = cells.as_slice() {
+            if let Ok(v) = value.parse::<f64>() {
+                rps.push((test.to_owned().to_owned(), v));
+            }
+        }
+    }
+    let find = |t: &str| rps.iter().find(|(n, _)| n == t).map(|(_, v)| *v);
+    let (Some(set), Some(get)) = (find("SET"), find("GET")) else {
+        bail!("no SET and GET rates in redis-benchmark's output:\n{out}");
+    };
+    eprintln!("redis-benchmark: SET {set:.0}/s, GET {get:.0}/s");
+    // Equal request counts: the combined rate is 2 / (1/set + 1/get).
+    Ok((
+        "redis_set_get_4KiB_P64".to_owned(),
+        2.0 / (1.0 / set + 1.0 / get),
+    ))
+}
+
+/// Runs `cmd` to completion within `limit`, killing it otherwise; its stdout.
+fn run_bounded(name: &str, cmd: &mut Command, limit: Duration) -> anyhow::Result<String> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {name}"))?;
+    let mut stdout = child.stdout.take().context("no stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{name} ran longer than {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("reader panicked"))?;
+    ensure!(status.success(), "{name} failed ({status}):\n{out}");
+    Ok(out)
+}
+
+/// memcached on a free port, driven by one connection alternating 64 pipelined `set`s and one
+/// 64-key `get`: the same shape and client thread count as Yutu's side.
+fn memcached_reference(args: &KvArgs, duration: Duration) -> anyhow::Result<(String, f64)> {
+    let bin = find_binary("memcached")?;
+    let port = free_port()?;
+    let mut cmd = Command::new(bin);
+    cmd.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
+        .args(["-m", "1024", "-c", "64"]);
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.args(["-u", "root"]);
+    }
+    let (mut server, _lines) = ChildGuard::spawn("memcached", &mut cmd)?;
+    wait_listening(&mut server, port)?;
+    let sock = TcpStream::connect(("127.0.0.1", port))?;
+    sock.set_nodelay(true)?;
+    sock.set_read_timeout(Some(IO_TIMEOUT))?;
+    let mut mc = Memcache {
+        reader: BufReader::with_capacity(1 << 20, sock.try_clone()?),
+        writer: sock,
+        wbuf: Vec::new(),
+        line: Vec::new(),
+        value: vec![0; SMALL + 2],
+    };
+    let keys: Vec<String> = (0..args.small_keys).map(|i| format!("small-{i}")).collect();
+    let values: Vec<Vec<u8>> = (0..args.small_keys)
+        .map(|i| pattern(SMALL, i as u64))
+        .collect();
+    let batches = args.small_keys / args.small_batch;
+    let range = |step: usize| {
+        let first = (step % batches) * args.small_batch;
+        first..first + args.small_batch
+    };
+    for step in 0..batches {
+        mc.set(&keys[range(step)], &values[range(step)])?;
+    }
+    mc.get(&keys[range(0)], Some(&values[range(0)]))?;
+    let mut ops = 0u64;
+    let start = Instant::now();
+    let mut step = 0usize;
+    while start.elapsed() < duration {
+        mc.set(&keys[range(step)], &values[range(step)])?;
+        mc.get(&keys[range(step)], None)?;
+        ops += 2 * args.small_batch as u64;
+        step += 1;
+    }
+    let rate = ops as f64 / start.elapsed().as_secs_f64();
+    server.check_running()?;
+    Ok(("memcached_set_get_4KiB_x64".to_owned(), rate))
+}
+
+/// A pipelined text-protocol memcached client on one connection.
+struct Memcache {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    wbuf: Vec<u8>,
+    line: Vec<u8>,
+    value: Vec<u8>,
+}
+
+impl Memcache {
+    fn read_line(&mut self) -> anyhow::Result<&[u8]> {
+        self.line.clear();
+        ensure!(
+            self.reader.read_until(b'\n', &mut self.line)? > 0,
+            "memcached closed the connection"
+        );
+        Ok(self.line.trim_ascii_end())
+    }
+
+    /// One write of `keys.len()` sets, then their `STORED` replies.
+    fn set(&mut self, keys: &[String], values: &[Vec<u8>]) -> anyhow::Result<()> {
+        self.wbuf.clear();
+        for (k, v) in keys.iter().zip(values) {
+            write!(self.wbuf, "set {k} 0 0 {}\r\n", v.len())?;
+            self.wbuf.extend_from_slice(v);
+            self.wbuf.extend_from_slice(b"\r\n");
+        }
+        self.writer.write_all(&self.wbuf)?;
+        for _ in keys {
+            let line = self.read_line()?;
+            ensure!(
+                line == b"STORED",
+                "memcached set: {}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        Ok(())
+    }
+
+    /// One multi-key `get`; every value read in full (and compared when `expect` is given).
+    fn get(&mut self, keys: &[String], expect: Option<&[Vec<u8>]>) -> anyhow::Result<()> {
+        self.wbuf.clear();
+        self.wbuf.extend_from_slice(b"get");
+        for k in keys {
+            self.wbuf.push(b' ');
+            self.wbuf.extend_from_slice(k.as_bytes());
+        }
+        self.wbuf.extend_from_slice(b"\r\n");
+        self.writer.write_all(&self.wbuf)?;
+        for i in 0..keys.len() {
+            let line = String::from_utf8_lossy(self.read_line()?).into_owned();
+            let mut parts = line.split(' ');
+            let (Some("VALUE"), Some(key), _, Some(len)) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
+                bail!("memcached get: unexpected {line:?}");
+            };
+            ensure!(key == keys[i], "memcached answered {key} for {}", keys[i]);
+            let len: usize = len.parse()?;
+            ensure!(len == SMALL, "memcached value of {len} bytes");
+            self.reader.read_exact(&mut self.value)?;
+            if let Some(expect) = expect {
+                ensure!(
+                    self.value[..SMALL] == expect[i][..],
+                    "memcached returned wrong bytes"
+                );
+            }
+        }
+        ensure!(self.read_line()? == b"END", "memcached get: no END");
+        Ok(())
+    }
+}
