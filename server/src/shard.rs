@@ -32,6 +32,9 @@ use yutu_api::block_hash::BlockHash;
 use yutu_api::events::{KvEventKind, KvSnapshot, Tier};
 
 pub type Reply<T> = oneshot::Sender<T>;
+/// Per key, the leased block and its descriptor (`None`: not in DRAM).
+pub type LeaseResult =
+    Result<Vec<Option<(crate::kv::BlockRef, yutu_transfer::SegmentDescriptor)>>, StoreError>;
 pub type GetResult = Result<(Arc<ObjectMeta>, Option<ByteRange>, Bytes), StoreError>;
 
 /// A message to the owning shard. Every variant carries the channel its answer goes back on.
@@ -104,12 +107,7 @@ pub enum Request {
         bucket: String,
         keys: Vec<String>,
         ttl: std::time::Duration,
-        reply: Reply<
-            Result<
-                Vec<Option<(crate::kv::BlockRef, yutu_transfer::SegmentDescriptor)>>,
-                StoreError,
-            >,
-        >,
+        reply: Reply<LeaseResult>,
     },
     KvRelease {
         lease_id: u64,
