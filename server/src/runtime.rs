@@ -285,11 +285,20 @@ fn start_engine(settings: &Settings) -> Result<yutu_transfer::TransferEngine, St
         shard: 0,
         message: format!("cannot create {}: {e}", shm_dir.display()),
     })?;
-    cfg.shm_dir = Some(shm_dir);
-    yutu_transfer::TransferEngine::start(cfg).map_err(|e| StartError::Shard {
-        shard: 0,
-        message: format!("cannot start the transfer engine: {e}"),
-    })
+    cfg.shm_dir = Some(shm_dir.clone());
+    match yutu_transfer::TransferEngine::start(cfg.clone()) {
+        Ok(engine) => Ok(engine),
+        Err(e) => {
+            // A Unix socket path is limited to ~100 bytes, so a deep data directory can rule
+            // out shared memory; the node still serves over TCP.
+            tracing::warn!(error = %e, dir = %shm_dir.display(), "no shared-memory transport; using TCP only");
+            cfg.shm_dir = None;
+            yutu_transfer::TransferEngine::start(cfg).map_err(|e| StartError::Shard {
+                shard: 0,
+                message: format!("cannot start the transfer engine: {e}"),
+            })
+        }
+    }
 }
 
 /// Ends expired read leases and reclaims put-starts never ended, ten times a second.
