@@ -177,8 +177,9 @@ pub enum ConfigError {
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9000";
 pub const DEFAULT_MEMORY: u64 = 1 << 30;
-/// Default NVMe tier: a 4 GiB file under the data directory.
-pub const DEFAULT_NVME_CAPACITY: u64 = 4 << 30;
+/// Default NVMe tier: a 1 GiB file under the data directory (modest, so that the first start
+/// works on a small disk; production sizes it with --nvme-capacity).
+pub const DEFAULT_NVME_CAPACITY: u64 = 1 << 30;
 /// S3's own limit for a single PUT.
 pub const DEFAULT_MAX_OBJECT_SIZE: u64 = 5 << 30;
 /// Smallest share of DRAM a shard may get: below this the allocator's bookkeeping dominates.
