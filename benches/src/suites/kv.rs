@@ -20,12 +20,12 @@
 //! for the cores with another. Before measuring, one batch of every Yutu case and of memcached
 //! is read back and compared byte for byte. A missing reference binary gives `reference: null`.
 
+use super::transfer::{Memcpy, Stream};
 use std::io::{BufRead as _, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc::RecvTimeoutError;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _};
@@ -655,113 +655,6 @@ impl KvClient {
                 "block {} came back with the wrong bytes",
                 first_key + i
             );
-        }
-        Ok(())
-    }
-}
-
-/// A region of `blocks` 2 MiB blocks, every page touched.
-fn region(name: &str, blocks: usize) -> anyhow::Result<MemoryRegion> {
-    let region = MemoryRegion::allocate(name, blocks * BIG, HugePages::Auto)
-        .with_context(|| format!("allocating {name}"))?;
-    let fill = pattern(BIG, 7);
-    for b in 0..blocks {
-        region.write_at((b * BIG) as u64, &fill)?;
-    }
-    Ok(region)
-}
-
-/// The shm reference: one thread copying 2 MiB blocks between two mappings.
-struct Memcpy {
-    src: MemoryRegion,
-    dst: MemoryRegion,
-    blocks: usize,
-    batch: usize,
-}
-
-impl Memcpy {
-    fn new(blocks: usize, batch: usize) -> anyhow::Result<Memcpy> {
-        Ok(Memcpy {
-            src: region("kv-memcpy-src", blocks)?,
-            dst: region("kv-memcpy-dst", batch)?,
-            blocks,
-            batch,
-        })
-    }
-
-    fn copy_batch(&self, step: usize) {
-        let first = (step % (self.blocks / self.batch)) * self.batch;
-        for i in 0..self.batch {
-            // SAFETY: both ranges lie inside live mappings owned by `self`, which nothing else
-            // touches, and they belong to different mappings.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    self.src.as_ptr().add((first + i) * BIG),
-                    self.dst.as_ptr().add(i * BIG),
-                    BIG,
-                );
-            }
-        }
-    }
-}
-
-/// The tcp reference: a sender thread streaming 2 MiB blocks over one loopback connection,
-/// received with 2 MiB reads into a mapping.
-struct Stream {
-    sock: Option<TcpStream>,
-    dst: MemoryRegion,
-    batch: usize,
-    sender: Option<JoinHandle<std::io::Result<()>>>,
-}
-
-impl Stream {
-    fn start(blocks: usize, batch: usize) -> anyhow::Result<Stream> {
-        let src = region("kv-stream-src", blocks)?;
-        let dst = region("kv-stream-dst", batch)?;
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        let addr = listener.local_addr()?;
-        let sender = std::thread::spawn(move || -> std::io::Result<()> {
-            let (mut sock, _) = listener.accept()?;
-            sock.set_nodelay(true)?;
-            let mut b = 0usize;
-            loop {
-                // SAFETY: a block inside the live source mapping (moved into this thread),
-                // read by this thread only.
-                let block = unsafe { std::slice::from_raw_parts(src.as_ptr().add(b * BIG), BIG) };
-                if sock.write_all(block).is_err() {
-                    return Ok(()); // the receiver hung up: the benchmark is over
-                }
-                b = (b + 1) % blocks;
-            }
-        });
-        let sock = TcpStream::connect(addr)?;
-        sock.set_nodelay(true)?;
-        sock.set_read_timeout(Some(IO_TIMEOUT))?;
-        Ok(Stream {
-            sock: Some(sock),
-            dst,
-            batch,
-            sender: Some(sender),
-        })
-    }
-
-    fn receive_batch(&mut self) -> anyhow::Result<()> {
-        let sock = self.sock.as_mut().context("the stream is stopped")?;
-        for i in 0..self.batch {
-            // SAFETY: a block inside the live destination mapping, written by this thread only.
-            let block =
-                unsafe { std::slice::from_raw_parts_mut(self.dst.as_ptr().add(i * BIG), BIG) };
-            sock.read_exact(block)?;
-        }
-        Ok(())
-    }
-
-    fn stop(&mut self) -> anyhow::Result<()> {
-        drop(self.sock.take());
-        if let Some(sender) = self.sender.take() {
-            sender
-                .join()
-                .map_err(|_| anyhow::anyhow!("the stream sender panicked"))??;
         }
         Ok(())
     }

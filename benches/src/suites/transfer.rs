@@ -84,7 +84,7 @@ fn run_blocking(args: &TransferArgs) -> anyhow::Result<Report> {
     eprintln!("shm reads against memcpy...");
     {
         let engines = Engines::start(args, dir.path(), TransportKind::Shm)?;
-        let memcpy = Memcpy::new(args)?;
+        let memcpy = Memcpy::new(args.blocks, args.batch)?;
         let (yutu, reference) = interleave(
             args,
             |step| engines.read_batch(step),
@@ -105,7 +105,7 @@ fn run_blocking(args: &TransferArgs) -> anyhow::Result<Report> {
     eprintln!("tcp reads against a raw loopback stream...");
     {
         let engines = Engines::start(args, dir.path(), TransportKind::Tcp)?;
-        let mut stream = Stream::start(args)?;
+        let mut stream = Stream::start(args.blocks, args.batch)?;
         let (yutu, reference) = interleave(
             args,
             |step| engines.read_batch(step),
@@ -189,7 +189,7 @@ fn interleave(
 }
 
 /// A region of `blocks` blocks, every page touched, each block tagged with its number.
-fn region(name: &str, blocks: usize) -> anyhow::Result<MemoryRegion> {
+pub(crate) fn region(name: &str, blocks: usize) -> anyhow::Result<MemoryRegion> {
     let region = MemoryRegion::allocate(name, blocks * BLOCK, HugePages::Auto)
         .with_context(|| format!("allocating {name}"))?;
     let fill: Vec<u8> = (0..BLOCK).map(|i| (i % 251) as u8).collect();
@@ -298,7 +298,7 @@ impl Engines {
 }
 
 /// The shm reference: one thread copying the same blocks between two mappings.
-struct Memcpy {
+pub(crate) struct Memcpy {
     src: MemoryRegion,
     dst: MemoryRegion,
     blocks: usize,
@@ -306,16 +306,16 @@ struct Memcpy {
 }
 
 impl Memcpy {
-    fn new(args: &TransferArgs) -> anyhow::Result<Memcpy> {
+    pub(crate) fn new(blocks: usize, batch: usize) -> anyhow::Result<Memcpy> {
         Ok(Memcpy {
-            src: region("memcpy-src", args.blocks)?,
-            dst: region("memcpy-dst", args.batch)?,
-            blocks: args.blocks,
-            batch: args.batch,
+            src: region("memcpy-src", blocks)?,
+            dst: region("memcpy-dst", batch)?,
+            blocks,
+            batch,
         })
     }
 
-    fn copy_batch(&self, step: usize) {
+    pub(crate) fn copy_batch(&self, step: usize) {
         let first = (step % (self.blocks / self.batch)) * self.batch;
         for i in 0..self.batch {
             // SAFETY: both ranges lie inside live mappings of this process that nothing else
@@ -333,7 +333,7 @@ impl Memcpy {
 
 /// The tcp reference: a sender thread streaming blocks from a mapping over one loopback
 /// connection, received with 2 MiB reads into a mapping.
-struct Stream {
+pub(crate) struct Stream {
     sock: Option<TcpStream>,
     dst: MemoryRegion,
     batch: usize,
@@ -341,12 +341,12 @@ struct Stream {
 }
 
 impl Stream {
-    fn start(args: &TransferArgs) -> anyhow::Result<Stream> {
-        let src = region("stream-src", args.blocks)?;
-        let dst = region("stream-dst", args.batch)?;
+    pub(crate) fn start(blocks: usize, batch: usize) -> anyhow::Result<Stream> {
+        let src = region("stream-src", blocks)?;
+        let dst = region("stream-dst", batch)?;
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
-        let blocks = args.blocks;
+
         let sender = std::thread::spawn(move || -> std::io::Result<()> {
             let (mut sock, _) = listener.accept()?;
             sock.set_nodelay(true)?;
@@ -368,12 +368,12 @@ impl Stream {
         Ok(Stream {
             sock: Some(sock),
             dst,
-            batch: args.batch,
+            batch,
             sender: Some(sender),
         })
     }
 
-    fn receive_batch(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn receive_batch(&mut self) -> anyhow::Result<()> {
         let sock = self.sock.as_mut().context("the stream is stopped")?;
         for i in 0..self.batch {
             // SAFETY: a block inside the live destination mapping, written by this thread only.
@@ -384,7 +384,7 @@ impl Stream {
         Ok(())
     }
 
-    fn stop(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn stop(&mut self) -> anyhow::Result<()> {
         drop(self.sock.take());
         if let Some(sender) = self.sender.take() {
             sender
