@@ -20,7 +20,7 @@
 //! for the cores with another. Before measuring, one batch of every Yutu case and of memcached
 //! is read back and compared byte for byte. A missing reference binary gives `reference: null`.
 
-use super::transfer::{Memcpy, Stream};
+use super::transfer::{alternate, Memcpy, Side, Stream};
 use std::io::{BufRead as _, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
@@ -309,36 +309,14 @@ fn run_blocking(args: &KvArgs) -> anyhow::Result<Report> {
 
 /// Runs both sides for `--duration-secs` each, in alternating rounds, after one unmeasured pass
 /// over every batch; returns (steps, time) of each side.
-type Side = (usize, Duration);
 fn interleave(
     args: &KvArgs,
     batches: usize,
-    mut yutu: impl FnMut(usize) -> anyhow::Result<()>,
-    mut reference: impl FnMut(usize) -> anyhow::Result<()>,
+    yutu: impl FnMut(usize) -> anyhow::Result<()>,
+    reference: impl FnMut(usize) -> anyhow::Result<()>,
 ) -> anyhow::Result<(Side, Side)> {
-    for step in 0..batches {
-        yutu(step)?;
-        reference(step)?;
-    }
-    let per_round = Duration::from_secs(args.duration_secs) / args.rounds;
-    let mut totals = [(0usize, Duration::ZERO); 2];
-    for round in 0..args.rounds {
-        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-        for side in order {
-            let (steps, time) = &mut totals[side];
-            let start = Instant::now();
-            while start.elapsed() < per_round {
-                if side == 0 {
-                    yutu(*steps)?;
-                } else {
-                    reference(*steps)?;
-                }
-                *steps += 1;
-            }
-            *time += start.elapsed();
-        }
-    }
-    Ok((totals[0], totals[1]))
+    let duration = Duration::from_secs(args.duration_secs);
+    alternate(batches, duration, args.rounds, yutu, reference)
 }
 
 /// Deterministic block contents, different per key.

@@ -155,18 +155,36 @@ fn result(name: &str, yutu: f64, errors: u64, reference: &str, base: f64) -> Ben
 /// moves one batch (`--batch` blocks).
 fn interleave(
     args: &TransferArgs,
-    mut yutu: impl FnMut(usize) -> anyhow::Result<()>,
-    mut reference: impl FnMut(usize) -> anyhow::Result<()>,
+    yutu: impl FnMut(usize) -> anyhow::Result<()>,
+    reference: impl FnMut(usize) -> anyhow::Result<()>,
 ) -> anyhow::Result<(f64, f64)> {
     let batches = args.blocks / args.batch;
-    // Warm-up: every block once on each side (page faults, connections, mappings).
-    for step in 0..batches {
+    let duration = Duration::from_secs(args.duration_secs);
+    let (a, b) = alternate(batches, duration, args.rounds, yutu, reference)?;
+    let rate = |(steps, time): Side| (steps * args.batch * BLOCK) as f64 / time.as_secs_f64() / 1e9;
+    Ok((rate(a), rate(b)))
+}
+
+/// Steps taken by one side, and the time they took.
+pub(crate) type Side = (usize, Duration);
+
+/// Runs two sides for `duration` each, split over `rounds` rounds in alternating order (so
+/// drift on a shared machine hits both alike), after one unmeasured pass over `warmup` steps
+/// of each (page faults, connections, mappings). A side is called with its step number.
+pub(crate) fn alternate(
+    warmup: usize,
+    duration: Duration,
+    rounds: u32,
+    mut yutu: impl FnMut(usize) -> anyhow::Result<()>,
+    mut reference: impl FnMut(usize) -> anyhow::Result<()>,
+) -> anyhow::Result<(Side, Side)> {
+    for step in 0..warmup {
         yutu(step)?;
         reference(step)?;
     }
-    let per_round = Duration::from_secs(args.duration_secs) / args.rounds;
+    let per_round = duration / rounds.max(1);
     let mut totals = [(0usize, Duration::ZERO); 2];
-    for round in 0..args.rounds {
+    for round in 0..rounds.max(1) {
         let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
         for side in order {
             let (steps, time) = &mut totals[side];
@@ -182,10 +200,7 @@ fn interleave(
             *time += start.elapsed();
         }
     }
-    let rate = |(steps, time): (usize, Duration)| {
-        (steps * args.batch * BLOCK) as f64 / time.as_secs_f64() / 1e9
-    };
-    Ok((rate(totals[0]), rate(totals[1])))
+    Ok((totals[0], totals[1]))
 }
 
 /// A region of `blocks` blocks, every page touched, each block tagged with its number.
