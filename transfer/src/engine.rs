@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::address::NodeAddress;
 use crate::batch::{BatchHandle, BatchResult, BatchState};
-use crate::descriptor::NodeId;
+use crate::descriptor::{NodeId, SegmentDescriptor};
 use crate::error::{Side, TransferError};
 use crate::region::MemoryRegion;
 use crate::request::TransferRequest;
@@ -22,7 +22,7 @@ use crate::select::{self, LocalPaths, PathHealth};
 use crate::stats::{EngineStats, ListenerCounters, TransportCounters};
 use crate::transport::rdma::{self, RdmaError, RdmaOptions};
 use crate::transport::shm::listener::{ShmListenOptions, ShmListener};
-use crate::transport::shm::ShmTransport;
+use crate::transport::shm::{DirectRange, ShmTransport};
 use crate::transport::tcp::listener::{ListenOptions, TcpTransferListener};
 use crate::transport::tcp::TcpTransport;
 use crate::transport::{SliceOp, Transport, TransportKind};
@@ -497,6 +497,77 @@ impl TransferEngine {
             );
         }
         Ok(BatchHandle { state: batch })
+    }
+
+    /// Same-host fast path: the ranges `descs` grant, mapped into this process so the caller
+    /// copies with [`DirectRange::write_at`] / [`DirectRange::read_at`] on its own thread, no
+    /// worker involved. Each owner checks its descriptors as for any shm transfer (one round
+    /// trip per owner, skipped for descriptors of unguarded segments it already accepted).
+    ///
+    /// Fails as a whole when a descriptor names an unknown peer or one that shm cannot reach
+    /// (another host, no shm socket): use [`TransferEngine::submit`] for those. Per
+    /// descriptor, a refusal or a broken connection.
+    ///
+    /// [`DirectRange::write_at`]: crate::transport::shm::DirectRange::write_at
+    /// [`DirectRange::read_at`]: crate::transport::shm::DirectRange::read_at
+    pub fn map_direct(
+        &self,
+        descs: &[SegmentDescriptor],
+    ) -> Result<Vec<Result<DirectRange, TransferError>>, TransferError> {
+        let mut by_peer: HashMap<NodeId, (NodeAddress, Vec<usize>)> = HashMap::new();
+        for (index, d) in descs.iter().enumerate() {
+            match by_peer.get_mut(&d.node) {
+                Some((_, idx)) => idx.push(index),
+                None => {
+                    let addr = self.direct_peer(index, d.node)?;
+                    by_peer.insert(d.node, (addr, vec![index]));
+                }
+            }
+        }
+        let mut out: Vec<Option<Result<DirectRange, TransferError>>> = vec![None; descs.len()];
+        for (_, (addr, idx)) in by_peer {
+            let mine: Vec<SegmentDescriptor> = idx.iter().map(|&i| descs[i]).collect();
+            match self.inner.shm.direct.map(&addr, &mine) {
+                Ok(ranges) => {
+                    for (i, r) in idx.into_iter().zip(ranges) {
+                        out[i] = Some(r);
+                    }
+                }
+                Err(err) => {
+                    for i in idx {
+                        out[i] = Some(Err(err.clone()));
+                    }
+                }
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|r| r.unwrap_or(Err(TransferError::NoPath { node: self.node() })))
+            .collect())
+    }
+
+    /// As [`TransferEngine::map_direct`] for one descriptor, answered only from what the engine
+    /// already knows (no I/O, so safe on an executor thread); `None` means call `map_direct`.
+    pub fn map_direct_cached(&self, desc: &SegmentDescriptor) -> Option<DirectRange> {
+        let addr = self.direct_peer(0, desc.node).ok()?;
+        self.inner.shm.direct.cached(&addr, desc)
+    }
+
+    /// Whether `node` is a known peer that shm reaches; its address.
+    fn direct_peer(&self, index: usize, node: NodeId) -> Result<NodeAddress, TransferError> {
+        let addr = self
+            .read_peers()
+            .get(&node)
+            .map(|p| p.addr.clone())
+            .ok_or(TransferError::UnknownPeer { index, node })?;
+        if addr.host != self.inner.local.host || addr.shm.is_none() {
+            return Err(TransferError::unavailable(
+                TransportKind::Shm,
+                node,
+                "the peer is not on this host or offers no shm socket",
+            ));
+        }
+        Ok(addr)
     }
 
     /// Counters of what this engine initiated and served.

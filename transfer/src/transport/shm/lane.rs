@@ -29,13 +29,14 @@ pub(crate) struct ShmLane {
     conns: HashMap<NodeId, Conn>,
 }
 
-struct Conn {
-    incarnation: u64,
+pub(crate) struct Conn {
+    pub(crate) incarnation: u64,
     stream: UnixStream,
 }
 
-/// What the target said about one distinct descriptor.
-type Checked = Result<(), TransferError>;
+/// What the target said about one distinct descriptor: accepted (and whether the verdict is
+/// stable, see `wire.rs`) or why not.
+pub(crate) type Checked = Result<bool, TransferError>;
 
 impl ShmLane {
     pub(crate) fn new(mappings: Arc<MappingCache>, io_timeout: Duration) -> ShmLane {
@@ -44,36 +45,6 @@ impl ShmLane {
             io_timeout,
             conns: HashMap::new(),
         }
-    }
-
-    fn connect(&self, peer: &NodeAddress) -> Result<Conn, TransferError> {
-        let path = peer.shm.as_ref().ok_or_else(|| {
-            TransferError::unavailable(KIND, peer.node, "the peer offers no shm socket")
-        })?;
-        let io = |e| TransferError::io(KIND, peer.node, e);
-        let mut stream = UnixStream::connect(path).map_err(io)?;
-        stream.set_read_timeout(Some(self.io_timeout)).map_err(io)?;
-        stream
-            .set_write_timeout(Some(self.io_timeout))
-            .map_err(io)?;
-        let mut hello = [0u8; wire::HELLO_LEN];
-        stream.read_exact(&mut hello).map_err(io)?;
-        let (node, incarnation) =
-            wire::decode_hello(&hello).map_err(|m| TransferError::protocol(KIND, peer.node, m))?;
-        if node != peer.node || incarnation != peer.incarnation {
-            return Err(TransferError::protocol(
-                KIND,
-                peer.node,
-                format!(
-                    "the socket belongs to node {node} incarnation {incarnation:016x}, not {} {:016x}",
-                    peer.node, peer.incarnation
-                ),
-            ));
-        }
-        Ok(Conn {
-            incarnation,
-            stream,
-        })
     }
 
     /// Checks `descs` with the target, mapping the segments not mapped yet. One outcome per
@@ -95,7 +66,7 @@ impl ShmLane {
             let reused = self.conns.contains_key(&peer.node);
             let conn = match self.conns.remove(&peer.node) {
                 Some(conn) => conn,
-                None => self.connect(peer)?,
+                None => connect(peer, self.io_timeout)?,
             };
             match check_on(&conn, &self.mappings, peer, descs) {
                 Ok(outcome) => {
@@ -145,8 +116,37 @@ impl Lane for ShmLane {
     }
 }
 
+/// Opens a control connection to `peer`'s shm socket and checks that it is that peer.
+pub(crate) fn connect(peer: &NodeAddress, io_timeout: Duration) -> Result<Conn, TransferError> {
+    let path = peer.shm.as_ref().ok_or_else(|| {
+        TransferError::unavailable(KIND, peer.node, "the peer offers no shm socket")
+    })?;
+    let io = |e| TransferError::io(KIND, peer.node, e);
+    let mut stream = UnixStream::connect(path).map_err(io)?;
+    stream.set_read_timeout(Some(io_timeout)).map_err(io)?;
+    stream.set_write_timeout(Some(io_timeout)).map_err(io)?;
+    let mut hello = [0u8; wire::HELLO_LEN];
+    stream.read_exact(&mut hello).map_err(io)?;
+    let (node, incarnation) =
+        wire::decode_hello(&hello).map_err(|m| TransferError::protocol(KIND, peer.node, m))?;
+    if node != peer.node || incarnation != peer.incarnation {
+        return Err(TransferError::protocol(
+            KIND,
+            peer.node,
+            format!(
+                "the socket belongs to node {node} incarnation {incarnation:016x}, not {} {:016x}",
+                peer.node, peer.incarnation
+            ),
+        ));
+    }
+    Ok(Conn {
+        incarnation,
+        stream,
+    })
+}
+
 /// The check round trip(s) on one connection.
-fn check_on(
+pub(crate) fn check_on(
     conn: &Conn,
     mappings: &MappingCache,
     peer: &NodeAddress,
@@ -239,7 +239,7 @@ fn apply(
             "descriptor outside its segment",
         ));
     }
-    Ok(())
+    Ok(verdict.stable)
 }
 
 /// Copies one op between the local region and the peer's mapping.

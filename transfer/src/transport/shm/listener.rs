@@ -133,23 +133,26 @@ fn serve(
                     }
                     Ok(seg) => {
                         let len = seg.region.len() as u64;
+                        let stable = seg.guard.is_none();
                         if entry.attach {
                             attached.push(seg);
                         }
-                        Ok(len)
+                        Ok((len, stable))
                     }
                 },
             };
             verdicts.push(match verdict {
-                Ok(segment_len) => Verdict {
+                Ok((segment_len, stable)) => Verdict {
                     status: Ok(()),
                     segment_len,
+                    stable,
                 },
                 Err(refusal) => {
                     ListenerCounters::add(&counters.refused, 1);
                     Verdict {
                         status: Err(refusal),
                         segment_len: 0,
+                        stable: false,
                     }
                 }
             });

@@ -11,25 +11,31 @@ use std::time::Duration;
 use crate::descriptor::NodeId;
 use crate::transport::{Lane, Transport, TransportKind};
 
+mod direct;
 mod fdpass;
 mod lane;
 pub(crate) mod listener;
 mod mapping;
 mod wire;
 
+pub use direct::DirectRange;
 use mapping::MappingCache;
 
 /// The initiator side of shm: the mappings of peers' segments, shared by all workers.
 pub(crate) struct ShmTransport {
     pub(crate) io_timeout: Duration,
     pub(crate) mappings: Arc<MappingCache>,
+    /// Copies made by the caller's thread (see `direct.rs`).
+    pub(crate) direct: direct::Direct,
 }
 
 impl ShmTransport {
     pub(crate) fn new(io_timeout: Duration) -> ShmTransport {
+        let mappings = Arc::new(MappingCache::default());
         ShmTransport {
             io_timeout,
-            mappings: Arc::new(MappingCache::default()),
+            direct: direct::Direct::new(Arc::clone(&mappings), io_timeout),
+            mappings,
         }
     }
 
@@ -45,6 +51,7 @@ impl Transport for ShmTransport {
     }
 
     fn forget_peer(&self, node: NodeId) {
+        self.direct.forget(node);
         self.mappings.forget(node);
     }
 

@@ -7,9 +7,15 @@
 //! check    (initiator → target): magic "YTC1" | count u16 | 0u16 |
 //!          count x (descriptor, 45 bytes binary | flags u8: bit 0 = attach)
 //! verdicts (target → initiator): magic "YTV1" | count u16 | fds u16 |
-//!          count x (status u8: 0 ok or a Refusal code | segment length u64)
+//!          count x (status u8: 0 ok or a Refusal code, bit 7 = stable | segment length u64)
 //!          with one memfd (SCM_RIGHTS) per accepted entry that asked to attach, in order
 //! ```
+//!
+//! "Stable" (bit 7 of an accepting status) says the segment has no range guard: the verdict
+//! holds for as long as the segment stays registered, so an initiator may reuse it for the
+//! same descriptor instead of asking again (see `direct.rs`). A guarded segment (a storage
+//! node's arena under leases) never sets it; an older target that does not know the bit never
+//! sets it either, which only costs the initiator round trips.
 
 use crate::descriptor::{NodeId, SegmentDescriptor};
 use crate::error::Refusal;
@@ -26,6 +32,8 @@ pub(crate) const VERDICT_ENTRY_LEN: usize = 9;
 pub(crate) const MAX_ENTRIES: usize = super::fdpass::MAX_FDS;
 
 pub(crate) const FLAG_ATTACH: u8 = 1;
+/// Bit 7 of an accepting verdict's status: the verdict does not expire (no range guard).
+pub(crate) const STATUS_STABLE: u8 = 0x80;
 
 pub(crate) fn encode_hello(node: NodeId, incarnation: u64) -> [u8; HELLO_LEN] {
     let mut b = [0u8; HELLO_LEN];
@@ -60,6 +68,8 @@ pub(crate) struct CheckEntry {
 pub(crate) struct Verdict {
     pub(crate) status: Result<(), Refusal>,
     pub(crate) segment_len: u64,
+    /// Accepted, and valid until the segment is unregistered (no guard to consult again).
+    pub(crate) stable: bool,
 }
 
 pub(crate) fn encode_check(entries: &[CheckEntry]) -> Vec<u8> {
@@ -105,6 +115,7 @@ pub(crate) fn encode_verdicts(verdicts: &[Verdict], fds: usize) -> Vec<u8> {
     out.extend_from_slice(&(fds as u16).to_le_bytes());
     for v in verdicts {
         out.push(match v.status {
+            Ok(()) if v.stable => STATUS_STABLE,
             Ok(()) => 0,
             Err(r) => r.code(),
         });
@@ -127,10 +138,11 @@ pub(crate) fn decode_verdicts(b: &[u8], expected: usize) -> Result<(Vec<Verdict>
         .chunks_exact(VERDICT_ENTRY_LEN)
         .map(|e| Verdict {
             status: match e[0] {
-                0 => Ok(()),
+                0 | STATUS_STABLE => Ok(()),
                 code => Err(Refusal::from_code(code).unwrap_or(Refusal::BadRequest)),
             },
             segment_len: u64_at(e, 1),
+            stable: e[0] == STATUS_STABLE,
         })
         .collect();
     Ok((verdicts, fds))
@@ -172,15 +184,22 @@ mod tests {
             Verdict {
                 status: Ok(()),
                 segment_len: 4096,
+                stable: false,
+            },
+            Verdict {
+                status: Ok(()),
+                segment_len: 8192,
+                stable: true,
             },
             Verdict {
                 status: Err(Refusal::BadToken),
                 segment_len: 0,
+                stable: false,
             },
         ];
         let bytes = encode_verdicts(&verdicts, 1);
-        assert_eq!(decode_verdicts(&bytes, 2), Ok((verdicts.to_vec(), 1)));
-        assert!(decode_verdicts(&bytes, 3).is_err());
+        assert_eq!(decode_verdicts(&bytes, 3), Ok((verdicts.to_vec(), 1)));
+        assert!(decode_verdicts(&bytes, 2).is_err());
     }
 
     #[test]

@@ -1,0 +1,265 @@
+//! Direct access: a same-host peer's registered range, mapped into this process and copied
+//! into or out of by the caller's own thread.
+//!
+//! A batch through the workers costs two thread hand-offs and a check round trip before the
+//! first byte moves, which is most of the time of a batch of small blocks. A storage node that
+//! serves a client on the same host can do better: the client names its buffer by a
+//! descriptor, the node has the client check it once (the usual shm check, attaching the memfd
+//! if needed), and from then on each block is one `memcpy` done by the shard that owns it,
+//! with no other thread involved.
+//!
+//! The owner's answer is remembered per descriptor when it is *stable* (the segment has no
+//! range guard, so only unregistering could revoke it, and unregistering never revoked an
+//! existing mapping anyway, see the crate docs). Guarded ranges (a node's arena under
+//! leases) are checked on every call. The cache is keyed by the whole descriptor, token
+//! included, so a forged token can never hit an entry that a genuine one created.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::lane::{check_on, connect, Checked, Conn};
+use super::mapping::{MappingCache, PeerMapping};
+use crate::address::NodeAddress;
+use crate::descriptor::{NodeId, SegmentDescriptor, SegmentId};
+use crate::error::{Refusal, Side, TransferError};
+use crate::transport::TransportKind;
+
+/// Stable verdicts kept at most; the cache is emptied when it would grow past this (a client
+/// that keeps minting new descriptors costs round trips, not memory).
+const MAX_VERIFIED: usize = 65_536;
+
+/// A range of a peer's segment mapped into this process, vouched for by the peer.
+///
+/// Copies go straight between this process's memory and the peer's pages. The peer may
+/// change the bytes at any moment (that is what sharing means), so a reader that races a
+/// writer on the peer side gets unspecified bytes, never a fault: the mapping stays valid for
+/// as long as this value (or a clone) lives, whatever the peer does.
+#[derive(Clone)]
+pub struct DirectRange {
+    mapping: Arc<PeerMapping>,
+    /// Where the range starts in the mapping, and its length.
+    offset: u64,
+    len: u64,
+    node: NodeId,
+    segment: SegmentId,
+}
+
+impl DirectRange {
+    /// Bytes in the range.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the range is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The peer whose memory this is.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The part `[at, at + len)` of this range.
+    pub fn sub(&self, at: u64, len: u64) -> Result<DirectRange, TransferError> {
+        self.bounds(at, len)?;
+        Ok(DirectRange {
+            offset: self.offset + at,
+            len,
+            ..self.clone()
+        })
+    }
+
+    /// Copies `src` into the range, starting `at` bytes in.
+    pub fn write_at(&self, at: u64, src: &[u8]) -> Result<(), TransferError> {
+        let dst = self.bounds(at, src.len() as u64)?;
+        // SAFETY: `bounds` checked the range against the live mapping held by `self.mapping`;
+        // `src` is a Rust slice of this process, never part of a peer mapping we hand out as
+        // a slice, so the two do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        Ok(())
+    }
+
+    /// Copies `dst.len()` bytes of the range, starting `at` bytes in, into `dst`.
+    pub fn read_at(&self, at: u64, dst: &mut [u8]) -> Result<(), TransferError> {
+        let src = self.bounds(at, dst.len() as u64)?;
+        // SAFETY: as in `write_at`; `dst` is exclusively borrowed memory of this process.
+        unsafe { std::ptr::copy_nonoverlapping(src.cast_const(), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Pointer to `at` when `[at, at + len)` lies inside the range.
+    fn bounds(&self, at: u64, len: u64) -> Result<*mut u8, TransferError> {
+        let out = TransferError::OutOfBounds {
+            index: 0,
+            side: Side::Remote,
+            offset: at,
+            len,
+            limit: self.len,
+        };
+        if at.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(out);
+        }
+        self.mapping.range(self.offset + at, len).ok_or(out)
+    }
+}
+
+impl std::fmt::Debug for DirectRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectRange")
+            .field("node", &self.node)
+            .field("segment", &self.segment)
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// Stable verdicts: `(incarnation, descriptor)` → the mapping it lies in.
+type Verified = HashMap<(u64, SegmentDescriptor), Arc<PeerMapping>>;
+
+/// The engine's direct-access state: a pool of control connections and the stable verdicts.
+pub(crate) struct Direct {
+    mappings: Arc<MappingCache>,
+    io_timeout: Duration,
+    idle: Mutex<HashMap<NodeId, Vec<Conn>>>,
+    verified: Mutex<Verified>,
+}
+
+impl Direct {
+    pub(crate) fn new(mappings: Arc<MappingCache>, io_timeout: Duration) -> Direct {
+        Direct {
+            mappings,
+            io_timeout,
+            idle: Mutex::new(HashMap::new()),
+            verified: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The range `desc` grants, from stable verdicts only: no I/O. `None` means ask
+    /// [`Direct::map`].
+    pub(crate) fn cached(
+        &self,
+        peer: &NodeAddress,
+        desc: &SegmentDescriptor,
+    ) -> Option<DirectRange> {
+        let mapping = lock(&self.verified)
+            .get(&(peer.incarnation, *desc))
+            .cloned()?;
+        Some(range(mapping, desc))
+    }
+
+    /// The ranges `descs` (all of `peer`) grant, checked by `peer` where no stable verdict is
+    /// known. One round trip at most per call; the outer error means the connection broke.
+    pub(crate) fn map(
+        &self,
+        peer: &NodeAddress,
+        descs: &[SegmentDescriptor],
+    ) -> Result<Vec<Result<DirectRange, TransferError>>, TransferError> {
+        let mut out: Vec<Option<Result<DirectRange, TransferError>>> =
+            descs.iter().map(|d| self.cached(peer, d).map(Ok)).collect();
+        let ask: Vec<SegmentDescriptor> = descs
+            .iter()
+            .zip(&out)
+            .filter(|(_, o)| o.is_none())
+            .map(|(d, _)| *d)
+            .collect();
+        if !ask.is_empty() {
+            let checked = self.check(peer, &ask)?;
+            let mut answers = ask.iter().zip(checked);
+            for slot in out.iter_mut().filter(|o| o.is_none()) {
+                let Some((desc, verdict)) = answers.next() else {
+                    break;
+                };
+                *slot = Some(self.resolve(peer, desc, verdict));
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|o| {
+                o.unwrap_or_else(|| Err(TransferError::protocol(KIND, peer.node, "no verdict")))
+            })
+            .collect())
+    }
+
+    /// Drops the connections and verdicts of `node` (removed, or a new incarnation).
+    pub(crate) fn forget(&self, node: NodeId) {
+        lock(&self.idle).remove(&node);
+        lock(&self.verified).retain(|(_, d), _| d.node != node);
+    }
+
+    /// Turns an accepting verdict into a range over the (now attached) mapping.
+    fn resolve(
+        &self,
+        peer: &NodeAddress,
+        desc: &SegmentDescriptor,
+        verdict: Checked,
+    ) -> Result<DirectRange, TransferError> {
+        let stable = verdict?;
+        let mapping = self
+            .mappings
+            .get(&(peer.node, peer.incarnation, desc.segment))
+            .ok_or_else(|| TransferError::unavailable(KIND, peer.node, "segment not mapped"))?;
+        if desc.end().is_none_or(|end| end > mapping.len as u64) {
+            return Err(TransferError::Refused {
+                node: peer.node,
+                segment: desc.segment,
+                reason: Refusal::OutOfBounds,
+            });
+        }
+        if stable {
+            let mut verified = lock(&self.verified);
+            if verified.len() >= MAX_VERIFIED {
+                verified.clear();
+            }
+            verified.insert((peer.incarnation, *desc), Arc::clone(&mapping));
+        }
+        Ok(range(mapping, desc))
+    }
+
+    /// One check round trip on a pooled connection (one reconnect if the pooled one broke).
+    fn check(
+        &self,
+        peer: &NodeAddress,
+        descs: &[SegmentDescriptor],
+    ) -> Result<Vec<Checked>, TransferError> {
+        for attempt in 0..2 {
+            let pooled = lock(&self.idle)
+                .get_mut(&peer.node)
+                .and_then(Vec::pop)
+                .filter(|c| c.incarnation == peer.incarnation);
+            let reused = pooled.is_some();
+            let conn = match pooled {
+                Some(c) => c,
+                None => connect(peer, self.io_timeout)?,
+            };
+            match check_on(&conn, &self.mappings, peer, descs) {
+                Ok(checked) => {
+                    lock(&self.idle).entry(peer.node).or_default().push(conn);
+                    return Ok(checked);
+                }
+                Err(err) if attempt == 0 && reused && err.is_retryable() => continue,
+                Err(err) => return Err(err),
+            }
+        }
+        Err(TransferError::protocol(KIND, peer.node, "unreachable"))
+    }
+}
+
+const KIND: TransportKind = TransportKind::Shm;
+
+fn range(mapping: Arc<PeerMapping>, desc: &SegmentDescriptor) -> DirectRange {
+    DirectRange {
+        mapping,
+        offset: desc.offset,
+        len: desc.len,
+        node: desc.node,
+        segment: desc.segment,
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every critical section is a single map operation; the maps are valid after a panic.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,106 @@
+//! Direct access (`map_direct`): a same-host peer's range mapped into this process, checked
+//! by the peer, copied by the caller's thread; stable verdicts remembered, guarded ones not.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use common::{pair, pattern, read, segment};
+use yutu_transfer::{
+    HugePages, MemoryRegion, RangeGuard, Refusal, SegmentDescriptor, TransferError,
+};
+
+#[test]
+fn a_peer_range_is_copied_into_and_out_of_directly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, server) = pair(dir.path(), true);
+    let cli = segment(&client, 64 << 10);
+    cli.region().write_at(0, &pattern(3, 64 << 10)).unwrap();
+    let desc = cli.descriptor(8192, 16384).unwrap();
+
+    let ranges = server.map_direct(&[desc]).unwrap();
+    let range = ranges.into_iter().next().unwrap().unwrap();
+    assert_eq!(range.len(), 16384);
+    let mut got = vec![0u8; 4096];
+    range.read_at(4096, &mut got).unwrap();
+    assert_eq!(got, pattern(3, 64 << 10)[8192 + 4096..8192 + 8192]);
+    range.write_at(0, &[0xab; 100]).unwrap();
+    assert_eq!(read(&cli, 8192, 100), vec![0xab; 100]);
+    // Nothing outside the granted range is reachable.
+    assert!(matches!(
+        range.write_at(16384 - 10, &[0; 11]),
+        Err(TransferError::OutOfBounds { .. })
+    ));
+    assert!(range.sub(16000, 1000).is_err());
+    assert_eq!(range.sub(1000, 24).unwrap().len(), 24);
+
+    // An unguarded segment's verdict is remembered: the second call needs no round trip.
+    let checks = client.stats().shm_listener.requests;
+    assert!(server.map_direct_cached(&desc).is_some());
+    server.map_direct(&[desc]).unwrap()[0].as_ref().unwrap();
+    assert_eq!(client.stats().shm_listener.requests, checks);
+
+    // A forged token is refused, and never answered from the cache.
+    let mut forged = desc;
+    forged.token.0[3] ^= 1;
+    assert!(server.map_direct_cached(&forged).is_none());
+    let err = server.map_direct(&[forged]).unwrap().remove(0).unwrap_err();
+    assert!(matches!(
+        err,
+        TransferError::Refused {
+            reason: Refusal::BadToken,
+            ..
+        }
+    ));
+}
+
+struct Switch(AtomicBool);
+
+impl RangeGuard for Switch {
+    fn allows(&self, _offset: u64, _len: u64) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+#[test]
+fn guarded_ranges_are_checked_every_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, server) = pair(dir.path(), true);
+    let guard = Arc::new(Switch(AtomicBool::new(true)));
+    let region = MemoryRegion::allocate("guarded", 64 << 10, HugePages::Never).unwrap();
+    let seg = server.register_guarded(region, guard.clone()).unwrap();
+    let desc = seg.descriptor(0, 4096).unwrap();
+
+    assert!(client.map_direct(&[desc]).unwrap()[0].is_ok());
+    assert!(client.map_direct_cached(&desc).is_none());
+    guard.0.store(false, Ordering::Relaxed);
+    let err = client.map_direct(&[desc]).unwrap().remove(0).unwrap_err();
+    assert!(matches!(
+        err,
+        TransferError::Refused {
+            reason: Refusal::Expired,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn peers_on_other_hosts_or_unknown_are_refused_up_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, server) = pair(dir.path(), false);
+    let cli = segment(&client, 4096);
+    let desc = cli.descriptor(0, 4096).unwrap();
+    assert!(matches!(
+        server.map_direct(&[desc]),
+        Err(TransferError::Unavailable { .. })
+    ));
+    let stranger = SegmentDescriptor {
+        node: yutu_transfer::NodeId(0xdead),
+        ..desc
+    };
+    assert!(matches!(
+        server.map_direct(&[stranger]),
+        Err(TransferError::UnknownPeer { .. })
+    ));
+}
