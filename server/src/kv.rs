@@ -287,6 +287,53 @@ impl ShardStore {
         (leases.len(), puts.len())
     }
 
+    /// Stores a `len`-byte object whose bytes `fill` writes straight into its arena range (a
+    /// put-from copying out of a client's buffer: one copy, no staging). Same rules as
+    /// [`ShardStore::put`]; when `fill` reports failure nothing is published and the old
+    /// version, if any, is gone (as with a failed PUT that already replaced it).
+    pub fn put_filled(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        len: u64,
+        mut meta: ObjectMeta,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Result<Arc<ObjectMeta>, StoreError> {
+        self.check_write(bucket, key, &Default::default())?;
+        let charge = Self::charge_for(bucket, key, len, &meta);
+        self.remove_entry(bucket, key);
+        let extent = self.reserve(len, charge)?;
+        if !fill(self.arena.bytes_mut(&extent)) {
+            self.release(extent, charge);
+            return Err(StoreError::InvalidRange { size: len });
+        }
+        meta.size = len;
+        meta.etag = kv_etag(self.arena.bytes(&extent));
+        meta.last_modified = SystemTime::now();
+        Ok(self.publish(bucket, key, extent, meta, charge))
+    }
+
+    /// Runs `f` on a DRAM-resident object's metadata and bytes without copying them out
+    /// (counts as an access for eviction); `Ok(None)` when DRAM does not hold the key.
+    pub fn read_with<R>(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        f: impl FnOnce(&ObjectMeta, &[u8]) -> R,
+    ) -> Result<Option<R>, StoreError> {
+        let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
+        if let Some(entry) = part.objects.get(key) {
+            let r = f(&entry.meta, self.arena.bytes(&entry.extent));
+            self.policy.on_access(entry.id);
+            return Ok(Some(r));
+        }
+        // On its way to NVMe: still served from the copy kept for the demotion.
+        Ok(self
+            .demoting
+            .get(&(bucket.to_string(), key.to_string()))
+            .map(|(meta, data)| f(meta, data)))
+    }
+
     /// For each key, whether the bucket holds it.
     pub fn exists(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, StoreError> {
         let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;

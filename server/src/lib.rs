@@ -11,6 +11,7 @@ pub mod config;
 pub mod eviction;
 pub mod http;
 pub mod kv;
+pub mod kv_direct;
 pub mod kv_events;
 pub mod listing;
 pub mod metrics;

@@ -129,6 +129,18 @@ pub enum Request {
         put_id: u64,
         reply: Reply<bool>,
     },
+    /// get-into for a same-host client: copy each key's block into its mapped target.
+    KvCopyOut {
+        bucket: String,
+        items: Vec<(String, yutu_transfer::DirectRange)>,
+        reply: Reply<Result<Vec<crate::kv_direct::Copied>, StoreError>>,
+    },
+    /// put-from for a same-host client: store each block copied out of its mapped source.
+    KvPutFrom {
+        bucket: String,
+        items: Vec<(String, yutu_transfer::DirectRange)>,
+        reply: Reply<Vec<Result<Arc<ObjectMeta>, StoreError>>>,
+    },
     /// This shard's arena segment (for a batch the connection's shard submits).
     KvSegment {
         reply: Reply<Option<yutu_transfer::LocalSegment>>,
@@ -575,6 +587,28 @@ impl Shard {
                         });
                     }
                     let _ = reply.send(out);
+                })
+                .detach();
+            }
+            Request::KvCopyOut {
+                bucket,
+                items,
+                reply,
+            } => {
+                let this = self.clone();
+                glommio::spawn_local(async move {
+                    let _ = reply.send(this.copy_out(bucket, items).await);
+                })
+                .detach();
+            }
+            Request::KvPutFrom {
+                bucket,
+                items,
+                reply,
+            } => {
+                let this = self.clone();
+                glommio::spawn_local(async move {
+                    let _ = reply.send(this.put_from(bucket, items).await);
                 })
                 .detach();
             }

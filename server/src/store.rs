@@ -589,7 +589,7 @@ impl ShardStore {
         Ok(crate::listing::merge(vec![dram, flying], q.limit.saturating_add(1)).0)
     }
 
-    fn remove_entry(&mut self, bucket: &str, key: &str) -> bool {
+    pub(crate) fn remove_entry(&mut self, bucket: &str, key: &str) -> bool {
         let was_demoting = match self.demoting.remove(&(bucket.to_string(), key.to_string())) {
             Some((m, _)) => {
                 self.demote_bytes -= m.size;

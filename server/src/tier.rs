@@ -103,7 +103,7 @@ pub fn decode_meta(blob: &[u8], size: u64) -> Option<ObjectMeta> {
     })
 }
 
-fn nvme_error(e: yutu_spdk::StoreError) -> StoreError {
+pub(crate) fn nvme_error(e: yutu_spdk::StoreError) -> StoreError {
     tracing::error!(error = %e, "NVMe tier");
     StoreError::Device(e.to_string())
 }

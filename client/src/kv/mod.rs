@@ -1,10 +1,12 @@
 //! [`KvClient`]: the KV block API (`/v1/kv/...`), with block bytes moved one-sidedly.
 //!
 //! The control documents are JSON over HTTP; the bytes never travel in them. The client runs
-//! its own transfer engine and registers [`Buffer`]s with it: a put writes each block straight
-//! from the buffer into the range the server reserved in its arena (put-start, one batch of
-//! one-sided writes, put-end), and a get asks the server to write the blocks into ranges of
-//! the buffer (get-into). Over shm (same host) or tcp, whichever the two engines share.
+//! its own transfer engine and registers [`Buffer`]s with it, and one call moves a batch: a
+//! put asks the server to read the blocks out of ranges of the buffer (put-from), a get asks
+//! it to write them into ranges of the buffer (get-into). On the same host the server's
+//! shards copy straight between their arenas and the mapped buffer; elsewhere its engine moves
+//! the bytes one-sidedly over tcp (or rdma). [`KvClient::batch_put_two_phase`] is the form in
+//! which this client writes into the server's arena itself (put-start, writes, put-end).
 //!
 //! ```no_run
 //! # fn main() -> Result<(), yutu_client::kv::KvError> {
@@ -159,6 +161,12 @@ impl Buffer {
     pub fn segment(&self) -> &LocalSegment {
         &self.segment
     }
+
+    /// A descriptor for the whole buffer: the server checks it once and then addresses
+    /// ranges of it, so one descriptor serves every call.
+    fn whole(&self) -> Result<SegmentDescriptor, KvError> {
+        Ok(self.segment.descriptor(0, self.segment.len())?)
+    }
 }
 
 impl std::fmt::Debug for Buffer {
@@ -307,6 +315,43 @@ impl KvClient {
         }
         let blocks: Vec<Value> = keys
             .iter()
+            .zip(offsets.iter().zip(lengths))
+            .map(|(k, (o, l))| json!({"key": k, "offset": o, "len": l}))
+            .collect();
+        let body = json!({
+            "blocks": blocks,
+            "buffer": buf.whole()?,
+            "client": self.inner.engine.address(),
+        });
+        let ended: wire::Etags = self.call_post(&kv_path(bucket, "put-from")?, &body)?;
+        expect_len(ended.etags.len(), keys.len(), "put-from")?;
+        Ok(ended.etags)
+    }
+
+    /// As [`KvClient::batch_put_from`], with the client moving the bytes: put-start reserves
+    /// the ranges and returns their descriptors, this client writes into the node's arena
+    /// one-sidedly (the path an RDMA- or GPU-capable engine takes), put-end publishes; the
+    /// reserved puts are revoked when a write fails. Three round trips instead of one.
+    pub fn batch_put_two_phase(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        lengths: &[u64],
+    ) -> Result<Vec<String>, KvError> {
+        self.check_buffer(buf)?;
+        same_len(keys, offsets.len(), "offsets")?;
+        same_len(keys, lengths.len(), "lengths")?;
+        check_batch(keys)?;
+        for (i, (&off, &len)) in offsets.iter().zip(lengths).enumerate() {
+            check_range(buf, i, off, len)?;
+        }
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let blocks: Vec<Value> = keys
+            .iter()
             .zip(lengths)
             .map(|(k, l)| json!({"key": k, "len": l}))
             .collect();
@@ -321,13 +366,7 @@ impl KvClient {
             .and_then(|()| {
                 let ended: wire::Etags =
                     self.call_post(&kv_path(bucket, "put-end")?, &json!({ "put_ids": ids }))?;
-                if ended.etags.len() != keys.len() {
-                    return Err(KvError::InvalidResponse(format!(
-                        "put-end answered {} etags for {} blocks",
-                        ended.etags.len(),
-                        keys.len()
-                    )));
-                }
+                expect_len(ended.etags.len(), keys.len(), "put-end")?;
                 Ok(ended.etags)
             });
         if result.is_err() && !ids.is_empty() {
@@ -439,7 +478,7 @@ impl KvClient {
         same_len(keys, offsets.len(), "offsets")?;
         same_len(keys, capacities.len(), "capacities")?;
         check_batch(keys)?;
-        let mut targets = Vec::with_capacity(keys.len());
+        let mut ranges = Vec::with_capacity(keys.len());
         for (i, (&off, &cap)) in offsets.iter().zip(capacities).enumerate() {
             check_range(buf, i, off, cap)?;
             if cap == 0 {
@@ -447,14 +486,15 @@ impl KvClient {
                     "key {i} has no room at offset {off}"
                 )));
             }
-            targets.push(buf.segment.descriptor(off, cap)?);
+            ranges.push((off, cap));
         }
         if keys.is_empty() {
             return Ok(Vec::new());
         }
         let body = json!({
             "keys": keys,
-            "targets": targets,
+            "buffer": buf.whole()?,
+            "ranges": ranges,
             "client": self.inner.engine.address(),
         });
         let answer: wire::Copied = self.call_post(&kv_path(bucket, "get-into")?, &body)?;

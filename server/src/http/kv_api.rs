@@ -10,12 +10,17 @@
 //! | `POST /v1/kv/{bucket}/put-end` | `{"put_ids"}` | `{"etags"}`: published, visible through S3 too |
 //! | `POST /v1/kv/{bucket}/revoke` | `{"put_ids"}` | `{"revoked": [bool]}` |
 //! | `POST /v1/kv/{bucket}/get` | `{"keys", "ttl_ms"}` | `{"leases", "blocks": [{"key", "descriptor", "len", "etag"}], "ttl_ms"}` (`descriptor` null: not in DRAM) |
-//! | `POST /v1/kv/{bucket}/get-into` | `{"keys", "targets": [descriptor], "client": address}` | `{"copied": [len or null]}` |
+//! | `POST /v1/kv/{bucket}/get-into` | `{"keys", "client": address}` and `{"targets": [descriptor]}` or `{"buffer": descriptor, "ranges": [[offset, room]]}` | `{"copied": [len or null]}`: the node wrote the blocks into the client's buffer |
+//! | `POST /v1/kv/{bucket}/put-from` | `{"blocks": [{"key", "offset", "len"}], "buffer": descriptor, "client": address}` | `{"etags"}`: the node read the blocks out of the client's buffer; published |
 //! | `POST /v1/kv/{bucket}/remove` | `{"keys"}` | `{"removed": [bool]}` |
 //! | `POST /v1/kv/release` | `{"leases"}` | `{"released": n}` |
 //!
 //! A lease keeps the leased bytes from being evicted or reused until it is released or its
 //! time is up (default 10 s, at most 60 s); the client must not read after that.
+//!
+//! get-into and put-from (`kv_copy.rs`) are the one-round-trip forms: the node moves the bytes,
+//! and a client on the same host is served by the owning shards copying straight into or out
+//! of its mapped buffer.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -26,7 +31,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use serde::{Deserialize, Serialize};
 use yutu_api::S3ErrorCode;
-use yutu_transfer::{NodeAddress, SegmentDescriptor, TransferRequest};
+use yutu_transfer::SegmentDescriptor;
 
 use super::body::read_limited;
 use super::ctx::Ctx;
@@ -80,14 +85,6 @@ struct Leases {
     leases: Vec<u64>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct GetInto {
-    keys: Vec<String>,
-    targets: Vec<SegmentDescriptor>,
-    client: NodeAddress,
-}
-
 #[derive(Serialize)]
 struct Started {
     key: String,
@@ -103,11 +100,11 @@ struct Block {
     etag: Option<String>,
 }
 
-fn bad(msg: impl Into<String>) -> S3Error {
+pub(super) fn bad(msg: impl Into<String>) -> S3Error {
     S3Error::new(S3ErrorCode::InvalidArgument).msg(msg)
 }
 
-fn json(value: &impl Serialize) -> Resp {
+pub(super) fn json(value: &impl Serialize) -> Resp {
     Response::builder()
         .status(StatusCode::OK)
         .header("content-type", "application/json")
@@ -117,7 +114,7 @@ fn json(value: &impl Serialize) -> Resp {
         .unwrap_or_default()
 }
 
-async fn parse<T: for<'de> Deserialize<'de>>(body: Incoming) -> Result<T, S3Error> {
+pub(super) async fn parse<T: for<'de> Deserialize<'de>>(body: Incoming) -> Result<T, S3Error> {
     let raw = read_limited(body, None, MAX_BODY).await?;
     serde_json::from_slice(&raw).map_err(|e| bad(format!("Malformed KV request: {e}.")))
 }
@@ -130,7 +127,7 @@ fn ttl(ms: Option<u64>) -> Result<Duration, S3Error> {
     }
 }
 
-fn check_keys(keys: &[String]) -> Result<(), S3Error> {
+pub(super) fn check_keys(keys: &[String]) -> Result<(), S3Error> {
     if keys.is_empty() || keys.len() > MAX_BATCH {
         return Err(bad(format!("A batch names 1 to {MAX_BATCH} keys.")));
     }
@@ -138,7 +135,7 @@ fn check_keys(keys: &[String]) -> Result<(), S3Error> {
 }
 
 /// Indices of `keys` grouped by owning shard.
-fn by_shard(ctx: &Ctx, bucket: &str, keys: &[String]) -> BTreeMap<usize, Vec<usize>> {
+pub(super) fn by_shard(ctx: &Ctx, bucket: &str, keys: &[String]) -> BTreeMap<usize, Vec<usize>> {
     let mut out: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (i, k) in keys.iter().enumerate() {
         out.entry(ctx.shard.owner(bucket, k)).or_default().push(i);
@@ -189,7 +186,8 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
         "put-end" => put_end(ctx, parse(body).await?).await,
         "revoke" => revoke(ctx, parse(body).await?).await,
         "get" => get(ctx, &bucket, parse(body).await?).await,
-        "get-into" => get_into(ctx, &bucket, parse(body).await?).await,
+        "get-into" => super::kv_copy::get_into(ctx, &bucket, parse(body).await?).await,
+        "put-from" => super::kv_copy::put_from(ctx, &bucket, parse(body).await?).await,
         "remove" => {
             let k: Keys = parse(body).await?;
             check_keys(&k.keys)?;
@@ -237,15 +235,35 @@ async fn exists(ctx: &Ctx, bucket: &str, keys: &[String]) -> Result<Vec<bool>, S
 }
 
 async fn put_start(ctx: &Ctx, bucket: &str, req: PutStart) -> Result<Resp, S3Error> {
-    let keys: Vec<String> = req.blocks.iter().map(|b| b.key.clone()).collect();
-    check_keys(&keys)?;
     let ttl = ttl(req.ttl_ms)?;
-    let (limit, what) = object_limit(ctx);
-    if let Some(b) = req.blocks.iter().find(|b| b.len > limit) {
-        return Err(S3Error::new(S3ErrorCode::EntityTooLarge)
-            .msg(format!("Block {} exceeds {what} of {limit} bytes.", b.key)));
-    }
-    // One message per owning shard, all shards at once.
+    let blocks: Vec<(String, u64)> = req.blocks.into_iter().map(|b| (b.key, b.len)).collect();
+    let (ids, descriptors) = start_puts(ctx, bucket, &blocks, ttl).await?;
+    let puts: Vec<Started> = blocks
+        .into_iter()
+        .zip(ids)
+        .zip(descriptors)
+        .map(|(((key, _), put_id), descriptor)| Started {
+            key,
+            put_id,
+            descriptor,
+        })
+        .collect();
+    Ok(json(
+        &serde_json::json!({ "puts": puts, "ttl_ms": ttl.as_millis() as u64 }),
+    ))
+}
+
+/// Reserves `(key, len)` blocks on their shards (one message per shard, all at once); all
+/// or none. Returns the put ids and the descriptors of the reserved ranges, in order.
+pub(super) async fn start_puts(
+    ctx: &Ctx,
+    bucket: &str,
+    blocks: &[(String, u64)],
+    ttl: Duration,
+) -> Result<(Vec<u64>, Vec<SegmentDescriptor>), S3Error> {
+    let keys: Vec<String> = blocks.iter().map(|b| b.0.clone()).collect();
+    check_keys(&keys)?;
+    check_lens(ctx, blocks)?;
     let groups = by_shard(ctx, bucket, &keys);
     let ids: Vec<u64> = keys
         .iter()
@@ -254,7 +272,7 @@ async fn put_start(ctx: &Ctx, bucket: &str, req: PutStart) -> Result<Resp, S3Err
     let calls = groups.iter().map(|(shard, idx)| {
         let items: Vec<(u64, String, u64)> = idx
             .iter()
-            .map(|i| (ids[*i], req.blocks[*i].key.clone(), req.blocks[*i].len))
+            .map(|i| (ids[*i], blocks[*i].0.clone(), blocks[*i].1))
             .collect();
         let b = bucket.to_string();
         ctx.shard.call(*shard, move |reply| Request::KvPutStart {
@@ -267,7 +285,7 @@ async fn put_start(ctx: &Ctx, bucket: &str, req: PutStart) -> Result<Resp, S3Err
     let answers = futures::future::join_all(calls).await;
     let mut descriptors: Vec<Option<SegmentDescriptor>> = vec![None; keys.len()];
     let mut failure = None;
-    for ((shard, idx), answer) in groups.iter().zip(answers) {
+    for ((_, idx), answer) in groups.iter().zip(answers) {
         match answer {
             Ok(Ok(ds)) => {
                 for (i, d) in idx.iter().zip(ds) {
@@ -279,70 +297,76 @@ async fn put_start(ctx: &Ctx, bucket: &str, req: PutStart) -> Result<Resp, S3Err
             }
             Err(e) => failure = Some(e.into()),
         }
-        let _ = shard;
     }
     if let Some(e) = failure {
         // All or none: revoke what the other shards started.
-        let started: Vec<(usize, u64)> = descriptors
+        let started: Vec<u64> = descriptors
             .iter()
-            .enumerate()
-            .filter(|(_, d)| d.is_some())
-            .map(|(i, _)| (ctx.shard.owner(bucket, &keys[i]), ids[i]))
+            .zip(&ids)
+            .filter(|(d, _)| d.is_some())
+            .map(|(_, id)| *id)
             .collect();
         revoke_all(ctx, &started).await;
         return Err(e);
     }
-    let puts: Vec<Started> = keys
-        .iter()
-        .zip(ids)
-        .zip(descriptors)
-        .filter_map(|((k, id), d)| {
-            Some(Started {
-                key: k.clone(),
-                put_id: id,
-                descriptor: d?,
-            })
-        })
-        .collect();
-    Ok(json(
-        &serde_json::json!({ "puts": puts, "ttl_ms": ttl.as_millis() as u64 }),
-    ))
+    Ok((ids, descriptors.into_iter().flatten().collect()))
 }
 
-async fn revoke_all(ctx: &Ctx, started: &[(usize, u64)]) {
-    for (shard, put_id) in started {
-        let put_id = *put_id;
+/// Refuses blocks larger than an object may be.
+pub(super) fn check_lens(ctx: &Ctx, blocks: &[(String, u64)]) -> Result<(), S3Error> {
+    let (limit, what) = object_limit(ctx);
+    match blocks.iter().find(|b| b.1 > limit) {
+        Some((key, _)) => Err(S3Error::new(S3ErrorCode::EntityTooLarge)
+            .msg(format!("Block {key} exceeds {what} of {limit} bytes."))),
+        None => Ok(()),
+    }
+}
+
+/// Best effort: abandons started puts (the reaper would take them at their deadline anyway).
+pub(super) async fn revoke_all(ctx: &Ctx, put_ids: &[u64]) {
+    for &put_id in put_ids {
+        let Some(shard) = ctx.shard.shard_of_id(put_id) else {
+            continue;
+        };
         let _ = ctx
             .shard
-            .call(*shard, |reply| Request::KvRevoke { put_id, reply })
+            .call(shard, |reply| Request::KvRevoke { put_id, reply })
             .await;
     }
 }
 
-fn owner_of(ctx: &Ctx, id: u64) -> Result<usize, S3Error> {
+pub(super) fn owner_of(ctx: &Ctx, id: u64) -> Result<usize, S3Error> {
     ctx.shard
         .shard_of_id(id)
         .ok_or_else(|| bad(format!("Unknown id {id}.")))
 }
 
 async fn put_end(ctx: &Ctx, req: PutIds) -> Result<Resp, S3Error> {
-    if req.put_ids.is_empty() || req.put_ids.len() > MAX_BATCH {
+    let etags = end_puts(ctx, &req.put_ids).await?;
+    Ok(json(&serde_json::json!({ "etags": etags })))
+}
+
+/// Publishes started puts on their shards (all shards at once); their ETags, in order.
+pub(super) async fn end_puts(ctx: &Ctx, put_ids: &[u64]) -> Result<Vec<String>, S3Error> {
+    if put_ids.is_empty() || put_ids.len() > MAX_BATCH {
         return Err(bad(format!("A batch names 1 to {MAX_BATCH} puts.")));
     }
     let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for (i, id) in req.put_ids.iter().enumerate() {
+    for (i, id) in put_ids.iter().enumerate() {
         groups.entry(owner_of(ctx, *id)?).or_default().push(i);
     }
     let calls = groups.iter().map(|(shard, idx)| {
-        let put_ids: Vec<u64> = idx.iter().map(|i| req.put_ids[*i]).collect();
-        ctx.shard
-            .call(*shard, move |reply| Request::KvPutEnd { put_ids, reply })
+        let ids: Vec<u64> = idx.iter().map(|i| put_ids[*i]).collect();
+        ctx.shard.call(*shard, move |reply| Request::KvPutEnd {
+            put_ids: ids,
+            reply,
+        })
     });
     let answers = futures::future::join_all(calls).await;
-    let mut etags = vec![String::new(); req.put_ids.len()];
+    let mut etags = vec![String::new(); put_ids.len()];
     for ((_, idx), answer) in groups.iter().zip(answers) {
         for (i, r) in idx.iter().zip(answer?) {
-            let id = req.put_ids[*i];
+            let id = put_ids[*i];
             let meta = r.map_err(|e| match e {
                 crate::store::StoreError::NoSuchUpload => bad(format!(
                     "Put {id} is unknown, already ended, revoked or expired."
@@ -352,7 +376,7 @@ async fn put_end(ctx: &Ctx, req: PutIds) -> Result<Resp, S3Error> {
             etags[*i] = meta.etag.clone();
         }
     }
-    Ok(json(&serde_json::json!({ "etags": etags })))
+    Ok(etags)
 }
 
 async fn revoke(ctx: &Ctx, req: PutIds) -> Result<Resp, S3Error> {
@@ -369,7 +393,7 @@ async fn revoke(ctx: &Ctx, req: PutIds) -> Result<Resp, S3Error> {
 }
 
 /// Leases the blocks on their shards; per key, the block (or `None`) and its shard.
-async fn lease(
+pub(super) async fn lease(
     ctx: &Ctx,
     bucket: &str,
     keys: &[String],
@@ -441,74 +465,4 @@ async fn get(ctx: &Ctx, bucket: &str, req: Keys) -> Result<Resp, S3Error> {
     Ok(json(
         &serde_json::json!({ "leases": leases, "blocks": blocks, "ttl_ms": ttl.as_millis() as u64 }),
     ))
-}
-
-async fn get_into(ctx: &Ctx, bucket: &str, req: GetInto) -> Result<Resp, S3Error> {
-    if req.targets.len() != req.keys.len() {
-        return Err(bad("targets must name one descriptor per key."));
-    }
-    let (leases, found) = lease(ctx, bucket, &req.keys, DEFAULT_TTL).await?;
-    let result = write_blocks(ctx, &req, &found).await;
-    for id in leases {
-        let shard = owner_of(ctx, id)?;
-        let _ = ctx
-            .shard
-            .call(shard, |reply| Request::KvRelease {
-                lease_id: id,
-                reply,
-            })
-            .await;
-    }
-    let copied = result?;
-    Ok(json(&serde_json::json!({ "copied": copied })))
-}
-
-/// Writes every found block into its target on the client, one-sidedly, in one batch.
-async fn write_blocks(
-    ctx: &Ctx,
-    req: &GetInto,
-    found: &[Option<(usize, BlockRef, SegmentDescriptor)>],
-) -> Result<Vec<Option<u64>>, S3Error> {
-    let (engine, _) = ctx
-        .shard
-        .transfer
-        .as_ref()
-        .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))?;
-    engine.add_peer(req.client.clone());
-    let mut requests = Vec::new();
-    let mut copied = vec![None; found.len()];
-    let mut segments: BTreeMap<usize, yutu_transfer::LocalSegment> = BTreeMap::new();
-    for (i, f) in found.iter().enumerate() {
-        let Some((shard, b, _)) = f else { continue };
-        if req.targets[i].len < b.len {
-            return Err(bad(format!(
-                "Target {i} has {} bytes; block {} has {}.",
-                req.targets[i].len, req.keys[i], b.len
-            )));
-        }
-        let segment = match segments.get(shard) {
-            Some(s) => s.clone(),
-            None => {
-                let s = ctx
-                    .shard
-                    .call(*shard, |reply| Request::KvSegment { reply })
-                    .await?
-                    .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))?;
-                segments.insert(*shard, s.clone());
-                s
-            }
-        };
-        requests.push(TransferRequest::write(&segment, b.offset, &req.targets[i]).range(0, b.len));
-        copied[i] = Some(b.len);
-    }
-    if !requests.is_empty() {
-        let handle = engine
-            .submit(requests)
-            .map_err(|e| bad(format!("Cannot reach the client's buffer: {e}.")))?;
-        handle.await.into_result().map_err(|e| {
-            S3Error::new(S3ErrorCode::InternalError)
-                .msg(format!("Writing into the client's buffer failed: {e}."))
-        })?;
-    }
-    Ok(copied)
 }

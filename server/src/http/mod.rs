@@ -10,6 +10,7 @@ pub mod delete_many;
 pub mod error;
 pub mod io;
 pub mod kv_api;
+pub mod kv_copy;
 pub mod meta;
 pub mod multipart;
 pub mod objects;

@@ -1,0 +1,401 @@
+//! The KV calls in which the node moves the bytes for the client: get-into (blocks written
+//! into the client's registered buffer) and put-from (blocks read out of it). One HTTP round
+//! trip per batch, no lease or put id for the client to manage.
+//!
+//! A client on the same host gets the fast path (`crate::kv_direct`): the node maps the
+//! client's buffer once (the client's engine checks the descriptor), and each owning shard
+//! copies its blocks directly, in parallel with the other shards. Any other client is served
+//! through the transfer engine: leases (get-into) or two-phase puts (put-from) and one batch
+//! of one-sided writes or reads over tcp or rdma.
+//!
+//! The buffer is named by descriptors the client minted: either one per key (`targets`) or
+//! one for the whole buffer with `[offset, length]` ranges in it (`buffer` + `ranges`). Every
+//! range is checked against its descriptor before anything moves.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Deserialize;
+use yutu_api::S3ErrorCode;
+use yutu_transfer::{
+    DirectRange, NodeAddress, SegmentDescriptor, TransferEngine, TransferError, TransferRequest,
+};
+
+use super::ctx::Ctx;
+use super::error::S3Error;
+use super::kv_api::{
+    bad, by_shard, check_keys, check_lens, end_puts, json, lease, owner_of, revoke_all,
+    start_puts, DEFAULT_TTL,
+};
+use super::Resp;
+use crate::kv_direct::Copied;
+use crate::shard::Request;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct GetInto {
+    keys: Vec<String>,
+    /// One descriptor per key...
+    #[serde(default)]
+    targets: Option<Vec<SegmentDescriptor>>,
+    /// ...or one for a buffer and an `[offset, room]` range in it per key.
+    #[serde(default)]
+    buffer: Option<SegmentDescriptor>,
+    #[serde(default)]
+    ranges: Option<Vec<(u64, u64)>>,
+    client: NodeAddress,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PutFrom {
+    blocks: Vec<PutFromBlock>,
+    /// The client's buffer; each block is `[offset, offset + len)` of it.
+    buffer: SegmentDescriptor,
+    client: NodeAddress,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutFromBlock {
+    key: String,
+    offset: u64,
+    len: u64,
+}
+
+/// A range of the client's memory: the descriptor that grants it and the part of it meant.
+#[derive(Clone, Copy)]
+struct Span {
+    desc: SegmentDescriptor,
+    offset: u64,
+    len: u64,
+}
+
+fn spans(req: &GetInto) -> Result<Vec<Span>, S3Error> {
+    let n = req.keys.len();
+    let out: Vec<Span> = match (&req.targets, &req.buffer, &req.ranges) {
+        (Some(targets), None, None) => targets
+            .iter()
+            .map(|d| Span {
+                desc: *d,
+                offset: 0,
+                len: d.len,
+            })
+            .collect(),
+        (None, Some(buffer), Some(ranges)) => ranges
+            .iter()
+            .map(|&(offset, len)| Span {
+                desc: *buffer,
+                offset,
+                len,
+            })
+            .collect(),
+        _ => {
+            return Err(bad(
+                "Name the targets either as \"targets\" (a descriptor per key) or as \"buffer\" and \"ranges\".",
+            ))
+        }
+    };
+    if out.len() != n {
+        return Err(bad("Give one target per key."));
+    }
+    check_spans(&out)?;
+    Ok(out)
+}
+
+fn check_spans(spans: &[Span]) -> Result<(), S3Error> {
+    for (i, s) in spans.iter().enumerate() {
+        if s.offset.checked_add(s.len).is_none_or(|end| end > s.desc.len) {
+            return Err(bad(format!(
+                "Range {i} ({} bytes at {}) lies outside its {}-byte descriptor.",
+                s.len, s.offset, s.desc.len
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The node's engine, with `client` known as a peer.
+fn engine_for(ctx: &Ctx, client: &NodeAddress) -> Result<TransferEngine, S3Error> {
+    let (engine, _) = ctx
+        .shard
+        .transfer
+        .as_ref()
+        .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))?;
+    if client.node == engine.node() {
+        return Err(bad("The client's node id is the server's own."));
+    }
+    if engine.peer(client.node).as_ref() != Some(client) {
+        engine.add_peer(client.clone());
+    }
+    Ok(engine.clone())
+}
+
+/// The client's memory mapped here, one range per span; `None` when the client is not
+/// reachable that way (another host, no shm socket, its socket broken), so the caller falls
+/// back to the transfer engine.
+async fn map_spans(engine: &TransferEngine, spans: &[Span]) -> Result<Option<Vec<DirectRange>>, S3Error> {
+    let mut distinct: Vec<SegmentDescriptor> = Vec::new();
+    let mut mapped: HashMap<SegmentDescriptor, DirectRange> = HashMap::new();
+    for s in spans {
+        if mapped.contains_key(&s.desc) || distinct.contains(&s.desc) {
+            continue;
+        }
+        match engine.map_direct_cached(&s.desc) {
+            Some(r) => {
+                mapped.insert(s.desc, r);
+            }
+            None => distinct.push(s.desc),
+        }
+    }
+    if !distinct.is_empty() {
+        // A check round trip with the client: off the shard's thread.
+        let e = engine.clone();
+        let asked = distinct.clone();
+        let answers = match glommio::executor()
+            .spawn_blocking(move || e.map_direct(&asked))
+            .await
+        {
+            Ok(a) => a,
+            Err(TransferError::Unavailable { .. } | TransferError::UnknownPeer { .. }) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(unreachable_buffer(&e)),
+        };
+        for (desc, answer) in distinct.into_iter().zip(answers) {
+            match answer {
+                Ok(r) => {
+                    mapped.insert(desc, r);
+                }
+                Err(e @ TransferError::Refused { .. }) => return Err(unreachable_buffer(&e)),
+                // The client's socket broke: the engine's paths (with tcp) may still work.
+                Err(_) => return Ok(None),
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(spans.len());
+    for s in spans {
+        let r = mapped
+            .get(&s.desc)
+            .ok_or_else(|| S3Error::new(S3ErrorCode::InternalError))?;
+        out.push(r.sub(s.offset, s.len).map_err(|e| unreachable_buffer(&e))?);
+    }
+    Ok(Some(out))
+}
+
+fn unreachable_buffer(e: &TransferError) -> S3Error {
+    bad(format!("Cannot reach the client's buffer: {e}."))
+}
+
+/// `POST /v1/kv/{bucket}/get-into`.
+pub(super) async fn get_into(ctx: &Ctx, bucket: &str, req: GetInto) -> Result<Resp, S3Error> {
+    check_keys(&req.keys)?;
+    let spans = spans(&req)?;
+    let engine = engine_for(ctx, &req.client)?;
+    let copied = match map_spans(&engine, &spans).await? {
+        Some(targets) => copy_out_direct(ctx, bucket, &req.keys, targets).await?,
+        None => copy_out_engine(ctx, &engine, bucket, &req.keys, &spans).await?,
+    };
+    Ok(json(&serde_json::json!({ "copied": copied })))
+}
+
+async fn copy_out_direct(
+    ctx: &Ctx,
+    bucket: &str,
+    keys: &[String],
+    targets: Vec<DirectRange>,
+) -> Result<Vec<Option<u64>>, S3Error> {
+    let groups = by_shard(ctx, bucket, keys);
+    let calls = groups.iter().map(|(shard, idx)| {
+        let items: Vec<(String, DirectRange)> = idx
+            .iter()
+            .map(|&i| (keys[i].clone(), targets[i].clone()))
+            .collect();
+        let b = bucket.to_string();
+        ctx.shard.call(*shard, move |reply| Request::KvCopyOut {
+            bucket: b,
+            items,
+            reply,
+        })
+    });
+    let answers = futures::future::join_all(calls).await;
+    let mut copied = vec![None; keys.len()];
+    for ((_, idx), answer) in groups.iter().zip(answers) {
+        for (&i, c) in idx.iter().zip(answer??) {
+            copied[i] = match c {
+                Copied::Len(n) => Some(n),
+                Copied::Missing => None,
+                Copied::TooSmall { len, room } => {
+                    return Err(bad(format!(
+                        "Target {i} has {room} bytes; block {} has {len}.",
+                        keys[i]
+                    )))
+                }
+            };
+        }
+    }
+    Ok(copied)
+}
+
+/// get-into through the engine: lease, one batch of one-sided writes, release.
+async fn copy_out_engine(
+    ctx: &Ctx,
+    engine: &TransferEngine,
+    bucket: &str,
+    keys: &[String],
+    spans: &[Span],
+) -> Result<Vec<Option<u64>>, S3Error> {
+    let (leases, found) = lease(ctx, bucket, keys, DEFAULT_TTL).await?;
+    let result = async {
+        let mut requests = Vec::new();
+        let mut copied = vec![None; found.len()];
+        let mut segments = ShardSegments::default();
+        for (i, f) in found.iter().enumerate() {
+            let Some((shard, b, _)) = f else { continue };
+            let span = spans[i];
+            if span.len < b.len {
+                return Err(bad(format!(
+                    "Target {i} has {} bytes; block {} has {}.",
+                    span.len, keys[i], b.len
+                )));
+            }
+            let segment = segments.get(ctx, *shard).await?;
+            requests.push(
+                TransferRequest::write(&segment, b.offset, &span.desc).range(span.offset, b.len),
+            );
+            copied[i] = Some(b.len);
+        }
+        run_batch(engine, requests).await?;
+        Ok(copied)
+    }
+    .await;
+    for id in leases {
+        let shard = owner_of(ctx, id)?;
+        let _ = ctx
+            .shard
+            .call(shard, |reply| Request::KvRelease {
+                lease_id: id,
+                reply,
+            })
+            .await;
+    }
+    result
+}
+
+/// The shards' arena segments, fetched once per call.
+#[derive(Default)]
+struct ShardSegments(BTreeMap<usize, yutu_transfer::LocalSegment>);
+
+impl ShardSegments {
+    async fn get(&mut self, ctx: &Ctx, shard: usize) -> Result<yutu_transfer::LocalSegment, S3Error> {
+        if let Some(s) = self.0.get(&shard) {
+            return Ok(s.clone());
+        }
+        let s = ctx
+            .shard
+            .call(shard, |reply| Request::KvSegment { reply })
+            .await?
+            .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))?;
+        self.0.insert(shard, s.clone());
+        Ok(s)
+    }
+}
+
+async fn run_batch(engine: &TransferEngine, requests: Vec<TransferRequest>) -> Result<(), S3Error> {
+    if requests.is_empty() {
+        return Ok(());
+    }
+    let handle = engine
+        .submit(requests)
+        .map_err(|e| unreachable_buffer(&e))?;
+    handle.await.into_result().map_err(|e| {
+        S3Error::new(S3ErrorCode::InternalError)
+            .msg(format!("Moving bytes to or from the client's buffer failed: {e}."))
+    })?;
+    Ok(())
+}
+
+/// `POST /v1/kv/{bucket}/put-from`.
+pub(super) async fn put_from(ctx: &Ctx, bucket: &str, req: PutFrom) -> Result<Resp, S3Error> {
+    let keys: Vec<String> = req.blocks.iter().map(|b| b.key.clone()).collect();
+    check_keys(&keys)?;
+    let lens: Vec<(String, u64)> = req.blocks.iter().map(|b| (b.key.clone(), b.len)).collect();
+    check_lens(ctx, &lens)?;
+    let spans: Vec<Span> = req
+        .blocks
+        .iter()
+        .map(|b| Span {
+            desc: req.buffer,
+            offset: b.offset,
+            len: b.len,
+        })
+        .collect();
+    check_spans(&spans)?;
+    let engine = engine_for(ctx, &req.client)?;
+    let etags = match map_spans(&engine, &spans).await? {
+        Some(sources) => put_from_direct(ctx, bucket, &keys, sources).await?,
+        None => put_from_engine(ctx, &engine, bucket, &lens, &spans).await?,
+    };
+    Ok(json(&serde_json::json!({ "etags": etags })))
+}
+
+async fn put_from_direct(
+    ctx: &Ctx,
+    bucket: &str,
+    keys: &[String],
+    sources: Vec<DirectRange>,
+) -> Result<Vec<String>, S3Error> {
+    let groups = by_shard(ctx, bucket, keys);
+    let calls = groups.iter().map(|(shard, idx)| {
+        let items: Vec<(String, DirectRange)> = idx
+            .iter()
+            .map(|&i| (keys[i].clone(), sources[i].clone()))
+            .collect();
+        let b = bucket.to_string();
+        ctx.shard.call(*shard, move |reply| Request::KvPutFrom {
+            bucket: b,
+            items,
+            reply,
+        })
+    });
+    let answers = futures::future::join_all(calls).await;
+    let mut etags = vec![String::new(); keys.len()];
+    for ((_, idx), answer) in groups.iter().zip(answers) {
+        for (&i, r) in idx.iter().zip(answer?) {
+            etags[i] = r.map_err(|e| S3Error::from(e).key(&keys[i]))?.etag.clone();
+        }
+    }
+    Ok(etags)
+}
+
+/// put-from through the engine: put-start, one batch of one-sided reads from the client into
+/// the reserved ranges, put-end (or revoke when the reads fail).
+async fn put_from_engine(
+    ctx: &Ctx,
+    engine: &TransferEngine,
+    bucket: &str,
+    blocks: &[(String, u64)],
+    spans: &[Span],
+) -> Result<Vec<String>, S3Error> {
+    let (ids, reserved) = start_puts(ctx, bucket, blocks, DEFAULT_TTL).await?;
+    let moved = async {
+        let mut segments = ShardSegments::default();
+        let mut requests = Vec::with_capacity(blocks.len());
+        for ((key, len), (span, desc)) in blocks.iter().zip(spans.iter().zip(&reserved)) {
+            if *len == 0 {
+                continue;
+            }
+            let shard = ctx.shard.owner(bucket, key);
+            let segment = segments.get(ctx, shard).await?;
+            requests.push(
+                TransferRequest::read(&segment, desc.offset, &span.desc).range(span.offset, *len),
+            );
+        }
+        run_batch(engine, requests).await
+    }
+    .await;
+    if let Err(e) = moved {
+        revoke_all(ctx, &ids).await;
+        return Err(e);
+    }
+    end_puts(ctx, &ids).await
+}
