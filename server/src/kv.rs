@@ -91,15 +91,27 @@ pub struct BlockRef {
     pub etag: String,
 }
 
-/// ETag of an object written through the KV path: the first 128 bits of its BLAKE3 hash,
-/// with the `-1` suffix S3 uses for ETags that are not an MD5, so that S3 clients do not
-/// check it against one.
-pub fn kv_etag(data: &[u8]) -> String {
-    let h = blake3::hash(data);
-    format!("\"{}-1\"", hex::encode(&h.as_bytes()[..16]))
-}
-
 impl ShardStore {
+    /// ETag of a block written through the KV path: unique per write (this store's random
+    /// salt and a sequence number), with the `-1` suffix S3 uses for ETags that are not an
+    /// MD5, so that S3 clients do not check it against one. Not a content hash on purpose:
+    /// hashing a 4 KiB block costs as much as the rest of its put.
+    pub fn next_kv_etag(&mut self) -> String {
+        let seq = self.next_id;
+        self.next_id += 1;
+        let mut raw = [0u8; 16];
+        raw[..8].copy_from_slice(&self.etag_salt.to_be_bytes());
+        raw[8..].copy_from_slice(&seq.to_be_bytes());
+        let mut text = [0u8; 32];
+        let mut out = String::with_capacity(36);
+        out.push('"');
+        if hex::encode_to_slice(raw, &mut text).is_ok() {
+            out.push_str(std::str::from_utf8(&text).unwrap_or_default());
+        }
+        out.push_str("-1\"");
+        out
+    }
+
     /// Leases the named objects of a bucket for `ttl`; `None` for a key that is absent.
     pub fn lease(
         &mut self,
@@ -244,7 +256,7 @@ impl ShardStore {
         }
         let mut meta = p.meta;
         meta.size = p.extent.len;
-        meta.etag = kv_etag(self.arena.bytes(&p.extent));
+        meta.etag = self.next_kv_etag();
         meta.last_modified = SystemTime::now();
         let meta = self.publish(&p.bucket, &p.key, p.extent, meta, p.charge);
         Ok((p.bucket, p.key, meta))
@@ -308,8 +320,7 @@ impl ShardStore {
             return Err(StoreError::InvalidRange { size: len });
         }
         meta.size = len;
-        meta.etag = kv_etag(self.arena.bytes(&extent));
-        meta.last_modified = SystemTime::now();
+        meta.etag = self.next_kv_etag();
         Ok(self.publish(bucket, key, extent, meta, charge))
     }
 
@@ -329,8 +340,7 @@ impl ShardStore {
         }
         // On its way to NVMe: still served from the copy kept for the demotion.
         Ok(self
-            .demoting
-            .get(&(bucket.to_string(), key.to_string()))
+            .demoting_get(bucket, key)
             .map(|(meta, data)| f(meta, data)))
     }
 

@@ -16,7 +16,6 @@ use futures::channel::oneshot;
 use yutu_transfer::DirectRange;
 
 use crate::catalog::Durability;
-use crate::kv::kv_etag;
 use crate::s3::conditions::{ReadConditions, WriteConditions};
 use crate::shard::Shard;
 use crate::store::{ObjectMeta, StoreError};
@@ -143,12 +142,13 @@ impl Shard {
         key: &str,
         source: &DirectRange,
     ) -> Result<Arc<ObjectMeta>, StoreError> {
-        let meta = self
-            .store
-            .borrow_mut()
-            .put_filled(bucket, key, source.len(), kv_meta(source.len()), |dst| {
-                source.read_at(0, dst).is_ok()
-            })?;
+        let meta = self.store.borrow_mut().put_filled(
+            bucket,
+            key,
+            source.len(),
+            kv_meta(source.len()),
+            |dst| source.read_at(0, dst).is_ok(),
+        )?;
         if let Some(nvme) = self.nvme.clone() {
             if nvme.get(bucket, key).is_some() {
                 nvme.delete(bucket, key)
@@ -176,7 +176,7 @@ impl Shard {
             .read_at(0, &mut data)
             .map_err(|_| StoreError::InvalidRange { size: source.len() })?;
         let mut meta = kv_meta(source.len());
-        meta.etag = kv_etag(&data);
+        meta.etag = self.store.borrow_mut().next_kv_etag();
         let (tx, rx) = oneshot::channel();
         self.tiered_put(
             bucket.to_string(),

@@ -179,6 +179,9 @@ pub struct ShardStore {
     /// Most bytes waiting for demotion; 0 when there is no NVMe tier. Past it, evicted
     /// objects are dropped instead of demoted (the admission policy under back-pressure).
     demote_budget: u64,
+    /// Random per store instance: with `next_id`, makes KV ETags unique across shards and
+    /// restarts (see `kv::ShardStore::next_kv_etag`).
+    pub(crate) etag_salt: u64,
 }
 
 impl ShardStore {
@@ -204,6 +207,7 @@ impl ShardStore {
             demote_queue: VecDeque::new(),
             demote_bytes: 0,
             demote_budget: 0,
+            etag_salt: random_salt(),
         }
     }
 
@@ -534,7 +538,7 @@ impl ShardStore {
     ) -> Result<(Arc<ObjectMeta>, Option<ByteRange>, Bytes), StoreError> {
         let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
         let Some(entry) = part.objects.get(key) else {
-            let demoting = self.demoting.get(&(bucket.to_string(), key.to_string()));
+            let demoting = self.demoting_get(bucket, key);
             return match demoting {
                 Some((meta, data)) => serve(meta, data, range, head_only, cond),
                 None => Err(StoreError::NoSuchKey),
@@ -589,8 +593,26 @@ impl ShardStore {
         Ok(crate::listing::merge(vec![dram, flying], q.limit.saturating_add(1)).0)
     }
 
+    /// An object on its way to NVMe (no allocation when nothing is being demoted).
+    pub(crate) fn demoting_get(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Option<&(Arc<ObjectMeta>, Bytes)> {
+        if self.demoting.is_empty() {
+            return None;
+        }
+        self.demoting.get(&(bucket.to_string(), key.to_string()))
+    }
+
     pub(crate) fn remove_entry(&mut self, bucket: &str, key: &str) -> bool {
-        let was_demoting = match self.demoting.remove(&(bucket.to_string(), key.to_string())) {
+        // Most stores demote nothing: skip building the owned lookup key then.
+        let demoted = if self.demoting.is_empty() {
+            None
+        } else {
+            self.demoting.remove(&(bucket.to_string(), key.to_string()))
+        };
+        let was_demoting = match demoted {
             Some((m, _)) => {
                 self.demote_bytes -= m.size;
                 true
@@ -674,6 +696,16 @@ impl ShardStore {
         self.metrics
             .set_dram(self.used, self.capacity, self.ids.len() as u64);
     }
+}
+
+/// 64 random bits from the standard library's per-process hash seed and the clock.
+fn random_salt() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    if let Ok(t) = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    h.finish()
 }
 
 /// Answers a read of `meta`/`all` (the whole object): conditions, then the range.

@@ -1,19 +1,24 @@
-//! The `kv` suite: the KV block API of a real `yutu-server` (`/v1/kv/...` control calls over
-//! HTTP, bytes moved one-sidedly by a client transfer engine in this process), against what the
-//! same machine does without Yutu, measured in the same run.
+//! The `kv` suite: the KV block API of a real `yutu-server`, driven through the client library
+//! (`yutu_client::kv::KvClient`: one HTTP call per batch, the node moves the bytes) and through
+//! the raw API with a client-side transfer engine (leases and one-sided reads), against what
+//! the same machine does without Yutu, measured in the same run.
 //!
-//! - `get_2MiB_shm`: one `get` call for a batch of 2 MiB keys, one-sided reads of the returned
-//!   descriptors forced over shm, one `release`; GB/s with the control calls counted in the
-//!   time. Reference: one thread `memcpy`ing the same number of 2 MiB blocks between mappings.
-//! - `get_2MiB_tcp`: the same forced over tcp. Reference: one raw loopback TCP stream carrying
-//!   2 MiB blocks, no protocol at all.
-//! - `put_get_4KiB_batched`: 4 KiB blocks in batches of 64 keys, alternating a put
-//!   (`put-start`, one-sided writes over shm, `put-end`) and a get (`get`, reads, `release`);
-//!   blocks per second over both. Reference: `redis-benchmark -t set,get -d 4096 -P 64` against
-//!   a redis-server started here (set and get combined as total requests over total time).
+//! - `get_into_2MiB_shm`: `batch_get_into` of a batch of 2 MiB keys into a registered buffer
+//!   on the same host (the owning shards copy into the client's mapped buffer); GB/s with the
+//!   HTTP call counted. Reference: one thread `memcpy`ing the same number of 2 MiB blocks
+//!   between mappings.
+//! - `get_2MiB_shm_client_read`: the raw form: `get` (leases, descriptors), one-sided reads by
+//!   the client's engine forced over shm, `release`. Same reference; no target (it is the path
+//!   for engines that read themselves, e.g. over RDMA).
+//! - `get_2MiB_tcp`: the raw form forced over tcp. Reference: one raw loopback TCP stream
+//!   carrying 2 MiB blocks, no protocol at all.
+//! - `put_get_4KiB_batched`: 4 KiB blocks in batches of `--small-batch` keys, alternating
+//!   `batch_put_from` and `batch_get_into` through the client library; blocks per second over
+//!   both. Reference: `redis-benchmark -t set,get -d 4096 -P <small-batch>` against a
+//!   redis-server started here (set and get combined as total requests over total time).
 //!   Extra row `put_get_4KiB_batched_vs_memcached`: memcached started here, driven by a
-//!   single-connection client in this file alternating 64 pipelined `set`s and one 64-key
-//!   `get`, the same shape as Yutu's side.
+//!   single-connection client in this file alternating `small-batch` pipelined `set`s and one
+//!   multi-key `get`, the same shape as Yutu's side.
 //!
 //! The 2 MiB cases alternate Yutu and the reference in rounds (as the `transfer` suite does);
 //! the 4 KiB references run after yutu-server is stopped, one at a time, so no server competes
@@ -68,11 +73,18 @@ pub struct KvArgs {
     #[arg(long, default_value_t = 4096)]
     pub small_keys: usize,
     /// 4 KiB keys per put or get call (also redis-benchmark's -P and memcached's batch).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 256)]
     pub small_batch: usize,
     /// Requests redis-benchmark sends per test (-n).
     #[arg(long, default_value_t = 400_000)]
     pub redis_requests: u64,
+    /// Client threads of the 4 KiB put/get case, each with its own connection and buffer
+    /// (and memcached's connections; redis-benchmark keeps its default 50).
+    #[arg(long, default_value_t = 2)]
+    pub clients: usize,
+    /// Only the 4 KiB put/get case (for profiling it).
+    #[arg(long)]
+    pub small_only: bool,
     /// DRAM given to yutu-server (`--memory`).
     #[arg(long, default_value = "1GiB")]
     pub yutu_memory: String,
@@ -108,147 +120,182 @@ fn run_blocking(args: &KvArgs) -> anyhow::Result<Report> {
         let mut server = Server::start(&bin, &args.yutu_memory)?;
         let client = KvClient::connect(server.addr, dir.path(), args)?;
 
-        eprintln!("storing {} x 2 MiB blocks...", args.big_keys);
-        let big_keys: Vec<String> = (0..args.big_keys).map(|i| format!("big-{i}")).collect();
-        for chunk in (0..args.big_keys)
-            .collect::<Vec<_>>()
-            .chunks(args.big_batch)
-        {
-            let keys: Vec<&str> = chunk.iter().map(|&i| big_keys[i].as_str()).collect();
-            for (slot, &i) in chunk.iter().enumerate() {
-                client
-                    .buf
-                    .region()
-                    .write_at((slot * BIG) as u64, &pattern(BIG, i as u64))?;
+        let lib = LibClient::connect(server.addr, args)?;
+        if !args.small_only {
+            eprintln!("storing {} x 2 MiB blocks...", args.big_keys);
+            let big_keys: Vec<String> = (0..args.big_keys).map(|i| format!("big-{i}")).collect();
+            for chunk in (0..args.big_keys)
+                .collect::<Vec<_>>()
+                .chunks(args.big_batch)
+            {
+                let keys: Vec<&str> = chunk.iter().map(|&i| big_keys[i].as_str()).collect();
+                for (slot, &i) in chunk.iter().enumerate() {
+                    client
+                        .buf
+                        .region()
+                        .write_at((slot * BIG) as u64, &pattern(BIG, i as u64))?;
+                }
+                client.put(&keys, BIG, TransportKind::Shm)?;
             }
-            client.put(&keys, BIG, TransportKind::Shm)?;
-        }
 
-        for (kind, name, reference_name) in [
-            (TransportKind::Shm, "get_2MiB_shm", "memcpy_2MiB"),
-            (TransportKind::Tcp, "get_2MiB_tcp", "tcp_stream_2MiB"),
-        ] {
-            eprintln!("{name}: kv get over {kind} against {reference_name}...");
-            let batches = args.big_keys / args.big_batch;
-            let batch_keys = |step: usize| -> Vec<&str> {
-                let first = (step % batches) * args.big_batch;
-                big_keys[first..first + args.big_batch]
-                    .iter()
-                    .map(String::as_str)
-                    .collect()
-            };
-            // Correctness first: one batch read back and compared.
-            client.get(&batch_keys(0), BIG, kind)?;
-            client.verify(args.big_batch, BIG, 0)?;
-            let mut errors = 0u64;
-            let (yutu, base) = if kind == TransportKind::Shm {
+            {
+                eprintln!("get_into_2MiB_shm: batch_get_into against memcpy_2MiB...");
+                let batches = args.big_keys / args.big_batch;
+                let batch_keys = |step: usize| -> Vec<String> {
+                    let first = (step % batches) * args.big_batch;
+                    big_keys[first..first + args.big_batch].to_vec()
+                };
+                let offsets: Vec<u64> = (0..args.big_batch).map(|i| (i * BIG) as u64).collect();
+                let copied = lib.get_into(&batch_keys(0), &offsets)?;
+                ensure!(
+                    copied.iter().all(|c| *c == Some(BIG as u64)),
+                    "a 2 MiB block is missing"
+                );
+                let mut back = vec![0u8; BIG];
+                for i in 0..args.big_batch {
+                    lib.buf.read_at((i * BIG) as u64, &mut back)?;
+                    ensure!(
+                        back == pattern(BIG, i as u64),
+                        "get-into block {i} came back wrong"
+                    );
+                }
                 let memcpy = Memcpy::new(args.big_keys, args.big_batch)?;
-                interleave(
+                let (yutu, base) = interleave(
                     args,
                     batches,
                     |step| {
-                        errors += client.get(&batch_keys(step), BIG, kind)?;
+                        lib.get_into(&batch_keys(step), &offsets)?;
                         Ok(())
                     },
                     |step| {
                         memcpy.copy_batch(step);
                         Ok(())
                     },
-                )?
-            } else {
-                let mut stream = Stream::start(args.big_keys, args.big_batch)?;
-                let r = interleave(
-                    args,
-                    batches,
-                    |step| {
-                        errors += client.get(&batch_keys(step), BIG, kind)?;
-                        Ok(())
-                    },
-                    |_| stream.receive_batch(),
                 )?;
-                stream.stop()?;
-                r
-            };
-            server.check_running()?;
-            let gbps = |(steps, time): (usize, Duration)| {
-                (steps * args.big_batch * BIG) as f64 / time.as_secs_f64() / 1e9
-            };
-            let (yutu, base) = (gbps(yutu), gbps(base));
-            results.push(
-                BenchResult {
-                    name: name.to_owned(),
-                    value: Some(yutu),
-                    unit: "GB/s".to_owned(),
-                    p50_us: None,
-                    p99_us: None,
-                    mb_per_s: Some(yutu * 1000.0),
-                    errors: Some(errors),
-                    reference: Some(Reference {
-                        name: reference_name.to_owned(),
-                        value: base,
-                        p50_us: None,
-                        p99_us: None,
-                        mb_per_s: Some(base * 1000.0),
-                        errors: Some(0),
-                    }),
-                    ratio: None,
-                    target: Some(0.8),
-                }
-                .with_ratio(),
-            );
+                server.check_running()?;
+                results.push(big_result(
+                    args,
+                    "get_into_2MiB_shm",
+                    "memcpy_2MiB",
+                    yutu,
+                    base,
+                    0,
+                    Some(0.8),
+                ));
+            }
+
+            for (kind, name, reference_name, target) in [
+                (
+                    TransportKind::Shm,
+                    "get_2MiB_shm_client_read",
+                    "memcpy_2MiB",
+                    None,
+                ),
+                (
+                    TransportKind::Tcp,
+                    "get_2MiB_tcp",
+                    "tcp_stream_2MiB",
+                    Some(0.8),
+                ),
+            ] {
+                eprintln!("{name}: kv get over {kind} against {reference_name}...");
+                let batches = args.big_keys / args.big_batch;
+                let batch_keys = |step: usize| -> Vec<&str> {
+                    let first = (step % batches) * args.big_batch;
+                    big_keys[first..first + args.big_batch]
+                        .iter()
+                        .map(String::as_str)
+                        .collect()
+                };
+                // Correctness first: one batch read back and compared.
+                client.get(&batch_keys(0), BIG, kind)?;
+                client.verify(args.big_batch, BIG, 0)?;
+                let mut errors = 0u64;
+                let (yutu, base) = if kind == TransportKind::Shm {
+                    let memcpy = Memcpy::new(args.big_keys, args.big_batch)?;
+                    interleave(
+                        args,
+                        batches,
+                        |step| {
+                            errors += client.get(&batch_keys(step), BIG, kind)?;
+                            Ok(())
+                        },
+                        |step| {
+                            memcpy.copy_batch(step);
+                            Ok(())
+                        },
+                    )?
+                } else {
+                    let mut stream = Stream::start(args.big_keys, args.big_batch)?;
+                    let r = interleave(
+                        args,
+                        batches,
+                        |step| {
+                            errors += client.get(&batch_keys(step), BIG, kind)?;
+                            Ok(())
+                        },
+                        |_| stream.receive_batch(),
+                    )?;
+                    stream.stop()?;
+                    r
+                };
+                server.check_running()?;
+                results.push(big_result(
+                    args,
+                    name,
+                    reference_name,
+                    yutu,
+                    base,
+                    errors,
+                    target,
+                ));
+            }
         }
 
         eprintln!("put_get_4KiB_batched: yutu...");
         let small_keys: Vec<String> = (0..args.small_keys).map(|i| format!("small-{i}")).collect();
         let batches = args.small_keys / args.small_batch;
-        let batch_keys = |step: usize| -> Vec<&str> {
+        let batch_keys = |step: usize| -> &[String] {
             let first = (step % batches) * args.small_batch;
-            small_keys[first..first + args.small_batch]
-                .iter()
-                .map(String::as_str)
-                .collect()
+            &small_keys[first..first + args.small_batch]
         };
+        let put_offsets: Vec<u64> = (0..args.small_batch).map(|i| (i * SMALL) as u64).collect();
+        let get_offsets: Vec<u64> = put_offsets.iter().map(|o| lib.half + o).collect();
+        let lens = vec![SMALL as u64; args.small_batch];
         for step in 0..batches {
             for slot in 0..args.small_batch {
                 let key = (step * args.small_batch + slot) as u64;
-                client
-                    .buf
-                    .region()
+                lib.buf
                     .write_at((slot * SMALL) as u64, &pattern(SMALL, key))?;
             }
-            client.put(&batch_keys(step), SMALL, TransportKind::Shm)?;
+            lib.kv
+                .batch_put_from(BUCKET, batch_keys(step), &lib.buf, &put_offsets, &lens)?;
         }
         // Read back batch 0 into the second half of the buffer and compare.
-        client.get_at(&batch_keys(0), SMALL, TransportKind::Shm, client.half)?;
+        lib.get_into(batch_keys(0), &get_offsets)?;
         for slot in 0..args.small_batch {
             let mut back = vec![0u8; SMALL];
-            client
-                .buf
-                .region()
-                .read_at(client.half + (slot * SMALL) as u64, &mut back)?;
+            lib.buf
+                .read_at(lib.half + (slot * SMALL) as u64, &mut back)?;
             ensure!(
                 back == pattern(SMALL, slot as u64),
                 "4 KiB block {slot} came back with the wrong bytes"
             );
         }
-        let mut errors = 0u64;
-        let mut ops = 0u64;
-        client.take_times();
-        let start = Instant::now();
-        let mut step = 0usize;
-        while start.elapsed() < duration {
-            let keys = batch_keys(step);
-            client.put(&keys, SMALL, TransportKind::Shm)?;
-            errors += client.get_at(&keys, SMALL, TransportKind::Shm, client.half)?;
-            ops += 2 * keys.len() as u64;
-            step += 1;
-        }
-        let rate = ops as f64 / start.elapsed().as_secs_f64();
-        let (control, transfers) = client.take_times();
+        drop(lib);
+        let shape = SmallShape {
+            keys: &small_keys,
+            batch: args.small_batch,
+            clients: args.clients,
+            duration,
+        };
+        let (rate, errors, put_time, get_time, rounds) = small_yutu_run(server.addr, args, &shape)?;
         eprintln!(
-            "yutu: {step} put+get rounds; per round {:.0} us in 4 control calls, {:.0} us in 2 one-sided batches",
-            control.as_secs_f64() * 1e6 / step.max(1) as f64,
-            transfers.as_secs_f64() * 1e6 / step.max(1) as f64
+            "yutu: {rounds} put+get rounds of {} keys over {} clients; per round {:.0} us in batch_put_from, {:.0} us in batch_get_into",
+            args.small_batch,
+            args.clients,
+            put_time.as_secs_f64() * 1e6 / rounds.max(1) as f64,
+            get_time.as_secs_f64() * 1e6 / rounds.max(1) as f64
         );
         server.check_running()?;
         (rate, errors)
@@ -307,6 +354,155 @@ fn run_blocking(args: &KvArgs) -> anyhow::Result<Report> {
     })
 }
 
+/// What the 4 KiB put/get case cycles over: the keys, cut into batches dealt round-robin to
+/// the client threads.
+struct SmallShape<'a> {
+    keys: &'a [String],
+    batch: usize,
+    clients: usize,
+    duration: Duration,
+}
+
+/// Runs `clients` threads, each with its own `KvClient` and buffer, alternating
+/// `batch_put_from` and `batch_get_into` over its share of the batches for the duration.
+/// Returns (blocks per second, failed gets, put time, get time, rounds), times summed over
+/// threads.
+fn small_yutu_run(
+    addr: SocketAddr,
+    args: &KvArgs,
+    shape: &SmallShape<'_>,
+) -> anyhow::Result<(f64, u64, Duration, Duration, usize)> {
+    let batches = shape.keys.len() / shape.batch;
+    let start = Instant::now();
+    let outcomes: Vec<anyhow::Result<(u64, u64, Duration, Duration, usize)>> =
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..shape.clients)
+                .map(|t| {
+                    scope.spawn(
+                        move || -> anyhow::Result<(u64, u64, Duration, Duration, usize)> {
+                            let lib = LibClient::connect(addr, args)?;
+                            let put_offsets: Vec<u64> =
+                                (0..shape.batch).map(|i| (i * SMALL) as u64).collect();
+                            let get_offsets: Vec<u64> =
+                                put_offsets.iter().map(|o| lib.half + o).collect();
+                            let lens = vec![SMALL as u64; shape.batch];
+                            for (slot, off) in put_offsets.iter().enumerate() {
+                                lib.buf.write_at(*off, &pattern(SMALL, slot as u64))?;
+                            }
+                            let (mut ops, mut errors, mut rounds) = (0u64, 0u64, 0usize);
+                            let (mut put_time, mut get_time) = (Duration::ZERO, Duration::ZERO);
+                            let mut step = t;
+                            while start.elapsed() < shape.duration {
+                                let first = (step % batches) * shape.batch;
+                                let keys = &shape.keys[first..first + shape.batch];
+                                let t0 = Instant::now();
+                                lib.kv.batch_put_from(
+                                    BUCKET,
+                                    keys,
+                                    &lib.buf,
+                                    &put_offsets,
+                                    &lens,
+                                )?;
+                                let t1 = Instant::now();
+                                errors += lib
+                                    .get_into(keys, &get_offsets)?
+                                    .iter()
+                                    .filter(|c| **c != Some(SMALL as u64))
+                                    .count() as u64;
+                                put_time += t1 - t0;
+                                get_time += t1.elapsed();
+                                ops += 2 * keys.len() as u64;
+                                rounds += 1;
+                                step += shape.clients;
+                            }
+                            Ok((ops, errors, put_time, get_time, rounds))
+                        },
+                    )
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a client thread panicked")))
+                })
+                .collect()
+        });
+    let elapsed = start.elapsed();
+    let (mut ops, mut errors, mut put, mut get, mut rounds) =
+        (0, 0, Duration::ZERO, Duration::ZERO, 0);
+    for o in outcomes {
+        let (o, e, p, g, r) = o?;
+        ops += o;
+        errors += e;
+        put += p;
+        get += g;
+        rounds += r;
+    }
+    Ok((ops as f64 / elapsed.as_secs_f64(), errors, put, get, rounds))
+}
+
+/// A 2 MiB row: GB/s of both sides and their ratio.
+fn big_result(
+    args: &KvArgs,
+    name: &str,
+    reference_name: &str,
+    yutu: Side,
+    base: Side,
+    errors: u64,
+    target: Option<f64>,
+) -> BenchResult {
+    let gbps =
+        |(steps, time): Side| (steps * args.big_batch * BIG) as f64 / time.as_secs_f64() / 1e9;
+    let (yutu, base) = (gbps(yutu), gbps(base));
+    BenchResult {
+        name: name.to_owned(),
+        value: Some(yutu),
+        unit: "GB/s".to_owned(),
+        p50_us: None,
+        p99_us: None,
+        mb_per_s: Some(yutu * 1000.0),
+        errors: Some(errors),
+        reference: Some(Reference {
+            name: reference_name.to_owned(),
+            value: base,
+            p50_us: None,
+            p99_us: None,
+            mb_per_s: Some(base * 1000.0),
+            errors: Some(0),
+        }),
+        ratio: None,
+        target,
+    }
+    .with_ratio()
+}
+
+/// The client library as an inference engine would use it: one `KvClient`, one registered
+/// buffer (two halves: put sources, get targets).
+struct LibClient {
+    kv: yutu_client::kv::KvClient,
+    buf: yutu_client::kv::Buffer,
+    half: u64,
+}
+
+impl LibClient {
+    fn connect(addr: SocketAddr, args: &KvArgs) -> anyhow::Result<LibClient> {
+        let kv = yutu_client::kv::KvClient::new(
+            &format!("http://{addr}"),
+            yutu_client::kv::KvOptions::default(),
+        )?;
+        let half = (args.big_batch * BIG).max(args.small_batch * SMALL) as u64;
+        let buf = kv.register(2 * half)?;
+        // Touch every page once, as a long-running engine's buffer would be.
+        buf.write_at(0, &vec![0u8; 2 * half as usize])?;
+        Ok(LibClient { kv, buf, half })
+    }
+
+    fn get_into(&self, keys: &[String], offsets: &[u64]) -> anyhow::Result<Vec<Option<u64>>> {
+        Ok(self.kv.batch_get_into(BUCKET, keys, &self.buf, offsets)?)
+    }
+}
+
 /// Runs both sides for `--duration-secs` each, in alternating rounds, after one unmeasured pass
 /// over every batch; returns (steps, time) of each side.
 fn interleave(
@@ -347,6 +543,11 @@ impl Server {
         let mut cmd = Command::new(bin);
         cmd.args(["--no-auth", "--listen", "127.0.0.1:0", "--memory", memory])
             .args(["--nvme-capacity", "0"])
+            .args(
+                std::env::var("YUTU_BENCH_SERVER_ARGS")
+                    .map(|a| a.split_whitespace().map(String::from).collect::<Vec<_>>())
+                    .unwrap_or_default(),
+            )
             .arg("--data-dir")
             .arg(data.path())
             .env("NO_COLOR", "1");
@@ -483,16 +684,12 @@ struct PutStarted {
     descriptor: SegmentDescriptor,
 }
 
-/// The client side of the KV API: one HTTP connection for the control calls and one transfer
-/// engine with a registered buffer (two halves of `2 * big_batch * 2 MiB`) for the bytes.
+/// The raw client side of the KV API: one HTTP connection for the control calls and one
+/// transfer engine with a registered buffer (`big_batch * 2 MiB`) for the one-sided reads.
 struct KvClient {
     http: std::cell::RefCell<Http>,
     engine: TransferEngine,
     buf: LocalSegment,
-    half: u64,
-    /// Time spent in control calls and in one-sided batches, for the progress output.
-    control: std::cell::Cell<Duration>,
-    transfers: std::cell::Cell<Duration>,
 }
 
 impl KvClient {
@@ -512,46 +709,31 @@ impl KvClient {
         config.rdma = RdmaMode::Off;
         let engine = TransferEngine::start(config).context("starting the client engine")?;
         engine.add_peer(server);
-        let half = (args.big_batch * BIG).max(args.small_batch * SMALL);
-        let region = MemoryRegion::allocate("kv-bench-client", 2 * half, HugePages::Auto)?;
-        region.write_at(0, &vec![0u8; 2 * half])?;
+        let len = args.big_batch * BIG;
+        let region = MemoryRegion::allocate("kv-bench-client", len, HugePages::Auto)?;
+        region.write_at(0, &vec![0u8; len])?;
         let buf = engine.register(region)?;
         Ok(KvClient {
             http: std::cell::RefCell::new(http),
             engine,
             buf,
-            half: half as u64,
-            control: Default::default(),
-            transfers: Default::default(),
         })
     }
 
     fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
-        let start = Instant::now();
-        let out = self.http.borrow_mut().post(path, body);
-        self.control.set(self.control.get() + start.elapsed());
-        out
+        self.http.borrow_mut().post(path, body)
     }
 
-    /// Submits one batch over `kind` and waits for it, timing it.
+    /// Submits one batch over `kind` and waits for it.
     fn transfer(
         &self,
         reqs: impl IntoIterator<Item = TransferRequest>,
         kind: TransportKind,
     ) -> anyhow::Result<yutu_transfer::BatchResult> {
-        let start = Instant::now();
-        let result = self
-            .engine
+        self.engine
             .submit_via(reqs, &[kind])?
             .wait_timeout(IO_TIMEOUT)
-            .context("a one-sided batch timed out");
-        self.transfers.set(self.transfers.get() + start.elapsed());
-        result
-    }
-
-    /// Control and transfer time since the last call, zeroing both.
-    fn take_times(&self) -> (Duration, Duration) {
-        (self.control.take(), self.transfers.take())
+            .context("a one-sided batch timed out")
     }
 
     /// Writes `keys.len()` blocks of `len` bytes from the start of the buffer: put-start,
@@ -581,18 +763,8 @@ impl KvClient {
         Ok(())
     }
 
+    /// get, one-sided reads over `kind` into the buffer, release; the failed reads.
     fn get(&self, keys: &[&str], len: usize, kind: TransportKind) -> anyhow::Result<u64> {
-        self.get_at(keys, len, kind, 0)
-    }
-
-    /// get, one-sided reads over `kind` into the buffer from `base`, release; the failed reads.
-    fn get_at(
-        &self,
-        keys: &[&str],
-        len: usize,
-        kind: TransportKind,
-        base: u64,
-    ) -> anyhow::Result<u64> {
         let got: GetReply = serde_json::from_value(
             self.post(&format!("/v1/kv/{BUCKET}/get"), &json!({ "keys": keys }))?,
         )?;
@@ -608,7 +780,7 @@ impl KvClient {
                 "a block came back with length {}",
                 d.len
             );
-            reads.push(TransferRequest::read(&self.buf, base + (i * len) as u64, d));
+            reads.push(TransferRequest::read(&self.buf, (i * len) as u64, d));
         }
         let result = self.transfer(reads, kind)?;
         let mut errors = 0;
@@ -708,7 +880,7 @@ fn redis_reference(args: &KvArgs, dir: &Path) -> anyhow::Result<(String, f64)> {
     eprintln!("redis-benchmark: SET {set:.0}/s, GET {get:.0}/s");
     // Equal request counts: the combined rate is 2 / (1/set + 1/get).
     Ok((
-        "redis_set_get_4KiB_P64".to_owned(),
+        format!("redis_set_get_4KiB_P{}", args.small_batch),
         2.0 / (1.0 / set + 1.0 / get),
     ))
 }
@@ -760,16 +932,6 @@ fn memcached_reference(args: &KvArgs, duration: Duration) -> anyhow::Result<(Str
     }
     let (mut server, _lines) = ChildGuard::spawn("memcached", &mut cmd)?;
     wait_listening(&mut server, port)?;
-    let sock = TcpStream::connect(("127.0.0.1", port))?;
-    sock.set_nodelay(true)?;
-    sock.set_read_timeout(Some(IO_TIMEOUT))?;
-    let mut mc = Memcache {
-        reader: BufReader::with_capacity(1 << 20, sock.try_clone()?),
-        writer: sock,
-        wbuf: Vec::new(),
-        line: Vec::new(),
-        value: vec![0; SMALL + 2],
-    };
     let keys: Vec<String> = (0..args.small_keys).map(|i| format!("small-{i}")).collect();
     let values: Vec<Vec<u8>> = (0..args.small_keys)
         .map(|i| pattern(SMALL, i as u64))
@@ -779,22 +941,52 @@ fn memcached_reference(args: &KvArgs, duration: Duration) -> anyhow::Result<(Str
         let first = (step % batches) * args.small_batch;
         first..first + args.small_batch
     };
-    for step in 0..batches {
-        mc.set(&keys[range(step)], &values[range(step)])?;
+    {
+        let mut mc = Memcache::connect(port)?;
+        for step in 0..batches {
+            mc.set(&keys[range(step)], &values[range(step)])?;
+        }
+        mc.get(&keys[range(0)], Some(&values[range(0)]))?;
     }
-    mc.get(&keys[range(0)], Some(&values[range(0)]))?;
-    let mut ops = 0u64;
     let start = Instant::now();
-    let mut step = 0usize;
-    while start.elapsed() < duration {
-        mc.set(&keys[range(step)], &values[range(step)])?;
-        mc.get(&keys[range(step)], None)?;
-        ops += 2 * args.small_batch as u64;
-        step += 1;
+    let counts: Vec<anyhow::Result<u64>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..args.clients)
+            .map(|t| {
+                let (keys, values) = (&keys, &values);
+                scope.spawn(move || -> anyhow::Result<u64> {
+                    let mut mc = Memcache::connect(port)?;
+                    let (mut ops, mut step) = (0u64, t);
+                    while start.elapsed() < duration {
+                        mc.set(&keys[range(step)], &values[range(step)])?;
+                        mc.get(&keys[range(step)], None)?;
+                        ops += 2 * args.small_batch as u64;
+                        step += args.clients;
+                    }
+                    Ok(ops)
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a client thread panicked")))
+            })
+            .collect()
+    });
+    let mut ops = 0u64;
+    for c in counts {
+        ops += c?;
     }
     let rate = ops as f64 / start.elapsed().as_secs_f64();
     server.check_running()?;
-    Ok(("memcached_set_get_4KiB_x64".to_owned(), rate))
+    Ok((
+        format!(
+            "memcached_set_get_4KiB_x{}_c{}",
+            args.small_batch, args.clients
+        ),
+        rate,
+    ))
 }
 
 /// A pipelined text-protocol memcached client on one connection.
@@ -807,6 +999,19 @@ struct Memcache {
 }
 
 impl Memcache {
+    fn connect(port: u16) -> anyhow::Result<Memcache> {
+        let sock = TcpStream::connect(("127.0.0.1", port))?;
+        sock.set_nodelay(true)?;
+        sock.set_read_timeout(Some(IO_TIMEOUT))?;
+        Ok(Memcache {
+            reader: BufReader::with_capacity(1 << 20, sock.try_clone()?),
+            writer: sock,
+            wbuf: Vec::new(),
+            line: Vec::new(),
+            value: vec![0; SMALL + 2],
+        })
+    }
+
     fn read_line(&mut self) -> anyhow::Result<&[u8]> {
         self.line.clear();
         ensure!(

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::{json, Value};
 use ureq::Agent;
 use yutu_transfer::{
@@ -118,6 +119,8 @@ impl Default for KvOptions {
 /// The engine and what must outlive it; the shm directory goes when the last user does.
 struct Inner {
     engine: TransferEngine,
+    /// The engine's address, sent with every call in which the server moves the bytes.
+    address: NodeAddress,
     shm_dir: Option<PathBuf>,
 }
 
@@ -240,7 +243,11 @@ impl KvClient {
                 return Err(e.into());
             }
         };
-        let inner = Arc::new(Inner { engine, shm_dir });
+        let inner = Arc::new(Inner {
+            address: engine.address(),
+            engine,
+            shm_dir,
+        });
         let server: NodeAddress = call_get(&agent, &base, "/v1/kv/engine")?;
         if server.node == inner.engine.node() {
             return Err(KvError::InvalidArgument(format!(
@@ -313,16 +320,15 @@ impl KvClient {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let blocks: Vec<Value> = keys
-            .iter()
-            .zip(offsets.iter().zip(lengths))
-            .map(|(k, (o, l))| json!({"key": k, "offset": o, "len": l}))
-            .collect();
-        let body = json!({
-            "blocks": blocks,
-            "buffer": buf.whole()?,
-            "client": self.inner.engine.address(),
-        });
+        let body = wire::PutFrom {
+            blocks: keys
+                .iter()
+                .zip(offsets.iter().zip(lengths))
+                .map(|(key, (&offset, &len))| wire::PutFromBlock { key, offset, len })
+                .collect(),
+            buffer: buf.whole()?,
+            client: &self.inner.address,
+        };
         let ended: wire::Etags = self.call_post(&kv_path(bucket, "put-from")?, &body)?;
         expect_len(ended.etags.len(), keys.len(), "put-from")?;
         Ok(ended.etags)
@@ -491,12 +497,12 @@ impl KvClient {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let body = json!({
-            "keys": keys,
-            "buffer": buf.whole()?,
-            "ranges": ranges,
-            "client": self.inner.engine.address(),
-        });
+        let body = wire::GetInto {
+            keys,
+            buffer: buf.whole()?,
+            ranges,
+            client: &self.inner.address,
+        };
         let answer: wire::Copied = self.call_post(&kv_path(bucket, "get-into")?, &body)?;
         if answer.copied.len() != keys.len() {
             return Err(KvError::InvalidResponse(format!(
@@ -569,7 +575,11 @@ impl KvClient {
         Ok(())
     }
 
-    fn call_post<T: DeserializeOwned>(&self, path: &str, body: &Value) -> Result<T, KvError> {
+    fn call_post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<T, KvError> {
         let raw = serde_json::to_vec(body)
             .map_err(|e| KvError::InvalidArgument(format!("cannot encode the request: {e}")))?;
         let resp = self

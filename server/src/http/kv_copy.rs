@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use yutu_api::S3ErrorCode;
 use yutu_transfer::{
     DirectRange, NodeAddress, SegmentDescriptor, TransferEngine, TransferError, TransferRequest,
@@ -23,8 +23,8 @@ use yutu_transfer::{
 use super::ctx::Ctx;
 use super::error::S3Error;
 use super::kv_api::{
-    bad, by_shard, check_keys, check_lens, end_puts, json, lease, owner_of, revoke_all,
-    start_puts, DEFAULT_TTL,
+    bad, by_shard, check_keys, check_lens, end_puts, json, lease, owner_of, revoke_all, start_puts,
+    DEFAULT_TTL,
 };
 use super::Resp;
 use crate::kv_direct::Copied;
@@ -104,7 +104,10 @@ fn spans(req: &GetInto) -> Result<Vec<Span>, S3Error> {
 
 fn check_spans(spans: &[Span]) -> Result<(), S3Error> {
     for (i, s) in spans.iter().enumerate() {
-        if s.offset.checked_add(s.len).is_none_or(|end| end > s.desc.len) {
+        if s.offset
+            .checked_add(s.len)
+            .is_none_or(|end| end > s.desc.len)
+        {
             return Err(bad(format!(
                 "Range {i} ({} bytes at {}) lies outside its {}-byte descriptor.",
                 s.len, s.offset, s.desc.len
@@ -133,7 +136,10 @@ fn engine_for(ctx: &Ctx, client: &NodeAddress) -> Result<TransferEngine, S3Error
 /// The client's memory mapped here, one range per span; `None` when the client is not
 /// reachable that way (another host, no shm socket, its socket broken), so the caller falls
 /// back to the transfer engine.
-async fn map_spans(engine: &TransferEngine, spans: &[Span]) -> Result<Option<Vec<DirectRange>>, S3Error> {
+async fn map_spans(
+    engine: &TransferEngine,
+    spans: &[Span],
+) -> Result<Option<Vec<DirectRange>>, S3Error> {
     let mut distinct: Vec<SegmentDescriptor> = Vec::new();
     let mut mapped: HashMap<SegmentDescriptor, DirectRange> = HashMap::new();
     for s in spans {
@@ -195,7 +201,7 @@ pub(super) async fn get_into(ctx: &Ctx, bucket: &str, req: GetInto) -> Result<Re
         Some(targets) => copy_out_direct(ctx, bucket, &req.keys, targets).await?,
         None => copy_out_engine(ctx, &engine, bucket, &req.keys, &spans).await?,
     };
-    Ok(json(&serde_json::json!({ "copied": copied })))
+    Ok(json(&CopiedOut { copied: &copied }))
 }
 
 async fn copy_out_direct(
@@ -286,7 +292,11 @@ async fn copy_out_engine(
 struct ShardSegments(BTreeMap<usize, yutu_transfer::LocalSegment>);
 
 impl ShardSegments {
-    async fn get(&mut self, ctx: &Ctx, shard: usize) -> Result<yutu_transfer::LocalSegment, S3Error> {
+    async fn get(
+        &mut self,
+        ctx: &Ctx,
+        shard: usize,
+    ) -> Result<yutu_transfer::LocalSegment, S3Error> {
         if let Some(s) = self.0.get(&shard) {
             return Ok(s.clone());
         }
@@ -308,34 +318,45 @@ async fn run_batch(engine: &TransferEngine, requests: Vec<TransferRequest>) -> R
         .submit(requests)
         .map_err(|e| unreachable_buffer(&e))?;
     handle.await.into_result().map_err(|e| {
-        S3Error::new(S3ErrorCode::InternalError)
-            .msg(format!("Moving bytes to or from the client's buffer failed: {e}."))
+        S3Error::new(S3ErrorCode::InternalError).msg(format!(
+            "Moving bytes to or from the client's buffer failed: {e}."
+        ))
     })?;
     Ok(())
 }
 
+#[derive(Serialize)]
+struct Etags<'a> {
+    etags: &'a [String],
+}
+
+#[derive(Serialize)]
+struct CopiedOut<'a> {
+    copied: &'a [Option<u64>],
+}
+
 /// `POST /v1/kv/{bucket}/put-from`.
 pub(super) async fn put_from(ctx: &Ctx, bucket: &str, req: PutFrom) -> Result<Resp, S3Error> {
-    let keys: Vec<String> = req.blocks.iter().map(|b| b.key.clone()).collect();
-    check_keys(&keys)?;
-    let lens: Vec<(String, u64)> = req.blocks.iter().map(|b| (b.key.clone(), b.len)).collect();
-    check_lens(ctx, &lens)?;
-    let spans: Vec<Span> = req
-        .blocks
-        .iter()
-        .map(|b| Span {
+    let mut spans = Vec::with_capacity(req.blocks.len());
+    let mut lens = Vec::with_capacity(req.blocks.len());
+    for b in req.blocks {
+        spans.push(Span {
             desc: req.buffer,
             offset: b.offset,
             len: b.len,
-        })
-        .collect();
+        });
+        lens.push((b.key, b.len));
+    }
+    let keys: Vec<String> = lens.iter().map(|(k, _)| k.clone()).collect();
+    check_keys(&keys)?;
+    check_lens(ctx, &lens)?;
     check_spans(&spans)?;
     let engine = engine_for(ctx, &req.client)?;
     let etags = match map_spans(&engine, &spans).await? {
         Some(sources) => put_from_direct(ctx, bucket, &keys, sources).await?,
         None => put_from_engine(ctx, &engine, bucket, &lens, &spans).await?,
     };
-    Ok(json(&serde_json::json!({ "etags": etags })))
+    Ok(json(&Etags { etags: &etags }))
 }
 
 async fn put_from_direct(
