@@ -289,14 +289,17 @@ fn run_blocking(args: &KvArgs) -> anyhow::Result<Report> {
             clients: args.clients,
             duration,
         };
-        let (rate, errors, put_time, get_time, rounds) = small_yutu_run(server.addr, args, &shape)?;
+        let (rate, tally) = small_yutu_run(server.addr, args, &shape)?;
+        let rounds = tally.rounds.max(1) as f64;
         eprintln!(
-            "yutu: {rounds} put+get rounds of {} keys over {} clients; per round {:.0} us in batch_put_from, {:.0} us in batch_get_into",
+            "yutu: {} put+get rounds of {} keys over {} clients; per round {:.0} us in batch_put_from, {:.0} us in batch_get_into",
+            tally.rounds,
             args.small_batch,
             args.clients,
-            put_time.as_secs_f64() * 1e6 / rounds.max(1) as f64,
-            get_time.as_secs_f64() * 1e6 / rounds.max(1) as f64
+            tally.put_time.as_secs_f64() * 1e6 / rounds,
+            tally.get_time.as_secs_f64() * 1e6 / rounds,
         );
+        let errors = tally.errors;
         server.check_running()?;
         (rate, errors)
         // The server stops here, before the references start.
@@ -363,83 +366,84 @@ struct SmallShape<'a> {
     duration: Duration,
 }
 
+/// What the client threads of the 4 KiB case did, summed.
+#[derive(Default)]
+struct Tally {
+    ops: u64,
+    errors: u64,
+    put_time: Duration,
+    get_time: Duration,
+    rounds: usize,
+}
+
+impl Tally {
+    fn add(&mut self, o: Tally) {
+        self.ops += o.ops;
+        self.errors += o.errors;
+        self.put_time += o.put_time;
+        self.get_time += o.get_time;
+        self.rounds += o.rounds;
+    }
+}
+
 /// Runs `clients` threads, each with its own `KvClient` and buffer, alternating
 /// `batch_put_from` and `batch_get_into` over its share of the batches for the duration.
-/// Returns (blocks per second, failed gets, put time, get time, rounds), times summed over
-/// threads.
+/// Returns blocks per second and the summed tally.
 fn small_yutu_run(
     addr: SocketAddr,
     args: &KvArgs,
     shape: &SmallShape<'_>,
-) -> anyhow::Result<(f64, u64, Duration, Duration, usize)> {
+) -> anyhow::Result<(f64, Tally)> {
     let batches = shape.keys.len() / shape.batch;
     let start = Instant::now();
-    let outcomes: Vec<anyhow::Result<(u64, u64, Duration, Duration, usize)>> =
-        std::thread::scope(|scope| {
-            let threads: Vec<_> = (0..shape.clients)
-                .map(|t| {
-                    scope.spawn(
-                        move || -> anyhow::Result<(u64, u64, Duration, Duration, usize)> {
-                            let lib = LibClient::connect(addr, args)?;
-                            let put_offsets: Vec<u64> =
-                                (0..shape.batch).map(|i| (i * SMALL) as u64).collect();
-                            let get_offsets: Vec<u64> =
-                                put_offsets.iter().map(|o| lib.half + o).collect();
-                            let lens = vec![SMALL as u64; shape.batch];
-                            for (slot, off) in put_offsets.iter().enumerate() {
-                                lib.buf.write_at(*off, &pattern(SMALL, slot as u64))?;
-                            }
-                            let (mut ops, mut errors, mut rounds) = (0u64, 0u64, 0usize);
-                            let (mut put_time, mut get_time) = (Duration::ZERO, Duration::ZERO);
-                            let mut step = t;
-                            while start.elapsed() < shape.duration {
-                                let first = (step % batches) * shape.batch;
-                                let keys = &shape.keys[first..first + shape.batch];
-                                let t0 = Instant::now();
-                                lib.kv.batch_put_from(
-                                    BUCKET,
-                                    keys,
-                                    &lib.buf,
-                                    &put_offsets,
-                                    &lens,
-                                )?;
-                                let t1 = Instant::now();
-                                errors += lib
-                                    .get_into(keys, &get_offsets)?
-                                    .iter()
-                                    .filter(|c| **c != Some(SMALL as u64))
-                                    .count() as u64;
-                                put_time += t1 - t0;
-                                get_time += t1.elapsed();
-                                ops += 2 * keys.len() as u64;
-                                rounds += 1;
-                                step += shape.clients;
-                            }
-                            Ok((ops, errors, put_time, get_time, rounds))
-                        },
-                    )
-                })
-                .collect();
-            threads
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a client thread panicked")))
-                })
-                .collect()
-        });
+    let client = |t: usize| -> anyhow::Result<Tally> {
+        let lib = LibClient::connect(addr, args)?;
+        let put_offsets: Vec<u64> = (0..shape.batch).map(|i| (i * SMALL) as u64).collect();
+        let get_offsets: Vec<u64> = put_offsets.iter().map(|o| lib.half + o).collect();
+        let lens = vec![SMALL as u64; shape.batch];
+        for (slot, off) in put_offsets.iter().enumerate() {
+            lib.buf.write_at(*off, &pattern(SMALL, slot as u64))?;
+        }
+        let mut tally = Tally::default();
+        let mut step = t;
+        while start.elapsed() < shape.duration {
+            let first = (step % batches) * shape.batch;
+            let keys = &shape.keys[first..first + shape.batch];
+            let t0 = Instant::now();
+            lib.kv
+                .batch_put_from(BUCKET, keys, &lib.buf, &put_offsets, &lens)?;
+            let t1 = Instant::now();
+            tally.errors += lib
+                .get_into(keys, &get_offsets)?
+                .iter()
+                .filter(|c| **c != Some(SMALL as u64))
+                .count() as u64;
+            tally.put_time += t1 - t0;
+            tally.get_time += t1.elapsed();
+            tally.ops += 2 * keys.len() as u64;
+            tally.rounds += 1;
+            step += shape.clients;
+        }
+        Ok(tally)
+    };
+    let outcomes: Vec<anyhow::Result<Tally>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..shape.clients)
+            .map(|t| scope.spawn(move || client(t)))
+            .collect();
+        threads
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a client thread panicked")))
+            })
+            .collect()
+    });
     let elapsed = start.elapsed();
-    let (mut ops, mut errors, mut put, mut get, mut rounds) =
-        (0, 0, Duration::ZERO, Duration::ZERO, 0);
+    let mut total = Tally::default();
     for o in outcomes {
-        let (o, e, p, g, r) = o?;
-        ops += o;
-        errors += e;
-        put += p;
-        get += g;
-        rounds += r;
+        total.add(o?);
     }
-    Ok((ops as f64 / elapsed.as_secs_f64(), errors, put, get, rounds))
+    Ok((total.ops as f64 / elapsed.as_secs_f64(), total))
 }
 
 /// A 2 MiB row: GB/s of both sides and their ratio.
