@@ -68,6 +68,8 @@ pub struct Pin {
 }
 
 pub struct Lease {
+    /// Who took it (the user's name; empty without authentication): only they may release it.
+    pub(crate) holder: String,
     pub(crate) entries: Vec<EntryId>,
     /// The arena ranges granted to the holder.
     pub(crate) ranges: Vec<(u64, u64)>,
@@ -75,6 +77,8 @@ pub struct Lease {
 }
 
 pub struct PendingPut {
+    /// Who started it: only they may end or revoke it.
+    pub(crate) holder: String,
     pub(crate) bucket: String,
     pub(crate) key: String,
     pub(crate) extent: Extent,
@@ -116,6 +120,7 @@ impl ShardStore {
     pub fn lease(
         &mut self,
         lease_id: u64,
+        holder: &str,
         bucket: &str,
         keys: &[String],
         ttl: Duration,
@@ -157,6 +162,7 @@ impl ShardStore {
         self.leases.insert(
             lease_id,
             Lease {
+                holder: holder.to_string(),
                 entries: ids,
                 ranges,
                 expires,
@@ -180,6 +186,47 @@ impl ShardStore {
         }
         self.publish_gauges();
         true
+    }
+
+    /// Ends `holder`'s lease early; `false` when it had ended or is someone else's (ids are
+    /// not secrets: a user who learns another's id must not be able to use it).
+    pub fn release_lease_by(&mut self, lease_id: u64, holder: &str) -> bool {
+        if self
+            .leases
+            .get(&lease_id)
+            .is_none_or(|l| l.holder != holder)
+        {
+            return false;
+        }
+        self.release_lease(lease_id)
+    }
+
+    /// Publishes `holder`'s put; another user's put id is answered as unknown.
+    pub fn put_end_by(
+        &mut self,
+        put_id: u64,
+        holder: &str,
+    ) -> Result<(String, String, Arc<ObjectMeta>), StoreError> {
+        if self
+            .pending_puts
+            .get(&put_id)
+            .is_none_or(|p| p.holder != holder)
+        {
+            return Err(StoreError::NoSuchUpload);
+        }
+        self.put_end(put_id)
+    }
+
+    /// Abandons `holder`'s put; `false` when it is gone or someone else's.
+    pub fn put_revoke_by(&mut self, put_id: u64, holder: &str) -> bool {
+        if self
+            .pending_puts
+            .get(&put_id)
+            .is_none_or(|p| p.holder != holder)
+        {
+            return false;
+        }
+        self.put_revoke(put_id)
     }
 
     /// Whether a lease is still in force (the transfer layer asks before serving a read).
@@ -209,6 +256,7 @@ impl ShardStore {
     pub fn put_start(
         &mut self,
         put_id: u64,
+        holder: &str,
         bucket: &str,
         key: &str,
         len: u64,
@@ -225,6 +273,7 @@ impl ShardStore {
         self.pending_puts.insert(
             put_id,
             PendingPut {
+                holder: holder.to_string(),
                 bucket: bucket.to_string(),
                 key: key.to_string(),
                 extent,
@@ -428,6 +477,7 @@ mod tests {
         let refs = s
             .lease(
                 7,
+                "",
                 "b",
                 &["hot".into(), "missing".into()],
                 Duration::from_secs(10),
@@ -460,7 +510,7 @@ mod tests {
     fn leases_expire() {
         let mut s = store(64 * 1024);
         put(&mut s, "a", b"x");
-        s.lease(1, "b", &["a".into()], Duration::from_millis(0))
+        s.lease(1, "", "b", &["a".into()], Duration::from_millis(0))
             .unwrap();
         assert!(!s.lease_valid(1, Instant::now()));
         assert_eq!(s.expire(Instant::now()), (1, 0));
@@ -471,7 +521,7 @@ mod tests {
     fn two_phase_put() {
         let mut s = store(1 << 20);
         put(&mut s, "blk", b"old");
-        s.put_start(9, "b", "blk", 5, meta(), Duration::from_secs(10))
+        s.put_start(9, "", "b", "blk", 5, meta(), Duration::from_secs(10))
             .unwrap();
         s.write_pending(9, 0, b"new!!").unwrap();
         assert!(s.write_pending(9, 3, b"too long").is_err());
@@ -489,7 +539,7 @@ mod tests {
         assert!(s.put_end(9).is_err());
         // A put-start never ended is reclaimed.
         let before = s.used();
-        s.put_start(10, "b", "never", 4096, meta(), Duration::from_millis(0))
+        s.put_start(10, "", "b", "never", 4096, meta(), Duration::from_millis(0))
             .unwrap();
         assert!(s.used() > before);
         assert_eq!(s.expire(Instant::now()), (0, 1));
@@ -498,5 +548,28 @@ mod tests {
             s.exists("b", &["blk".into(), "never".into()]).unwrap(),
             [true, false]
         );
+    }
+
+    #[test]
+    fn only_the_holder_may_release_end_or_revoke() {
+        let mut s = store(1 << 20);
+        put(&mut s, "a", b"x");
+        s.lease(1, "alice", "b", &["a".into()], Duration::from_secs(10))
+            .unwrap();
+        assert!(!s.release_lease_by(1, "bob"));
+        assert!(s.lease_valid(1, Instant::now()));
+        assert!(s.release_lease_by(1, "alice"));
+
+        s.put_start(2, "alice", "b", "k", 4, meta(), Duration::from_secs(10))
+            .unwrap();
+        assert!(matches!(
+            s.put_end_by(2, "bob"),
+            Err(StoreError::NoSuchUpload)
+        ));
+        assert!(!s.put_revoke_by(2, "bob"));
+        assert!(s.put_end_by(2, "alice").is_ok());
+        s.put_start(3, "alice", "b", "k", 4, meta(), Duration::from_secs(10))
+            .unwrap();
+        assert!(s.put_revoke_by(3, "alice"));
     }
 }

@@ -104,6 +104,7 @@ pub enum Request {
     },
     KvLease {
         lease_id: u64,
+        holder: String,
         bucket: String,
         keys: Vec<String>,
         ttl: std::time::Duration,
@@ -111,11 +112,13 @@ pub enum Request {
     },
     KvRelease {
         lease_id: u64,
+        holder: String,
         reply: Reply<bool>,
     },
     /// A batch of put-starts on this shard: `(put id, key, length)` each. All or none: on an
     /// error the ones already started are revoked and the failing index is returned.
     KvPutStart {
+        holder: String,
         bucket: String,
         items: Vec<(u64, String, u64)>,
         ttl: std::time::Duration,
@@ -123,10 +126,12 @@ pub enum Request {
     },
     KvPutEnd {
         put_ids: Vec<u64>,
+        holder: String,
         reply: Reply<Vec<Result<Arc<ObjectMeta>, StoreError>>>,
     },
     KvRevoke {
         put_id: u64,
+        holder: String,
         reply: Reply<bool>,
     },
     /// get-into for a same-host client: copy each key's block into its mapped target.
@@ -501,12 +506,16 @@ impl Shard {
             }
             Request::KvLease {
                 lease_id,
+                holder,
                 bucket,
                 keys,
                 ttl,
                 reply,
             } => {
-                let r = self.store.borrow_mut().lease(lease_id, &bucket, &keys, ttl);
+                let r = self
+                    .store
+                    .borrow_mut()
+                    .lease(lease_id, &holder, &bucket, &keys, ttl);
                 let _ = reply.send(r.map(|found| {
                     found
                         .into_iter()
@@ -519,10 +528,15 @@ impl Shard {
                         .collect()
                 }));
             }
-            Request::KvRelease { lease_id, reply } => {
-                let _ = reply.send(self.store.borrow_mut().release_lease(lease_id));
+            Request::KvRelease {
+                lease_id,
+                holder,
+                reply,
+            } => {
+                let _ = reply.send(self.store.borrow_mut().release_lease_by(lease_id, &holder));
             }
             Request::KvPutStart {
+                holder,
                 bucket,
                 items,
                 ttl,
@@ -544,7 +558,7 @@ impl Shard {
                     let started = self
                         .store
                         .borrow_mut()
-                        .put_start(*put_id, &bucket, key, *len, meta, ttl);
+                        .put_start(*put_id, &holder, &bucket, key, *len, meta, ttl);
                     let desc = started.and_then(|offset| {
                         self.transfer
                             .as_ref()
@@ -568,10 +582,14 @@ impl Shard {
                     let _ = reply.send(Ok(out));
                 }
             }
-            Request::KvPutEnd { put_ids, reply } => {
+            Request::KvPutEnd {
+                put_ids,
+                holder,
+                reply,
+            } => {
                 let ended: Vec<_> = put_ids
                     .iter()
-                    .map(|id| self.store.borrow_mut().put_end(*id))
+                    .map(|id| self.store.borrow_mut().put_end_by(*id, &holder))
                     .collect();
                 let this = self.clone();
                 glommio::spawn_local(async move {
@@ -615,8 +633,12 @@ impl Shard {
             Request::KvSegment { reply } => {
                 let _ = reply.send(self.transfer.as_ref().map(|(_, seg)| seg.clone()));
             }
-            Request::KvRevoke { put_id, reply } => {
-                let _ = reply.send(self.store.borrow_mut().put_revoke(put_id));
+            Request::KvRevoke {
+                put_id,
+                holder,
+                reply,
+            } => {
+                let _ = reply.send(self.store.borrow_mut().put_revoke_by(put_id, &holder));
             }
             Request::KvExists {
                 bucket,

@@ -276,6 +276,7 @@ pub(super) async fn start_puts(
             .collect();
         let b = bucket.to_string();
         ctx.shard.call(*shard, move |reply| Request::KvPutStart {
+            holder: ctx.identity().name().to_string(),
             bucket: b,
             items,
             ttl,
@@ -330,7 +331,11 @@ pub(super) async fn revoke_all(ctx: &Ctx, put_ids: &[u64]) {
         };
         let _ = ctx
             .shard
-            .call(shard, |reply| Request::KvRevoke { put_id, reply })
+            .call(shard, |reply| Request::KvRevoke {
+                put_id,
+                holder: ctx.identity().name().to_string(),
+                reply,
+            })
             .await;
     }
 }
@@ -358,6 +363,7 @@ pub(super) async fn end_puts(ctx: &Ctx, put_ids: &[u64]) -> Result<Vec<String>, 
     let calls = groups.iter().map(|(shard, idx)| {
         let ids: Vec<u64> = idx.iter().map(|i| put_ids[*i]).collect();
         ctx.shard.call(*shard, move |reply| Request::KvPutEnd {
+            holder: ctx.identity().name().to_string(),
             put_ids: ids,
             reply,
         })
@@ -385,7 +391,11 @@ async fn revoke(ctx: &Ctx, req: PutIds) -> Result<Resp, S3Error> {
         let shard = owner_of(ctx, id)?;
         revoked.push(
             ctx.shard
-                .call(shard, |reply| Request::KvRevoke { put_id: id, reply })
+                .call(shard, |reply| Request::KvRevoke {
+                    put_id: id,
+                    holder: ctx.identity().name().to_string(),
+                    reply,
+                })
                 .await?,
         );
     }
@@ -409,6 +419,7 @@ pub(super) async fn lease(
         let r = ctx
             .shard
             .call(shard, |reply| Request::KvLease {
+                holder: ctx.identity().name().to_string(),
                 lease_id,
                 bucket: b,
                 keys: ks,
@@ -431,6 +442,7 @@ async fn release(ctx: &Ctx, req: Leases) -> Result<Resp, S3Error> {
         if ctx
             .shard
             .call(shard, |reply| Request::KvRelease {
+                holder: ctx.identity().name().to_string(),
                 lease_id: id,
                 reply,
             })

@@ -279,6 +279,7 @@ async fn copy_out_engine(
         let _ = ctx
             .shard
             .call(shard, |reply| Request::KvRelease {
+                holder: ctx.identity().name().to_string(),
                 lease_id: id,
                 reply,
             })
