@@ -260,9 +260,9 @@ impl ShardStore {
         bucket: &str,
         key: &str,
         len: u64,
-        meta: ObjectMeta,
         ttl: Duration,
     ) -> Result<u64, StoreError> {
+        let meta = crate::kv_direct::kv_meta(len);
         self.check_write(bucket, key, &Default::default())?;
         let charge = Self::charge_for(bucket, key, len, &meta);
         let extent = self.reserve(len, charge)?;
@@ -521,7 +521,7 @@ mod tests {
     fn two_phase_put() {
         let mut s = store(1 << 20);
         put(&mut s, "blk", b"old");
-        s.put_start(9, "", "b", "blk", 5, meta(), Duration::from_secs(10))
+        s.put_start(9, "", "b", "blk", 5, Duration::from_secs(10))
             .unwrap();
         s.write_pending(9, 0, b"new!!").unwrap();
         assert!(s.write_pending(9, 3, b"too long").is_err());
@@ -539,7 +539,7 @@ mod tests {
         assert!(s.put_end(9).is_err());
         // A put-start never ended is reclaimed.
         let before = s.used();
-        s.put_start(10, "", "b", "never", 4096, meta(), Duration::from_millis(0))
+        s.put_start(10, "", "b", "never", 4096, Duration::from_millis(0))
             .unwrap();
         assert!(s.used() > before);
         assert_eq!(s.expire(Instant::now()), (0, 1));
@@ -560,7 +560,7 @@ mod tests {
         assert!(s.lease_valid(1, Instant::now()));
         assert!(s.release_lease_by(1, "alice"));
 
-        s.put_start(2, "alice", "b", "k", 4, meta(), Duration::from_secs(10))
+        s.put_start(2, "alice", "b", "k", 4, Duration::from_secs(10))
             .unwrap();
         assert!(matches!(
             s.put_end_by(2, "bob"),
@@ -568,7 +568,7 @@ mod tests {
         ));
         assert!(!s.put_revoke_by(2, "bob"));
         assert!(s.put_end_by(2, "alice").is_ok());
-        s.put_start(3, "alice", "b", "k", 4, meta(), Duration::from_secs(10))
+        s.put_start(3, "alice", "b", "k", 4, Duration::from_secs(10))
             .unwrap();
         assert!(s.put_revoke_by(3, "alice"));
     }

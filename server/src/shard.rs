@@ -545,20 +545,10 @@ impl Shard {
                 let mut out = Vec::with_capacity(items.len());
                 let mut failed = None;
                 for (i, (put_id, key, len)) in items.iter().enumerate() {
-                    let meta = crate::store::ObjectMeta {
-                        size: *len,
-                        etag: String::new(),
-                        last_modified: SystemTime::now(),
-                        content_type: None,
-                        headers: Vec::new(),
-                        user_meta: Vec::new(),
-                        checksum: None,
-                        parts: None,
-                    };
                     let started = self
                         .store
                         .borrow_mut()
-                        .put_start(*put_id, &holder, &bucket, key, *len, meta, ttl);
+                        .put_start(*put_id, &holder, &bucket, key, *len, ttl);
                     let desc = started.and_then(|offset| {
                         self.transfer
                             .as_ref()
