@@ -14,6 +14,7 @@ pub mod key;
 pub mod placement;
 pub mod range;
 pub mod route;
+pub mod sigv4;
 pub mod size;
 pub mod xml;
 

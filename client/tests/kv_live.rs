@@ -64,6 +64,11 @@ impl Drop for Server {
 }
 
 fn start_server(name: &str) -> Option<Server> {
+    start_server_with(name, None)
+}
+
+/// As `start_server`; with `config`, the node runs with authentication and that TOML.
+fn start_server_with(name: &str, config: Option<&str>) -> Option<Server> {
     let Some(bin) = server_binary() else {
         // In CI the binaries are always built first: a missing one is a failure there.
         assert!(
@@ -77,9 +82,20 @@ fn start_server(name: &str) -> Option<Server> {
         return None;
     };
     let data = Scratch::new(name);
-    let mut child = Command::new(bin)
-        .args(["--no-auth", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&data.0)
+    let mut cmd = Command::new(bin);
+    match config {
+        Some(text) => {
+            let path = data.0.join("yutu.toml");
+            std::fs::write(&path, text).expect("write the config");
+            cmd.arg("--config").arg(path);
+        }
+        None => {
+            cmd.arg("--no-auth");
+        }
+    }
+    let mut child = cmd
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data.0.join("data"))
         .args(["--memory", "128MiB", "--nvme-capacity", "0"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -330,4 +346,61 @@ fn cli_kv_put_get_exists_prefix() {
         &["kv", "prefix", "kvcli", "--tokens", tok.to_str().unwrap()],
     ));
     assert_eq!(out.trim(), "2");
+}
+
+#[test]
+fn signed_calls_work_against_a_node_with_authentication() {
+    const AK: &str = "AKIAKVLIVE000000001";
+    const SK: &str = "kv-live-secret-0000000000000000000000000";
+    let config =
+        format!("[[users]]\nname = \"engine\"\naccess_key = \"{AK}\"\nsecret_key = \"{SK}\"\n");
+    let Some(server) = start_server_with("signed", Some(&config)) else {
+        return;
+    };
+    let creds = yutu_client::Credentials::new(AK, SK);
+    // The bucket, with a request signed by hand through the same signer.
+    let host = server.url.trim_start_matches("http://").to_string();
+    let mut req = ureq::put(format!("{}/signed", server.url));
+    for (name, value) in creds.sign(
+        "PUT",
+        &host,
+        "/signed",
+        "",
+        b"",
+        std::time::SystemTime::now(),
+    ) {
+        req = req.header(name, value);
+    }
+    assert_eq!(req.send_empty().expect("create bucket").status(), 200);
+
+    // Unsigned: refused, and the error says so.
+    let err = KvClient::new(&server.url, KvOptions::default()).unwrap_err();
+    assert_eq!(err.code(), Some("AccessDenied"), "{err}");
+    // A wrong secret: refused.
+    let wrong = KvOptions {
+        credentials: Some(yutu_client::Credentials::new(AK, "not-the-secret")),
+        ..KvOptions::default()
+    };
+    let err = KvClient::new(&server.url, wrong).unwrap_err();
+    assert_eq!(err.code(), Some("SignatureDoesNotMatch"), "{err}");
+
+    let kv = KvClient::new(
+        &server.url,
+        KvOptions {
+            credentials: Some(creds),
+            ..KvOptions::default()
+        },
+    )
+    .expect("signed kv client");
+    let buf = kv.register(1 << 20).unwrap();
+    buf.write_at(0, &pattern(4096, 5)).unwrap();
+    let keys = vec!["a".to_string()];
+    kv.batch_put_from("signed", &keys, &buf, &[0], &[4096])
+        .expect("signed put-from");
+    assert_eq!(kv.batch_exists("signed", &keys).unwrap(), vec![true]);
+    let copied = kv.batch_get_into("signed", &keys, &buf, &[8192]).unwrap();
+    assert_eq!(copied, vec![Some(4096)]);
+    let mut back = vec![0u8; 4096];
+    buf.read_at(8192, &mut back).unwrap();
+    assert_eq!(back, pattern(4096, 5));
 }

@@ -102,6 +102,9 @@ pub struct KvOptions {
     pub tcp_advertise: Option<SocketAddr>,
     /// Lifetime of a put between put-start and put-end (server default when `None`).
     pub put_ttl_ms: Option<u64>,
+    /// Sign every call with these (a node with authentication); `None` sends unsigned calls
+    /// (a node started with `--no-auth`).
+    pub credentials: Option<crate::Credentials>,
 }
 
 impl Default for KvOptions {
@@ -112,6 +115,7 @@ impl Default for KvOptions {
             tcp_listen: None,
             tcp_advertise: None,
             put_ttl_ms: None,
+            credentials: None,
         }
     }
 }
@@ -191,6 +195,9 @@ impl Drop for Buffer {
 pub struct KvClient {
     agent: Agent,
     base: String,
+    /// The Host header of `base` (signed).
+    host: String,
+    credentials: Option<crate::Credentials>,
     inner: Arc<Inner>,
     server: NodeAddress,
     put_ttl_ms: Option<u64>,
@@ -248,7 +255,9 @@ impl KvClient {
             engine,
             shm_dir,
         });
-        let server: NodeAddress = call_get(&agent, &base, "/v1/kv/engine")?;
+        let host = crate::sigv4::host_of(&base);
+        let signer = options.credentials.as_ref().map(|c| (c, host.as_str()));
+        let server: NodeAddress = call_get(&agent, &base, "/v1/kv/engine", signer)?;
         if server.node == inner.engine.node() {
             return Err(KvError::InvalidArgument(format!(
                 "node id {} is the server's own; pick another",
@@ -259,6 +268,8 @@ impl KvClient {
         Ok(KvClient {
             agent,
             base,
+            host,
+            credentials: options.credentials,
             inner,
             server,
             put_ttl_ms: options.put_ttl_ms,
@@ -582,21 +593,35 @@ impl KvClient {
     ) -> Result<T, KvError> {
         let raw = serde_json::to_vec(body)
             .map_err(|e| KvError::InvalidArgument(format!("cannot encode the request: {e}")))?;
-        let resp = self
+        let mut req = self
             .agent
             .post(format!("{}{path}", self.base))
-            .header("content-type", "application/json")
-            .send(&raw[..])
-            .map_err(ClientError::from)?;
+            .header("content-type", "application/json");
+        if let Some(c) = &self.credentials {
+            let now = std::time::SystemTime::now();
+            for (name, value) in c.sign("POST", &self.host, path, "", &raw, now) {
+                req = req.header(name, value);
+            }
+        }
+        let resp = req.send(&raw[..]).map_err(ClientError::from)?;
         read_json(resp)
     }
 }
 
-fn call_get<T: DeserializeOwned>(agent: &Agent, base: &str, path: &str) -> Result<T, KvError> {
-    let resp = agent
-        .get(format!("{base}{path}"))
-        .call()
-        .map_err(ClientError::from)?;
+fn call_get<T: DeserializeOwned>(
+    agent: &Agent,
+    base: &str,
+    path: &str,
+    signer: Option<(&crate::Credentials, &str)>,
+) -> Result<T, KvError> {
+    let mut req = agent.get(format!("{base}{path}"));
+    if let Some((c, host)) = signer {
+        let now = std::time::SystemTime::now();
+        for (name, value) in c.sign("GET", host, path, "", b"", now) {
+            req = req.header(name, value);
+        }
+    }
+    let resp = req.call().map_err(ClientError::from)?;
     read_json(resp)
 }
 

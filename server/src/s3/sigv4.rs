@@ -6,9 +6,7 @@
 //! signature to verify the chunk signatures of a streaming (`aws-chunked`) upload. That is a
 //! few pure functions over strings, written here.
 
-use hmac::{Hmac, KeyInit, Mac};
 use http::HeaderMap;
-use sha2::Sha256;
 
 use super::checksum::sha256_hex;
 
@@ -104,18 +102,12 @@ pub fn parse_authorization(value: &str) -> Result<AuthHeader, SigError> {
 }
 
 fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
-    let mut mac =
-        <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC accepts keys of any length");
-    mac.update(data);
-    mac.finalize().into_bytes().into()
+    yutu_api::sigv4::hmac_sha256(key, data)
 }
 
 /// The key derived from a secret for one day, region and service.
 pub fn signing_key(secret: &str, cred: &Credential) -> [u8; 32] {
-    let k_date = hmac(format!("AWS4{secret}").as_bytes(), cred.date.as_bytes());
-    let k_region = hmac(&k_date, cred.region.as_bytes());
-    let k_service = hmac(&k_region, cred.service.as_bytes());
-    hmac(&k_service, b"aws4_request")
+    yutu_api::sigv4::signing_key(secret, &cred.date, &cred.region, &cred.service)
 }
 
 /// Hex HMAC of a string to sign.
