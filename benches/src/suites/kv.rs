@@ -426,10 +426,23 @@ fn small_yutu_run(
         }
         Ok(tally)
     };
-    let outcomes: Vec<anyhow::Result<Tally>> = std::thread::scope(|scope| {
-        let threads: Vec<_> = (0..shape.clients)
-            .map(|t| scope.spawn(move || client(t)))
-            .collect();
+    let outcomes = on_threads(shape.clients, client);
+    let elapsed = start.elapsed();
+    let mut total = Tally::default();
+    for o in outcomes {
+        total.add(o?);
+    }
+    Ok((total.ops as f64 / elapsed.as_secs_f64(), total))
+}
+
+/// Runs `work(0..n)` on `n` scoped threads; their results in order (a panic is an error).
+fn on_threads<T: Send>(
+    n: usize,
+    work: impl Fn(usize) -> anyhow::Result<T> + Sync,
+) -> Vec<anyhow::Result<T>> {
+    let work = &work;
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..n).map(|t| scope.spawn(move || work(t))).collect();
         threads
             .into_iter()
             .map(|h| {
@@ -437,13 +450,7 @@ fn small_yutu_run(
                     .unwrap_or_else(|_| Err(anyhow::anyhow!("a client thread panicked")))
             })
             .collect()
-    });
-    let elapsed = start.elapsed();
-    let mut total = Tally::default();
-    for o in outcomes {
-        total.add(o?);
-    }
-    Ok((total.ops as f64 / elapsed.as_secs_f64(), total))
+    })
 }
 
 /// A 2 MiB row: GB/s of both sides and their ratio.
@@ -953,30 +960,17 @@ fn memcached_reference(args: &KvArgs, duration: Duration) -> anyhow::Result<(Str
         mc.get(&keys[range(0)], Some(&values[range(0)]))?;
     }
     let start = Instant::now();
-    let counts: Vec<anyhow::Result<u64>> = std::thread::scope(|scope| {
-        let threads: Vec<_> = (0..args.clients)
-            .map(|t| {
-                let (keys, values) = (&keys, &values);
-                scope.spawn(move || -> anyhow::Result<u64> {
-                    let mut mc = Memcache::connect(port)?;
-                    let (mut ops, mut step) = (0u64, t);
-                    while start.elapsed() < duration {
-                        mc.set(&keys[range(step)], &values[range(step)])?;
-                        mc.get(&keys[range(step)], None)?;
-                        ops += 2 * args.small_batch as u64;
-                        step += args.clients;
-                    }
-                    Ok(ops)
-                })
-            })
-            .collect();
-        threads
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a client thread panicked")))
-            })
-            .collect()
+    let (keys, values) = (&keys, &values);
+    let counts = on_threads(args.clients, |t| -> anyhow::Result<u64> {
+        let mut mc = Memcache::connect(port)?;
+        let (mut ops, mut step) = (0u64, t);
+        while start.elapsed() < duration {
+            mc.set(&keys[range(step)], &values[range(step)])?;
+            mc.get(&keys[range(step)], None)?;
+            ops += 2 * args.small_batch as u64;
+            step += args.clients;
+        }
+        Ok(ops)
     });
     let mut ops = 0u64;
     for c in counts {

@@ -321,13 +321,7 @@ impl KvClient {
         offsets: &[u64],
         lengths: &[u64],
     ) -> Result<Vec<String>, KvError> {
-        self.check_buffer(buf)?;
-        same_len(keys, offsets.len(), "offsets")?;
-        same_len(keys, lengths.len(), "lengths")?;
-        check_batch(keys)?;
-        for (i, (&off, &len)) in offsets.iter().zip(lengths).enumerate() {
-            check_range(buf, i, off, len)?;
-        }
+        self.check_put(keys, buf, offsets, lengths)?;
         if keys.is_empty() {
             return Ok(Vec::new());
         }
@@ -357,13 +351,7 @@ impl KvClient {
         offsets: &[u64],
         lengths: &[u64],
     ) -> Result<Vec<String>, KvError> {
-        self.check_buffer(buf)?;
-        same_len(keys, offsets.len(), "offsets")?;
-        same_len(keys, lengths.len(), "lengths")?;
-        check_batch(keys)?;
-        for (i, (&off, &len)) in offsets.iter().zip(lengths).enumerate() {
-            check_range(buf, i, off, len)?;
-        }
+        self.check_put(keys, buf, offsets, lengths)?;
         if keys.is_empty() {
             return Ok(Vec::new());
         }
@@ -575,6 +563,24 @@ impl KvClient {
             self.call_post(&kv_path(bucket, "remove")?, &json!({ "keys": keys }))?;
         expect_len(answer.removed.len(), keys.len(), "remove")?;
         Ok(answer.removed)
+    }
+
+    /// The arguments of a put: one offset and length per key, every range inside `buf`.
+    fn check_put(
+        &self,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        lengths: &[u64],
+    ) -> Result<(), KvError> {
+        self.check_buffer(buf)?;
+        same_len(keys, offsets.len(), "offsets")?;
+        same_len(keys, lengths.len(), "lengths")?;
+        check_batch(keys)?;
+        for (i, (&off, &len)) in offsets.iter().zip(lengths).enumerate() {
+            check_range(buf, i, off, len)?;
+        }
+        Ok(())
     }
 
     fn check_buffer(&self, buf: &Buffer) -> Result<(), KvError> {
