@@ -174,6 +174,7 @@ fn bad_requests_are_refused_and_nothing_is_stored() {
     let c = server.client();
     c.mb("bad");
     let p = Peer::new(&server, 0xbad, 1 << 20, false);
+    assert_eq!(c.put("/bad/seed", b"seed").status, 200);
     let whole = p.whole();
     let me = p.engine.address();
     let expect_400 = |path: &str, body: Value, why: &str| {
@@ -224,6 +225,22 @@ fn bad_requests_are_refused_and_nothing_is_stored() {
         json!({"blocks": [{"key": "k", "offset": 0, "len": 1}], "buffer": whole, "client": server_addr}),
         "the server's own node id",
     );
+    // A descriptor of memory that is not the caller's (here: the node's own arena, leased
+    // for reading) cannot be made a get-into target or a put-from source.
+    let leased = post(&c, "/v1/kv/bad/get", &json!({"keys": ["seed"]}));
+    let arena = leased["blocks"][0]["descriptor"].clone();
+    assert!(arena.is_object(), "{leased}");
+    expect_400(
+        "/v1/kv/bad/get-into",
+        json!({"keys": ["seed"], "targets": [arena], "client": me}),
+        "the node's arena as target",
+    );
+    expect_400(
+        "/v1/kv/bad/put-from",
+        json!({"blocks": [{"key": "copy", "offset": 0, "len": 4}], "buffer": arena, "client": me}),
+        "the node's arena as source",
+    );
+    assert_eq!(c.get("/bad/seed").body, b"seed");
     // A block larger than the room given for it.
     p.buf.region().write_at(0, &[7u8; 8192]).unwrap();
     let r = p.put_from(&c, "bad", &[("big".into(), 0, 8192)]);

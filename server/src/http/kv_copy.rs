@@ -12,7 +12,7 @@
 //! one for the whole buffer with `[offset, length]` ranges in it (`buffer` + `ranges`). Every
 //! range is checked against its descriptor before anything moves.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use yutu_api::S3ErrorCode;
@@ -98,12 +98,21 @@ fn spans(req: &GetInto) -> Result<Vec<Span>, S3Error> {
     if out.len() != n {
         return Err(bad("Give one target per key."));
     }
-    check_spans(&out)?;
+    check_spans(&out, &req.client)?;
     Ok(out)
 }
 
-fn check_spans(spans: &[Span]) -> Result<(), S3Error> {
+/// Every range must lie inside its descriptor and name the caller's own memory: a
+/// descriptor of anything else (the node's own arena under a lease, another process's
+/// buffer) is refused, so get-into can never write where a reader was only allowed to read.
+fn check_spans(spans: &[Span], client: &NodeAddress) -> Result<(), S3Error> {
     for (i, s) in spans.iter().enumerate() {
+        if s.desc.node != client.node {
+            return Err(bad(format!(
+                "Range {i} names memory of node {}, not the client's ({}).",
+                s.desc.node, client.node
+            )));
+        }
         if s.offset
             .checked_add(s.len)
             .is_none_or(|end| end > s.desc.len)
@@ -141,9 +150,10 @@ async fn map_spans(
     spans: &[Span],
 ) -> Result<Option<Vec<DirectRange>>, S3Error> {
     let mut distinct: Vec<SegmentDescriptor> = Vec::new();
+    let mut seen: HashSet<SegmentDescriptor> = HashSet::new();
     let mut mapped: HashMap<SegmentDescriptor, DirectRange> = HashMap::new();
     for s in spans {
-        if mapped.contains_key(&s.desc) || distinct.contains(&s.desc) {
+        if !seen.insert(s.desc) {
             continue;
         }
         match engine.map_direct_cached(&s.desc) {
@@ -351,7 +361,7 @@ pub(super) async fn put_from(ctx: &Ctx, bucket: &str, req: PutFrom) -> Result<Re
     let keys: Vec<String> = lens.iter().map(|(k, _)| k.clone()).collect();
     check_keys(&keys)?;
     check_lens(ctx, &lens)?;
-    check_spans(&spans)?;
+    check_spans(&spans, &req.client)?;
     let engine = engine_for(ctx, &req.client)?;
     let etags = match map_spans(&engine, &spans).await? {
         Some(sources) => put_from_direct(ctx, bucket, &keys, sources).await?,
