@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use yutu_tests::kv::{client_engine, spawn_self};
 use yutu_tests::server::wait_until;
 use yutu_tests::{pattern, Client, Server};
 use yutu_transfer::transport::TransportKind;
@@ -32,11 +33,7 @@ struct Peer {
 /// A client engine with a registered 64 MiB buffer, peered with the server's engine.
 fn peer(server: &Server, id: u64) -> Peer {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = EngineConfig::new(NodeId(id));
-    cfg.shm_dir = Some(dir.path().to_path_buf());
-    let engine = TransferEngine::start(cfg).expect("client engine");
-    let region = MemoryRegion::allocate("kv-test-client", 64 << 20, HugePages::Never).unwrap();
-    let buf = engine.register(region).unwrap();
+    let (engine, buf) = client_engine(id, dir.path(), None, 64 << 20);
     let addr: NodeAddress =
         serde_json::from_slice(&server.client().get("/v1/kv/engine").body).unwrap();
     engine.add_peer(addr);
@@ -371,12 +368,7 @@ fn kv_child_writer() {
     };
     let c = Client::new(&url);
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = EngineConfig::new(NodeId(0xdead));
-    cfg.shm_dir = Some(dir.path().to_path_buf());
-    let engine = TransferEngine::start(cfg).unwrap();
-    let buf = engine
-        .register(MemoryRegion::allocate("child", 16 << 20, HugePages::Never).unwrap())
-        .unwrap();
+    let (engine, buf) = client_engine(0xdead, dir.path(), None, 16 << 20);
     let addr: NodeAddress = serde_json::from_slice(&c.get("/v1/kv/engine").body).unwrap();
     engine.add_peer(addr);
     loop {
@@ -404,13 +396,7 @@ fn a_client_killed_mid_transfer_leaves_the_server_serving() {
     let c = server.client();
     c.mb("dying");
     assert_eq!(c.put("/dying/victim", b"the old version").status, 200);
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "kv_child_writer", "--nocapture"])
-        .env("YUTU_KV_CHILD_URL", &server.url)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_self("kv_child_writer", "YUTU_KV_CHILD_URL", &server.url);
     let kv_ok = || {
         server.metric_sum("yutu_requests_total{shard=\"0\",op=\"Kv\",status=\"200\"}")
             + server.metric_sum("yutu_requests_total{shard=\"1\",op=\"Kv\",status=\"200\"}")

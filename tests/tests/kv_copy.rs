@@ -5,12 +5,10 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use yutu_tests::kv::{client_engine, spawn_self};
 use yutu_tests::server::wait_until;
 use yutu_tests::{pattern, Client, Reply, Server};
-use yutu_transfer::{
-    EngineConfig, HugePages, LocalSegment, MemoryRegion, NodeAddress, NodeId, SegmentDescriptor,
-    TransferEngine,
-};
+use yutu_transfer::{LocalSegment, NodeAddress, SegmentDescriptor, TransferEngine};
 
 fn send(c: &Client, path: &str, body: &Value) -> Reply {
     c.send(
@@ -38,14 +36,8 @@ struct Peer {
 impl Peer {
     fn new(server: &Server, id: u64, len: usize, remote: bool) -> Peer {
         let dir = tempfile::tempdir().unwrap();
-        let mut cfg = EngineConfig::new(NodeId(id));
-        cfg.shm_dir = Some(dir.path().to_path_buf());
-        if remote {
-            cfg.host = Some("another-host".into());
-        }
-        let engine = TransferEngine::start(cfg).expect("client engine");
-        let region = MemoryRegion::allocate("kv-copy-client", len, HugePages::Never).unwrap();
-        let buf = engine.register(region).unwrap();
+        let host = remote.then_some("another-host");
+        let (engine, buf) = client_engine(id, dir.path(), host, len);
         let addr: NodeAddress =
             serde_json::from_slice(&server.client().get("/v1/kv/engine").body).unwrap();
         engine.add_peer(addr);
@@ -359,12 +351,7 @@ fn put_from_child_writer() {
     };
     let c = Client::new(&url);
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = EngineConfig::new(NodeId(0xc41d));
-    cfg.shm_dir = Some(dir.path().to_path_buf());
-    let engine = TransferEngine::start(cfg).unwrap();
-    let buf = engine
-        .register(MemoryRegion::allocate("child", 8 << 20, HugePages::Never).unwrap())
-        .unwrap();
+    let (engine, buf) = client_engine(0xc41d, dir.path(), None, 8 << 20);
     let whole = buf.descriptor(0, buf.len()).unwrap();
     loop {
         let body = json!({"blocks": [{"key": "victim", "offset": 0, "len": 8 << 20}],
@@ -378,13 +365,11 @@ fn a_client_killed_during_put_from_leaves_the_server_serving() {
     let server = Server::start(&["--memory", "128MiB", "--shards", "2"]);
     let c = server.client();
     c.mb("dying");
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "put_from_child_writer", "--nocapture"])
-        .env("YUTU_PUT_FROM_CHILD_URL", &server.url)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_self(
+        "put_from_child_writer",
+        "YUTU_PUT_FROM_CHILD_URL",
+        &server.url,
+    );
     let stored = wait_until(Duration::from_secs(30), || {
         c.head("/dying/victim").status == 200
     });

@@ -310,9 +310,10 @@ impl KvClient {
         })
     }
 
-    /// Stores `keys[i]` from `buf[offsets[i] .. offsets[i] + lengths[i]]`, all or nothing as far
-    /// as this client can tell: when a write fails the reserved puts are revoked. Returns the
-    /// ETags, in order. Blocks are visible (also through S3) once this returns.
+    /// Stores `keys[i]` from `buf[offsets[i] .. offsets[i] + lengths[i]]`: the server reads
+    /// the blocks out of the buffer (put-from). Returns the ETags, in order. Blocks are visible
+    /// (also through S3) once this returns; each block is stored whole or not at all, and on
+    /// an error the blocks before the failing one may be stored.
     pub fn batch_put_from(
         &self,
         bucket: &str,

@@ -28,7 +28,7 @@ use super::kv_api::{
 };
 use super::Resp;
 use crate::kv_direct::Copied;
-use crate::shard::Request;
+use crate::shard::{Reply, Request};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -214,29 +214,50 @@ pub(super) async fn get_into(ctx: &Ctx, bucket: &str, req: GetInto) -> Result<Re
     Ok(json(&CopiedOut { copied: &copied }))
 }
 
+/// Sends each owning shard its keys with their mapped ranges (`make` builds the message),
+/// all shards at once; per shard, the indices of its keys and its answer.
+async fn on_owners<R>(
+    ctx: &Ctx,
+    bucket: &str,
+    keys: &[String],
+    ranges: Vec<DirectRange>,
+    make: impl Fn(String, Vec<(String, DirectRange)>, Reply<R>) -> Request,
+) -> Result<Vec<(Vec<usize>, R)>, S3Error> {
+    let groups = by_shard(ctx, bucket, keys);
+    let make = &make;
+    let calls = groups.iter().map(|(shard, idx)| {
+        let items: Vec<(String, DirectRange)> = idx
+            .iter()
+            .map(|&i| (keys[i].clone(), ranges[i].clone()))
+            .collect();
+        let b = bucket.to_string();
+        ctx.shard.call(*shard, move |reply| make(b, items, reply))
+    });
+    let answers = futures::future::join_all(calls).await;
+    let mut out = Vec::with_capacity(answers.len());
+    for ((_, idx), answer) in groups.into_iter().zip(answers) {
+        out.push((idx, answer?));
+    }
+    Ok(out)
+}
+
 async fn copy_out_direct(
     ctx: &Ctx,
     bucket: &str,
     keys: &[String],
     targets: Vec<DirectRange>,
 ) -> Result<Vec<Option<u64>>, S3Error> {
-    let groups = by_shard(ctx, bucket, keys);
-    let calls = groups.iter().map(|(shard, idx)| {
-        let items: Vec<(String, DirectRange)> = idx
-            .iter()
-            .map(|&i| (keys[i].clone(), targets[i].clone()))
-            .collect();
-        let b = bucket.to_string();
-        ctx.shard.call(*shard, move |reply| Request::KvCopyOut {
-            bucket: b,
+    let answers = on_owners(ctx, bucket, keys, targets, |bucket, items, reply| {
+        Request::KvCopyOut {
+            bucket,
             items,
             reply,
-        })
-    });
-    let answers = futures::future::join_all(calls).await;
+        }
+    })
+    .await?;
     let mut copied = vec![None; keys.len()];
-    for ((_, idx), answer) in groups.iter().zip(answers) {
-        for (&i, c) in idx.iter().zip(answer??) {
+    for (idx, answer) in answers {
+        for (i, c) in idx.into_iter().zip(answer?) {
             copied[i] = match c {
                 Copied::Len(n) => Some(n),
                 Copied::Missing => None,
@@ -376,23 +397,17 @@ async fn put_from_direct(
     keys: &[String],
     sources: Vec<DirectRange>,
 ) -> Result<Vec<String>, S3Error> {
-    let groups = by_shard(ctx, bucket, keys);
-    let calls = groups.iter().map(|(shard, idx)| {
-        let items: Vec<(String, DirectRange)> = idx
-            .iter()
-            .map(|&i| (keys[i].clone(), sources[i].clone()))
-            .collect();
-        let b = bucket.to_string();
-        ctx.shard.call(*shard, move |reply| Request::KvPutFrom {
-            bucket: b,
+    let answers = on_owners(ctx, bucket, keys, sources, |bucket, items, reply| {
+        Request::KvPutFrom {
+            bucket,
             items,
             reply,
-        })
-    });
-    let answers = futures::future::join_all(calls).await;
+        }
+    })
+    .await?;
     let mut etags = vec![String::new(); keys.len()];
-    for ((_, idx), answer) in groups.iter().zip(answers) {
-        for (&i, r) in idx.iter().zip(answer?) {
+    for (idx, answer) in answers {
+        for (i, r) in idx.into_iter().zip(answer) {
             etags[i] = r.map_err(|e| S3Error::from(e).key(&keys[i]))?.etag.clone();
         }
     }
