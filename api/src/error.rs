@@ -40,6 +40,8 @@ pub enum S3ErrorCode {
     NoSuchKey,
     NotImplemented,
     OperationAborted,
+    ConditionalRequestConflict,
+    InsufficientStorage,
     PreconditionFailed,
     RequestHeaderSectionTooLarge,
     ServiceUnavailable,
@@ -85,6 +87,8 @@ impl S3ErrorCode {
             NoSuchKey => "NoSuchKey",
             NotImplemented => "NotImplemented",
             OperationAborted => "OperationAborted",
+            ConditionalRequestConflict => "ConditionalRequestConflict",
+            InsufficientStorage => "InsufficientStorage",
             PreconditionFailed => "PreconditionFailed",
             RequestHeaderSectionTooLarge => "RequestHeaderSectionTooLarge",
             ServiceUnavailable => "ServiceUnavailable",
@@ -109,7 +113,11 @@ impl S3ErrorCode {
             XAmzContentSHA256Mismatch => 400,
             InvalidObjectState => 403,
             AccessDenied => 403,
-            BucketAlreadyExists | BucketAlreadyOwnedByYou | BucketNotEmpty | OperationAborted => {
+            BucketAlreadyExists
+            | BucketAlreadyOwnedByYou
+            | BucketNotEmpty
+            | OperationAborted
+            | ConditionalRequestConflict => {
                 409
             }
             InternalError => 500,
@@ -120,6 +128,7 @@ impl S3ErrorCode {
             NotImplemented => 501,
             PreconditionFailed => 412,
             ServiceUnavailable | SlowDown => 503,
+            InsufficientStorage => 507,
             BadDigest
             | EntityTooLarge
             | IncompleteBody
@@ -178,6 +187,8 @@ impl S3ErrorCode {
             RequestHeaderSectionTooLarge => "Your request header section exceeds the maximum allowed size.",
             ServiceUnavailable => "Please reduce your request rate.",
             SlowDown => "Please reduce your request rate.",
+            ConditionalRequestConflict => "A conflicting operation occurred. If using PutObject you can retry the request.",
+            InsufficientStorage => "There is not enough storage space to keep the object durably.",
         }
     }
 }

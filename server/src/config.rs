@@ -138,7 +138,7 @@ pub struct Settings {
     pub node_name: String,
     pub conductor: Option<String>,
     pub advertise_url: Option<String>,
-    pub durability: crate::catalog::Durability,
+    pub durability: crate::model::Durability,
     /// The NVMe tier's file or device; `None` when the tier is off.
     pub nvme: Option<PathBuf>,
     pub nvme_capacity: u64,
@@ -234,8 +234,8 @@ impl Settings {
             )));
         }
         let durability = match flags.durability.or(file.durability) {
-            None => crate::catalog::Durability::Memory,
-            Some(d) => crate::catalog::Durability::parse(&d).ok_or_else(|| {
+            None => crate::model::Durability::Memory,
+            Some(d) => crate::model::Durability::parse(&d).ok_or_else(|| {
                 ConfigError::Invalid(format!("unknown durability {d:?}; known: memory, disk"))
             })?,
         };

@@ -1,23 +1,30 @@
 //! Yutu storage node.
 //!
-//! A node is a set of shards, one pinned thread each (see [`runtime`]). A shard owns the keys
-//! that hash to it ([`shard`]), their index and DRAM ([`store`], [`arena`], [`eviction`]), and
-//! serves the S3-like HTTP API on its share of the connections ([`http`]).
+//! The crate is built in layers; each folder is one, and a module imports only from the
+//! layers listed before its own (`tests/layers.rs` checks the `use crate::` lines):
+//!
+//! 1. [`model`], [`metrics`], [`net`]: plain types, counters, the glommio/hyper glue.
+//! 2. [`config`]: the node's settings and users.
+//! 3. [`engine`]: one shard's synchronous store (arena, index, eviction, leases, uploads,
+//!    event log), with no runtime and no HTTP, unit-testable on its own.
+//! 4. [`tier`]: DRAM and NVMe as one [`tier::TieredStore`] (demotion, promotion, tombstones,
+//!    write-through); async methods that return their results.
+//! 5. [`node`]: shards, the job mesh between them, the bucket coordinator and catalog, the
+//!    runtime that starts and stops them.
+//! 6. [`auth`], [`events`], [`kv`]: permissions and signatures, KV events for the
+//!    conductor, the KV block operations on the owning shard. They do not import each other.
+//! 7. [`http`]: one endpoint enum and one error type per API.
+//! 8. [`serve`]: assembles a running node from all of the above.
 
-pub mod arena;
 pub mod auth;
-pub mod catalog;
 pub mod config;
-pub mod eviction;
+pub mod engine;
+pub mod events;
 pub mod http;
 pub mod kv;
-pub mod kv_direct;
-pub mod kv_events;
-pub mod listing;
 pub mod metrics;
-pub mod multipart;
-pub mod runtime;
-pub mod s3;
-pub mod shard;
-pub mod store;
+pub mod model;
+pub mod net;
+pub mod node;
+pub mod serve;
 pub mod tier;

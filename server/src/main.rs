@@ -22,7 +22,7 @@ fn main() -> anyhow::Result<()> {
         )
     })?;
     if let Some(path) = &settings.nvme {
-        yutu_server::tier::prepare_file(path, settings.nvme_capacity).map_err(|e| {
+        yutu_server::tier::nvme::prepare_file(path, settings.nvme_capacity).map_err(|e| {
             anyhow::anyhow!(
                 "cannot prepare the NVMe tier file {} ({} bytes): {e}",
                 path.display(),
@@ -35,7 +35,7 @@ fn main() -> anyhow::Result<()> {
         max_object_size = settings.max_object_size, data_dir = %settings.data_dir.display(),
         "starting yutu-server {}", env!("CARGO_PKG_VERSION")
     );
-    let node = yutu_server::runtime::start(settings).context("cannot start the node")?;
+    let node = yutu_server::serve::start(settings).context("cannot start the node")?;
     tracing::info!(addr = %node.addr, "listening on {}", node.addr);
     node.join();
     Ok(())

@@ -175,6 +175,10 @@ pub struct ShardMetrics {
     pub promotions: Counter,
     pub nvme_used: Gauge,
     pub nvme_capacity: Gauge,
+    pub durable_used: Gauge,
+    pub durable_limit: Gauge,
+    pub durable_refused: Counter,
+    pub durable_dropped: Counter,
     pub nvme_objects: Gauge,
     pub nvme_reclaimed_regions: Gauge,
     pub nvme_corrupt_records: Gauge,
@@ -203,6 +207,10 @@ impl Default for ShardMetrics {
             promotions: Counter::default(),
             nvme_used: Gauge::default(),
             nvme_capacity: Gauge::default(),
+            durable_used: Gauge::default(),
+            durable_limit: Gauge::default(),
+            durable_refused: Counter::default(),
+            durable_dropped: Counter::default(),
             nvme_objects: Gauge::default(),
             nvme_reclaimed_regions: Gauge::default(),
             nvme_corrupt_records: Gauge::default(),
@@ -297,7 +305,7 @@ pub fn render(shards: &[std::sync::Arc<ShardMetrics>]) -> String {
         &'static str,
         fn(&ShardMetrics) -> u64,
     );
-    let simple: [Series; 19] = [
+    let simple: [Series; 23] = [
         (
             "yutu_tier_hits_total{tier=\"dram\"}",
             "counter",
@@ -345,6 +353,30 @@ pub fn render(shards: &[std::sync::Arc<ShardMetrics>]) -> String {
             "gauge",
             "NVMe record space of the shard.",
             |m| m.nvme_capacity.get(),
+        ),
+        (
+            "yutu_durable_used_bytes",
+            "gauge",
+            "NVMe bytes of live records of `disk` buckets.",
+            |m| m.durable_used.get(),
+        ),
+        (
+            "yutu_durable_limit_bytes",
+            "gauge",
+            "Most NVMe bytes `disk` buckets may hold (capacity less two regions per shard).",
+            |m| m.durable_limit.get(),
+        ),
+        (
+            "yutu_durable_refused_total",
+            "counter",
+            "Durable writes refused because the NVMe tier could not keep them (507).",
+            |m| m.durable_refused.get(),
+        ),
+        (
+            "yutu_durable_dropped_total",
+            "counter",
+            "Durable records an NVMe reclamation dropped (expected to stay 0).",
+            |m| m.durable_dropped.get(),
         ),
         (
             "yutu_nvme_objects",

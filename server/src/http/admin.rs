@@ -10,7 +10,6 @@ use super::ctx::Ctx;
 use super::error::S3Error;
 use super::Resp;
 use crate::auth::Identity;
-use crate::shard::Request;
 
 fn json(value: &impl serde::Serialize) -> Result<Resp, S3Error> {
     let body = serde_json::to_vec(value).map_err(|e| {
@@ -38,7 +37,7 @@ pub async fn route(ctx: &Ctx) -> Result<Resp, S3Error> {
         (&Method::GET, Some("v1/kv/snapshot")) => {
             let snapshot = ctx
                 .shard
-                .call(0, |reply| Request::Snapshot { reply })
+                .run_async(0, |s| async move { crate::events::snapshot(&s).await })
                 .await??;
             json(&snapshot)
         }

@@ -19,9 +19,9 @@ use super::error::S3Error;
 use super::target::Target;
 use super::{body, xml_response, Resp};
 use crate::auth::can_see;
-use crate::catalog::Durability;
-use crate::listing::{merge, ListItem, ListQuery};
-use crate::shard::{Request, Shard};
+use crate::model::listing::{merge, ListItem, ListQuery};
+use crate::model::Durability;
+use crate::node::{buckets, Shard};
 
 /// Most keys one listing page returns, and the default (S3's).
 pub const MAX_KEYS: usize = 1000;
@@ -36,6 +36,7 @@ fn owner() -> Owner {
 pub fn list_buckets(ctx: &Ctx) -> Result<Resp, S3Error> {
     let bucket = ctx
         .shard
+        .tier
         .store
         .borrow()
         .buckets()
@@ -73,14 +74,7 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
     };
     let name = bucket.to_string();
     let owner = ctx.identity().name().to_string();
-    shard
-        .call(0, |reply| Request::CreateBucket {
-            name,
-            owner,
-            durability,
-            reply,
-        })
-        .await??;
+    buckets::create(shard, name, owner, durability).await?;
     Ok(Response::builder()
         .status(StatusCode::OK)
         .header(header::LOCATION, format!("/{bucket}"))
@@ -91,9 +85,7 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
 pub async fn delete(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
     let shard = &ctx.shard;
     let name = bucket.to_string();
-    shard
-        .call(0, |reply| Request::DeleteBucket { name, reply })
-        .await??;
+    buckets::delete(shard, name).await?;
     Ok(Response::builder()
         .status(StatusCode::NO_CONTENT)
         .body(Full::new(Bytes::new()))
@@ -102,7 +94,7 @@ pub async fn delete(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
 
 pub fn head(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
     let shard = &ctx.shard;
-    if !shard.store.borrow().bucket_exists(bucket) {
+    if !shard.tier.store.borrow().bucket_exists(bucket) {
         return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
     }
     Ok(Response::builder()
@@ -114,7 +106,7 @@ pub fn head(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
 
 pub fn location(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
     let shard = &ctx.shard;
-    if !shard.store.borrow().bucket_exists(bucket) {
+    if !shard.tier.store.borrow().bucket_exists(bucket) {
         return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
     }
     let xml = format!(
@@ -172,7 +164,7 @@ async fn page(
     p: &ListParams,
     after: Option<String>,
 ) -> Result<(Vec<ListItem>, bool), S3Error> {
-    if !shard.store.borrow().bucket_exists(bucket) {
+    if !shard.tier.store.borrow().bucket_exists(bucket) {
         return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
     }
     if p.max_keys == 0 {
@@ -185,10 +177,9 @@ async fn page(
         limit: p.max_keys,
     };
     let pages = shard
-        .broadcast(|reply| Request::List {
-            bucket: bucket.to_string(),
-            query: query.clone(),
-            reply,
+        .broadcast({
+            let bucket = bucket.to_string();
+            move |s| s.tier.list(&bucket, &query)
         })
         .await?;
     let pages = pages.into_iter().collect::<Result<Vec<_>, _>>()?;

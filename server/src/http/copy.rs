@@ -14,10 +14,9 @@ use super::error::S3Error;
 use super::objects::{bucket_must_exist, check_key, object_limit, store};
 use super::{meta, xml_response, Resp};
 use crate::auth::Action;
-use crate::s3::checksum::{md5, Algorithm, Checksum};
-use crate::s3::conditions::{ReadConditions, WriteConditions};
-use crate::shard::Request;
-use crate::store::{ObjectMeta, StoreError};
+use crate::model::checksum::{md5, Algorithm, Checksum};
+use crate::model::conditions::{ReadConditions, WriteConditions};
+use crate::model::{ObjectMeta, StoreError};
 
 /// `x-amz-copy-source`: `bucket/key` or `/bucket/key`, percent-encoded, optionally with
 /// `?versionId=null`.
@@ -62,14 +61,7 @@ pub async fn fetch_source(
     let (bucket, key) = (sb.clone(), sk.clone());
     let (meta, _, data) = ctx
         .shard
-        .call(owner, |reply| Request::Get {
-            bucket,
-            key,
-            range,
-            head_only: false,
-            cond,
-            reply,
-        })
+        .run_step(owner, move |s| s.tier.get(bucket, key, range, false, cond))
         .await?
         .map_err(|e| match e {
             StoreError::NotModified(_) => S3Error::new(S3ErrorCode::PreconditionFailed),
@@ -80,7 +72,13 @@ pub async fn fetch_source(
     Ok((meta, data))
 }
 
-pub async fn copy_object(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error> {
+/// CopyObject; `incarnation` is the destination bucket's as the permission check saw it.
+pub async fn copy_object(
+    ctx: &Ctx,
+    bucket: &str,
+    key: &str,
+    incarnation: Option<u64>,
+) -> Result<Resp, S3Error> {
     check_key(key)?;
     bucket_must_exist(ctx, bucket)?;
     let (src_meta, data) = fetch_source(ctx, None).await?;
@@ -123,7 +121,10 @@ pub async fn copy_object(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3E
         value: a.digest(&data),
         composite_parts: None,
     });
-    let cond = WriteConditions::from_headers(&ctx.headers);
+    let cond = WriteConditions {
+        incarnation,
+        ..WriteConditions::from_headers(&ctx.headers)
+    };
     let stored = store(ctx, bucket, key, data, new, cond).await?;
     let doc = CopyResult {
         xmlns: S3_NS,

@@ -6,9 +6,9 @@ use http::{HeaderMap, Method, Uri};
 
 use super::error::S3Error;
 use super::target::Target;
+use crate::auth::authenticate::RequestAuth;
 use crate::auth::{authorize, Action, Identity};
-use crate::s3::authenticate::RequestAuth;
-use crate::shard::Shard;
+use crate::node::Shard;
 
 pub struct Ctx {
     pub shard: Rc<Shard>,
@@ -28,7 +28,24 @@ impl Ctx {
         &self.auth.identity
     }
 
-    pub fn allow(&self, action: Action, bucket: Option<&str>) -> Result<(), S3Error> {
-        authorize(&self.shard, &self.auth.identity, action, bucket)
+    /// The caller's name, as leases and puts record their holder.
+    pub fn holder(&self) -> String {
+        self.auth.identity.name().to_string()
+    }
+
+    /// Checks the permission on this shard's copy of the bucket list, and returns the
+    /// incarnation of the bucket it was checked against (`None` when it does not exist): a
+    /// write carries it to the owning shard, which refuses it if the bucket was deleted and
+    /// created again meanwhile.
+    pub fn allow(&self, action: Action, bucket: Option<&str>) -> Result<Option<u64>, S3Error> {
+        let store = self.shard.tier.store.borrow();
+        let found = bucket.and_then(|b| store.bucket_identity(b));
+        authorize(
+            &self.auth.identity,
+            action,
+            bucket,
+            found.map(|(owner, _)| owner),
+        )?;
+        Ok(found.map(|(_, incarnation)| incarnation))
     }
 }

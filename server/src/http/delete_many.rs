@@ -11,7 +11,6 @@ use super::ctx::Ctx;
 use super::error::S3Error;
 use super::objects::{bucket_must_exist, check_key};
 use super::{payload, xml_response, Resp};
-use crate::shard::Request;
 
 /// Most keys per request (S3's limit).
 pub const MAX_KEYS: usize = 1000;
@@ -62,11 +61,7 @@ pub async fn delete_objects(ctx: &Ctx, body: Incoming, bucket: &str) -> Result<R
         let (b, k) = (bucket.to_string(), keys.clone());
         match ctx
             .shard
-            .call(shard, |reply| Request::DeleteMany {
-                bucket: b,
-                keys: k,
-                reply,
-            })
+            .run_step(shard, move |s| s.tier.delete(b, k))
             .await
         {
             Ok(Ok(_)) => {

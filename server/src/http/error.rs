@@ -6,8 +6,9 @@ use http_body_util::Full;
 use yutu_api::xml::{to_xml, ErrorDoc};
 use yutu_api::S3ErrorCode;
 
-use crate::shard::{BucketError, ShardError};
-use crate::store::StoreError;
+use crate::auth::AuthError;
+use crate::model::StoreError;
+use crate::node::{BucketError, CallError, ShardError};
 
 /// An error response in the making: the code, a message, and what it was about.
 #[derive(Debug, Clone)]
@@ -110,6 +111,10 @@ impl From<StoreError> for S3Error {
             StoreError::InvalidPartOrder => S3Error::new(S3ErrorCode::InvalidPartOrder),
             StoreError::EntityTooSmall(m) => S3Error::new(S3ErrorCode::EntityTooSmall).msg(m),
             StoreError::BadDigest(m) => S3Error::new(S3ErrorCode::BadDigest).msg(m),
+            StoreError::Conflict => S3Error::new(S3ErrorCode::ConditionalRequestConflict),
+            StoreError::InsufficientStorage(m) => {
+                S3Error::new(S3ErrorCode::InsufficientStorage).msg(m)
+            }
             StoreError::Device(_) => S3Error::new(S3ErrorCode::InternalError)
                 .msg("The storage device failed or returned a corrupt record; the bytes were not served."),
         }
@@ -120,6 +125,25 @@ impl From<ShardError> for S3Error {
     fn from(e: ShardError) -> S3Error {
         tracing::error!(error = %e, "shard mesh failure");
         S3Error::new(S3ErrorCode::InternalError)
+    }
+}
+
+impl From<CallError> for S3Error {
+    fn from(e: CallError) -> S3Error {
+        match e {
+            CallError::Shard(e) => e.into(),
+            CallError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<AuthError> for S3Error {
+    fn from(e: AuthError) -> S3Error {
+        let err = S3Error::new(e.code);
+        match e.message {
+            Some(m) => err.msg(m),
+            None => err,
+        }
     }
 }
 

@@ -39,8 +39,8 @@ use super::error::S3Error;
 use super::objects::{bucket_must_exist, check_key, object_limit};
 use super::Resp;
 use crate::auth::Action;
-use crate::kv::BlockRef;
-use crate::shard::Request;
+use crate::engine::kv::BlockRef;
+use crate::kv::ops;
 
 /// Most keys in one batch.
 pub const MAX_BATCH: usize = 4096;
@@ -197,11 +197,7 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
                 let b = bucket.clone();
                 let r = ctx
                     .shard
-                    .call(shard, |reply| Request::DeleteMany {
-                        bucket: b,
-                        keys,
-                        reply,
-                    })
+                    .run_step(shard, move |s| s.tier.delete(b, keys))
                     .await??;
                 for (i, r) in idx.into_iter().zip(r) {
                     removed[i] = r;
@@ -221,11 +217,7 @@ async fn exists(ctx: &Ctx, bucket: &str, keys: &[String]) -> Result<Vec<bool>, S
         let b = bucket.to_string();
         let r = ctx
             .shard
-            .call(shard, |reply| Request::KvExists {
-                bucket: b,
-                keys: ks,
-                reply,
-            })
+            .run(shard, move |s| s.tier.exists(&b, &ks))
             .await??;
         for (i, f) in idx.into_iter().zip(r) {
             out[i] = f;
@@ -274,14 +266,9 @@ pub(super) async fn start_puts(
             .iter()
             .map(|i| (ids[*i], blocks[*i].0.clone(), blocks[*i].1))
             .collect();
-        let b = bucket.to_string();
-        ctx.shard.call(*shard, move |reply| Request::KvPutStart {
-            holder: ctx.identity().name().to_string(),
-            bucket: b,
-            items,
-            ttl,
-            reply,
-        })
+        let (b, holder) = (bucket.to_string(), ctx.holder());
+        ctx.shard
+            .run(*shard, move |s| ops::put_start(s, &holder, &b, &items, ttl))
     });
     let answers = futures::future::join_all(calls).await;
     let mut descriptors: Vec<Option<SegmentDescriptor>> = vec![None; keys.len()];
@@ -329,12 +316,11 @@ pub(super) async fn revoke_all(ctx: &Ctx, put_ids: &[u64]) {
         let Some(shard) = ctx.shard.shard_of_id(put_id) else {
             continue;
         };
+        let holder = ctx.holder();
         let _ = ctx
             .shard
-            .call(shard, |reply| Request::KvRevoke {
-                put_id,
-                holder: ctx.identity().name().to_string(),
-                reply,
+            .run(shard, move |s| {
+                s.tier.store.borrow_mut().put_revoke_by(put_id, &holder)
             })
             .await;
     }
@@ -362,11 +348,9 @@ pub(super) async fn end_puts(ctx: &Ctx, put_ids: &[u64]) -> Result<Vec<String>, 
     }
     let calls = groups.iter().map(|(shard, idx)| {
         let ids: Vec<u64> = idx.iter().map(|i| put_ids[*i]).collect();
-        ctx.shard.call(*shard, move |reply| Request::KvPutEnd {
-            holder: ctx.identity().name().to_string(),
-            put_ids: ids,
-            reply,
-        })
+        let holder = ctx.holder();
+        ctx.shard
+            .run_async(*shard, move |s| ops::put_end(s, ids, holder))
     });
     let answers = futures::future::join_all(calls).await;
     let mut etags = vec![String::new(); put_ids.len()];
@@ -374,7 +358,7 @@ pub(super) async fn end_puts(ctx: &Ctx, put_ids: &[u64]) -> Result<Vec<String>, 
         for (i, r) in idx.iter().zip(answer?) {
             let id = put_ids[*i];
             let meta = r.map_err(|e| match e {
-                crate::store::StoreError::NoSuchUpload => bad(format!(
+                crate::model::StoreError::NoSuchUpload => bad(format!(
                     "Put {id} is unknown, already ended, revoked or expired."
                 )),
                 e => S3Error::from(e),
@@ -389,12 +373,11 @@ async fn revoke(ctx: &Ctx, req: PutIds) -> Result<Resp, S3Error> {
     let mut revoked = Vec::with_capacity(req.put_ids.len());
     for id in req.put_ids {
         let shard = owner_of(ctx, id)?;
+        let holder = ctx.holder();
         revoked.push(
             ctx.shard
-                .call(shard, |reply| Request::KvRevoke {
-                    put_id: id,
-                    holder: ctx.identity().name().to_string(),
-                    reply,
+                .run(shard, move |s| {
+                    s.tier.store.borrow_mut().put_revoke_by(id, &holder)
                 })
                 .await?,
         );
@@ -415,16 +398,11 @@ pub(super) async fn lease(
     for (shard, idx) in by_shard(ctx, bucket, keys) {
         let lease_id = ctx.shard.kv_id_for(shard);
         let ks: Vec<String> = idx.iter().map(|i| keys[*i].clone()).collect();
-        let b = bucket.to_string();
+        let (b, holder) = (bucket.to_string(), ctx.holder());
         let r = ctx
             .shard
-            .call(shard, |reply| Request::KvLease {
-                holder: ctx.identity().name().to_string(),
-                lease_id,
-                bucket: b,
-                keys: ks,
-                ttl,
-                reply,
+            .run(shard, move |s| {
+                ops::lease(s, lease_id, &holder, &b, &ks, ttl)
             })
             .await??;
         leases.push(lease_id);
@@ -439,12 +417,11 @@ async fn release(ctx: &Ctx, req: Leases) -> Result<Resp, S3Error> {
     let mut released = 0;
     for id in req.leases {
         let shard = owner_of(ctx, id)?;
+        let holder = ctx.holder();
         if ctx
             .shard
-            .call(shard, |reply| Request::KvRelease {
-                holder: ctx.identity().name().to_string(),
-                lease_id: id,
-                reply,
+            .run(shard, move |s| {
+                s.tier.store.borrow_mut().release_lease_by(id, &holder)
             })
             .await?
         {

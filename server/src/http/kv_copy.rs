@@ -2,7 +2,7 @@
 //! into the client's registered buffer) and put-from (blocks read out of it). One HTTP round
 //! trip per batch, no lease or put id for the client to manage.
 //!
-//! A client on the same host gets the fast path (`crate::kv_direct`): the node maps the
+//! A client on the same host gets the fast path (`crate::kv::direct`): the node maps the
 //! client's buffer once (the client's engine checks the descriptor), and each owning shard
 //! copies its blocks directly, in parallel with the other shards. Any other client is served
 //! through the transfer engine: leases (get-into) or two-phase puts (put-from) and one batch
@@ -13,6 +13,7 @@
 //! range is checked against its descriptor before anything moves.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 use yutu_api::S3ErrorCode;
@@ -27,8 +28,8 @@ use super::kv_api::{
     DEFAULT_TTL,
 };
 use super::Resp;
-use crate::kv_direct::Copied;
-use crate::shard::{Reply, Request};
+use crate::kv::direct::{self, Copied};
+use crate::node::Shard;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -214,24 +215,30 @@ pub(super) async fn get_into(ctx: &Ctx, bucket: &str, req: GetInto) -> Result<Re
     Ok(json(&CopiedOut { copied: &copied }))
 }
 
-/// Sends each owning shard its keys with their mapped ranges (`make` builds the message),
-/// all shards at once; per shard, the indices of its keys and its answer.
-async fn on_owners<R>(
+/// A shard's keys with their mapped ranges.
+type Items = Vec<(String, DirectRange)>;
+
+/// Runs `op` on each owning shard with its keys and their mapped ranges, all shards at
+/// once; per shard, the indices of its keys and its answer.
+async fn on_owners<R, F>(
     ctx: &Ctx,
     bucket: &str,
     keys: &[String],
     ranges: Vec<DirectRange>,
-    make: impl Fn(String, Vec<(String, DirectRange)>, Reply<R>) -> Request,
-) -> Result<Vec<(Vec<usize>, R)>, S3Error> {
+    op: fn(Rc<Shard>, String, Items) -> F,
+) -> Result<Vec<(Vec<usize>, R)>, S3Error>
+where
+    R: Send + 'static,
+    F: std::future::Future<Output = R> + 'static,
+{
     let groups = by_shard(ctx, bucket, keys);
-    let make = &make;
     let calls = groups.iter().map(|(shard, idx)| {
-        let items: Vec<(String, DirectRange)> = idx
+        let items: Items = idx
             .iter()
             .map(|&i| (keys[i].clone(), ranges[i].clone()))
             .collect();
         let b = bucket.to_string();
-        ctx.shard.call(*shard, move |reply| make(b, items, reply))
+        ctx.shard.run_async(*shard, move |s| op(s, b, items))
     });
     let answers = futures::future::join_all(calls).await;
     let mut out = Vec::with_capacity(answers.len());
@@ -247,14 +254,7 @@ async fn copy_out_direct(
     keys: &[String],
     targets: Vec<DirectRange>,
 ) -> Result<Vec<Option<u64>>, S3Error> {
-    let answers = on_owners(ctx, bucket, keys, targets, |bucket, items, reply| {
-        Request::KvCopyOut {
-            bucket,
-            items,
-            reply,
-        }
-    })
-    .await?;
+    let answers = on_owners(ctx, bucket, keys, targets, direct::copy_out).await?;
     let mut copied = vec![None; keys.len()];
     for (idx, answer) in answers {
         for (i, c) in idx.into_iter().zip(answer?) {
@@ -307,12 +307,11 @@ async fn copy_out_engine(
     .await;
     for id in leases {
         let shard = owner_of(ctx, id)?;
+        let holder = ctx.holder();
         let _ = ctx
             .shard
-            .call(shard, |reply| Request::KvRelease {
-                holder: ctx.identity().name().to_string(),
-                lease_id: id,
-                reply,
+            .run(shard, move |s| {
+                s.tier.store.borrow_mut().release_lease_by(id, &holder)
             })
             .await;
     }
@@ -334,7 +333,7 @@ impl ShardSegments {
         }
         let s = ctx
             .shard
-            .call(shard, |reply| Request::KvSegment { reply })
+            .run(shard, |s| s.transfer.as_ref().map(|(_, seg)| seg.clone()))
             .await?
             .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))?;
         self.0.insert(shard, s.clone());
@@ -397,14 +396,7 @@ async fn put_from_direct(
     keys: &[String],
     sources: Vec<DirectRange>,
 ) -> Result<Vec<String>, S3Error> {
-    let answers = on_owners(ctx, bucket, keys, sources, |bucket, items, reply| {
-        Request::KvPutFrom {
-            bucket,
-            items,
-            reply,
-        }
-    })
-    .await?;
+    let answers = on_owners(ctx, bucket, keys, sources, direct::put_from).await?;
     let mut etags = vec![String::new(); keys.len()];
     for (idx, answer) in answers {
         for (i, r) in idx.into_iter().zip(answer) {

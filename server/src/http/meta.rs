@@ -5,7 +5,7 @@ use http::HeaderMap;
 use yutu_api::S3ErrorCode;
 
 use super::error::S3Error;
-use crate::store::ObjectMeta;
+use crate::model::ObjectMeta;
 
 /// Most bytes of `x-amz-meta-*` names and values one object may carry (S3's limit).
 pub const MAX_USER_METADATA: usize = 2048;

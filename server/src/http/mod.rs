@@ -3,12 +3,10 @@
 pub mod admin;
 pub mod body;
 pub mod buckets;
-pub mod client;
 pub mod copy;
 pub mod ctx;
 pub mod delete_many;
 pub mod error;
-pub mod io;
 pub mod kv_api;
 pub mod kv_copy;
 pub mod meta;
@@ -17,7 +15,6 @@ pub mod objects;
 pub mod payload;
 pub mod service;
 pub mod target;
-pub mod timer;
 
 use bytes::Bytes;
 use http::{header, Response, StatusCode};

@@ -19,10 +19,9 @@ use super::ctx::Ctx;
 use super::error::S3Error;
 use super::objects::{bucket_must_exist, check_key, empty};
 use super::{meta, payload, xml_response, Resp};
-use crate::multipart::{CompletePart, Upload, MAX_PART_NUMBER};
-use crate::s3::checksum::{md5, Algorithm};
-use crate::s3::conditions::WriteConditions;
-use crate::shard::Request;
+use crate::engine::multipart::{CompletePart, Upload, MAX_PART_NUMBER};
+use crate::model::checksum::{md5, Algorithm};
+use crate::model::conditions::WriteConditions;
 
 /// Largest part (S3's limit), further bounded by a shard's DRAM.
 pub const MAX_PART_SIZE: u64 = 5 << 30;
@@ -101,12 +100,8 @@ pub async fn create(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error>
     };
     let upload_id = id.clone();
     ctx.shard
-        .call(ctx.shard.owner(bucket, key), |reply| {
-            Request::CreateUpload {
-                id: upload_id,
-                upload: Box::new(upload),
-                reply,
-            }
+        .run(ctx.shard.owner(bucket, key), move |s| {
+            s.tier.store.borrow_mut().create_upload(upload_id, upload)
         })
         .await??;
     let doc = InitiateMultipartUploadResult {
@@ -137,7 +132,7 @@ pub async fn create(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error>
 fn part_limit(ctx: &Ctx) -> u64 {
     MAX_PART_SIZE
         .min(ctx.shard.settings.max_object_size)
-        .min(ctx.shard.store.borrow().capacity())
+        .min(ctx.shard.tier.store.borrow().capacity())
 }
 
 async fn store_part(
@@ -152,15 +147,11 @@ async fn store_part(
     let etag = format!("\"{}\"", hex::encode(md5(&data)));
     let (b, k, e) = (bucket.to_string(), key.to_string(), etag.clone());
     ctx.shard
-        .call(ctx.shard.owner(bucket, key), |reply| Request::UploadPart {
-            id,
-            bucket: b,
-            key: k,
-            number,
-            data,
-            etag: e,
-            checksum,
-            reply,
+        .run(ctx.shard.owner(bucket, key), move |s| {
+            s.tier
+                .store
+                .borrow_mut()
+                .upload_part(&id, &b, &k, number, &data, e, checksum)
         })
         .await??;
     Ok(etag)
@@ -223,7 +214,14 @@ pub async fn upload_part_copy(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp
     Ok(xml_response(StatusCode::OK, to_xml("CopyPartResult", &doc)))
 }
 
-pub async fn complete(ctx: &Ctx, body: Incoming, bucket: &str, key: &str) -> Result<Resp, S3Error> {
+/// CompleteMultipartUpload; `incarnation` is the bucket's as the permission check saw it.
+pub async fn complete(
+    ctx: &Ctx,
+    body: Incoming,
+    bucket: &str,
+    key: &str,
+    incarnation: Option<u64>,
+) -> Result<Resp, S3Error> {
     check_key(key)?;
     let id = upload_id(ctx)?;
     payload::precheck(
@@ -251,19 +249,15 @@ pub async fn complete(ctx: &Ctx, body: Incoming, bucket: &str, key: &str) -> Res
                 .or(p.checksum_sha256),
         })
         .collect();
-    let cond = WriteConditions::from_headers(&ctx.headers);
+    let cond = WriteConditions {
+        incarnation,
+        ..WriteConditions::from_headers(&ctx.headers)
+    };
     let (b, k) = (bucket.to_string(), key.to_string());
     let meta = ctx
         .shard
-        .call(ctx.shard.owner(bucket, key), |reply| {
-            Request::CompleteUpload {
-                id,
-                bucket: b,
-                key: k,
-                parts,
-                cond,
-                reply,
-            }
+        .run_step(ctx.shard.owner(bucket, key), move |s| {
+            s.tier.complete_upload(id, b, k, parts, cond)
         })
         .await??;
     let doc = CompleteMultipartUploadResult {
@@ -290,11 +284,8 @@ pub async fn abort(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error> 
     let id = upload_id(ctx)?;
     let (b, k) = (bucket.to_string(), key.to_string());
     ctx.shard
-        .call(ctx.shard.owner(bucket, key), |reply| Request::AbortUpload {
-            id,
-            bucket: b,
-            key: k,
-            reply,
+        .run(ctx.shard.owner(bucket, key), move |s| {
+            s.tier.store.borrow_mut().abort_upload(&id, &b, &k)
         })
         .await??;
     Ok(empty(StatusCode::NO_CONTENT))
@@ -319,13 +310,11 @@ pub async fn list_parts(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Er
     let (b, k, upload) = (bucket.to_string(), key.to_string(), id.clone());
     let mut parts = ctx
         .shard
-        .call(ctx.shard.owner(bucket, key), |reply| Request::ListParts {
-            id: upload,
-            bucket: b,
-            key: k,
-            after: marker,
-            max: max + 1,
-            reply,
+        .run(ctx.shard.owner(bucket, key), move |s| {
+            s.tier
+                .store
+                .borrow_mut()
+                .list_parts(&upload, &b, &k, marker, max + 1)
         })
         .await??;
     let truncated = parts.len() > max;
@@ -374,10 +363,9 @@ pub async fn list_uploads(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
     };
     let pages = ctx
         .shard
-        .broadcast(|reply| Request::ListUploads {
-            bucket: bucket.to_string(),
-            prefix: prefix.clone(),
-            reply,
+        .broadcast({
+            let (bucket, prefix) = (bucket.to_string(), prefix.clone());
+            move |s| s.tier.store.borrow().list_uploads(&bucket, &prefix)
         })
         .await?;
     let mut all: Vec<_> = pages

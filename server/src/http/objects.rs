@@ -12,9 +12,8 @@ use yutu_api::{parse_range, validate_object_key, KeyError, S3ErrorCode};
 use super::ctx::Ctx;
 use super::error::S3Error;
 use super::{meta, payload, Resp};
-use crate::s3::conditions::{ReadConditions, WriteConditions};
-use crate::shard::Request;
-use crate::store::{ObjectMeta, StoreError};
+use crate::model::conditions::{ReadConditions, WriteConditions};
+use crate::model::{ObjectMeta, StoreError};
 
 pub fn check_key(key: &str) -> Result<(), S3Error> {
     validate_object_key(key).map_err(|e| {
@@ -35,7 +34,7 @@ pub fn empty(status: StatusCode) -> Resp {
 
 /// The payload limit for one object: the configured maximum, and what fits in a shard.
 pub fn object_limit(ctx: &Ctx) -> (u64, &'static str) {
-    let shard_capacity = ctx.shard.store.borrow().capacity();
+    let shard_capacity = ctx.shard.tier.store.borrow().capacity();
     if ctx.shard.settings.max_object_size <= shard_capacity {
         (
             ctx.shard.settings.max_object_size,
@@ -47,20 +46,30 @@ pub fn object_limit(ctx: &Ctx) -> (u64, &'static str) {
 }
 
 pub fn bucket_must_exist(ctx: &Ctx, bucket: &str) -> Result<(), S3Error> {
-    if ctx.shard.store.borrow().bucket_exists(bucket) {
+    if ctx.shard.tier.store.borrow().bucket_exists(bucket) {
         Ok(())
     } else {
         Err(S3Error::new(S3ErrorCode::NoSuchBucket))
     }
 }
 
-pub async fn put(ctx: &Ctx, body: Incoming, bucket: &str, key: &str) -> Result<Resp, S3Error> {
+/// PutObject; `incarnation` is the bucket's as the permission check saw it.
+pub async fn put(
+    ctx: &Ctx,
+    body: Incoming,
+    bucket: &str,
+    key: &str,
+    incarnation: Option<u64>,
+) -> Result<Resp, S3Error> {
     check_key(key)?;
     let (limit, what) = object_limit(ctx);
     payload::precheck(ctx, limit, what)?;
     bucket_must_exist(ctx, bucket)?;
     let req_meta = meta::from_request(&ctx.headers)?;
-    let cond = WriteConditions::from_headers(&ctx.headers);
+    let cond = WriteConditions {
+        incarnation,
+        ..WriteConditions::from_headers(&ctx.headers)
+    };
     let received = payload::receive(ctx, body, limit).await?;
     let mut meta = req_meta.into_object_meta();
     meta.size = received.data.len() as u64;
@@ -88,13 +97,8 @@ pub async fn store(
     let (b, k) = (bucket.to_string(), key.to_string());
     Ok(ctx
         .shard
-        .call(ctx.shard.owner(bucket, key), |reply| Request::Put {
-            bucket: b,
-            key: k,
-            data,
-            meta,
-            cond,
-            reply,
+        .run_step(ctx.shard.owner(bucket, key), move |s| {
+            s.tier.put(b, k, data, meta, cond)
         })
         .await??)
 }
@@ -113,13 +117,8 @@ pub async fn get(ctx: &Ctx, bucket: &str, key: &str, head_only: bool) -> Result<
     let (b, k) = (bucket.to_string(), key.to_string());
     let result = ctx
         .shard
-        .call(ctx.shard.owner(bucket, key), |reply| Request::Get {
-            bucket: b,
-            key: k,
-            range,
-            head_only,
-            cond,
-            reply,
+        .run_step(ctx.shard.owner(bucket, key), move |s| {
+            s.tier.get(b, k, range, head_only, cond)
         })
         .await?;
     let checksum_mode = ctx
@@ -179,10 +178,8 @@ pub async fn delete(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error>
     check_key(key)?;
     let (b, k) = (bucket.to_string(), key.to_string());
     ctx.shard
-        .call(ctx.shard.owner(bucket, key), |reply| Request::DeleteMany {
-            bucket: b,
-            keys: vec![k],
-            reply,
+        .run_step(ctx.shard.owner(bucket, key), move |s| {
+            s.tier.delete(b, vec![k])
         })
         .await??;
     Ok(empty(StatusCode::NO_CONTENT))

@@ -11,9 +11,9 @@ use yutu_api::S3ErrorCode;
 use super::body::read_limited;
 use super::ctx::Ctx;
 use super::error::S3Error;
-use crate::s3::authenticate::Payload;
-use crate::s3::checksum::{md5, sha256_hex, Algorithm, Checksum};
-use crate::s3::chunked::{decode, ChunkError};
+use crate::auth::authenticate::Payload;
+use crate::auth::chunked::{decode, ChunkError};
+use crate::model::checksum::{md5, sha256_hex, Algorithm, Checksum};
 
 /// A verified upload body.
 pub struct Received {
@@ -81,7 +81,7 @@ pub async fn receive(ctx: &Ctx, body: Incoming, limit: u64) -> Result<Received, 
             .auth
             .signer
             .as_ref()
-            .map(|s| crate::s3::chunked::ChunkSigner {
+            .map(|s| crate::auth::chunked::ChunkSigner {
                 key: s.key,
                 amz_date: s.amz_date.clone(),
                 scope: s.scope.clone(),

@@ -14,14 +14,14 @@ use yutu_api::S3ErrorCode;
 
 use super::ctx::Ctx;
 use super::error::S3Error;
-use super::io::HyperStream;
 use super::target::Target;
-use super::timer::GlommioTimer;
 use super::{admin, buckets, copy, delete_many, kv_api, multipart, objects, Resp};
+use crate::auth::authenticate::authenticate;
 use crate::auth::Action;
 use crate::metrics::{render, Op};
-use crate::s3::authenticate::authenticate;
-use crate::shard::Shard;
+use crate::net::io::HyperStream;
+use crate::net::timer::GlommioTimer;
+use crate::node::Shard;
 
 /// Largest request header section answered normally (S3 allows 8 KiB for PUT headers; Yutu
 /// allows twice that). Bigger sections up to hyper's buffer get `RequestHeaderSectionTooLarge`;
@@ -162,7 +162,7 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
         virtual_bucket,
     ) {
         Ok(a) => a,
-        Err(e) => return (Op::Unsupported, Err(e)),
+        Err(e) => return (Op::Unsupported, Err(e.into())),
     };
     let ctx = Ctx {
         shard: shard.clone(),
@@ -191,7 +191,7 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
             }
             let r = ctx
                 .allow(Action::ListBuckets, None)
-                .and_then(|()| buckets::list_buckets(&ctx));
+                .and_then(|_| buckets::list_buckets(&ctx));
             (Op::ListBuckets, r)
         }
         (Some(b), None) => {
@@ -244,14 +244,16 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
                 _ => (Op::GetObject, Action::Read),
             };
             let r = async {
-                ctx.allow(action, Some(&b))?;
+                let incarnation = ctx.allow(action, Some(&b))?;
                 match op {
                     Op::UploadPartCopy => multipart::upload_part_copy(&ctx, &b, &k).await,
                     Op::UploadPart => multipart::upload_part(&ctx, body, &b, &k).await,
-                    Op::CopyObject => copy::copy_object(&ctx, &b, &k).await,
-                    Op::PutObject => objects::put(&ctx, body, &b, &k).await,
+                    Op::CopyObject => copy::copy_object(&ctx, &b, &k, incarnation).await,
+                    Op::PutObject => objects::put(&ctx, body, &b, &k, incarnation).await,
                     Op::CreateMultipartUpload => multipart::create(&ctx, &b, &k).await,
-                    Op::CompleteMultipartUpload => multipart::complete(&ctx, body, &b, &k).await,
+                    Op::CompleteMultipartUpload => {
+                        multipart::complete(&ctx, body, &b, &k, incarnation).await
+                    }
                     Op::AbortMultipartUpload => multipart::abort(&ctx, &b, &k).await,
                     Op::DeleteObject => objects::delete(&ctx, &b, &k).await,
                     Op::HeadObject => objects::get(&ctx, &b, &k, true).await,

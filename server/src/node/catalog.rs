@@ -11,26 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-/// Where a bucket's objects must be before a PUT is acknowledged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Durability {
-    /// DRAM only: fastest; lost on restart unless demoted to NVMe meanwhile.
-    #[default]
-    Memory,
-    /// Written through to NVMe and synced before the PUT is acknowledged: survives kill -9.
-    Disk,
-}
-
-impl Durability {
-    pub fn parse(s: &str) -> Option<Durability> {
-        match s.to_ascii_lowercase().as_str() {
-            "memory" => Some(Durability::Memory),
-            "disk" => Some(Durability::Disk),
-            _ => None,
-        }
-    }
-}
+use crate::model::Durability;
 
 /// One bucket as stored in the catalog.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,9 +22,22 @@ pub struct BucketRecord {
     pub owner: String,
     #[serde(default)]
     pub durability: Durability,
+    /// Tells this bucket from an earlier one of the same name; catalogs written before it
+    /// existed get one derived from the name and creation time.
+    #[serde(default)]
+    pub incarnation: u64,
 }
 
 impl BucketRecord {
+    /// The incarnation, derived for records that predate the field.
+    pub fn incarnation(&self) -> u64 {
+        if self.incarnation != 0 {
+            return self.incarnation;
+        }
+        let h = blake3::hash(format!("{}\0{}", self.name, self.created_ms).as_bytes());
+        u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or([1; 8])) | 1
+    }
+
     pub fn created(&self) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(self.created_ms)
     }
@@ -152,6 +146,7 @@ mod tests {
             created_ms: 1,
             owner: "alice".into(),
             durability: Durability::Disk,
+            incarnation: 7,
         }];
         c.save(&recs).unwrap();
         assert_eq!(c.load().unwrap(), recs);

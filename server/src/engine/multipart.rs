@@ -12,10 +12,11 @@ use std::time::SystemTime;
 
 use md5::{Digest, Md5};
 
-use crate::arena::{Arena, Extent};
-use crate::s3::checksum::{Algorithm, Checksum, Hasher};
-use crate::s3::conditions::WriteConditions;
-use crate::store::{ObjectMeta, ShardStore, StoreError, ENTRY_OVERHEAD};
+use super::arena::{Arena, Extent};
+use super::store::{ShardStore, ENTRY_OVERHEAD};
+use crate::model::checksum::{Algorithm, Checksum, Hasher};
+use crate::model::conditions::WriteConditions;
+use crate::model::{ObjectMeta, StoreError};
 
 /// Smallest part, except the last (S3's limit).
 pub const MIN_PART_SIZE: u64 = 5 << 20;

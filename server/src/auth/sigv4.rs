@@ -8,7 +8,7 @@
 
 use http::HeaderMap;
 
-use super::checksum::sha256_hex;
+use crate::model::checksum::sha256_hex;
 
 pub const ALGORITHM: &str = "AWS4-HMAC-SHA256";
 

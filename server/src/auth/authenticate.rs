@@ -12,9 +12,8 @@ use super::sigv4::{
     canonical_headers, canonical_query, canonical_request, parse_authorization, sign,
     signatures_match, signing_key, string_to_sign, uri_encode, Credential,
 };
-use crate::auth::Identity;
+use super::{AuthError, Identity};
 use crate::config::{Settings, User};
-use crate::http::error::S3Error;
 
 /// Largest difference between the client's clock and ours (S3's limit).
 pub const MAX_SKEW: Duration = Duration::from_secs(15 * 60);
@@ -40,11 +39,11 @@ pub struct RequestAuth {
     pub signer: Option<ChunkSigner>,
 }
 
-fn denied(code: S3ErrorCode, msg: impl Into<String>) -> S3Error {
-    S3Error::new(code).msg(msg)
+fn denied(code: S3ErrorCode, msg: impl Into<String>) -> AuthError {
+    AuthError::new(code).msg(msg)
 }
 
-fn payload_mode(headers: &HeaderMap) -> Result<Payload, S3Error> {
+fn payload_mode(headers: &HeaderMap) -> Result<Payload, AuthError> {
     let Some(v) = headers.get("x-amz-content-sha256") else {
         return Ok(Payload::Unsigned);
     };
@@ -102,7 +101,7 @@ pub fn authenticate(
     uri: &Uri,
     headers: &HeaderMap,
     virtual_bucket: Option<&str>,
-) -> Result<RequestAuth, S3Error> {
+) -> Result<RequestAuth, AuthError> {
     let mut payload = payload_mode(headers)?;
     if settings.no_auth {
         return Ok(RequestAuth {
@@ -217,7 +216,7 @@ pub fn authenticate(
     let signed_at = parse_amz_date(&amz_date)
         .ok_or_else(|| denied(S3ErrorCode::AccessDenied, "x-amz-date is malformed."))?;
     if !presigned && skew(signed_at) > MAX_SKEW {
-        return Err(S3Error::new(S3ErrorCode::RequestTimeTooSkewed));
+        return Err(AuthError::new(S3ErrorCode::RequestTimeTooSkewed));
     }
     if !amz_date.starts_with(&cred.date) {
         return Err(denied(
@@ -259,7 +258,7 @@ pub fn authenticate(
         )
     };
     if !(matches(&raw_path) || (reencoded != raw_path && matches(&reencoded))) {
-        return Err(S3Error::new(S3ErrorCode::SignatureDoesNotMatch));
+        return Err(AuthError::new(S3ErrorCode::SignatureDoesNotMatch));
     }
     let signer = matches!(payload, Payload::Chunked { signed: true }).then(|| ChunkSigner {
         key,
@@ -274,13 +273,13 @@ pub fn authenticate(
     })
 }
 
-fn user_by_key(settings: &Settings, access_key: &str) -> Result<Arc<User>, S3Error> {
+fn user_by_key(settings: &Settings, access_key: &str) -> Result<Arc<User>, AuthError> {
     settings
         .users
         .iter()
         .find(|u| u.access_key == access_key)
         .cloned()
-        .ok_or_else(|| S3Error::new(S3ErrorCode::InvalidAccessKeyId))
+        .ok_or_else(|| AuthError::new(S3ErrorCode::InvalidAccessKeyId))
 }
 
 /// SigV2: `Authorization: AWS KEY:SIG`, or a presigned URL with `AWSAccessKeyId`,
@@ -291,7 +290,7 @@ fn authenticate_v2(
     uri: &Uri,
     headers: &HeaderMap,
     virtual_bucket: Option<&str>,
-) -> Result<Option<Arc<User>>, S3Error> {
+) -> Result<Option<Arc<User>>, AuthError> {
     use super::sigv2;
     let resource = || sigv2::canonical_resource(uri.path(), virtual_bucket, uri.query());
     let header = headers
@@ -324,13 +323,13 @@ fn authenticate_v2(
             .or_else(|| parse_amz_date(date_text))
             .ok_or_else(|| denied(S3ErrorCode::AccessDenied, "The request date is malformed."))?;
         if skew(when) > MAX_SKEW {
-            return Err(S3Error::new(S3ErrorCode::RequestTimeTooSkewed));
+            return Err(AuthError::new(S3ErrorCode::RequestTimeTooSkewed));
         }
         // With x-amz-date the Date line of the string to sign is empty.
         let date_line = if amz_date.is_some() { "" } else { date_text };
         let sts = sigv2::string_to_sign(method.as_str(), headers, date_line, &resource());
         if !signatures_match(&sigv2::sign(&user.secret_key, &sts), sig) {
-            return Err(S3Error::new(S3ErrorCode::SignatureDoesNotMatch));
+            return Err(AuthError::new(S3ErrorCode::SignatureDoesNotMatch));
         }
         return Ok(Some(user));
     }
@@ -363,7 +362,7 @@ fn authenticate_v2(
     }
     let sts = sigv2::string_to_sign(method.as_str(), headers, &expires_text, &resource());
     if !signatures_match(&sigv2::sign(&user.secret_key, &sts), &sig) {
-        return Err(S3Error::new(S3ErrorCode::SignatureDoesNotMatch));
+        return Err(AuthError::new(S3ErrorCode::SignatureDoesNotMatch));
     }
     Ok(Some(user))
 }

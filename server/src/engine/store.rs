@@ -13,88 +13,24 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use yutu_api::{ByteRange, RangeSpec};
+use yutu_api::RangeSpec;
 
-use crate::arena::{Arena, Extent};
-use crate::catalog::Durability;
-use crate::eviction::{EntryId, EvictionPolicy};
-use crate::kv::{Lease, PendingPut, Pin};
-use crate::kv_events::EventLog;
-use crate::listing::{shard_page, ListItem, ListQuery, Listable};
+use super::arena::{Arena, Extent};
+use super::events::EventLog;
+use super::eviction::{EntryId, EvictionPolicy};
+use super::kv::{Lease, PendingPut, Pin};
+use super::multipart::Upload;
 use crate::metrics::ShardMetrics;
-use crate::multipart::Upload;
-use crate::s3::checksum::Checksum;
-use crate::s3::conditions::{Failed, ReadConditions, WriteConditions};
+use crate::model::listing::{merge, shard_page, ListItem, ListQuery, Listable};
+use crate::model::{serve, BucketInfo, Durability, GetResult, ListedMeta, ObjectMeta, StoreError};
+
+use crate::model::conditions::{ReadConditions, WriteConditions};
 use yutu_api::block_hash::BlockHash;
 use yutu_api::events::{KvEventKind, Tier};
 
 /// Index bytes charged per object beyond its key and metadata: the B-tree slot, the entry,
 /// the reverse id map and the policy's node, rounded up.
 pub const ENTRY_OVERHEAD: u64 = 256;
-
-/// What the server knows about a stored object besides its bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectMeta {
-    pub size: u64,
-    /// Quoted, as in the `ETag` header.
-    pub etag: String,
-    pub last_modified: SystemTime,
-    pub content_type: Option<String>,
-    /// Other stored response headers: Content-Disposition, Content-Encoding,
-    /// Content-Language, Cache-Control, Expires (names lowercase).
-    pub headers: Vec<(String, String)>,
-    /// `x-amz-meta-*` pairs, names lowercased without the prefix.
-    pub user_meta: Vec<(String, String)>,
-    pub checksum: Option<Checksum>,
-    /// Number of parts, for an object made by a multipart upload.
-    pub parts: Option<u32>,
-}
-
-impl ObjectMeta {
-    fn footprint(&self) -> u64 {
-        let meta: usize = self
-            .user_meta
-            .iter()
-            .chain(self.headers.iter())
-            .map(|(k, v)| k.len() + v.len())
-            .sum();
-        (meta + self.etag.len() + self.content_type.as_ref().map_or(0, |c| c.len())) as u64
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StoreError {
-    #[error("the bucket does not exist")]
-    NoSuchBucket,
-    #[error("the key does not exist")]
-    NoSuchKey,
-    #[error("the bucket is being deleted")]
-    BucketClosing,
-    #[error(
-        "an object of {size} bytes does not fit in a shard's DRAM capacity of {capacity} bytes"
-    )]
-    TooLarge { size: u64, capacity: u64 },
-    #[error("range not satisfiable for an object of {size} bytes")]
-    InvalidRange { size: u64 },
-    #[error("no evictable object is left to make room for {0} bytes")]
-    NoSpace(u64),
-    #[error("a precondition failed")]
-    PreconditionFailed,
-    #[error("not modified")]
-    NotModified(Arc<ObjectMeta>),
-    #[error("the multipart upload does not exist")]
-    NoSuchUpload,
-    #[error("{0}")]
-    InvalidPart(String),
-    #[error("the parts are not in ascending order")]
-    InvalidPartOrder,
-    #[error("{0}")]
-    EntityTooSmall(String),
-    #[error("{0}")]
-    BadDigest(String),
-    #[error("NVMe tier: {0}")]
-    Device(String),
-}
 
 pub(crate) struct Entry {
     pub(crate) id: EntryId,
@@ -104,21 +40,6 @@ pub(crate) struct Entry {
     /// The same version is also on NVMe (written through, or promoted from there): evicting
     /// it needs no demotion.
     pub(crate) on_nvme: bool,
-}
-
-/// Object metadata as a listing sees it (for objects outside the DRAM index).
-pub(crate) struct ListedMeta(pub(crate) Arc<ObjectMeta>);
-
-impl Listable for ListedMeta {
-    fn size(&self) -> u64 {
-        self.0.size
-    }
-    fn etag(&self) -> &str {
-        &self.0.etag
-    }
-    fn last_modified(&self) -> SystemTime {
-        self.0.last_modified
-    }
 }
 
 impl Listable for Entry {
@@ -135,19 +56,11 @@ impl Listable for Entry {
 
 pub(crate) struct BucketPart {
     created: SystemTime,
+    incarnation: u64,
     owner: String,
     pub(crate) durability: Durability,
     closing: bool,
     pub(crate) objects: BTreeMap<String, Entry>,
-}
-
-/// A bucket as every shard knows it.
-#[derive(Debug, Clone)]
-pub struct BucketInfo {
-    pub name: String,
-    pub created: SystemTime,
-    pub owner: String,
-    pub durability: Durability,
 }
 
 pub struct ShardStore {
@@ -162,7 +75,7 @@ pub struct ShardStore {
     /// Two-phase puts between put-start and put-end, by put id.
     pub(crate) pending_puts: HashMap<u64, PendingPut>,
     /// The ranges leases and puts granted, shared with the transfer engine's guard.
-    pub(crate) grants: Option<Arc<crate::kv::Grants>>,
+    pub(crate) grants: Option<Arc<super::kv::Grants>>,
     /// Reverse index for the eviction policy, which deals in ids only.
     pub(crate) ids: HashMap<EntryId, (String, String)>,
     pub(crate) policy: Box<dyn EvictionPolicy>,
@@ -289,7 +202,7 @@ impl ShardStore {
     }
 
     /// Shares the lease and put grants with the transfer engine.
-    pub fn set_grants(&mut self, grants: Arc<crate::kv::Grants>) {
+    pub fn set_grants(&mut self, grants: Arc<super::kv::Grants>) {
         self.grants = Some(grants);
     }
 
@@ -338,11 +251,13 @@ impl ShardStore {
         created: SystemTime,
         owner: &str,
         durability: Durability,
+        incarnation: u64,
     ) {
         self.buckets
             .entry(name.to_string())
             .or_insert_with(|| BucketPart {
                 created,
+                incarnation,
                 owner: owner.to_string(),
                 durability,
                 closing: false,
@@ -353,6 +268,13 @@ impl ShardStore {
     /// The owner of a bucket, `None` when it does not exist.
     pub fn bucket_owner(&self, name: &str) -> Option<String> {
         self.buckets.get(name).map(|b| b.owner.clone())
+    }
+
+    /// The owner and incarnation of a bucket, `None` when it does not exist.
+    pub fn bucket_identity(&self, name: &str) -> Option<(&str, u64)> {
+        self.buckets
+            .get(name)
+            .map(|b| (b.owner.as_str(), b.incarnation))
     }
 
     /// Whether the bucket exists at all, even while a delete of it is in progress.
@@ -373,6 +295,7 @@ impl ShardStore {
                 created: b.created,
                 owner: b.owner.clone(),
                 durability: b.durability,
+                incarnation: b.incarnation,
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -423,12 +346,29 @@ impl ShardStore {
                 capacity: self.capacity,
             });
         }
-        // The old version goes first: its space is reusable for the new one, and nothing
-        // can observe the gap because this function does not yield.
-        self.remove_entry(bucket, key);
-        let extent = self.reserve(size, charge)?;
+        let extent = self.reserve_replacing(bucket, key, size, charge)?;
         self.arena.bytes_mut(&extent).copy_from_slice(data);
         Ok(self.publish(bucket, key, extent, meta, charge))
+    }
+
+    /// Refuses a write into a missing or closing bucket, or into another incarnation of it.
+    pub fn check_bucket(&self, bucket: &str, incarnation: Option<u64>) -> Result<(), StoreError> {
+        match self.buckets.get(bucket) {
+            None => Err(StoreError::NoSuchBucket),
+            Some(b) if b.closing => Err(StoreError::BucketClosing),
+            Some(b) if incarnation.is_some_and(|i| i != b.incarnation) => {
+                Err(StoreError::NoSuchBucket)
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The ETag of the DRAM (or in-flight demotion) version of `bucket/key`.
+    pub fn dram_etag(&self, bucket: &str, key: &str) -> Option<&str> {
+        match self.buckets.get(bucket)?.objects.get(key) {
+            Some(e) => Some(e.meta.etag.as_str()),
+            None => self.demoting_get(bucket, key).map(|(m, _)| m.etag.as_str()),
+        }
     }
 
     /// Refuses a write into a missing or closing bucket, or one whose preconditions fail.
@@ -438,13 +378,9 @@ impl ShardStore {
         key: &str,
         cond: &WriteConditions,
     ) -> Result<(), StoreError> {
-        let part = match self.buckets.get(bucket) {
-            None => return Err(StoreError::NoSuchBucket),
-            Some(b) if b.closing => return Err(StoreError::BucketClosing),
-            Some(b) => b,
-        };
-        let current = part.objects.get(key).map(|e| e.meta.etag.as_str());
-        cond.check(current).map_err(|missing| {
+        // Authorised against an earlier bucket of this name: that bucket is gone.
+        self.check_bucket(bucket, cond.incarnation)?;
+        cond.check(self.dram_etag(bucket, key)).map_err(|missing| {
             if missing {
                 StoreError::NoSuchKey
             } else {
@@ -480,6 +416,83 @@ impl ShardStore {
                 return Err(StoreError::NoSpace(size));
             }
         }
+    }
+
+    /// Reserves room for a new version of `bucket/key` while the old one stays readable: other
+    /// objects are evicted first, and the old version's own room is used only when nothing
+    /// else frees enough. On failure the old version is still there (S3: a failed PUT leaves
+    /// the previous object intact).
+    pub(crate) fn reserve_replacing(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        size: u64,
+        charge: u64,
+    ) -> Result<Extent, StoreError> {
+        let old = self
+            .buckets
+            .get(bucket)
+            .and_then(|b| b.objects.get(key))
+            .map(|e| (e.id, e.charge, e.extent.len));
+        let Some((old_id, old_charge, old_len)) = old else {
+            return self.reserve(size, charge);
+        };
+        // A leased old version is out of the policy already and keeps its bytes regardless.
+        let evictable = !self.pins.contains_key(&old_id);
+        if evictable {
+            self.policy.on_remove(old_id);
+        }
+        let first = self.reserve(size, charge);
+        if evictable {
+            self.policy.on_insert(old_id, 0);
+        }
+        match first {
+            Err(StoreError::NoSpace(_)) if evictable => {}
+            other => return other,
+        }
+        // Only the old version's room is left: give it up only when the new one then fits.
+        if self.used - old_charge + charge > self.capacity {
+            return Err(StoreError::NoSpace(size));
+        }
+        if Arena::reservation_for(size) <= Arena::reservation_for(old_len) {
+            // Reuse the old extent in place: nothing reads it while this step runs.
+            let entry = self.detach_entry(bucket, key);
+            if let Some(e) = entry {
+                self.used = self.used - e.charge + charge;
+                return Ok(e.extent);
+            }
+            return Err(StoreError::NoSpace(size));
+        }
+        // The new one is larger: the old must go first, and cannot come back if its room is
+        // then taken, which fragmentation alone can cause; say so when it happens.
+        self.remove_entry(bucket, key);
+        match self.arena.allocate(size) {
+            Some(extent) => {
+                self.used += charge;
+                Ok(extent)
+            }
+            None => {
+                tracing::error!(
+                    bucket,
+                    key,
+                    size,
+                    "no arena room after dropping the old version; it is lost"
+                );
+                Err(StoreError::NoSpace(size))
+            }
+        }
+    }
+
+    /// Takes an unpinned entry out of the index without freeing its bytes (the caller reuses
+    /// its extent); events and the policy see it removed.
+    fn detach_entry(&mut self, bucket: &str, key: &str) -> Option<Entry> {
+        let entry = self.buckets.get_mut(bucket)?.objects.remove(key)?;
+        self.policy.on_remove(entry.id);
+        self.ids.remove(&entry.id);
+        if let Some(ev) = self.events.as_mut() {
+            ev.removed(bucket, key);
+        }
+        Some(entry)
     }
 
     /// Gives back a reservation that was never published (an aborted part, say).
@@ -535,7 +548,7 @@ impl ShardStore {
         range: Option<RangeSpec>,
         head_only: bool,
         cond: &ReadConditions,
-    ) -> Result<(Arc<ObjectMeta>, Option<ByteRange>, Bytes), StoreError> {
+    ) -> GetResult {
         let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
         let Some(entry) = part.objects.get(key) else {
             let demoting = self.demoting_get(bucket, key);
@@ -590,7 +603,7 @@ impl ShardStore {
             return Ok(dram);
         }
         let flying = shard_page(&in_flight, q);
-        Ok(crate::listing::merge(vec![dram, flying], q.limit.saturating_add(1)).0)
+        Ok(merge(vec![dram, flying], q.limit.saturating_add(1)).0)
     }
 
     /// An object on its way to NVMe (no allocation when nothing is being demoted).
@@ -708,45 +721,10 @@ fn random_salt() -> u64 {
     h.finish()
 }
 
-/// Answers a read of `meta`/`all` (the whole object): conditions, then the range.
-pub(crate) fn serve(
-    meta: &Arc<ObjectMeta>,
-    all: &[u8],
-    range: Option<RangeSpec>,
-    head_only: bool,
-    cond: &ReadConditions,
-) -> Result<(Arc<ObjectMeta>, Option<ByteRange>, Bytes), StoreError> {
-    match cond.check(&meta.etag, meta.last_modified) {
-        Ok(()) => {}
-        Err(Failed::NotModified) => return Err(StoreError::NotModified(meta.clone())),
-        Err(Failed::Precondition) => return Err(StoreError::PreconditionFailed),
-    }
-    let size = meta.size;
-    let range = match range {
-        Some(spec) => Some(
-            spec.resolve(size)
-                .ok_or(StoreError::InvalidRange { size })?,
-        ),
-        None => None,
-    };
-    let data = if head_only {
-        Bytes::new()
-    } else {
-        match range {
-            Some(r) => Bytes::copy_from_slice(
-                all.get(r.start as usize..r.end as usize)
-                    .unwrap_or_default(),
-            ),
-            None => Bytes::copy_from_slice(all),
-        }
-    };
-    Ok((meta.clone(), range, data))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eviction::Lru;
+    use crate::engine::eviction::Lru;
 
     fn meta(size: usize) -> ObjectMeta {
         ObjectMeta {
@@ -764,6 +742,7 @@ mod tests {
     const ANY: WriteConditions = WriteConditions {
         if_none_match_any: false,
         if_match: None,
+        incarnation: None,
     };
 
     fn read() -> ReadConditions {
@@ -782,7 +761,7 @@ mod tests {
     #[test]
     fn put_get_replace_delete() {
         let mut s = store(1 << 20);
-        s.add_bucket("b", SystemTime::now(), "", Durability::Memory);
+        s.add_bucket("b", SystemTime::now(), "", Durability::Memory, 1);
         s.put("b", "k", b"hello", meta(5), &ANY).unwrap();
         let (_, _, data) = s.get("b", "k", None, false, &read()).unwrap();
         assert_eq!(&data[..], b"hello");
@@ -809,7 +788,7 @@ mod tests {
     fn evicts_lru_and_stays_within_capacity() {
         let cap = 64 * 1024;
         let mut s = store(cap);
-        s.add_bucket("b", SystemTime::now(), "", Durability::Memory);
+        s.add_bucket("b", SystemTime::now(), "", Durability::Memory, 1);
         let block = vec![1u8; 8 * 1024];
         for i in 0..40 {
             s.put("b", &format!("k{i}"), &block, meta(block.len()), &ANY)
@@ -832,7 +811,7 @@ mod tests {
     #[test]
     fn bucket_close_protocol() {
         let mut s = store(1 << 20);
-        s.add_bucket("b", SystemTime::now(), "", Durability::Memory);
+        s.add_bucket("b", SystemTime::now(), "", Durability::Memory, 1);
         s.put("b", "k", b"x", meta(1), &ANY).unwrap();
         assert_eq!(s.close_bucket("b"), Ok(false));
         assert_eq!(

@@ -10,9 +10,8 @@ use std::sync::Arc;
 
 use yutu_api::S3ErrorCode;
 
+use super::AuthError;
 use crate::config::User;
-use crate::http::error::S3Error;
-use crate::shard::Shard;
 
 /// Who sent a request.
 #[derive(Debug, Clone)]
@@ -56,12 +55,14 @@ pub fn can_see(who: &Identity, bucket: &str, owner: &str) -> bool {
     }
 }
 
+/// Whether `who` may perform `action` on `bucket`, owned by `owner` (`None`: the bucket does
+/// not exist, which the operation itself reports).
 pub fn authorize(
-    shard: &Shard,
     who: &Identity,
     action: Action,
     bucket: Option<&str>,
-) -> Result<(), S3Error> {
+    owner: Option<&str>,
+) -> Result<(), AuthError> {
     let Identity::User(user) = who else {
         return Ok(());
     };
@@ -72,7 +73,7 @@ pub fn authorize(
         return Ok(());
     };
     // A bucket that does not exist is reported as such by the operation itself.
-    let Some(owner) = shard.store.borrow().bucket_owner(bucket) else {
+    let Some(owner) = owner else {
         return Ok(());
     };
     let allowed = owner == user.name
@@ -84,6 +85,6 @@ pub fn authorize(
     if allowed {
         Ok(())
     } else {
-        Err(S3Error::new(S3ErrorCode::AccessDenied))
+        Err(AuthError::new(S3ErrorCode::AccessDenied))
     }
 }

@@ -35,6 +35,9 @@ pub struct WriteConditions {
     pub if_none_match_any: bool,
     /// `If-Match`: only overwrite this ETag (or any object, for `*`).
     pub if_match: Option<String>,
+    /// The incarnation of the bucket the request was authorised against: the owner refuses
+    /// the write when the bucket was deleted and created again meanwhile.
+    pub incarnation: Option<u64>,
 }
 
 fn header(h: &HeaderMap, name: &str) -> Option<String> {
@@ -106,6 +109,20 @@ impl WriteConditions {
         WriteConditions {
             if_none_match_any: header(h, "if-none-match").as_deref() == Some("*"),
             if_match: header(h, "if-match"),
+            incarnation: None,
+        }
+    }
+
+    /// Whether any ETag condition is set (a conditional write).
+    pub fn is_conditional(&self) -> bool {
+        self.if_none_match_any || self.if_match.is_some()
+    }
+
+    /// The same write with its ETag conditions already decided (only the bucket check is left).
+    pub fn decided(&self) -> WriteConditions {
+        WriteConditions {
+            incarnation: self.incarnation,
+            ..WriteConditions::default()
         }
     }
 
@@ -210,12 +227,14 @@ mod tests {
         let create = WriteConditions {
             if_none_match_any: true,
             if_match: None,
+            incarnation: None,
         };
         assert_eq!(create.check(None), Ok(()));
         assert_eq!(create.check(Some("\"a\"")), Err(false));
         let swap = WriteConditions {
             if_none_match_any: false,
             if_match: Some("\"a\"".into()),
+            incarnation: None,
         };
         assert_eq!(swap.check(Some("\"a\"")), Ok(()));
         assert_eq!(swap.check(Some("\"b\"")), Err(false));

@@ -14,14 +14,21 @@ use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 
-use crate::arena::Arena;
-use crate::catalog::{BucketRecord, Catalog};
+use super::catalog::{BucketRecord, Catalog};
+use super::shard::{Job, Shard};
 use crate::config::{EvictionKind, Settings};
-use crate::eviction::{EvictionPolicy, Lru};
-use crate::http::service::accept_loop;
+use crate::engine::arena::Arena;
+use crate::engine::eviction::{EvictionPolicy, Lru};
+use crate::engine::kv::Grants;
+use crate::engine::ShardStore;
 use crate::metrics::ShardMetrics;
-use crate::shard::{Request, Shard};
-use crate::store::ShardStore;
+use crate::tier::TieredStore;
+
+/// What runs on each shard once it is ready: the node's services (HTTP, events), given the
+/// shard and its listening socket. Supplied by the layers above this one.
+pub type Serve = Arc<
+    dyn Fn(Rc<Shard>, TcpListener) -> futures::future::LocalBoxFuture<'static, ()> + Send + Sync,
+>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -82,7 +89,7 @@ fn policy(kind: EvictionKind) -> Box<dyn EvictionPolicy> {
 }
 
 /// Starts every shard and returns once all of them are accepting connections.
-pub fn start(settings: Settings) -> Result<Node, StartError> {
+pub fn start(settings: Settings, serve: Serve) -> Result<Node, StartError> {
     let buckets = Catalog::new(&settings.data_dir)
         .load()
         .map_err(|e| StartError::Catalog(e.to_string()))?;
@@ -100,7 +107,7 @@ pub fn start(settings: Settings) -> Result<Node, StartError> {
     let mut first_fd = Some(first.into_raw_fd());
     let metrics: Arc<Vec<Arc<ShardMetrics>>> =
         Arc::new((0..n).map(|_| Arc::new(ShardMetrics::default())).collect());
-    let mesh = MeshBuilder::<Request, _>::full(n, MESH_CHANNEL_DEPTH);
+    let mesh = MeshBuilder::<Job, _>::full(n, MESH_CHANNEL_DEPTH);
     let cpus = std::thread::available_parallelism()
         .map(|c| c.get())
         .unwrap_or(1);
@@ -120,6 +127,7 @@ pub fn start(settings: Settings) -> Result<Node, StartError> {
         let fd = if i == 0 { first_fd.take() } else { None };
         let buckets = buckets.clone();
         let engine = engine.clone();
+        let serve = serve.clone();
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("yutu-shard-{i}"))
             .io_memory(if settings.nvme.is_some() {
@@ -136,6 +144,7 @@ pub fn start(settings: Settings) -> Result<Node, StartError> {
                     addr,
                     buckets,
                     engine,
+                    serve,
                 };
                 if let Err(message) = run_shard(start, ready.clone()).await {
                     let _ = ready.send(Err(message));
@@ -162,12 +171,13 @@ pub fn start(settings: Settings) -> Result<Node, StartError> {
 struct ShardStart {
     settings: Arc<Settings>,
     metrics: Arc<Vec<Arc<ShardMetrics>>>,
-    mesh: MeshBuilder<Request, glommio::channels::channel_mesh::Full>,
+    mesh: MeshBuilder<Job, glommio::channels::channel_mesh::Full>,
     /// The pre-bound listening socket, for the first shard.
     fd: Option<i32>,
     addr: SocketAddr,
     buckets: Vec<BucketRecord>,
     engine: yutu_transfer::TransferEngine,
+    serve: Serve,
 }
 
 async fn run_shard(
@@ -182,6 +192,7 @@ async fn run_shard(
         addr,
         buckets,
         engine,
+        serve,
     } = start;
     let n = settings.shards;
     // Every shard joins the mesh; its position in the mesh is its shard id.
@@ -204,13 +215,13 @@ async fn run_shard(
         .map_err(|e| e.to_string())?;
     let nvme = match &settings.nvme {
         Some(path) => Some(Rc::new(
-            crate::tier::open(path, settings.nvme_capacity, id as u32, n as u32).await?,
+            crate::tier::nvme::open(path, settings.nvme_capacity, id as u32, n as u32).await?,
         )),
         None => None,
     };
     let region = yutu_transfer::MemoryRegion::map_memfd(arena.memfd(), arena.capacity() as usize)
         .map_err(|e| format!("cannot map the arena for the transfer engine: {e}"))?;
-    let grants = Arc::new(crate::kv::Grants::default());
+    let grants = Arc::new(Grants::default());
     let segment = engine
         .register_guarded(region, grants.clone())
         .map_err(|e| format!("cannot register the arena with the transfer engine: {e}"))?;
@@ -221,52 +232,47 @@ async fn run_shard(
         store.enable_demotion((shard_memory / 8).min(64 << 20));
     }
     for b in &buckets {
-        store.add_bucket(&b.name, b.created(), &b.owner, b.durability);
+        store.add_bucket(
+            &b.name,
+            b.created(),
+            &b.owner,
+            b.durability,
+            b.incarnation(),
+        );
     }
     if settings.conductor.is_some() {
         store.record_events();
     }
-    let mut shard = Shard::new(
-        id,
-        n,
-        settings.clone(),
-        store,
-        metrics,
-        (n > 1).then_some(senders),
-    );
     if let Some(nvme) = &nvme {
         let report = nvme.recovery_report();
         tracing::info!(shard = id, report = ?report, "NVMe tier recovered");
     }
-    shard.nvme = nvme;
+    let tier = Rc::new(TieredStore::new(store, nvme, metrics[id].clone()));
+    let mut shard = Shard::new(
+        id,
+        n,
+        settings.clone(),
+        tier.clone(),
+        metrics,
+        (n > 1).then_some(senders),
+    );
     shard.transfer = Some((engine, segment));
     let shard = Rc::new(shard);
     spawn_kv_expiry(shard.clone());
-    crate::tier::spawn_demoter(shard.clone());
-    crate::tier::spawn_stats(shard.clone());
+    tier.spawn_background();
     for (_, receiver) in receivers.streams() {
         let shard = shard.clone();
         glommio::spawn_local(async move {
-            while let Some(req) = receiver.recv().await {
-                shard.dispatch(req);
+            while let Some(job) = receiver.recv().await {
+                shard.execute(job);
             }
         })
         .detach();
     }
     spawn_upload_reaper(shard.clone());
-    if let Some(conductor) = &settings.conductor {
-        crate::kv_events::spawn_flusher(shard.clone());
-        if id == 0 {
-            let advertise = settings
-                .advertise_url
-                .clone()
-                .unwrap_or_else(|| format!("http://{addr}"));
-            crate::kv_events::spawn_pusher(shard.clone(), conductor.clone(), advertise);
-        }
-    }
     tracing::info!(shard = id, memory = shard_memory, "shard ready");
     let _ = ready.send(Ok(id));
-    accept_loop(shard, listener).await;
+    serve(shard, listener).await;
     Ok(())
 }
 
@@ -306,7 +312,11 @@ fn spawn_kv_expiry(shard: Rc<Shard>) {
     glommio::spawn_local(async move {
         loop {
             glommio::timer::sleep(std::time::Duration::from_millis(100)).await;
-            let (leases, puts) = shard.store.borrow_mut().expire(std::time::Instant::now());
+            let (leases, puts) = shard
+                .tier
+                .store
+                .borrow_mut()
+                .expire(std::time::Instant::now());
             if leases + puts > 0 {
                 tracing::debug!(shard = shard.id, leases, puts, "expired KV leases and puts");
             }
@@ -327,7 +337,7 @@ fn spawn_upload_reaper(shard: Rc<Shard>) {
         loop {
             glommio::timer::sleep(period).await;
             if let Some(cutoff) = std::time::SystemTime::now().checked_sub(timeout) {
-                let reaped = shard.store.borrow_mut().reap_uploads(cutoff);
+                let reaped = shard.tier.store.borrow_mut().reap_uploads(cutoff);
                 if reaped > 0 {
                     tracing::info!(
                         shard = shard.id,

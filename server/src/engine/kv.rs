@@ -13,9 +13,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::arena::Extent;
-use crate::eviction::EntryId;
-use crate::store::{ObjectMeta, ShardStore, StoreError};
+use super::arena::Extent;
+use super::eviction::EntryId;
+use super::store::ShardStore;
+use crate::model::conditions::WriteConditions;
+use crate::model::{ObjectMeta, StoreError};
 
 /// The arena ranges a shard has granted through descriptors, with their deadlines: the
 /// transfer engine asks it on every request, so a descriptor used after its lease or put
@@ -262,7 +264,7 @@ impl ShardStore {
         len: u64,
         ttl: Duration,
     ) -> Result<u64, StoreError> {
-        let meta = crate::kv_direct::kv_meta(len);
+        let meta = ObjectMeta::for_block(len);
         self.check_write(bucket, key, &Default::default())?;
         let charge = Self::charge_for(bucket, key, len, &meta);
         let extent = self.reserve(len, charge)?;
@@ -358,12 +360,12 @@ impl ShardStore {
         key: &str,
         len: u64,
         mut meta: ObjectMeta,
+        cond: &WriteConditions,
         fill: impl FnOnce(&mut [u8]) -> bool,
     ) -> Result<Arc<ObjectMeta>, StoreError> {
-        self.check_write(bucket, key, &Default::default())?;
+        self.check_write(bucket, key, cond)?;
         let charge = Self::charge_for(bucket, key, len, &meta);
-        self.remove_entry(bucket, key);
-        let extent = self.reserve(len, charge)?;
+        let extent = self.reserve_replacing(bucket, key, len, charge)?;
         if !fill(self.arena.bytes_mut(&extent)) {
             self.release(extent, charge);
             return Err(StoreError::InvalidRange { size: len });
@@ -430,10 +432,10 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::arena::Arena;
-    use crate::eviction::Lru;
+    use crate::engine::arena::Arena;
+    use crate::engine::eviction::Lru;
     use crate::metrics::ShardMetrics;
-    use crate::s3::conditions::{ReadConditions, WriteConditions};
+    use crate::model::conditions::{ReadConditions, WriteConditions};
 
     fn meta() -> ObjectMeta {
         ObjectMeta {
@@ -458,7 +460,8 @@ mod tests {
             "b",
             SystemTime::now(),
             "",
-            crate::catalog::Durability::Memory,
+            crate::model::Durability::Memory,
+            1,
         );
         s
     }

@@ -1,0 +1,14 @@
+//! One shard's store, synchronous and runtime-free: the DRAM arena and its allocator, the
+//! object index, eviction, KV leases and pending puts, multipart uploads and the event log.
+//!
+//! Nothing here awaits, so every operation is atomic with respect to every other on the
+//! shard's thread, and all of it is unit-testable without glommio.
+
+pub mod arena;
+pub mod events;
+pub mod eviction;
+pub mod kv;
+pub mod multipart;
+pub mod store;
+
+pub use store::ShardStore;

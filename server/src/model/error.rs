@@ -1,0 +1,43 @@
+//! The one error type of the storage layers below HTTP (engine, tier, node operations).
+
+use std::sync::Arc;
+
+use super::object::ObjectMeta;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("the bucket does not exist")]
+    NoSuchBucket,
+    #[error("the key does not exist")]
+    NoSuchKey,
+    #[error("the bucket is being deleted")]
+    BucketClosing,
+    #[error(
+        "an object of {size} bytes does not fit in a shard's DRAM capacity of {capacity} bytes"
+    )]
+    TooLarge { size: u64, capacity: u64 },
+    #[error("range not satisfiable for an object of {size} bytes")]
+    InvalidRange { size: u64 },
+    #[error("no evictable object is left to make room for {0} bytes")]
+    NoSpace(u64),
+    #[error("a precondition failed")]
+    PreconditionFailed,
+    #[error("not modified")]
+    NotModified(Arc<ObjectMeta>),
+    #[error("the multipart upload does not exist")]
+    NoSuchUpload,
+    #[error("{0}")]
+    InvalidPart(String),
+    #[error("the parts are not in ascending order")]
+    InvalidPartOrder,
+    #[error("{0}")]
+    EntityTooSmall(String),
+    #[error("{0}")]
+    BadDigest(String),
+    #[error("another write of the key is in flight; retry the conditional request")]
+    Conflict,
+    #[error("{0}")]
+    InsufficientStorage(String),
+    #[error("NVMe tier: {0}")]
+    Device(String),
+}

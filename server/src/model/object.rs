@@ -1,0 +1,81 @@
+//! What the node knows about a stored object and a bucket besides their bytes.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::checksum::Checksum;
+use super::durability::Durability;
+use super::listing::Listable;
+
+/// What the server knows about a stored object besides its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    pub size: u64,
+    /// Quoted, as in the `ETag` header.
+    pub etag: String,
+    pub last_modified: SystemTime,
+    pub content_type: Option<String>,
+    /// Other stored response headers: Content-Disposition, Content-Encoding,
+    /// Content-Language, Cache-Control, Expires (names lowercase).
+    pub headers: Vec<(String, String)>,
+    /// `x-amz-meta-*` pairs, names lowercased without the prefix.
+    pub user_meta: Vec<(String, String)>,
+    pub checksum: Option<Checksum>,
+    /// Number of parts, for an object made by a multipart upload.
+    pub parts: Option<u32>,
+}
+
+impl ObjectMeta {
+    /// Metadata of a block written through the KV path (its ETag is set once the bytes are
+    /// in).
+    pub fn for_block(len: u64) -> ObjectMeta {
+        ObjectMeta {
+            size: len,
+            etag: String::new(),
+            last_modified: SystemTime::now(),
+            content_type: None,
+            headers: Vec::new(),
+            user_meta: Vec::new(),
+            checksum: None,
+            parts: None,
+        }
+    }
+
+    /// Bytes of index memory the metadata takes beyond the fixed entry overhead.
+    pub fn footprint(&self) -> u64 {
+        let meta: usize = self
+            .user_meta
+            .iter()
+            .chain(self.headers.iter())
+            .map(|(k, v)| k.len() + v.len())
+            .sum();
+        (meta + self.etag.len() + self.content_type.as_ref().map_or(0, |c| c.len())) as u64
+    }
+}
+
+/// A bucket as every shard knows it.
+#[derive(Debug, Clone)]
+pub struct BucketInfo {
+    pub name: String,
+    pub created: SystemTime,
+    pub owner: String,
+    pub durability: Durability,
+    /// Distinguishes this bucket from an earlier one of the same name (deleted and created
+    /// again): a request authorised against one incarnation never writes into another.
+    pub incarnation: u64,
+}
+
+/// Object metadata as a listing sees it (for objects outside the DRAM index).
+pub struct ListedMeta(pub Arc<ObjectMeta>);
+
+impl Listable for ListedMeta {
+    fn size(&self) -> u64 {
+        self.0.size
+    }
+    fn etag(&self) -> &str {
+        &self.0.etag
+    }
+    fn last_modified(&self) -> SystemTime {
+        self.0.last_modified
+    }
+}

@@ -1,0 +1,161 @@
+//! Bucket creation and deletion, serialised through shard 0 (the bucket coordinator), which
+//! records them in the catalog and broadcasts them to every shard; every shard keeps a full
+//! copy of the bucket list so that HeadBucket and ListBuckets are answered locally.
+
+use std::rc::Rc;
+use std::time::SystemTime;
+
+use super::catalog::{BucketRecord, Catalog};
+use super::shard::{Shard, ShardError};
+use crate::model::Durability;
+
+/// The shard that coordinates bucket changes.
+const COORDINATOR: usize = 0;
+
+/// Why a bucket-level operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BucketError {
+    #[error("the bucket already exists and is yours")]
+    AlreadyOwned,
+    #[error("the bucket already exists and belongs to another user")]
+    AlreadyExists,
+    #[error("the bucket does not exist")]
+    NoSuchBucket,
+    #[error("the bucket is not empty")]
+    NotEmpty,
+    #[error("another operation on the bucket is in progress")]
+    Conflict,
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+    #[error("{0}")]
+    Catalog(String),
+}
+
+/// Creates a bucket on every shard, once the catalog has it on disk.
+pub async fn create(
+    shard: &Rc<Shard>,
+    name: String,
+    owner: String,
+    durability: Durability,
+) -> Result<(), BucketError> {
+    shard
+        .run_async(COORDINATOR, move |s| {
+            coordinate_create(s, name, owner, durability)
+        })
+        .await?
+}
+
+/// Deletes an empty bucket from every shard and the catalog.
+pub async fn delete(shard: &Rc<Shard>, name: String) -> Result<(), BucketError> {
+    shard
+        .run_async(COORDINATOR, move |s| coordinate_delete(s, name))
+        .await?
+}
+
+/// The catalog as it will be with `add` added and `remove` removed (the coordinator knows
+/// every bucket).
+fn catalog_with(
+    shard: &Shard,
+    add: Option<BucketRecord>,
+    remove: Option<&str>,
+) -> Vec<BucketRecord> {
+    let mut records: Vec<BucketRecord> = shard
+        .tier
+        .store
+        .borrow()
+        .buckets()
+        .into_iter()
+        .filter(|b| Some(b.name.as_str()) != remove)
+        .map(|b| BucketRecord {
+            created_ms: BucketRecord::millis(b.created),
+            name: b.name,
+            owner: b.owner,
+            durability: b.durability,
+            incarnation: b.incarnation,
+        })
+        .collect();
+    records.extend(add);
+    records
+}
+
+/// Writes the catalog on a blocking thread: an fsync must not stall the shard's event loop.
+async fn save(shard: &Shard, records: Vec<BucketRecord>) -> Result<(), BucketError> {
+    let catalog = Catalog::new(&shard.settings.data_dir);
+    glommio::executor()
+        .spawn_blocking(move || catalog.save(&records))
+        .await
+        .map_err(|e| BucketError::Catalog(e.to_string()))
+}
+
+/// A new incarnation number: random, never 0.
+fn new_incarnation() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    if let Ok(t) = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    h.finish() | 1
+}
+
+async fn coordinate_create(
+    shard: Rc<Shard>,
+    name: String,
+    owner: String,
+    durability: Durability,
+) -> Result<(), BucketError> {
+    let _permit = shard.bucket_lock.acquire_permit(1).await;
+    if let Some(current) = shard.tier.store.borrow().bucket_owner(&name) {
+        return Err(if current == owner {
+            BucketError::AlreadyOwned
+        } else {
+            BucketError::AlreadyExists
+        });
+    }
+    let created = SystemTime::now();
+    let incarnation = new_incarnation();
+    // The catalog is written first: a bucket is never acknowledged that a restart loses.
+    let record = BucketRecord {
+        name: name.clone(),
+        created_ms: BucketRecord::millis(created),
+        owner: owner.clone(),
+        durability,
+        incarnation,
+    };
+    save(&shard, catalog_with(&shard, Some(record), None)).await?;
+    let n = name.clone();
+    shard
+        .broadcast(move |s| {
+            s.tier
+                .store
+                .borrow_mut()
+                .add_bucket(&n, created, &owner, durability, incarnation)
+        })
+        .await?;
+    tracing::info!(bucket = %name, "bucket created");
+    Ok(())
+}
+
+/// Two-phase delete: every shard closes the bucket to writes and reports whether it is
+/// empty; only if all are empty is the delete committed, otherwise it is rolled back.
+async fn coordinate_delete(shard: Rc<Shard>, name: String) -> Result<(), BucketError> {
+    let _permit = shard.bucket_lock.acquire_permit(1).await;
+    if !shard.tier.store.borrow().bucket_known(&name) {
+        return Err(BucketError::NoSuchBucket);
+    }
+    let n = name.clone();
+    let answers = shard.broadcast(move |s| s.tier.close_bucket(&n)).await?;
+    let empty = answers.iter().all(|a| matches!(a, Ok(true)));
+    let n = name.clone();
+    shard
+        .broadcast(move |s| s.tier.store.borrow_mut().finish_close(&n, empty))
+        .await?;
+    if !empty {
+        return Err(BucketError::NotEmpty);
+    }
+    if let Err(e) = save(&shard, catalog_with(&shard, None, Some(&name))).await {
+        // The bucket is gone from memory; it would come back (empty) after a restart.
+        tracing::error!(bucket = %name, error = %e, "cannot record the bucket deletion");
+    }
+    tracing::info!(bucket = %name, "bucket deleted");
+    Ok(())
+}

@@ -1,0 +1,11 @@
+//! The node: shards on pinned threads, the job mesh between them, the bucket coordinator and
+//! catalog, and the runtime that starts them.
+
+pub mod buckets;
+pub mod catalog;
+pub mod publisher;
+pub mod runtime;
+pub mod shard;
+
+pub use buckets::BucketError;
+pub use shard::{CallError, Job, Reply, Shard, ShardError};

@@ -1,0 +1,215 @@
+//! A shard: one pinned thread that owns a slice of the keys, their index, DRAM and NVMe.
+//!
+//! Work reaches the shard that owns its key in one of two ways: directly, when the connection
+//! that carried it was accepted by the owner, or over the glommio channel mesh from the shard
+//! that accepted the connection. Either way the owner runs it on its own thread, so the data
+//! path takes no lock. What travels is a [`Job`]: a closure that runs on the owner with the
+//! owner's [`Shard`] and answers on its own one-shot channel, so a reply can never be matched
+//! to the wrong request, and this layer needs to know nothing of the operations built on it.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use futures::channel::oneshot;
+use glommio::channels::channel_mesh::Senders;
+
+use super::publisher::Publisher;
+use crate::config::Settings;
+use crate::metrics::ShardMetrics;
+use crate::model::StoreError;
+use crate::tier::{Step, TieredStore};
+
+pub type Reply<T> = oneshot::Sender<T>;
+
+/// Work for the owning shard. It runs on the owner's thread, with the owner's `Shard`.
+pub type Job = Box<dyn FnOnce(&Rc<Shard>) + Send>;
+
+/// A failure of the shard mesh itself, never of the request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardError {
+    #[error("shard {0} is not reachable")]
+    Unreachable(usize),
+    #[error("shard {0} dropped the request")]
+    Dropped(usize),
+}
+
+/// What an operation on a shard can fail with: the mesh, or the store.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub struct Shard {
+    pub id: usize,
+    pub nshards: usize,
+    pub settings: Arc<Settings>,
+    /// This shard's objects, in DRAM and on NVMe.
+    pub tier: Rc<TieredStore>,
+    pub metrics: Arc<ShardMetrics>,
+    pub all_metrics: Arc<Vec<Arc<ShardMetrics>>>,
+    senders: Option<Senders<Job>>,
+    /// Shard 0: numbers the node's KV events.
+    pub publisher: Option<Rc<Publisher>>,
+    /// The node's transfer engine and this shard's arena registered with it: KV blocks are
+    /// read and written one-sidedly through descriptors into this segment.
+    pub transfer: Option<(yutu_transfer::TransferEngine, yutu_transfer::LocalSegment)>,
+    /// Lease and put ids handed out by this shard (the shard is in the top 16 bits).
+    kv_seq: Cell<u64>,
+    /// Serialises bucket creation and deletion on the coordinator.
+    pub(crate) bucket_lock: glommio::sync::Semaphore,
+    request_seq: Cell<u64>,
+}
+
+impl Shard {
+    pub fn new(
+        id: usize,
+        nshards: usize,
+        settings: Arc<Settings>,
+        tier: Rc<TieredStore>,
+        all_metrics: Arc<Vec<Arc<ShardMetrics>>>,
+        senders: Option<Senders<Job>>,
+    ) -> Shard {
+        let publisher =
+            (id == 0).then(|| Rc::new(Publisher::new(settings.node_name.clone(), settings.epoch)));
+        Shard {
+            id,
+            nshards,
+            settings,
+            tier,
+            metrics: all_metrics[id].clone(),
+            all_metrics,
+            publisher,
+            transfer: None,
+            kv_seq: Cell::new(0),
+            senders,
+            bucket_lock: glommio::sync::Semaphore::new(1),
+            request_seq: Cell::new(0),
+        }
+    }
+
+    /// A lease or put id for shard `owner`: unique on the node (owner in the top 16 bits, the
+    /// issuing shard in the next 16, a counter below), so it routes back to its owner.
+    pub fn kv_id_for(&self, owner: usize) -> u64 {
+        let n = self.kv_seq.get() + 1;
+        self.kv_seq.set(n);
+        ((owner as u64) << 48) | ((self.id as u64 & 0xffff) << 32) | (n & 0xffff_ffff)
+    }
+
+    /// The shard that issued a lease or put id.
+    pub fn shard_of_id(&self, id: u64) -> Option<usize> {
+        let s = (id >> 48) as usize;
+        (s < self.nshards).then_some(s)
+    }
+
+    /// A request id unique across shards and restarts of the same process.
+    pub fn next_request_id(&self) -> String {
+        let n = self.request_seq.get() + 1;
+        self.request_seq.set(n);
+        format!("{:x}-{:x}-{n:x}", std::process::id(), self.id)
+    }
+
+    /// The shard that owns `bucket/key`.
+    pub fn owner(&self, bucket: &str, key: &str) -> usize {
+        yutu_api::placement::shard_for(bucket, key, self.nshards)
+    }
+
+    /// Runs a job received from another shard.
+    pub fn execute(self: &Rc<Self>, job: Job) {
+        job(self)
+    }
+
+    /// Runs `job` on `shard` (here, when it is this one) and waits for the answer it sends.
+    /// A dropped receiver means the requester went away (its client disconnected); the
+    /// operation itself still happened, so jobs ignore a failed send.
+    pub async fn call<T: Send + 'static>(
+        self: &Rc<Self>,
+        shard: usize,
+        job: impl FnOnce(&Rc<Shard>, Reply<T>) + Send + 'static,
+    ) -> Result<T, ShardError> {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |s| job(s, tx));
+        if shard == self.id {
+            self.execute(job);
+        } else {
+            let senders = self
+                .senders
+                .as_ref()
+                .ok_or(ShardError::Unreachable(shard))?;
+            self.metrics.forwarded.inc();
+            if senders.send_to(shard, job).await.is_err() {
+                return Err(ShardError::Unreachable(shard));
+            }
+        }
+        rx.await.map_err(|_| ShardError::Dropped(shard))
+    }
+
+    /// Runs a synchronous `f` on `shard` and returns its result.
+    pub async fn run<T: Send + 'static>(
+        self: &Rc<Self>,
+        shard: usize,
+        f: impl FnOnce(&Rc<Shard>) -> T + Send + 'static,
+    ) -> Result<T, ShardError> {
+        self.call(shard, move |s, reply| {
+            let _ = reply.send(f(s));
+        })
+        .await
+    }
+
+    /// Runs `f` on `shard`; its [`Step`] answers at once or in a task on that shard.
+    pub async fn run_step<T: Send + 'static>(
+        self: &Rc<Self>,
+        shard: usize,
+        f: impl FnOnce(&Rc<Shard>) -> Step<T> + Send + 'static,
+    ) -> Result<T, ShardError> {
+        self.call(shard, move |s, reply| match f(s) {
+            Step::Done(v) => {
+                let _ = reply.send(v);
+            }
+            Step::Wait(fut) => {
+                glommio::spawn_local(async move {
+                    let _ = reply.send(fut.await);
+                })
+                .detach();
+            }
+        })
+        .await
+    }
+
+    /// Runs the future `f` makes in a task on `shard` and returns its output.
+    pub async fn run_async<T, F>(
+        self: &Rc<Self>,
+        shard: usize,
+        f: impl FnOnce(Rc<Shard>) -> F + Send + 'static,
+    ) -> Result<T, ShardError>
+    where
+        T: Send + 'static,
+        F: Future<Output = T> + 'static,
+    {
+        self.call(shard, move |s, reply| {
+            let fut = f(s.clone());
+            glommio::spawn_local(async move {
+                let _ = reply.send(fut.await);
+            })
+            .detach();
+        })
+        .await
+    }
+
+    /// Runs `f` on every shard, in parallel; the answers in shard order.
+    pub async fn broadcast<T: Send + 'static>(
+        self: &Rc<Self>,
+        f: impl Fn(&Rc<Shard>) -> T + Send + Sync + 'static,
+    ) -> Result<Vec<T>, ShardError> {
+        let f = Arc::new(f);
+        let calls = (0..self.nshards).map(|s| {
+            let f = f.clone();
+            self.run(s, move |shard| f(shard))
+        });
+        futures::future::try_join_all(calls).await
+    }
+}

@@ -1,0 +1,99 @@
+//! The metadata blob stored with each NVMe record: what the object's HTTP face needs (ETag,
+//! content type, user metadata, checksum) and whether it belongs to a `disk` bucket.
+//!
+//! It is kept in the NVMe index in DRAM, so HEAD and LIST never read the device.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::checksum::{Algorithm, Checksum};
+use crate::model::{ObjectMeta, StoreError};
+
+/// The metadata blob of an NVMe record.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct StoredMeta {
+    etag: String,
+    modified_ms: u64,
+    #[serde(default)]
+    content_type: Option<String>,
+    #[serde(default)]
+    headers: Vec<(String, String)>,
+    #[serde(default)]
+    user_meta: Vec<(String, String)>,
+    #[serde(default)]
+    checksum: Option<(String, String, Option<u32>)>,
+    #[serde(default)]
+    parts: Option<u32>,
+    /// The object belongs to a `disk` bucket: region reclamation must rewrite it, not drop it.
+    #[serde(default)]
+    disk: bool,
+}
+
+pub fn encode_meta(m: &ObjectMeta, disk: bool) -> Result<Vec<u8>, StoreError> {
+    let stored = StoredMeta {
+        etag: m.etag.clone(),
+        modified_ms: m
+            .last_modified
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+        content_type: m.content_type.clone(),
+        headers: m.headers.clone(),
+        user_meta: m.user_meta.clone(),
+        checksum: m.checksum.as_ref().map(|c| {
+            (
+                c.algorithm.name().to_string(),
+                c.value.clone(),
+                c.composite_parts,
+            )
+        }),
+        parts: m.parts,
+        disk,
+    };
+    serde_json::to_vec(&stored)
+        .map_err(|e| StoreError::Device(format!("cannot encode the object's metadata: {e}")))
+}
+
+/// Whether a metadata blob marks a `disk` object (reclamation rewrites it, never drops it).
+pub fn is_durable(blob: &[u8]) -> bool {
+    serde_json::from_slice::<StoredMeta>(blob).is_ok_and(|m| m.disk)
+}
+
+/// Decodes a metadata blob; `size` is the record's value length.
+pub fn decode_meta(blob: &[u8], size: u64) -> Option<ObjectMeta> {
+    let s: StoredMeta = serde_json::from_slice(blob).ok()?;
+    Some(ObjectMeta {
+        size,
+        etag: s.etag,
+        last_modified: UNIX_EPOCH + Duration::from_millis(s.modified_ms),
+        content_type: s.content_type,
+        headers: s.headers,
+        user_meta: s.user_meta,
+        checksum: s.checksum.and_then(|(alg, value, composite_parts)| {
+            Some(Checksum {
+                algorithm: Algorithm::from_name(&alg)?,
+                value,
+                composite_parts,
+            })
+        }),
+        parts: s.parts,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_durable_flag() {
+        let m = ObjectMeta::for_block(7);
+        let blob = encode_meta(&m, true).unwrap();
+        assert!(is_durable(&blob));
+        assert!(!is_durable(&encode_meta(&m, false).unwrap()));
+        let back = decode_meta(&blob, 7).unwrap();
+        assert_eq!(back.size, 7);
+        assert_eq!(back.etag, m.etag);
+        assert!(decode_meta(b"{", 7).is_none());
+    }
+}
