@@ -117,9 +117,7 @@ impl S3ErrorCode {
             | BucketAlreadyOwnedByYou
             | BucketNotEmpty
             | OperationAborted
-            | ConditionalRequestConflict => {
-                409
-            }
+            | ConditionalRequestConflict => 409,
             InternalError => 500,
             InvalidRange => 416,
             MethodNotAllowed => 405,

@@ -35,9 +35,13 @@ fn main() -> anyhow::Result<()> {
         max_object_size = settings.max_object_size, data_dir = %settings.data_dir.display(),
         "starting yutu-server {}", env!("CARGO_PKG_VERSION")
     );
-    let node = yutu_server::serve::start(settings).context("cannot start the node")?;
+    let stop = yutu_server::node::shutdown::StopFlag::default();
+    stop.on_signals()
+        .context("cannot install the SIGTERM handler")?;
+    let node = yutu_server::serve::start(settings, stop).context("cannot start the node")?;
     tracing::info!(addr = %node.addr, "listening on {}", node.addr);
     node.join();
+    tracing::info!("stopped");
     Ok(())
 }
 

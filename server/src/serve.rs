@@ -5,9 +5,11 @@ use std::sync::Arc;
 
 use crate::config::Settings;
 use crate::node::runtime::{self, Node, Serve, StartError};
+use crate::node::shutdown::StopFlag;
 
 /// Starts the node described by `settings`; returns once every shard accepts connections.
-pub fn start(settings: Settings) -> Result<Node, StartError> {
+/// Raising `stop` drains and stops it.
+pub fn start(settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
     let serve: Serve = Arc::new(|shard, listener| {
         Box::pin(async move {
             let settings = shard.settings.clone();
@@ -29,5 +31,5 @@ pub fn start(settings: Settings) -> Result<Node, StartError> {
             crate::http::service::accept_loop(shard, listener).await;
         })
     });
-    runtime::start(settings, serve)
+    runtime::start(settings, serve, stop)
 }

@@ -31,10 +31,20 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// A client must send a complete request head within this time (slow-loris protection).
 pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Serves connections accepted on this shard's listener until the process ends.
+/// Serves connections accepted on this shard's listener until the node stops; then closes the
+/// listener and asks every connection to finish its request in progress and close.
 pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
     loop {
-        let stream = match listener.accept().await {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            shard.stop.stopped().await;
+            None
+        })
+        .await;
+        let Some(accepted) = accepted else {
+            tracing::info!(shard = shard.id, "listener closed");
+            return;
+        };
+        let stream = match accepted {
             Ok(s) => s,
             Err(e) => {
                 // Typically EMFILE: back off briefly instead of spinning on the error.
@@ -45,14 +55,30 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
         };
         let _ = stream.set_nodelay(true);
         let shard = shard.clone();
+        let guard = shard.connections.open();
         glommio::spawn_local(async move {
+            let _guard = guard;
+            let stop = shard.stop.clone();
             let svc = service_fn(move |req| handle(shard.clone(), req));
             let conn = hyper::server::conn::http1::Builder::new()
                 .keep_alive(true)
                 .timer(GlommioTimer)
                 .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(HyperStream(stream), svc);
-            if let Err(e) = conn.await {
+            let mut conn = std::pin::pin!(conn);
+            let served = futures_lite::future::or(async { Some(conn.as_mut().await) }, async {
+                stop.stopped().await;
+                None
+            })
+            .await;
+            let result = match served {
+                Some(r) => r,
+                None => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = result {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
         })

@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod publisher;
 pub mod runtime;
 pub mod shard;
+pub mod shutdown;
 
 pub use buckets::BucketError;
 pub use shard::{CallError, Job, Reply, Shard, ShardError};

@@ -16,6 +16,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 
 use super::catalog::{BucketRecord, Catalog};
 use super::shard::{Job, Shard};
+use super::shutdown::{StopFlag, StopSignal};
 use crate::config::{EvictionKind, Settings};
 use crate::engine::arena::Arena;
 use crate::engine::eviction::{EvictionPolicy, Lru};
@@ -89,7 +90,12 @@ fn policy(kind: EvictionKind) -> Box<dyn EvictionPolicy> {
 }
 
 /// Starts every shard and returns once all of them are accepting connections.
-pub fn start(settings: Settings, serve: Serve) -> Result<Node, StartError> {
+/// How long a stopping shard waits for the requests in progress before it stops anyway.
+const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Starts every shard and returns once all of them are accepting connections. Raising `stop`
+/// stops them gracefully; [`Node::join`] returns when all have stopped.
+pub fn start(settings: Settings, serve: Serve, stop: StopFlag) -> Result<Node, StartError> {
     let buckets = Catalog::new(&settings.data_dir)
         .load()
         .map_err(|e| StartError::Catalog(e.to_string()))?;
@@ -128,6 +134,7 @@ pub fn start(settings: Settings, serve: Serve) -> Result<Node, StartError> {
         let buckets = buckets.clone();
         let engine = engine.clone();
         let serve = serve.clone();
+        let stop = stop.clone();
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("yutu-shard-{i}"))
             .io_memory(if settings.nvme.is_some() {
@@ -145,6 +152,7 @@ pub fn start(settings: Settings, serve: Serve) -> Result<Node, StartError> {
                     buckets,
                     engine,
                     serve,
+                    stop,
                 };
                 if let Err(message) = run_shard(start, ready.clone()).await {
                     let _ = ready.send(Err(message));
@@ -178,6 +186,7 @@ struct ShardStart {
     buckets: Vec<BucketRecord>,
     engine: yutu_transfer::TransferEngine,
     serve: Serve,
+    stop: StopFlag,
 }
 
 async fn run_shard(
@@ -193,6 +202,7 @@ async fn run_shard(
         buckets,
         engine,
         serve,
+        stop,
     } = start;
     let n = settings.shards;
     // Every shard joins the mesh; its position in the mesh is its shard id.
@@ -255,6 +265,7 @@ async fn run_shard(
         tier.clone(),
         metrics,
         (n > 1).then_some(senders),
+        StopSignal::watch(stop),
     );
     shard.transfer = Some((engine, segment));
     let shard = Rc::new(shard);
@@ -272,8 +283,31 @@ async fn run_shard(
     spawn_upload_reaper(shard.clone());
     tracing::info!(shard = id, memory = shard_memory, "shard ready");
     let _ = ready.send(Ok(id));
-    serve(shard, listener).await;
+    serve(shard.clone(), listener).await;
+    drain(&shard).await;
     Ok(())
+}
+
+/// After the listener closed: waits for the connections in progress (up to a deadline), then
+/// makes everything appended to NVMe durable.
+async fn drain(shard: &Shard) {
+    let left = shard
+        .connections
+        .drained(std::time::Instant::now() + DRAIN_DEADLINE)
+        .await;
+    if left > 0 {
+        tracing::warn!(
+            shard = shard.id,
+            connections = left,
+            "stopping with connections still open"
+        );
+    }
+    if let Some(nvme) = &shard.tier.nvme {
+        if let Err(e) = nvme.flush().await {
+            tracing::error!(shard = shard.id, error = %e, "cannot flush the NVMe tier");
+        }
+    }
+    tracing::info!(shard = shard.id, "shard stopped");
 }
 
 /// The node's transfer engine: a TCP listener (and a shared-memory socket for same-host

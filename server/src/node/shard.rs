@@ -16,6 +16,7 @@ use futures::channel::oneshot;
 use glommio::channels::channel_mesh::Senders;
 
 use super::publisher::Publisher;
+use super::shutdown::{Connections, StopSignal};
 use crate::config::Settings;
 use crate::metrics::ShardMetrics;
 use crate::model::StoreError;
@@ -63,6 +64,10 @@ pub struct Shard {
     /// Serialises bucket creation and deletion on the coordinator.
     pub(crate) bucket_lock: glommio::sync::Semaphore,
     request_seq: Cell<u64>,
+    /// Resolves when the node is stopping (SIGTERM).
+    pub stop: StopSignal,
+    /// Connections being served, so that a stop can wait for them.
+    pub connections: Connections,
 }
 
 impl Shard {
@@ -73,6 +78,7 @@ impl Shard {
         tier: Rc<TieredStore>,
         all_metrics: Arc<Vec<Arc<ShardMetrics>>>,
         senders: Option<Senders<Job>>,
+        stop: StopSignal,
     ) -> Shard {
         let publisher =
             (id == 0).then(|| Rc::new(Publisher::new(settings.node_name.clone(), settings.epoch)));
@@ -89,6 +95,8 @@ impl Shard {
             senders,
             bucket_lock: glommio::sync::Semaphore::new(1),
             request_seq: Cell::new(0),
+            stop,
+            connections: Connections::default(),
         }
     }
 

@@ -1,0 +1,110 @@
+//! Graceful shutdown: on SIGTERM (or SIGINT) every shard stops accepting connections, lets the
+//! requests in progress finish (up to a deadline), flushes its NVMe tier and stops; the
+//! process then exits 0.
+//!
+//! The signal is caught on a plain thread (`signal-hook`), which raises a process-wide flag;
+//! each shard watches the flag from its own executor, so no shard thread blocks on a signal.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::channel::oneshot;
+use futures::future::{FutureExt, Shared};
+
+/// How often a shard looks at the flag.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Set once a stop was asked for.
+#[derive(Clone, Default)]
+pub struct StopFlag(Arc<AtomicBool>);
+
+impl StopFlag {
+    pub fn raise(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    pub fn raised(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the flag is raised (checked every few milliseconds on this executor).
+    pub async fn wait(&self) {
+        while !self.raised() {
+            glommio::timer::sleep(POLL).await;
+        }
+    }
+
+    /// Raises the flag on SIGTERM or SIGINT, from a thread of its own.
+    pub fn on_signals(&self) -> std::io::Result<()> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+        let flag = self.clone();
+        std::thread::Builder::new()
+            .name("yutu-signals".into())
+            .spawn(move || {
+                if let Some(sig) = signals.forever().next() {
+                    tracing::info!(signal = sig, "stopping: draining connections");
+                    flag.raise();
+                }
+            })?;
+        Ok(())
+    }
+}
+
+/// A shard's view of the stop: one watcher task looks at the flag; every connection awaits a
+/// clone of one shared future, so idle connections cost nothing while the node runs.
+#[derive(Clone)]
+pub struct StopSignal(Shared<oneshot::Receiver<()>>);
+
+impl StopSignal {
+    /// Starts the watcher on the current executor.
+    pub fn watch(flag: StopFlag) -> StopSignal {
+        let (tx, rx) = oneshot::channel();
+        glommio::spawn_local(async move {
+            flag.wait().await;
+            let _ = tx.send(());
+        })
+        .detach();
+        StopSignal(rx.shared())
+    }
+
+    /// Resolves once the node is stopping.
+    pub async fn stopped(&self) {
+        let _ = self.0.clone().await;
+    }
+}
+
+/// Connections a shard is serving, so that a stop can wait for them.
+#[derive(Clone, Default)]
+pub struct Connections(Rc<Cell<usize>>);
+
+/// Held while a connection is served.
+pub struct ConnectionGuard(Rc<Cell<usize>>);
+
+impl Connections {
+    pub fn open(&self) -> ConnectionGuard {
+        self.0.set(self.0.get() + 1);
+        ConnectionGuard(self.0.clone())
+    }
+
+    pub fn count(&self) -> usize {
+        self.0.get()
+    }
+
+    /// Waits until every connection has closed or `deadline` passes; how many are left.
+    pub async fn drained(&self, deadline: Instant) -> usize {
+        while self.count() > 0 && Instant::now() < deadline {
+            glommio::timer::sleep(POLL).await;
+        }
+        self.count()
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
