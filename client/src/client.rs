@@ -17,6 +17,7 @@ use crate::download::{range_header, GetObject};
 use crate::error::{error_from_response, ClientError, Resource};
 use crate::listing::{BucketInfo, ListPage, ListPages, Listing};
 use crate::object::{self, header, ObjectInfo, PutResult};
+use crate::sigv4::{Credentials, Signer};
 use crate::upload::ExactLength;
 use crate::xml;
 
@@ -37,7 +38,7 @@ const EXPECT_CONTINUE_FROM: u64 = 1024 * 1024;
 /// legitimately take long, and a stalled connection is the caller's to abandon.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A blocking client for one Yutu server (or any S3 server speaking path style, no auth).
+/// A blocking client for one Yutu server (or any S3 server speaking path style).
 ///
 /// Cheap to clone; clones share the connection pool.
 #[derive(Debug, Clone)]
@@ -47,10 +48,24 @@ pub struct Client {
 }
 
 impl Client {
-    /// Creates a client for `base_url`, e.g. `http://127.0.0.1:9000`. Nothing is sent yet.
+    /// Creates a client for `base_url`, e.g. `http://127.0.0.1:9000`, sending unsigned
+    /// requests (a node started with `--no-auth`). Nothing is sent yet.
     pub fn new(base_url: &str) -> Result<Client, ClientError> {
+        Self::with_credentials(base_url, None)
+    }
+
+    /// A client that signs every request with `credentials` (AWS SigV4, header form, the
+    /// payload unsigned so streamed bodies are read once); `None`: unsigned.
+    pub fn with_credentials(
+        base_url: &str,
+        credentials: Option<Credentials>,
+    ) -> Result<Client, ClientError> {
         let base = BaseUrl::parse(base_url)?;
-        let agent: Agent = Agent::config_builder()
+        let mut config = Agent::config_builder();
+        if let Some(c) = credentials {
+            config = config.middleware(Signer(c));
+        }
+        let agent: Agent = config
             .http_status_as_error(false)
             .max_redirects(0)
             .max_redirects_will_error(false)

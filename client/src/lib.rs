@@ -24,6 +24,7 @@
 
 mod address;
 mod client;
+mod credentials;
 mod download;
 mod error;
 pub mod kv;
@@ -36,6 +37,7 @@ mod xml;
 
 pub use address::encode_key;
 pub use client::Client;
+pub use credentials::{CredentialSource, CredentialsError};
 pub use download::GetObject;
 pub use error::ClientError;
 pub use kv::{BlockHash, BlockHasher, Buffer, KvClient, KvError, KvOptions};

@@ -36,9 +36,22 @@ impl Credentials {
         body: &[u8],
         now: SystemTime,
     ) -> [(&'static str, String); 3] {
+        self.sign_hashed(method, host, path, query, &sha256_hex(body), now)
+    }
+
+    /// [`Credentials::sign`] with the payload hash given: the hex SHA-256 of the body, or
+    /// `UNSIGNED-PAYLOAD` for a body streamed without hashing it first.
+    pub fn sign_hashed(
+        &self,
+        method: &str,
+        host: &str,
+        path: &str,
+        query: &str,
+        payload: &str,
+        now: SystemTime,
+    ) -> [(&'static str, String); 3] {
         let stamp = crate::timestamp::format_iso8601(now).replace(['-', ':'], "");
         let date = &stamp[..8];
-        let payload = sha256_hex(body);
         let signed = "host;x-amz-content-sha256;x-amz-date";
         let canonical = format!(
             "{method}\n{path}\n{query}\nhost:{host}\nx-amz-content-sha256:{payload}\nx-amz-date:{stamp}\n\n{signed}\n{payload}"
@@ -52,7 +65,7 @@ impl Credentials {
         let signature = hex::encode(hmac_sha256(&key, to_sign.as_bytes()));
         [
             ("x-amz-date", stamp.clone()),
-            ("x-amz-content-sha256", payload),
+            ("x-amz-content-sha256", payload.to_string()),
             (
                 "authorization",
                 format!(
@@ -61,6 +74,82 @@ impl Credentials {
                 ),
             ),
         ]
+    }
+}
+
+/// The canonical query string of SigV4: every name and value decoded, then encoded with
+/// only unreserved characters left as they are, sorted by name and then value.
+pub fn canonical_query(raw: &str) -> String {
+    const AWS: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .to_string()
+    };
+    let mut pairs: Vec<(String, String)> = raw
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (
+                percent_encoding::utf8_percent_encode(&decode(k), AWS).to_string(),
+                percent_encoding::utf8_percent_encode(&decode(v), AWS).to_string(),
+            )
+        })
+        .collect();
+    pairs.sort();
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// Signs every request an agent sends (the S3 [`crate::Client`]): header SigV4 with an
+/// unsigned payload, so streamed uploads are not read twice.
+pub(crate) struct Signer(pub(crate) Credentials);
+
+impl ureq::middleware::Middleware for Signer {
+    fn handle(
+        &self,
+        mut request: ureq::http::Request<ureq::SendBody>,
+        next: ureq::middleware::MiddlewareNext,
+    ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        let uri = request.uri().clone();
+        let host = match (uri.host(), uri.port_u16()) {
+            (Some(h), Some(p))
+                if !matches!(
+                    (uri.scheme_str(), p),
+                    (Some("http"), 80) | (Some("https"), 443)
+                ) =>
+            {
+                format!("{h}:{p}")
+            }
+            (Some(h), _) => h.to_string(),
+            (None, _) => String::new(),
+        };
+        let headers = self.0.sign_hashed(
+            request.method().as_str(),
+            &host,
+            uri.path(),
+            &canonical_query(uri.query().unwrap_or("")),
+            "UNSIGNED-PAYLOAD",
+            SystemTime::now(),
+        );
+        let h = request.headers_mut();
+        if let Ok(v) = ureq::http::HeaderValue::from_str(&host) {
+            h.insert(ureq::http::header::HOST, v);
+        }
+        for (name, value) in headers {
+            if let Ok(v) = ureq::http::HeaderValue::from_str(&value) {
+                h.insert(name, v);
+            }
+        }
+        next.handle(request)
     }
 }
 
@@ -110,6 +199,17 @@ mod tests {
         let other = c.sign("POST", "127.0.0.1:9000", "/v1/kv/b/put-end", "", b"{}", at);
         assert_ne!(h[2], other[2]);
         assert!(!format!("{c:?}").contains("secret"));
+    }
+
+    #[test]
+    fn canonical_query_sorts_and_encodes_like_aws() {
+        assert_eq!(canonical_query(""), "");
+        assert_eq!(
+            canonical_query("list-type=2&prefix=a%2Fb&delimiter=/&max-keys=1"),
+            "delimiter=%2F&list-type=2&max-keys=1&prefix=a%2Fb"
+        );
+        assert_eq!(canonical_query("uploads"), "uploads=");
+        assert_eq!(canonical_query("k=a b~"), "k=a%20b~");
     }
 
     #[test]

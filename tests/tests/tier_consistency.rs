@@ -222,7 +222,12 @@ fn a_put_that_finds_no_room_keeps_the_old_version() {
 fn racing_create_only_puts_into_a_disk_bucket_have_one_winner() {
     let server = Server::start(&["--memory", "64MiB", "--shards", "2"]);
     let c = server.client();
-    let r = c.send("PUT", "/durable", &[("x-yutu-durability", "disk")], Some(b""));
+    let r = c.send(
+        "PUT",
+        "/durable",
+        &[("x-yutu-durability", "disk")],
+        Some(b""),
+    );
     assert_eq!(r.status, 200);
     let mut contested = 0;
     for round in 0..40 {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use yutu_client::kv::{BlockHasher, KvClient, KvError, KvOptions};
-use yutu_client::Client;
+use yutu_client::{Client, Credentials};
 
 use crate::sink::Stdout;
 
@@ -50,13 +50,21 @@ fn kv(e: KvError) -> anyhow::Error {
     }
 }
 
-pub fn run(url: &str, cmd: KvCommand) -> Result<()> {
-    let connect = || KvClient::new(url, KvOptions::default()).map_err(kv);
+pub fn run(url: &str, credentials: Option<Credentials>, cmd: KvCommand) -> Result<()> {
+    let connect = || {
+        let options = KvOptions {
+            credentials: credentials.clone(),
+            ..KvOptions::default()
+        };
+        KvClient::new(url, options).map_err(kv)
+    };
     match cmd {
         KvCommand::Put { bucket, key, file } => put(&connect()?, &bucket, &key, &file),
         KvCommand::Get { bucket, key, file } => {
             // The block's size, to size the buffer: the block is an object too.
-            let size = Client::new(url)?.head_object(&bucket, &key)?.size;
+            let size = Client::with_credentials(url, credentials.clone())?
+                .head_object(&bucket, &key)?
+                .size;
             get(&connect()?, &bucket, &key, size, &file)
         }
         KvCommand::Exists { bucket, keys } => {

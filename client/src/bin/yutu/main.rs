@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use yutu_client::{Client, ClientError};
+use yutu_client::{Client, ClientError, CredentialSource};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -34,6 +34,28 @@ struct Cli {
         default_value = "http://127.0.0.1:9000"
     )]
     url: String,
+
+    /// Access key to sign requests with (SigV4). Without keys here, in the environment or in
+    /// a credentials file, requests go unsigned (a node started with --no-auth).
+    #[arg(long, global = true, env = "AWS_ACCESS_KEY_ID", hide_env_values = true)]
+    access_key: Option<String>,
+
+    /// Secret key that goes with --access-key.
+    #[arg(
+        long,
+        global = true,
+        env = "AWS_SECRET_ACCESS_KEY",
+        hide_env_values = true
+    )]
+    secret_key: Option<String>,
+
+    /// Profile of the shared credentials file to use (default: `default`).
+    #[arg(long, global = true, env = "AWS_PROFILE")]
+    profile: Option<String>,
+
+    /// The shared credentials file (default: ~/.aws/credentials).
+    #[arg(long, global = true, env = "AWS_SHARED_CREDENTIALS_FILE")]
+    credentials_file: Option<std::path::PathBuf>,
 
     #[command(subcommand)]
     command: Command,
@@ -95,7 +117,14 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let client = Client::new(&cli.url)?;
+    let credentials = CredentialSource {
+        access_key: cli.access_key.clone(),
+        secret_key: cli.secret_key.clone(),
+        profile: cli.profile.clone(),
+        file: cli.credentials_file.clone(),
+    }
+    .resolve()?;
+    let client = Client::with_credentials(&cli.url, credentials.clone())?;
     match cli.command {
         Command::Mb { bucket } => commands::make_bucket(&client, &bucket),
         Command::Rb { bucket } => commands::remove_bucket(&client, &bucket),
@@ -108,7 +137,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Get { target, file } => commands::get(&client, &target, file.as_deref()),
         Command::Rm { target } => commands::remove(&client, &target),
         Command::Stat { target } => commands::stat(&client, &target),
-        Command::Kv { command } => kv::run(&cli.url, command),
+        Command::Kv { command } => kv::run(&cli.url, credentials, command),
     }
 }
 
