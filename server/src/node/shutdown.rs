@@ -5,14 +5,15 @@
 //! The signal is caught on a plain thread (`signal-hook`), which raises a process-wide flag;
 //! each shard watches the flag from its own executor, so no shard thread blocks on a signal.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
-
-use futures::channel::oneshot;
-use futures::future::{FutureExt, Shared};
 
 /// How often a shard looks at the flag.
 const POLL: Duration = Duration::from_millis(20);
@@ -54,26 +55,75 @@ impl StopFlag {
     }
 }
 
-/// A shard's view of the stop: one watcher task looks at the flag; every connection awaits a
-/// clone of one shared future, so idle connections cost nothing while the node runs.
-#[derive(Clone)]
-pub struct StopSignal(Shared<oneshot::Receiver<()>>);
+/// A shard's view of the stop: one watcher task looks at the flag and wakes every waiting
+/// connection. Waiting costs a `Cell` read per poll (a connection polls it each time it
+/// wakes), so a busy connection pays nothing measurable while the node runs.
+#[derive(Clone, Default)]
+pub struct StopSignal(Rc<StopState>);
+
+#[derive(Default)]
+struct StopState {
+    stopped: Cell<bool>,
+    next: Cell<u64>,
+    waiting: RefCell<HashMap<u64, Waker>>,
+}
 
 impl StopSignal {
     /// Starts the watcher on the current executor.
     pub fn watch(flag: StopFlag) -> StopSignal {
-        let (tx, rx) = oneshot::channel();
+        let signal = StopSignal::default();
+        let state = signal.0.clone();
         glommio::spawn_local(async move {
             flag.wait().await;
-            let _ = tx.send(());
+            state.stopped.set(true);
+            for (_, w) in state.waiting.borrow_mut().drain() {
+                w.wake();
+            }
         })
         .detach();
-        StopSignal(rx.shared())
+        signal
     }
 
     /// Resolves once the node is stopping.
-    pub async fn stopped(&self) {
-        let _ = self.0.clone().await;
+    pub fn stopped(&self) -> Stopped {
+        Stopped {
+            state: self.0.clone(),
+            slot: None,
+        }
+    }
+}
+
+/// The future of [`StopSignal::stopped`].
+pub struct Stopped {
+    state: Rc<StopState>,
+    slot: Option<u64>,
+}
+
+impl Future for Stopped {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.state.stopped.get() {
+            return Poll::Ready(());
+        }
+        if self.slot.is_none() {
+            let id = self.state.next.get();
+            self.state.next.set(id + 1);
+            self.state
+                .waiting
+                .borrow_mut()
+                .insert(id, cx.waker().clone());
+            self.slot = Some(id);
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(id) = self.slot {
+            self.state.waiting.borrow_mut().remove(&id);
+        }
     }
 }
 
