@@ -1,5 +1,6 @@
-//! The key derivation and MAC of AWS Signature Version 4, shared by the node (which verifies
-//! signatures) and the client library (which makes them), so both compute them one way.
+//! The key derivation, MAC and canonical query of AWS Signature Version 4, shared by the node
+//! (which verifies signatures) and the client library (which makes them), so both compute them
+//! one way.
 
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
@@ -26,6 +27,51 @@ pub fn signing_key(secret: &str, date: &str, region: &str, service: &str) -> [u8
     let k_region = hmac_sha256(&k_date, region.as_bytes());
     let k_service = hmac_sha256(&k_region, service.as_bytes());
     hmac_sha256(&k_service, b"aws4_request")
+}
+
+/// RFC 3986 percent-encoding as SigV4 wants it: unreserved characters stay, everything else
+/// is `%XX` (upper case); `/` stays only when `keep_slash`.
+pub fn uri_encode(s: &str, keep_slash: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(b as char)
+            }
+            b'/' if keep_slash => out.push('/'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// The canonical query string from a raw query: pairs percent-decoded, re-encoded, sorted;
+/// `X-Amz-Signature` left out (presigned URLs sign everything but it).
+pub fn canonical_query(raw: Option<&str>) -> String {
+    let Some(raw) = raw else {
+        return String::new();
+    };
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let mut pairs: Vec<(String, String)> = raw
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (decode(k), decode(v)),
+            None => (decode(p), String::new()),
+        })
+        .filter(|(k, _)| k != "X-Amz-Signature")
+        .map(|(k, v)| (uri_encode(&k, false), uri_encode(&v, false)))
+        .collect();
+    pairs.sort();
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 #[cfg(test)]

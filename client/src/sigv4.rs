@@ -4,7 +4,7 @@
 
 use std::time::SystemTime;
 
-use yutu_api::sigv4::{hmac_sha256, sha256_hex, signing_key};
+use yutu_api::sigv4::{canonical_query, hmac_sha256, sha256_hex, signing_key};
 
 /// A user's access key and secret (and the region to sign for; Yutu accepts any).
 #[derive(Clone)]
@@ -77,38 +77,6 @@ impl Credentials {
     }
 }
 
-/// The canonical query string of SigV4: every name and value decoded, then encoded with
-/// only unreserved characters left as they are, sorted by name and then value.
-pub fn canonical_query(raw: &str) -> String {
-    const AWS: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-        .remove(b'-')
-        .remove(b'_')
-        .remove(b'.')
-        .remove(b'~');
-    let decode = |s: &str| {
-        percent_encoding::percent_decode_str(s)
-            .decode_utf8_lossy()
-            .to_string()
-    };
-    let mut pairs: Vec<(String, String)> = raw
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (
-                percent_encoding::utf8_percent_encode(&decode(k), AWS).to_string(),
-                percent_encoding::utf8_percent_encode(&decode(v), AWS).to_string(),
-            )
-        })
-        .collect();
-    pairs.sort();
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
 /// Signs every request an agent sends (the S3 [`crate::Client`]): header SigV4 with an
 /// unsigned payload, so streamed uploads are not read twice.
 pub(crate) struct Signer(pub(crate) Credentials);
@@ -136,7 +104,7 @@ impl ureq::middleware::Middleware for Signer {
             request.method().as_str(),
             &host,
             uri.path(),
-            &canonical_query(uri.query().unwrap_or("")),
+            &canonical_query(uri.query()),
             "UNSIGNED-PAYLOAD",
             SystemTime::now(),
         );
@@ -203,13 +171,13 @@ mod tests {
 
     #[test]
     fn canonical_query_sorts_and_encodes_like_aws() {
-        assert_eq!(canonical_query(""), "");
+        assert_eq!(canonical_query(Some("")), "");
         assert_eq!(
-            canonical_query("list-type=2&prefix=a%2Fb&delimiter=/&max-keys=1"),
+            canonical_query(Some("list-type=2&prefix=a%2Fb&delimiter=/&max-keys=1")),
             "delimiter=%2F&list-type=2&max-keys=1&prefix=a%2Fb"
         );
-        assert_eq!(canonical_query("uploads"), "uploads=");
-        assert_eq!(canonical_query("k=a b~"), "k=a%20b~");
+        assert_eq!(canonical_query(Some("uploads")), "uploads=");
+        assert_eq!(canonical_query(Some("k=a b~")), "k=a%20b~");
     }
 
     #[test]

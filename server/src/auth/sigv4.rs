@@ -121,50 +121,7 @@ pub fn signatures_match(a: &str, b: &str) -> bool {
     a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
-/// RFC 3986 percent-encoding as SigV4 wants it: unreserved characters stay, everything else
-/// is `%XX` (upper case); `/` stays only when `keep_slash`.
-pub fn uri_encode(s: &str, keep_slash: bool) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                out.push(b as char)
-            }
-            b'/' if keep_slash => out.push('/'),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
-/// The canonical query string from a raw query: pairs percent-decoded, re-encoded, sorted;
-/// `X-Amz-Signature` left out (presigned URLs sign everything but it).
-pub fn canonical_query(raw: Option<&str>) -> String {
-    let Some(raw) = raw else {
-        return String::new();
-    };
-    let decode = |s: &str| {
-        percent_encoding::percent_decode_str(s)
-            .decode_utf8_lossy()
-            .into_owned()
-    };
-    let mut pairs: Vec<(String, String)> = raw
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (decode(k), decode(v)),
-            None => (decode(p), String::new()),
-        })
-        .filter(|(k, _)| k != "X-Amz-Signature")
-        .map(|(k, v)| (uri_encode(&k, false), uri_encode(&v, false)))
-        .collect();
-    pairs.sort();
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join("&")
-}
+pub use yutu_api::sigv4::{canonical_query, uri_encode};
 
 /// `name:value\n` for each signed header, values trimmed and inner runs of spaces collapsed.
 pub fn canonical_headers(headers: &HeaderMap, signed: &[String]) -> Option<String> {
