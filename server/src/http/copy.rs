@@ -121,10 +121,7 @@ pub async fn copy_object(
         value: a.digest(&data),
         composite_parts: None,
     });
-    let cond = WriteConditions {
-        incarnation,
-        ..WriteConditions::from_headers(&ctx.headers)
-    };
+    let cond = WriteConditions::for_bucket(&ctx.headers, incarnation);
     let stored = store(ctx, bucket, key, data, new, cond).await?;
     let doc = CopyResult {
         xmlns: S3_NS,

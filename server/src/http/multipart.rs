@@ -249,10 +249,7 @@ pub async fn complete(
                 .or(p.checksum_sha256),
         })
         .collect();
-    let cond = WriteConditions {
-        incarnation,
-        ..WriteConditions::from_headers(&ctx.headers)
-    };
+    let cond = WriteConditions::for_bucket(&ctx.headers, incarnation);
     let (b, k) = (bucket.to_string(), key.to_string());
     let meta = ctx
         .shard

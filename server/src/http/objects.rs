@@ -66,10 +66,7 @@ pub async fn put(
     payload::precheck(ctx, limit, what)?;
     bucket_must_exist(ctx, bucket)?;
     let req_meta = meta::from_request(&ctx.headers)?;
-    let cond = WriteConditions {
-        incarnation,
-        ..WriteConditions::from_headers(&ctx.headers)
-    };
+    let cond = WriteConditions::for_bucket(&ctx.headers, incarnation);
     let received = payload::receive(ctx, body, limit).await?;
     let mut meta = req_meta.into_object_meta();
     meta.size = received.data.len() as u64;

@@ -113,6 +113,15 @@ impl WriteConditions {
         }
     }
 
+    /// The request's conditions, for a write into the bucket incarnation it was authorised
+    /// against.
+    pub fn for_bucket(h: &HeaderMap, incarnation: Option<u64>) -> WriteConditions {
+        WriteConditions {
+            incarnation,
+            ..WriteConditions::from_headers(h)
+        }
+    }
+
     /// Whether any ETag condition is set (a conditional write).
     pub fn is_conditional(&self) -> bool {
         self.if_none_match_any || self.if_match.is_some()
