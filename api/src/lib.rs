@@ -2,15 +2,19 @@
 //!
 //! This crate does no I/O: it says what a valid bucket name, object key, byte range or size is,
 //! which S3 error code goes with which HTTP status, and what the S3 XML documents look like;
-//! and the KV-cache wire types: chained block hashes (`block_hash`), the events storage nodes
-//! publish to the conductor (`events`), and the conductor's routing API (`route`).
+//! and the KV-cache wire types: chained block hashes (`block_hash`), segment descriptors and
+//! transfer-engine addresses (`descriptor`), the storage node's KV control API (`kv`), the
+//! events storage nodes publish to the conductor (`events`), and the conductor's routing API
+//! (`route`).
 //! Both the server and the clients depend on it, so a rule written here holds on both ends.
 
 pub mod block_hash;
 pub mod bucket;
+pub mod descriptor;
 pub mod error;
 pub mod events;
 pub mod key;
+pub mod kv;
 pub mod placement;
 pub mod range;
 pub mod route;

@@ -49,10 +49,18 @@ impl CredentialSource {
         if !path.is_file() && !named {
             return Ok(None);
         }
-        let ini = ini::Ini::load_from_file(&path).map_err(|e| CredentialsError::File {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
+        // As AWS's tools read the file: no quoting and no `\` escapes (a secret is taken
+        // byte for byte).
+        let options = ini::ParseOption {
+            enabled_quote: false,
+            enabled_escape: false,
+            ..Default::default()
+        };
+        let ini =
+            ini::Ini::load_from_file_opt(&path, options).map_err(|e| CredentialsError::File {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
         let section = ini.section(Some(profile));
         let key = |k: &str| section.and_then(|s| s.get(k)).map(str::to_string);
         match (key("aws_access_key_id"), key("aws_secret_access_key")) {
@@ -110,6 +118,41 @@ mod tests {
             src.resolve(),
             Err(CredentialsError::NoProfile { .. })
         ));
+    }
+
+    #[test]
+    fn values_are_taken_as_written() {
+        let (_d, path) = file(
+            "[default]\r\naws_access_key_id=K\r\naws_secret_access_key = a\\b\"c'd+/= \r\naws_session_token = t\r\n",
+        );
+        let c = CredentialSource {
+            file: Some(path),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (c.access_key.as_str(), c.secret_key.as_str()),
+            ("K", "a\\b\"c'd+/=")
+        );
+    }
+
+    #[test]
+    fn a_profile_without_both_keys_is_an_error_only_when_asked_for() {
+        let (_d, path) = file("[default]\nregion = us-east-1\n[half]\naws_access_key_id = A\n");
+        let mut src = CredentialSource {
+            file: Some(path),
+            ..Default::default()
+        };
+        assert!(src.resolve().unwrap().is_none());
+        src.profile = Some("half".into());
+        assert!(matches!(
+            src.resolve(),
+            Err(CredentialsError::NoProfile { .. })
+        ));
+        src.file = Some(PathBuf::from("/nonexistent/credentials"));
+        assert!(matches!(src.resolve(), Err(CredentialsError::File { .. })));
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! Signing requests with AWS Signature Version 4 (header form), for nodes that run with
-//! authentication. The key derivation is `yutu_api::sigv4`, the same code the node verifies
-//! with; this file builds the canonical request of the calls this crate makes.
+//! authentication. The canonical request, key derivation and signature are
+//! `yutu_api::sigv4`, the same code the node verifies with; this file picks what the calls
+//! of this crate sign: `host`, `x-amz-content-sha256` and `x-amz-date`.
 
 use std::time::SystemTime;
 
-use yutu_api::sigv4::{canonical_query, hmac_sha256, sha256_hex, signing_key};
+use yutu_api::sigv4::{sha256_hex, CanonicalHeaders, CanonicalRequest, Scope, UNSIGNED_PAYLOAD};
 
 /// A user's access key and secret (and the region to sign for; Yutu accepts any).
 #[derive(Clone)]
@@ -26,7 +27,8 @@ impl Credentials {
 
     /// The headers that sign a request: `x-amz-date`, `x-amz-content-sha256` and
     /// `authorization`. `host` is the Host header the request carries, `path` the request
-    /// path exactly as sent (already percent-encoded), `query` its canonical query string.
+    /// path exactly as sent (percent-encoded), `query` its query string (raw or already
+    /// canonical; empty for none). The body is hashed: for small bodies.
     pub fn sign(
         &self,
         method: &str,
@@ -50,35 +52,29 @@ impl Credentials {
         payload: &str,
         now: SystemTime,
     ) -> [(&'static str, String); 3] {
-        let stamp = crate::timestamp::format_iso8601(now).replace(['-', ':'], "");
-        let date = &stamp[..8];
-        let signed = "host;x-amz-content-sha256;x-amz-date";
-        let canonical = format!(
-            "{method}\n{path}\n{query}\nhost:{host}\nx-amz-content-sha256:{payload}\nx-amz-date:{stamp}\n\n{signed}\n{payload}"
-        );
-        let scope = format!("{date}/{}/s3/aws4_request", self.region);
-        let to_sign = format!(
-            "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
-            sha256_hex(canonical.as_bytes())
-        );
-        let key = signing_key(&self.secret_key, date, &self.region, "s3");
-        let signature = hex::encode(hmac_sha256(&key, to_sign.as_bytes()));
+        let stamp = crate::timestamp::format_amz_date(now);
+        let headers = CanonicalHeaders::all([
+            ("host", host),
+            ("x-amz-content-sha256", payload),
+            ("x-amz-date", stamp.as_str()),
+        ]);
+        let query = (!query.is_empty()).then_some(query);
+        let request = CanonicalRequest::new(method, path, query, headers, payload);
+        let scope = Scope::new(&stamp[..8], self.region.as_str(), "s3");
+        let authorization = request
+            .sign(&self.secret_key, &scope, &stamp)
+            .authorization(&self.access_key, &scope);
         [
-            ("x-amz-date", stamp.clone()),
+            ("x-amz-date", stamp),
             ("x-amz-content-sha256", payload.to_string()),
-            (
-                "authorization",
-                format!(
-                    "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed}, Signature={signature}",
-                    self.access_key
-                ),
-            ),
+            ("authorization", authorization),
         ]
     }
 }
 
 /// Signs every request an agent sends (the S3 [`crate::Client`]): header SigV4 with an
-/// unsigned payload, so streamed uploads are not read twice.
+/// unsigned payload, so streamed uploads are not read twice (the node accepts
+/// `UNSIGNED-PAYLOAD`, as S3 does).
 pub(crate) struct Signer(pub(crate) Credentials);
 
 impl ureq::middleware::Middleware for Signer {
@@ -104,8 +100,8 @@ impl ureq::middleware::Middleware for Signer {
             request.method().as_str(),
             &host,
             uri.path(),
-            &canonical_query(uri.query()),
-            "UNSIGNED-PAYLOAD",
+            uri.query().unwrap_or(""),
+            UNSIGNED_PAYLOAD,
             SystemTime::now(),
         );
         let h = request.headers_mut();
@@ -169,15 +165,36 @@ mod tests {
         assert!(!format!("{c:?}").contains("secret"));
     }
 
+    /// AWS's S3 GET Object example, through this signer: the canonical request is the
+    /// shared one, so the published signature comes out.
     #[test]
-    fn canonical_query_sorts_and_encodes_like_aws() {
-        assert_eq!(canonical_query(Some("")), "");
-        assert_eq!(
-            canonical_query(Some("list-type=2&prefix=a%2Fb&delimiter=/&max-keys=1")),
-            "delimiter=%2F&list-type=2&max-keys=1&prefix=a%2Fb"
+    fn signs_like_the_aws_s3_example() {
+        let c = Credentials::new(
+            "AKIAIOSFODNN7EXAMPLE",
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
         );
-        assert_eq!(canonical_query(Some("uploads")), "uploads=");
-        assert_eq!(canonical_query(Some("k=a b~")), "k=a%20b~");
+        let at = UNIX_EPOCH + Duration::from_secs(1_369_353_600); // 2013-05-24T00:00:00Z
+        let h = c.sign(
+            "GET",
+            "examplebucket.s3.amazonaws.com",
+            "/",
+            "prefix=J&max-keys=2",
+            b"",
+            at,
+        );
+        assert!(h[2].1.ends_with(
+            "Signature=34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"
+        ));
+        // Raw and canonical query strings sign the same.
+        let canonical = c.sign(
+            "GET",
+            "examplebucket.s3.amazonaws.com",
+            "/",
+            "max-keys=2&prefix=J",
+            b"",
+            at,
+        );
+        assert_eq!(h, canonical);
     }
 
     #[test]

@@ -1,35 +1,47 @@
-//! The two timestamp formats S3 uses, read into [`SystemTime`].
+//! The timestamp formats S3 uses, read into and written from [`SystemTime`] by the `time`
+//! crate (and `httpdate`):
 //!
-//! XML documents carry ISO 8601 in UTC (`2026-01-01T12:00:00.000Z`, RFC 3339, read and
-//! written by `humantime`); response headers carry the HTTP date (`Thu, 01 Jan 2026 12:00:00
-//! GMT`, read by `httpdate`). Callers get one type for both.
+//! - XML documents carry RFC 3339 / ISO 8601 in UTC (`2026-01-01T12:00:00.000Z`);
+//! - response headers carry the HTTP date (`Thu, 01 Jan 2026 12:00:00 GMT`);
+//! - SigV4's `x-amz-date` is ISO 8601 basic format (`20260101T120000Z`).
 
 use std::time::SystemTime;
 
-/// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|+00:00)`. Only UTC is accepted: S3 sends
-/// nothing else, and guessing at offsets would hide a server bug. Digits past nanoseconds
+use time::format_description::well_known::iso8601::{self, Iso8601, TimePrecision};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+/// ISO 8601 basic format to the second, `Z` for UTC: `20130524T000000Z`.
+const AMZ_DATE: iso8601::EncodedConfig = iso8601::Config::DEFAULT
+    .set_use_separators(false)
+    .set_time_precision(TimePrecision::Second {
+        decimal_digits: None,
+    })
+    .encode();
+
+/// Parses an RFC 3339 timestamp in UTC (`Z` or `+00:00`). Other offsets are refused: S3
+/// sends nothing else, and accepting them would hide a server bug. Digits past nanoseconds
 /// are dropped.
 pub fn parse_iso8601(s: &str) -> Option<SystemTime> {
-    let s = s.trim();
-    let utc = s.strip_suffix('Z').or_else(|| s.strip_suffix("+00:00"))?;
-    let (whole, fraction) = match utc.split_once('.') {
-        Some((w, f)) if !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()) => {
-            (w, &f[..f.len().min(9)])
-        }
-        Some(_) => return None,
-        None => (utc, ""),
-    };
-    let text = if fraction.is_empty() {
-        format!("{whole}Z")
-    } else {
-        format!("{whole}.{fraction}Z")
-    };
-    humantime::parse_rfc3339(&text).ok()
+    let t = OffsetDateTime::parse(s.trim(), &Rfc3339).ok()?;
+    t.offset().is_utc().then(|| t.into())
 }
 
 /// Formats as `YYYY-MM-DDTHH:MM:SSZ` (UTC, whole seconds), the way the CLI prints times.
 pub fn format_iso8601(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
+    let t = OffsetDateTime::from(t);
+    t.replace_nanosecond(0)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        // Only years past 9999, which RFC 3339 cannot write.
+        .unwrap_or_else(|| t.to_string())
+}
+
+/// Formats as SigV4's `x-amz-date`: `YYYYMMDDTHHMMSSZ` (UTC).
+pub fn format_amz_date(t: SystemTime) -> String {
+    let t = OffsetDateTime::from(t);
+    t.format(&Iso8601::<AMZ_DATE>)
+        .unwrap_or_else(|_| t.to_string())
 }
 
 /// Parses an HTTP date (`Last-Modified` header).
@@ -54,12 +66,16 @@ mod tests {
             Some(at(1_767_225_600, 0))
         );
         assert_eq!(
-            parse_iso8601("2024-02-29T23:59:59.5Z"),
+            parse_iso8601(" 2024-02-29T23:59:59.5Z\n"),
             Some(at(1_709_251_199, 500_000_000))
         );
         assert_eq!(
             parse_iso8601("2009-10-12T17:50:30.123456789123+00:00"),
             Some(at(1_255_369_830, 123_456_789))
+        );
+        assert_eq!(
+            parse_iso8601("1969-12-31T23:59:59Z"),
+            Some(UNIX_EPOCH - Duration::from_secs(1))
         );
     }
 
@@ -75,7 +91,7 @@ mod tests {
             "2026-01-01T24:00:00Z",
             "2026-01-01T00:00:00.Z",
             "20x6-01-01T00:00:00Z",
-            "1969-12-31T23:59:59Z",
+            "20260101T000000Z",
         ] {
             assert_eq!(parse_iso8601(s), None, "{s}");
         }
@@ -89,6 +105,16 @@ mod tests {
             let s = format_iso8601(at(secs, 0));
             assert_eq!(parse_iso8601(&s), Some(at(secs, 0)), "{s}");
         }
+    }
+
+    #[test]
+    fn amz_dates() {
+        assert_eq!(format_amz_date(at(1_369_353_600, 0)), "20130524T000000Z");
+        assert_eq!(
+            format_amz_date(at(1_440_938_160, 999_999_999)),
+            "20150830T123600Z"
+        );
+        assert_eq!(format_amz_date(at(0, 0)), "19700101T000000Z");
     }
 
     #[test]

@@ -269,6 +269,58 @@ fn blocks_round_trip_through_registered_buffers() {
     assert_eq!(e.code(), Some("InvalidArgument"), "{e}");
 }
 
+#[test]
+fn two_phase_puts_write_into_the_node_and_publish() {
+    let Some(server) = start_server("twophase") else {
+        return;
+    };
+    Client::new(&server.url)
+        .unwrap()
+        .create_bucket("kvtwo")
+        .unwrap();
+    let options = KvOptions {
+        put_ttl_ms: Some(5_000),
+        ..KvOptions::default()
+    };
+    let kv = KvClient::new(&server.url, options).expect("kv client");
+    let buf = kv.register(8 << 20).unwrap();
+    let sizes: [u64; 3] = [4096, (1 << 20) + 3, 0];
+    let keys: Vec<String> = (0..sizes.len()).map(|i| format!("two-{i}")).collect();
+    let offsets = [0u64, 4096, 4096 + sizes[1]];
+    for (i, (&off, &len)) in offsets.iter().zip(&sizes).enumerate() {
+        buf.write_at(off, &pattern(len as usize, i as u64 + 11))
+            .unwrap();
+    }
+    let etags = kv
+        .batch_put_two_phase("kvtwo", &keys, &buf, &offsets, &sizes)
+        .expect("two-phase put");
+    assert_eq!(etags.len(), keys.len());
+    assert!(etags.iter().all(|e| !e.is_empty()), "{etags:?}");
+    let s3 = Client::new(&server.url).unwrap();
+    assert_eq!(
+        s3.get_bytes("kvtwo", "two-1").unwrap(),
+        pattern(sizes[1] as usize, 12)
+    );
+    let into = [4u64 << 20, 5 << 20, 7 << 20];
+    let copied = kv.batch_get_into("kvtwo", &keys, &buf, &into).unwrap();
+    assert_eq!(copied, vec![Some(sizes[0]), Some(sizes[1]), Some(0)]);
+    let mut back = vec![0u8; sizes[0] as usize];
+    buf.read_at(into[0], &mut back).unwrap();
+    assert!(back == pattern(sizes[0] as usize, 11));
+
+    // The ttl is sent: one the node refuses fails the put before anything is reserved.
+    let bad = KvOptions {
+        put_ttl_ms: Some(600_000),
+        ..KvOptions::default()
+    };
+    let kv_bad = KvClient::new(&server.url, bad).unwrap();
+    let bad_buf = kv_bad.register(4096).unwrap();
+    let e = kv_bad
+        .batch_put_two_phase("kvtwo", &keys[..1], &bad_buf, &[0], &[16])
+        .unwrap_err();
+    assert_eq!(e.code(), Some("InvalidArgument"), "{e}");
+}
+
 fn yutu(url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_yutu"))
         .args(args)

@@ -43,6 +43,8 @@ fn yutu(server: &Server, home: &Path, env: &[(&str, &str)], args: &[&str]) -> Ou
         "AWS_SECRET_ACCESS_KEY",
         "AWS_PROFILE",
         "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_SESSION_TOKEN",
+        "YUTU_URL",
     ] {
         cmd.env_remove(var);
     }
@@ -69,9 +71,14 @@ fn round_trip(server: &Server, home: &Path, env: &[(&str, &str)], flags: &[&str]
         ok(yutu(server, home, env, &all), &format!("yutu {all:?}"))
     };
     run(&["mb", bucket]);
-    let target = format!("{bucket}/dir/in.bin");
+    // A key with characters that SigV4 encodes in the canonical URI.
+    let key = "dir/a b+c&d=é~(1).bin";
+    let target = format!("{bucket}/{key}");
     run(&["put", file.to_str().expect("utf-8 path"), &target]);
-    assert!(run(&["ls", bucket, "--recursive"]).contains("dir/in.bin"));
+    assert!(run(&["ls", bucket, "--recursive"]).contains(key));
+    // A listing's query (prefix, delimiter) is signed too.
+    assert!(run(&["ls", &format!("{bucket}/dir/a b")]).contains(key));
+    assert!(run(&["stat", &target]).contains("3145728"));
     let back = home.join("out.bin");
     run(&["get", &target, back.to_str().expect("utf-8 path")]);
     assert!(std::fs::read(&back).expect("read back") == data);
@@ -110,10 +117,31 @@ fn cli_signs_with_keys_from_env_profile_and_flags() {
         &[],
         "from-profile",
     );
+    // AWS_SHARED_CREDENTIALS_FILE instead of ~/.aws/credentials, its default profile.
+    let elsewhere = home.path().join("elsewhere");
+    std::fs::write(
+        &elsewhere,
+        "[default]\naws_access_key_id=CAROLKEY\naws_secret_access_key=carol-secret-key\n",
+    )
+    .expect("credentials file");
     round_trip(
         &server,
         home.path(),
+        &[(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            elsewhere.to_str().expect("utf-8 path"),
+        )],
         &[],
+        "from-shared-file",
+    );
+    // Flags win over the environment (whose key is unknown) and the default profile.
+    round_trip(
+        &server,
+        home.path(),
+        &[
+            ("AWS_ACCESS_KEY_ID", "NOBODY"),
+            ("AWS_SECRET_ACCESS_KEY", "nothing-here"),
+        ],
         &[
             "--access-key",
             "CAROLKEY",
@@ -131,8 +159,21 @@ fn cli_signs_with_keys_from_env_profile_and_flags() {
         ("AWS_ACCESS_KEY_ID", "CAROLKEY"),
         ("AWS_SECRET_ACCESS_KEY", "not-the-secret"),
     ];
-    let out = yutu(&server, home.path(), &wrong, &["mb", "never"]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("SignatureDoesNotMatch"), "{err}");
+    for args in [&["mb", "never"][..], &["ls"], &["get", "from-env/x", "-"]] {
+        let out = yutu(&server, home.path(), &wrong, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        // `yutu: CODE: message`, the message the node sent.
+        let message = err
+            .trim_end()
+            .strip_prefix("yutu: SignatureDoesNotMatch: ")
+            .unwrap_or_else(|| panic!("{args:?}: {err}"));
+        assert!(message.contains("signature"), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    // The environment wins over the profile file.
+    let out = yutu(&server, home.path(), &wrong, &["ls"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SignatureDoesNotMatch"));
+    let out = yutu(&server, home.path(), &[("AWS_PROFILE", "carol")], &["ls"]);
+    assert!(out.status.success());
 }

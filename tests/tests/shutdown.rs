@@ -45,7 +45,8 @@ fn sigterm_drains_the_request_in_progress_and_exits_zero() {
     assert!(
         wait_until(Duration::from_secs(10), || TcpStream::connect(server.addr)
             .is_err()),
-        "the node kept accepting connections after SIGTERM"
+        "the node kept accepting connections after SIGTERM; log:\n{}",
+        server.log()
     );
     assert!(
         server.is_running(),

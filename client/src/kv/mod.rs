@@ -22,8 +22,6 @@
 //! # }
 //! ```
 
-mod wire;
-
 use std::hash::{BuildHasher, Hasher};
 use std::io::Read;
 use std::net::SocketAddr;
@@ -34,8 +32,12 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::{json, Value};
 use ureq::Agent;
+use yutu_api::kv::{
+    CopiedResponse, EtagsResponse, ExistsResponse, GetIntoRequest, KeysRequest, KvOp,
+    PrefixResponse, PutFromBlock, PutFromRequest, PutIdsRequest, PutStartBlock, PutStartRequest,
+    PutStartResponse, RemoveResponse, RevokeResponse, StartedPut, ENGINE_PATH,
+};
 use yutu_transfer::{
     EngineConfig, HugePages, LocalSegment, MemoryRegion, NodeAddress, NodeId, RegionError,
     SegmentDescriptor, TransferEngine, TransferError, TransferRequest,
@@ -48,7 +50,7 @@ use crate::error::{error_from_response, Resource};
 use crate::ClientError;
 
 /// Most keys the server takes in one batch.
-pub const MAX_BATCH: usize = 4096;
+pub const MAX_BATCH: usize = yutu_api::kv::MAX_BATCH;
 
 /// Largest JSON answer read (4096 descriptors fit in well under 2 MiB).
 const JSON_LIMIT: u64 = 16 << 20;
@@ -257,7 +259,7 @@ impl KvClient {
         });
         let host = crate::sigv4::host_of(&base);
         let signer = options.credentials.as_ref().map(|c| (c, host.as_str()));
-        let server: NodeAddress = call_get(&agent, &base, "/v1/kv/engine", signer)?;
+        let server: NodeAddress = call_get(&agent, &base, ENGINE_PATH, signer)?;
         if server.node == inner.engine.node() {
             return Err(KvError::InvalidArgument(format!(
                 "node id {} is the server's own; pick another",
@@ -326,16 +328,20 @@ impl KvClient {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let body = wire::PutFrom {
+        let body = PutFromRequest {
             blocks: keys
                 .iter()
                 .zip(offsets.iter().zip(lengths))
-                .map(|(key, (&offset, &len))| wire::PutFromBlock { key, offset, len })
+                .map(|(key, (&offset, &len))| PutFromBlock {
+                    key: key.clone(),
+                    offset,
+                    len,
+                })
                 .collect(),
             buffer: buf.whole()?,
-            client: &self.inner.address,
+            client: self.inner.address.clone(),
         };
-        let ended: wire::Etags = self.call_post(&kv_path(bucket, "put-from")?, &body)?;
+        let ended: EtagsResponse = self.call_post(&kv_path(bucket, KvOp::PutFrom)?, &body)?;
         expect_len(ended.etags.len(), keys.len(), "put-from")?;
         Ok(ended.etags)
     }
@@ -356,30 +362,33 @@ impl KvClient {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let blocks: Vec<Value> = keys
-            .iter()
-            .zip(lengths)
-            .map(|(k, l)| json!({"key": k, "len": l}))
-            .collect();
-        let mut body = json!({ "blocks": blocks });
-        if let Some(ttl) = self.put_ttl_ms {
-            body["ttl_ms"] = json!(ttl);
-        }
-        let started: wire::PutStarted = self.call_post(&kv_path(bucket, "put-start")?, &body)?;
-        let ids: Vec<u64> = started.puts.iter().map(|p| p.put_id).collect();
+        let body = PutStartRequest {
+            blocks: keys
+                .iter()
+                .zip(lengths)
+                .map(|(key, &len)| PutStartBlock {
+                    key: key.clone(),
+                    len,
+                })
+                .collect(),
+            ttl_ms: self.put_ttl_ms,
+        };
+        let started: PutStartResponse = self.call_post(&kv_path(bucket, KvOp::PutStart)?, &body)?;
+        let put_ids = PutIdsRequest {
+            put_ids: started.puts.iter().map(|p| p.put_id).collect(),
+        };
         let result = self
             .write_blocks(keys, buf, offsets, lengths, &started.puts)
             .and_then(|()| {
-                let ended: wire::Etags =
-                    self.call_post(&kv_path(bucket, "put-end")?, &json!({ "put_ids": ids }))?;
+                let ended: EtagsResponse =
+                    self.call_post(&kv_path(bucket, KvOp::PutEnd)?, &put_ids)?;
                 expect_len(ended.etags.len(), keys.len(), "put-end")?;
                 Ok(ended.etags)
             });
-        if result.is_err() && !ids.is_empty() {
+        if result.is_err() && !put_ids.put_ids.is_empty() {
             // Best effort: frees the reserved space now instead of at the ttl. Puts already
             // ended are not revoked (the server answers false for them).
-            let _ =
-                self.call_post::<Value>(&kv_path(bucket, "revoke")?, &json!({ "put_ids": ids }));
+            let _ = self.call_post::<RevokeResponse>(&kv_path(bucket, KvOp::Revoke)?, &put_ids);
         }
         result
     }
@@ -391,7 +400,7 @@ impl KvClient {
         buf: &Buffer,
         offsets: &[u64],
         lengths: &[u64],
-        puts: &[wire::Started],
+        puts: &[StartedPut],
     ) -> Result<(), KvError> {
         if puts.len() != keys.len() {
             return Err(KvError::InvalidResponse(format!(
@@ -497,13 +506,13 @@ impl KvClient {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let body = wire::GetInto {
-            keys,
-            buffer: buf.whole()?,
+        let body = GetIntoRequest::into_buffer(
+            keys.to_vec(),
+            buf.whole()?,
             ranges,
-            client: &self.inner.address,
-        };
-        let answer: wire::Copied = self.call_post(&kv_path(bucket, "get-into")?, &body)?;
+            self.inner.address.clone(),
+        );
+        let answer: CopiedResponse = self.call_post(&kv_path(bucket, KvOp::GetInto)?, &body)?;
         if answer.copied.len() != keys.len() {
             return Err(KvError::InvalidResponse(format!(
                 "get-into answered {} results for {} keys",
@@ -530,8 +539,8 @@ impl KvClient {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let answer: wire::Exists =
-            self.call_post(&kv_path(bucket, "exists")?, &json!({ "keys": keys }))?;
+        let answer: ExistsResponse =
+            self.call_post(&kv_path(bucket, KvOp::Exists)?, &keys_request(keys))?;
         expect_len(answer.exists.len(), keys.len(), "exists")?;
         Ok(answer.exists)
     }
@@ -542,8 +551,8 @@ impl KvClient {
         if keys.is_empty() {
             return Ok(0);
         }
-        let answer: wire::Present =
-            self.call_post(&kv_path(bucket, "prefix")?, &json!({ "keys": keys }))?;
+        let answer: PrefixResponse =
+            self.call_post(&kv_path(bucket, KvOp::Prefix)?, &keys_request(keys))?;
         match usize::try_from(answer.present) {
             Ok(n) if n <= keys.len() => Ok(n),
             _ => Err(KvError::InvalidResponse(format!(
@@ -560,8 +569,8 @@ impl KvClient {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let answer: wire::Removed =
-            self.call_post(&kv_path(bucket, "remove")?, &json!({ "keys": keys }))?;
+        let answer: RemoveResponse =
+            self.call_post(&kv_path(bucket, KvOp::Remove)?, &keys_request(keys))?;
         expect_len(answer.removed.len(), keys.len(), "remove")?;
         Ok(answer.removed)
     }
@@ -632,14 +641,22 @@ fn call_get<T: DeserializeOwned>(
     read_json(resp)
 }
 
+/// The body of exists, prefix and remove.
+fn keys_request(keys: &[String]) -> KeysRequest {
+    KeysRequest {
+        keys: keys.to_vec(),
+        ttl_ms: None,
+    }
+}
+
 /// `/v1/kv/{bucket}/{op}`, refusing buckets that would address something else.
-fn kv_path(bucket: &str, op: &str) -> Result<String, KvError> {
+fn kv_path(bucket: &str, op: KvOp) -> Result<String, KvError> {
     if bucket.is_empty() || bucket.contains('/') {
         return Err(KvError::InvalidArgument(format!(
             "bucket name {bucket:?} must be non-empty and without '/'"
         )));
     }
-    Ok(format!("/v1/kv/{}/{op}", encode_key(bucket)))
+    Ok(op.path(&encode_key(bucket)))
 }
 
 fn read_json<T: DeserializeOwned>(
@@ -739,13 +756,13 @@ mod tests {
 
     #[test]
     fn paths_are_checked() {
-        assert_eq!(kv_path("b", "get").unwrap(), "/v1/kv/b/get");
+        assert_eq!(kv_path("b", KvOp::Get).unwrap(), "/v1/kv/b/get");
         assert!(matches!(
-            kv_path("", "get"),
+            kv_path("", KvOp::Get),
             Err(KvError::InvalidArgument(_))
         ));
         assert!(matches!(
-            kv_path("a/b", "get"),
+            kv_path("a/b", KvOp::Get),
             Err(KvError::InvalidArgument(_))
         ));
     }

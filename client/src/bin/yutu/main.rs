@@ -116,14 +116,21 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
-    let credentials = CredentialSource {
+/// Where the keys come from: flags, else `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` (clap
+/// reads the environment for the same arguments, a flag wins), else the profile
+/// (`--profile`, `AWS_PROFILE`, `default`) of the shared credentials file.
+/// `AWS_SESSION_TOKEN` is not used: Yutu users have long-term keys only.
+fn credential_source(cli: &Cli) -> CredentialSource {
+    CredentialSource {
         access_key: cli.access_key.clone(),
         secret_key: cli.secret_key.clone(),
         profile: cli.profile.clone(),
         file: cli.credentials_file.clone(),
     }
-    .resolve()?;
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let credentials = credential_source(&cli).resolve()?;
     let client = Client::with_credentials(&cli.url, credentials.clone())?;
     match cli.command {
         Command::Mb { bucket } => commands::make_bucket(&client, &bucket),
@@ -174,6 +181,54 @@ mod tests {
         assert_eq!(describe(&e), "NoSuchKey: The specified key does not exist.");
         let e = anyhow::anyhow!("disk full").context("writing out");
         assert_eq!(describe(&e), "writing out: disk full");
+    }
+
+    /// Flags over the environment over the credentials file. The only test that sets the
+    /// AWS variables (others do not read them).
+    #[test]
+    fn credentials_precedence() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("credentials");
+        std::fs::write(
+            &file,
+            "[default]\naws_access_key_id = FILE\naws_secret_access_key = file-secret\n\
+             [other]\naws_access_key_id = OTHER\naws_secret_access_key = other-secret\n",
+        )
+        .unwrap();
+        let file = file.to_str().unwrap();
+        let key = |args: &[&str]| {
+            let mut all = vec!["yutu", "--credentials-file", file];
+            all.extend_from_slice(args);
+            all.push("ls");
+            let cli = Cli::try_parse_from(all).unwrap();
+            credential_source(&cli)
+                .resolve()
+                .unwrap()
+                .map(|c| (c.access_key, c.secret_key))
+        };
+        let pair = |a: &str, s: &str| Some((a.to_string(), s.to_string()));
+        for var in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"] {
+            std::env::remove_var(var);
+        }
+        assert_eq!(key(&[]), pair("FILE", "file-secret"));
+        assert_eq!(key(&["--profile", "other"]), pair("OTHER", "other-secret"));
+        std::env::set_var("AWS_PROFILE", "other");
+        assert_eq!(key(&[]), pair("OTHER", "other-secret"));
+        std::env::set_var("AWS_ACCESS_KEY_ID", "ENV");
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "env-secret");
+        assert_eq!(key(&[]), pair("ENV", "env-secret"));
+        assert_eq!(
+            key(&["--access-key", "FLAG", "--secret-key", "flag-secret"]),
+            pair("FLAG", "flag-secret")
+        );
+        for var in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"] {
+            std::env::remove_var(var);
+        }
+        let none = Cli::try_parse_from(["yutu", "--credentials-file", "/nonexistent", "ls"]);
+        assert!(credential_source(&none.unwrap())
+            .resolve()
+            .unwrap()
+            .is_none());
     }
 
     #[test]

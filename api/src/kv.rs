@@ -1,0 +1,708 @@
+//! The storage node's KV control API (`/v1/kv/...`): the JSON bodies of every call, as both
+//! the node and the clients read and write them.
+//!
+//! The control plane is JSON over HTTP; the block bytes never travel in it. They move
+//! one-sidedly through the transfer engines, addressed by [`SegmentDescriptor`]s (a range of
+//! registered memory and the token that grants it) on engines reached through their
+//! [`NodeAddress`].
+//!
+//! | call | request | answer |
+//! |---|---|---|
+//! | `GET` [`ENGINE_PATH`] | | [`NodeAddress`] of the node's engine (add it as a peer) |
+//! | `POST /v1/kv/{bucket}/exists` | [`KeysRequest`] | [`ExistsResponse`] |
+//! | `POST /v1/kv/{bucket}/prefix` | [`KeysRequest`] (a chain, in order) | [`PrefixResponse`] |
+//! | `POST /v1/kv/{bucket}/put-start` | [`PutStartRequest`] | [`PutStartResponse`] |
+//! | `POST /v1/kv/{bucket}/put-end` | [`PutIdsRequest`] | [`EtagsResponse`] |
+//! | `POST /v1/kv/{bucket}/revoke` | [`PutIdsRequest`] | [`RevokeResponse`] |
+//! | `POST /v1/kv/{bucket}/get` | [`KeysRequest`] (with `ttl_ms`) | [`GetResponse`] |
+//! | `POST /v1/kv/{bucket}/get-into` | [`GetIntoRequest`] | [`CopiedResponse`] |
+//! | `POST /v1/kv/{bucket}/put-from` | [`PutFromRequest`] | [`EtagsResponse`] |
+//! | `POST /v1/kv/{bucket}/remove` | [`KeysRequest`] | [`RemoveResponse`] |
+//! | `POST` [`RELEASE_PATH`] | [`ReleaseRequest`] | [`ReleaseResponse`] |
+//!
+//! Answers are in request order: the `i`-th entry of every list in an answer is about the
+//! `i`-th key, block or id of the request.
+//!
+//! Requests refuse unknown fields (a typo is an error, not a silently ignored option);
+//! answers accept them, so a newer node may add fields without breaking older clients.
+//!
+//! A lease (get) keeps the leased bytes from being evicted or reused until it is released or
+//! its time is up ([`DEFAULT_TTL_MS`] unless asked, at most [`MAX_TTL_MS`]); the client must
+//! not read after that. A started put holds its reserved range for the same kind of time.
+//!
+//! The admin API's KV snapshot (`GET` [`crate::events::SNAPSHOT_PATH`]) answers a
+//! [`crate::events::KvSnapshot`].
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::descriptor::{NodeAddress, SegmentDescriptor};
+
+/// Every KV endpoint is under this path.
+pub const KV_ROOT: &str = "/v1/kv";
+
+/// `GET`: the node's transfer engine address, a [`NodeAddress`].
+pub const ENGINE_PATH: &str = "/v1/kv/engine";
+
+/// `POST` a [`ReleaseRequest`]: give leases back early. Not per bucket.
+pub const RELEASE_PATH: &str = "/v1/kv/release";
+
+/// Most keys (or put ids) in one batch.
+pub const MAX_BATCH: usize = 4096;
+
+/// Lifetime of a lease or a started put when the request names none.
+pub const DEFAULT_TTL_MS: u64 = 10_000;
+
+/// Longest lifetime a request may ask for; `ttl_ms` must be between 1 and this.
+pub const MAX_TTL_MS: u64 = 60_000;
+
+/// Largest request document the node reads (4096 keys and descriptors fit).
+pub const MAX_REQUEST_BYTES: u64 = 4 << 20;
+
+/// A per-bucket KV call: `POST /v1/kv/{bucket}/{op}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KvOp {
+    /// [`KeysRequest`] → [`ExistsResponse`]: whether each key is stored, in any tier.
+    Exists,
+    /// [`KeysRequest`] → [`PrefixResponse`]: how many leading keys of a chain are stored.
+    Prefix,
+    /// [`PutStartRequest`] → [`PutStartResponse`]: reserve a range per block in the node's
+    /// arena and get a descriptor to write it through (first half of a two-phase put).
+    PutStart,
+    /// [`PutIdsRequest`] → [`EtagsResponse`]: publish started puts (second half).
+    PutEnd,
+    /// [`PutIdsRequest`] → [`RevokeResponse`]: abandon started puts.
+    Revoke,
+    /// [`KeysRequest`] → [`GetResponse`]: lease the blocks and get descriptors to read them.
+    Get,
+    /// [`GetIntoRequest`] → [`CopiedResponse`]: the node writes the blocks into the client's
+    /// registered memory.
+    GetInto,
+    /// [`PutFromRequest`] → [`EtagsResponse`]: the node reads the blocks out of the client's
+    /// registered memory and publishes them.
+    PutFrom,
+    /// [`KeysRequest`] → [`RemoveResponse`]: delete the keys.
+    Remove,
+}
+
+impl KvOp {
+    /// Every per-bucket call.
+    pub const ALL: [KvOp; 9] = [
+        KvOp::Exists,
+        KvOp::Prefix,
+        KvOp::PutStart,
+        KvOp::PutEnd,
+        KvOp::Revoke,
+        KvOp::Get,
+        KvOp::GetInto,
+        KvOp::PutFrom,
+        KvOp::Remove,
+    ];
+
+    /// The last path segment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KvOp::Exists => "exists",
+            KvOp::Prefix => "prefix",
+            KvOp::PutStart => "put-start",
+            KvOp::PutEnd => "put-end",
+            KvOp::Revoke => "revoke",
+            KvOp::Get => "get",
+            KvOp::GetInto => "get-into",
+            KvOp::PutFrom => "put-from",
+            KvOp::Remove => "remove",
+        }
+    }
+
+    /// The call named by a path segment.
+    pub fn from_name(name: &str) -> Option<KvOp> {
+        KvOp::ALL.into_iter().find(|op| op.as_str() == name)
+    }
+
+    /// True for the calls that only read the bucket (exists, prefix, get, get-into); the
+    /// others change it and need write permission.
+    pub fn is_read(self) -> bool {
+        matches!(
+            self,
+            KvOp::Exists | KvOp::Prefix | KvOp::Get | KvOp::GetInto
+        )
+    }
+
+    /// `/v1/kv/{bucket}/{op}`. The bucket goes in as given: valid bucket names need no
+    /// escaping, and a caller that accepts arbitrary input must escape it first.
+    pub fn path(self, bucket: &str) -> String {
+        format!("{KV_ROOT}/{bucket}/{}", self.as_str())
+    }
+}
+
+impl fmt::Display for KvOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests.
+
+/// A batch of keys: the request of exists, prefix, get and remove.
+///
+/// `ttl_ms` is the lease lifetime asked by get; exists, prefix and remove accept and ignore it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeysRequest {
+    /// 1 to [`MAX_BATCH`] object keys.
+    pub keys: Vec<String>,
+    /// Lease lifetime in milliseconds (get): 1 to [`MAX_TTL_MS`]; [`DEFAULT_TTL_MS`] when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+/// put-start: reserve one range per block.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutStartRequest {
+    /// 1 to [`MAX_BATCH`] blocks.
+    pub blocks: Vec<PutStartBlock>,
+    /// How long the reserved ranges wait for put-end, in milliseconds: 1 to [`MAX_TTL_MS`];
+    /// [`DEFAULT_TTL_MS`] when absent. A put not ended by then is revoked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+/// One block of a [`PutStartRequest`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutStartBlock {
+    pub key: String,
+    /// The block's exact length in bytes.
+    pub len: u64,
+}
+
+/// put-end or revoke: the put ids put-start answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutIdsRequest {
+    pub put_ids: Vec<u64>,
+}
+
+/// release: the lease ids get answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRequest {
+    pub leases: Vec<u64>,
+}
+
+/// get-into: the node writes each key's block into the client's registered memory.
+///
+/// The memory is named in one of two forms: `targets`, a descriptor per key (the block goes
+/// at its start and must fit in it), or `buffer` and `ranges`, one descriptor and an
+/// `[offset, room]` range of it per key. Either way every descriptor must name memory of
+/// `client`'s own engine, and the node refuses a mix of the forms ([`GetIntoRequest::targets`]
+/// answers `None` for one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GetIntoRequest {
+    /// 1 to [`MAX_BATCH`] keys.
+    pub keys: Vec<String>,
+    /// One descriptor per key...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub targets: Option<Vec<SegmentDescriptor>>,
+    /// ...or one for a buffer...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffer: Option<SegmentDescriptor>,
+    /// ...and an `[offset, room]` range in it per key (offsets relative to `buffer`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranges: Option<Vec<(u64, u64)>>,
+    /// The client's transfer engine, which owns the memory.
+    pub client: NodeAddress,
+}
+
+/// Where a [`GetIntoRequest`] wants its blocks, once the form is known to be consistent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GetIntoTargets<'a> {
+    /// A descriptor per key.
+    PerKey(&'a [SegmentDescriptor]),
+    /// One buffer and an `[offset, room]` range of it per key.
+    Buffer {
+        buffer: &'a SegmentDescriptor,
+        ranges: &'a [(u64, u64)],
+    },
+}
+
+impl GetIntoRequest {
+    /// The per-key descriptor form.
+    pub fn per_key(
+        keys: Vec<String>,
+        targets: Vec<SegmentDescriptor>,
+        client: NodeAddress,
+    ) -> GetIntoRequest {
+        GetIntoRequest {
+            keys,
+            targets: Some(targets),
+            buffer: None,
+            ranges: None,
+            client,
+        }
+    }
+
+    /// The buffer-and-ranges form.
+    pub fn into_buffer(
+        keys: Vec<String>,
+        buffer: SegmentDescriptor,
+        ranges: Vec<(u64, u64)>,
+        client: NodeAddress,
+    ) -> GetIntoRequest {
+        GetIntoRequest {
+            keys,
+            targets: None,
+            buffer: Some(buffer),
+            ranges: Some(ranges),
+            client,
+        }
+    }
+
+    /// The form used: `targets` alone, or `buffer` with `ranges`; `None` for anything else.
+    /// (The number of targets is not checked against the keys.)
+    pub fn targets(&self) -> Option<GetIntoTargets<'_>> {
+        match (&self.targets, &self.buffer, &self.ranges) {
+            (Some(t), None, None) => Some(GetIntoTargets::PerKey(t)),
+            (None, Some(buffer), Some(ranges)) => Some(GetIntoTargets::Buffer { buffer, ranges }),
+            _ => None,
+        }
+    }
+}
+
+/// put-from: the node reads each block out of the client's registered buffer, stores and
+/// publishes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutFromRequest {
+    /// 1 to [`MAX_BATCH`] blocks.
+    pub blocks: Vec<PutFromBlock>,
+    /// The client's buffer; each block is `[offset, offset + len)` of it.
+    pub buffer: SegmentDescriptor,
+    /// The client's transfer engine, which owns the buffer.
+    pub client: NodeAddress,
+}
+
+/// One block of a [`PutFromRequest`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutFromBlock {
+    pub key: String,
+    /// Where the block starts in the buffer.
+    pub offset: u64,
+    /// The block's length in bytes.
+    pub len: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Answers. Unknown fields are accepted: a newer node may add some.
+
+/// exists: per key, whether it is stored (in any tier).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExistsResponse {
+    pub exists: Vec<bool>,
+}
+
+/// prefix: how many leading keys of the chain are stored (the usable cached prefix).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrefixResponse {
+    pub present: u64,
+}
+
+/// put-start: a put per block, in request order, and the lifetime granted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PutStartResponse {
+    pub puts: Vec<StartedPut>,
+    /// Milliseconds the puts wait for put-end.
+    pub ttl_ms: u64,
+}
+
+/// One reserved block: write its bytes through `descriptor`, then name `put_id` in put-end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartedPut {
+    pub key: String,
+    pub put_id: u64,
+    /// The reserved range in the node's arena (exactly the block's length).
+    pub descriptor: SegmentDescriptor,
+}
+
+/// put-end and put-from: the stored blocks' ETags, in request order. The blocks are
+/// published: visible through KV and S3 calls alike.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtagsResponse {
+    pub etags: Vec<String>,
+}
+
+/// revoke: per put id, whether a pending put was abandoned (false when it had already ended,
+/// been revoked or expired).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokeResponse {
+    pub revoked: Vec<bool>,
+}
+
+/// get: the leases taken (release them when done), a block per key, and the lifetime granted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GetResponse {
+    /// Lease ids for [`ReleaseRequest`]; one per shard involved, not per key.
+    pub leases: Vec<u64>,
+    pub blocks: Vec<LeasedBlock>,
+    /// Milliseconds the leases last.
+    pub ttl_ms: u64,
+}
+
+/// One key of a [`GetResponse`].
+///
+/// `descriptor` (and `etag`) are null when the block is not in the node's DRAM tier (absent,
+/// or only on a slower tier); `len` is 0 then.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeasedBlock {
+    pub key: String,
+    /// The leased bytes, readable until the lease ends.
+    pub descriptor: Option<SegmentDescriptor>,
+    pub len: u64,
+    pub etag: Option<String>,
+}
+
+/// get-into: per key, the bytes written into the client's memory, or null where the key is
+/// absent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopiedResponse {
+    pub copied: Vec<Option<u64>>,
+}
+
+/// remove: per key, whether it was there.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoveResponse {
+    pub removed: Vec<bool>,
+}
+
+/// release: how many of the leases were still held (and are now released).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseResponse {
+    pub released: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::de::DeserializeOwned;
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::descriptor::{AccessToken, NodeId, SegmentId};
+
+    fn desc(offset: u64, len: u64) -> SegmentDescriptor {
+        SegmentDescriptor {
+            node: NodeId(0xfedc_ba98_7654_3210),
+            segment: SegmentId(7),
+            offset,
+            len,
+            token: AccessToken([0xab; 16]),
+        }
+    }
+
+    const DESC_JSON: &str = r#"{"node":"fedcba9876543210","segment":7,"offset":4096,"len":2097152,"token":"abababababababababababababababab"}"#;
+
+    fn client() -> NodeAddress {
+        NodeAddress {
+            node: NodeId(42),
+            incarnation: u64::MAX,
+            host: "b00t".into(),
+            shm: None,
+            tcp: Some("127.0.0.1:7000".parse().unwrap()),
+            rdma: None,
+        }
+    }
+
+    const CLIENT_JSON: &str = r#"{"node":"000000000000002a","incarnation":"ffffffffffffffff","host":"b00t","tcp":"127.0.0.1:7000"}"#;
+
+    /// Serializes to exactly `want`, and `want` deserializes back to the value.
+    fn exact<T>(value: &T, want: &str)
+    where
+        T: Serialize + DeserializeOwned + PartialEq + fmt::Debug,
+    {
+        assert_eq!(serde_json::to_string(value).unwrap(), want);
+        assert_eq!(&serde_json::from_str::<T>(want).unwrap(), value);
+    }
+
+    /// Serializes and deserializes back to an equal value.
+    fn round_trip<T>(value: &T)
+    where
+        T: Serialize + DeserializeOwned + PartialEq + fmt::Debug,
+    {
+        let json = serde_json::to_string(value).unwrap();
+        assert_eq!(&serde_json::from_str::<T>(&json).unwrap(), value, "{json}");
+    }
+
+    #[test]
+    fn paths() {
+        assert_eq!(KvOp::GetInto.path("models"), "/v1/kv/models/get-into");
+        for op in KvOp::ALL {
+            assert_eq!(KvOp::from_name(op.as_str()), Some(op));
+            assert_eq!(op.to_string(), op.as_str());
+        }
+        assert_eq!(KvOp::from_name("engine"), None);
+        assert_eq!(KvOp::from_name("release"), None);
+        let reads: Vec<&str> = KvOp::ALL
+            .into_iter()
+            .filter(|op| op.is_read())
+            .map(KvOp::as_str)
+            .collect();
+        assert_eq!(reads, ["exists", "prefix", "get", "get-into"]);
+        assert_eq!(ENGINE_PATH, format!("{KV_ROOT}/engine"));
+        assert_eq!(RELEASE_PATH, format!("{KV_ROOT}/release"));
+    }
+
+    #[test]
+    fn keys_request() {
+        let plain = KeysRequest {
+            keys: vec!["a".into(), "b".into()],
+            ttl_ms: None,
+        };
+        exact(&plain, r#"{"keys":["a","b"]}"#);
+        let leased = KeysRequest {
+            ttl_ms: Some(500),
+            ..plain.clone()
+        };
+        exact(&leased, r#"{"keys":["a","b"],"ttl_ms":500}"#);
+        // An explicit null is the default, as the node has always read it.
+        let null: KeysRequest =
+            serde_json::from_str(r#"{"keys":["a","b"],"ttl_ms":null}"#).unwrap();
+        assert_eq!(null, plain);
+    }
+
+    #[test]
+    fn put_start() {
+        let req = PutStartRequest {
+            blocks: vec![PutStartBlock {
+                key: "blk-0".into(),
+                len: 8,
+            }],
+            ttl_ms: Some(2000),
+        };
+        exact(
+            &req,
+            r#"{"blocks":[{"key":"blk-0","len":8}],"ttl_ms":2000}"#,
+        );
+        // What the client has always sent (serde_json::json!, keys sorted) is the same text.
+        let old = json!({"blocks": [json!({"key": "blk-0", "len": 8})], "ttl_ms": 2000});
+        assert_eq!(
+            serde_json::to_string(&old).unwrap(),
+            serde_json::to_string(&req).unwrap()
+        );
+        round_trip(&PutStartRequest {
+            ttl_ms: None,
+            ..req
+        });
+
+        let resp = PutStartResponse {
+            puts: vec![StartedPut {
+                key: "blk-0".into(),
+                put_id: 77,
+                descriptor: desc(4096, 2 << 20),
+            }],
+            ttl_ms: 10_000,
+        };
+        exact(
+            &resp,
+            &format!(
+                r#"{{"puts":[{{"key":"blk-0","put_id":77,"descriptor":{DESC_JSON}}}],"ttl_ms":10000}}"#
+            ),
+        );
+    }
+
+    #[test]
+    fn put_ids_and_release() {
+        exact(
+            &PutIdsRequest {
+                put_ids: vec![1, u64::MAX],
+            },
+            r#"{"put_ids":[1,18446744073709551615]}"#,
+        );
+        exact(
+            &EtagsResponse {
+                etags: vec!["\"abc\"".into()],
+            },
+            r#"{"etags":["\"abc\""]}"#,
+        );
+        exact(
+            &RevokeResponse {
+                revoked: vec![true, false],
+            },
+            r#"{"revoked":[true,false]}"#,
+        );
+        exact(
+            &ReleaseRequest { leases: vec![3, 4] },
+            r#"{"leases":[3,4]}"#,
+        );
+        exact(&ReleaseResponse { released: 2 }, r#"{"released":2}"#);
+    }
+
+    #[test]
+    fn get() {
+        let resp = GetResponse {
+            leases: vec![9],
+            blocks: vec![
+                LeasedBlock {
+                    key: "hot".into(),
+                    descriptor: Some(desc(4096, 2 << 20)),
+                    len: 2 << 20,
+                    etag: Some("e".into()),
+                },
+                LeasedBlock {
+                    key: "cold".into(),
+                    descriptor: None,
+                    len: 0,
+                    etag: None,
+                },
+            ],
+            ttl_ms: 10_000,
+        };
+        // A missing block is written with explicit nulls.
+        exact(
+            &resp,
+            &format!(
+                r#"{{"leases":[9],"blocks":[{{"key":"hot","descriptor":{DESC_JSON},"len":2097152,"etag":"e"}},{{"key":"cold","descriptor":null,"len":0,"etag":null}}],"ttl_ms":10000}}"#
+            ),
+        );
+        // ...and read as absent too.
+        let b: LeasedBlock = serde_json::from_str(r#"{"key":"cold","len":0}"#).unwrap();
+        assert_eq!(b, resp.blocks[1]);
+    }
+
+    #[test]
+    fn get_into() {
+        let req = GetIntoRequest::into_buffer(
+            vec!["a".into(), "b".into()],
+            desc(4096, 2 << 20),
+            vec![(0, 1024), (1024, 4096)],
+            client(),
+        );
+        exact(
+            &req,
+            &format!(
+                r#"{{"keys":["a","b"],"buffer":{DESC_JSON},"ranges":[[0,1024],[1024,4096]],"client":{CLIENT_JSON}}}"#
+            ),
+        );
+        assert!(matches!(
+            req.targets(),
+            Some(GetIntoTargets::Buffer { ranges, .. }) if ranges.len() == 2
+        ));
+        let per_key =
+            GetIntoRequest::per_key(vec!["a".into()], vec![desc(4096, 2 << 20)], client());
+        exact(
+            &per_key,
+            &format!(r#"{{"keys":["a"],"targets":[{DESC_JSON}],"client":{CLIENT_JSON}}}"#),
+        );
+        assert!(matches!(per_key.targets(), Some(GetIntoTargets::PerKey(t)) if t.len() == 1));
+        let mixed = GetIntoRequest {
+            buffer: Some(desc(0, 1)),
+            ..per_key.clone()
+        };
+        round_trip(&mixed);
+        assert_eq!(mixed.targets(), None);
+        let ranges_only = GetIntoRequest {
+            targets: None,
+            ranges: Some(vec![(0, 1)]),
+            ..per_key
+        };
+        assert_eq!(ranges_only.targets(), None);
+
+        exact(
+            &CopiedResponse {
+                copied: vec![Some(8), None],
+            },
+            r#"{"copied":[8,null]}"#,
+        );
+    }
+
+    #[test]
+    fn put_from() {
+        let req = PutFromRequest {
+            blocks: vec![PutFromBlock {
+                key: "k".into(),
+                offset: 64,
+                len: 8,
+            }],
+            buffer: desc(4096, 2 << 20),
+            client: client(),
+        };
+        exact(
+            &req,
+            &format!(
+                r#"{{"blocks":[{{"key":"k","offset":64,"len":8}}],"buffer":{DESC_JSON},"client":{CLIENT_JSON}}}"#
+            ),
+        );
+    }
+
+    #[test]
+    fn keys_answers() {
+        exact(
+            &ExistsResponse {
+                exists: vec![true, false],
+            },
+            r#"{"exists":[true,false]}"#,
+        );
+        exact(&PrefixResponse { present: 3 }, r#"{"present":3}"#);
+        exact(
+            &RemoveResponse {
+                removed: vec![false],
+            },
+            r#"{"removed":[false]}"#,
+        );
+    }
+
+    #[test]
+    fn requests_refuse_unknown_fields() {
+        fn refused<T: DeserializeOwned + fmt::Debug>(v: Value) {
+            assert!(serde_json::from_value::<T>(v.clone()).is_err(), "{v}");
+        }
+        refused::<KeysRequest>(json!({"keys": ["a"], "tll_ms": 5}));
+        refused::<PutStartRequest>(json!({"blocks": [], "extra": 1}));
+        refused::<PutStartRequest>(json!({"blocks": [{"key": "a", "len": 1, "x": 0}]}));
+        refused::<PutIdsRequest>(json!({"put_ids": [1], "x": 0}));
+        refused::<ReleaseRequest>(json!({"leases": [1], "x": 0}));
+        refused::<PutFromRequest>(json!({"blocks": [], "buffer": null, "client": null}));
+        let mut get_into: Value = serde_json::to_value(GetIntoRequest::per_key(
+            vec!["a".into()],
+            vec![desc(0, 1)],
+            client(),
+        ))
+        .unwrap();
+        get_into["x"] = json!(1);
+        refused::<GetIntoRequest>(get_into);
+        // Required fields are required.
+        refused::<KeysRequest>(json!({}));
+        refused::<GetIntoRequest>(json!({"keys": ["a"], "targets": []}));
+    }
+
+    #[test]
+    fn answers_accept_unknown_fields() {
+        let e: EtagsResponse = serde_json::from_value(json!({"etags": ["x"], "new": 1})).unwrap();
+        assert_eq!(e.etags, ["x"]);
+        let g: GetResponse = serde_json::from_value(json!({
+            "leases": [], "blocks": [{"key": "a", "descriptor": null, "len": 0, "etag": null, "tier": "nvme"}],
+            "ttl_ms": 1, "more": {}
+        }))
+        .unwrap();
+        assert_eq!(g.blocks.len(), 1);
+        let s: PutStartResponse = serde_json::from_value(json!({
+            "puts": [{"key": "a", "put_id": 1, "descriptor": serde_json::from_str::<Value>(DESC_JSON).unwrap(), "v": 2}],
+            "ttl_ms": 1, "more": true
+        }))
+        .unwrap();
+        assert_eq!(s.puts[0].descriptor, desc(4096, 2 << 20));
+        fn accepted<T: DeserializeOwned>(v: Value) {
+            assert!(serde_json::from_value::<T>(v.clone()).is_ok(), "{v}");
+        }
+        accepted::<ExistsResponse>(json!({"exists": [], "x": 1}));
+        accepted::<PrefixResponse>(json!({"present": 0, "x": 1}));
+        accepted::<RemoveResponse>(json!({"removed": [], "x": 1}));
+        accepted::<RevokeResponse>(json!({"revoked": [], "x": 1}));
+        accepted::<CopiedResponse>(json!({"copied": [], "x": 1}));
+        accepted::<ReleaseResponse>(json!({"released": 0, "x": 1}));
+    }
+}
