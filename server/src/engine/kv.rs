@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::arena::Extent;
 use super::eviction::EntryId;
-use super::store::ShardStore;
+use super::store::{ShardStore, Staged};
 use crate::model::conditions::WriteConditions;
 use crate::model::{ObjectMeta, StoreError};
 
@@ -208,7 +208,7 @@ impl ShardStore {
         &mut self,
         put_id: u64,
         holder: &str,
-    ) -> Result<(String, String, Arc<ObjectMeta>), StoreError> {
+    ) -> Result<(String, String, Staged), StoreError> {
         if self
             .pending_puts
             .get(&put_id)
@@ -216,7 +216,7 @@ impl ShardStore {
         {
             return Err(StoreError::NoSuchUpload);
         }
-        self.put_end(put_id)
+        self.stage_put(put_id)
     }
 
     /// Abandons `holder`'s put; `false` when it is gone or someone else's.
@@ -294,6 +294,14 @@ impl ShardStore {
         &mut self,
         put_id: u64,
     ) -> Result<(String, String, Arc<ObjectMeta>), StoreError> {
+        let (bucket, key, staged) = self.stage_put(put_id)?;
+        let meta = self.publish_staged(&bucket, &key, staged);
+        Ok((bucket, key, meta))
+    }
+
+    /// Ends a put without publishing it: the client can no longer write its bytes, and
+    /// readers still see the old version until [`ShardStore::publish_staged`].
+    pub fn stage_put(&mut self, put_id: u64) -> Result<(String, String, Staged), StoreError> {
         let p = self
             .pending_puts
             .remove(&put_id)
@@ -309,8 +317,7 @@ impl ShardStore {
         meta.size = p.extent.len;
         meta.etag = self.next_kv_etag();
         meta.last_modified = SystemTime::now();
-        let meta = self.publish(&p.bucket, &p.key, p.extent, meta, p.charge);
-        Ok((p.bucket, p.key, meta))
+        Ok((p.bucket, p.key, Staged::new(p.extent, meta, p.charge)))
     }
 
     /// Abandons a put-start; `false` when it was already gone.
@@ -518,6 +525,31 @@ mod tests {
         assert!(!s.lease_valid(1, Instant::now()));
         assert_eq!(s.expire(Instant::now()), (1, 0));
         assert!(s.pins.is_empty());
+    }
+
+    #[test]
+    fn a_staged_put_is_invisible_until_published_and_discarding_frees_it() {
+        let mut s = store(1 << 20);
+        put(&mut s, "blk", b"old");
+        let before = s.used();
+        s.put_start(9, "", "b", "blk", 5, Duration::from_secs(10))
+            .unwrap();
+        s.write_pending(9, 0, b"new!!").unwrap();
+        let (bucket, key, staged) = s.stage_put(9).unwrap();
+        assert_eq!((bucket.as_str(), key.as_str()), ("b", "blk"));
+        assert_eq!(&s.staged_bytes(&staged)[..], b"new!!");
+        // Neither the client nor a reader reaches it now.
+        assert!(s.write_pending(9, 0, b"again").is_err());
+        let (_, _, old) = s
+            .get("b", "blk", None, false, &ReadConditions::default())
+            .unwrap();
+        assert_eq!(&old[..], b"old");
+        s.discard_staged(staged);
+        assert_eq!(s.used(), before);
+        let (_, _, still) = s
+            .get("b", "blk", None, false, &ReadConditions::default())
+            .unwrap();
+        assert_eq!(&still[..], b"old");
     }
 
     #[test]

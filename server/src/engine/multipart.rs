@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use md5::{Digest, Md5};
 
 use super::arena::{Arena, Extent};
-use super::store::{ShardStore, ENTRY_OVERHEAD};
+use super::store::{ShardStore, Staged, ENTRY_OVERHEAD};
 use crate::model::checksum::{Algorithm, Checksum, Hasher};
 use crate::model::conditions::WriteConditions;
 use crate::model::{ObjectMeta, StoreError};
@@ -213,6 +213,20 @@ impl ShardStore {
         listed: &[CompletePart],
         cond: &WriteConditions,
     ) -> Result<Arc<ObjectMeta>, StoreError> {
+        let staged = self.stage_upload(id, bucket, key, listed, cond)?;
+        Ok(self.publish_staged(bucket, key, staged))
+    }
+
+    /// CompleteMultipartUpload up to, not including, publishing: the parts are assembled
+    /// into one new extent and the upload is gone, but readers still see the old version.
+    pub fn stage_upload(
+        &mut self,
+        id: &str,
+        bucket: &str,
+        key: &str,
+        listed: &[CompletePart],
+        cond: &WriteConditions,
+    ) -> Result<Staged, StoreError> {
         self.check_write(bucket, key, cond)?;
         let upload = self.upload_mut(id, bucket, key)?;
         if listed.is_empty() {
@@ -300,7 +314,7 @@ impl ShardStore {
             _ => None,
         };
         self.free_parts(upload);
-        Ok(self.publish(bucket, key, dest, meta, charge))
+        Ok(Staged::new(dest, meta, charge))
     }
 }
 

@@ -32,6 +32,32 @@ use yutu_api::events::{KvEventKind, Tier};
 /// the reverse id map and the policy's node, rounded up.
 pub const ENTRY_OVERHEAD: u64 = 256;
 
+/// An object assembled in the arena but not visible yet: a `disk` bucket's completed upload
+/// or ended KV put waits in this form until it is durable on NVMe, so that a write the NVMe
+/// tier refuses never replaces the version readers see. Hand it back to the store with
+/// [`ShardStore::publish_staged`] or [`ShardStore::discard_staged`]; dropping it leaks its
+/// reservation, hence `must_use`.
+#[must_use]
+pub struct Staged {
+    extent: Extent,
+    meta: ObjectMeta,
+    charge: u64,
+}
+
+impl Staged {
+    pub(crate) fn new(extent: Extent, meta: ObjectMeta, charge: u64) -> Staged {
+        Staged {
+            extent,
+            meta,
+            charge,
+        }
+    }
+
+    pub fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+}
+
 pub(crate) struct Entry {
     pub(crate) id: EntryId,
     pub(crate) extent: Extent,
@@ -500,6 +526,22 @@ impl ShardStore {
         self.used -= charge;
         self.arena.free(extent);
         self.publish_gauges();
+    }
+
+    /// The bytes of a staged object, copied out (to be written through to NVMe while the
+    /// staged extent stays reserved).
+    pub fn staged_bytes(&self, staged: &Staged) -> Bytes {
+        Bytes::copy_from_slice(self.arena.bytes(&staged.extent))
+    }
+
+    /// Makes a staged object visible as `bucket/key`, replacing any previous version.
+    pub fn publish_staged(&mut self, bucket: &str, key: &str, staged: Staged) -> Arc<ObjectMeta> {
+        self.publish(bucket, key, staged.extent, staged.meta, staged.charge)
+    }
+
+    /// Gives a staged object's DRAM back without ever showing it.
+    pub fn discard_staged(&mut self, staged: Staged) {
+        self.release(staged.extent, staged.charge);
     }
 
     /// Makes written bytes visible as `bucket/key`, replacing any previous version.

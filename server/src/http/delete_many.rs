@@ -17,7 +17,14 @@ pub const MAX_KEYS: usize = 1000;
 /// Largest request document: 1000 keys of 1024 bytes plus their markup.
 const MAX_BODY: u64 = 2 << 20;
 
-pub async fn delete_objects(ctx: &Ctx, body: Incoming, bucket: &str) -> Result<Resp, S3Error> {
+/// DeleteObjects; `incarnation` is the bucket's as the permission check saw it, so a slow
+/// request never deletes from a bucket of the same name created after the check.
+pub async fn delete_objects(
+    ctx: &Ctx,
+    body: Incoming,
+    bucket: &str,
+    incarnation: Option<u64>,
+) -> Result<Resp, S3Error> {
     payload::precheck(ctx, MAX_BODY, "the maximum DeleteObjects document size")?;
     bucket_must_exist(ctx, bucket)?;
     let received = payload::receive(ctx, body, MAX_BODY).await?;
@@ -61,7 +68,7 @@ pub async fn delete_objects(ctx: &Ctx, body: Incoming, bucket: &str) -> Result<R
         let (b, k) = (bucket.to_string(), keys.clone());
         match ctx
             .shard
-            .run_step(shard, move |s| s.tier.delete(b, k))
+            .run_step(shard, move |s| s.tier.delete_in(b, k, incarnation))
             .await
         {
             Ok(Ok(_)) => {

@@ -171,12 +171,18 @@ pub async fn get(ctx: &Ctx, bucket: &str, key: &str, head_only: bool) -> Result<
     })
 }
 
-pub async fn delete(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error> {
+/// DeleteObject; `incarnation` is the bucket's as the permission check saw it.
+pub async fn delete(
+    ctx: &Ctx,
+    bucket: &str,
+    key: &str,
+    incarnation: Option<u64>,
+) -> Result<Resp, S3Error> {
     check_key(key)?;
     let (b, k) = (bucket.to_string(), key.to_string());
     ctx.shard
         .run_step(ctx.shard.owner(bucket, key), move |s| {
-            s.tier.delete(b, vec![k])
+            s.tier.delete_in(b, vec![k], incarnation)
         })
         .await??;
     Ok(empty(StatusCode::NO_CONTENT))

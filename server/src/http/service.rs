@@ -234,12 +234,14 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
                 _ => (Op::ListObjects, Action::Read),
             };
             let r = async {
-                ctx.allow(action, Some(&b))?;
+                let incarnation = ctx.allow(action, Some(&b))?;
                 match op {
                     Op::CreateBucket => buckets::create(&ctx, body, &b).await,
                     Op::DeleteBucket => buckets::delete(&ctx, &b).await,
                     Op::HeadBucket => buckets::head(&ctx, &b),
-                    Op::DeleteObjects => delete_many::delete_objects(&ctx, body, &b).await,
+                    Op::DeleteObjects => {
+                        delete_many::delete_objects(&ctx, body, &b, incarnation).await
+                    }
                     Op::GetBucketLocation => buckets::location(&ctx, &b),
                     Op::ListMultipartUploads => multipart::list_uploads(&ctx, &b).await,
                     Op::ListObjectVersions => buckets::list_versions(&ctx, &b).await,
@@ -281,7 +283,7 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
                         multipart::complete(&ctx, body, &b, &k, incarnation).await
                     }
                     Op::AbortMultipartUpload => multipart::abort(&ctx, &b, &k).await,
-                    Op::DeleteObject => objects::delete(&ctx, &b, &k).await,
+                    Op::DeleteObject => objects::delete(&ctx, &b, &k, incarnation).await,
                     Op::HeadObject => objects::get(&ctx, &b, &k, true).await,
                     Op::ListParts => multipart::list_parts(&ctx, &b, &k).await,
                     Op::GetObject => objects::get(&ctx, &b, &k, false).await,

@@ -85,11 +85,7 @@ pub async fn put_end(shard: Rc<Shard>, put_ids: Vec<u64>, holder: String) -> Vec
     let mut out = Vec::with_capacity(ended.len());
     for r in ended {
         out.push(match r {
-            Ok((bucket, key, meta)) => shard
-                .tier
-                .write_through_published(&bucket, &key)
-                .await
-                .map(|()| meta),
+            Ok((bucket, key, staged)) => shard.tier.publish_staged(&bucket, &key, staged).await,
             Err(e) => Err(e),
         });
     }

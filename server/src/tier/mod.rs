@@ -37,6 +37,7 @@ use yutu_api::events::Tier;
 use yutu_api::RangeSpec;
 
 use crate::engine::multipart::CompletePart;
+use crate::engine::store::Staged;
 use crate::engine::ShardStore;
 use crate::metrics::ShardMetrics;
 use crate::model::conditions::{ReadConditions, WriteConditions};
@@ -331,7 +332,7 @@ impl TieredStore {
         let this = self.clone();
         Step::wait(async move {
             let r = this
-                .write_through(&bucket, &key, data, meta, &decided)
+                .write_through(&bucket, &key, data, meta, None, &decided)
                 .await;
             drop(writing);
             r
@@ -405,6 +406,7 @@ impl TieredStore {
             key,
             Bytes::from(data),
             meta,
+            None,
             &WriteConditions::default(),
         )
         .await
@@ -413,12 +415,33 @@ impl TieredStore {
     /// Appends to NVMe and syncs, then publishes in DRAM: the `disk` durability path.
     /// `cond` has its ETag conditions decided already; a conditional write marked the key
     /// in flight before deciding them, so no other conditional write decides meanwhile.
+    /// A `staged` object (already in the arena, not visible) is published or discarded here,
+    /// whatever the outcome.
     async fn write_through(
         &self,
         bucket: &str,
         key: &str,
         data: Bytes,
         meta: ObjectMeta,
+        mut staged: Option<Staged>,
+        cond: &WriteConditions,
+    ) -> PutResult {
+        let r = self
+            .append_and_publish(bucket, key, data, meta, &mut staged, cond)
+            .await;
+        if let Some(s) = staged.take() {
+            self.store.borrow_mut().discard_staged(s);
+        }
+        r
+    }
+
+    async fn append_and_publish(
+        &self,
+        bucket: &str,
+        key: &str,
+        data: Bytes,
+        meta: ObjectMeta,
+        staged: &mut Option<Staged>,
         cond: &WriteConditions,
     ) -> PutResult {
         let _writing = InFlight::enter(&self.writing, bucket, key);
@@ -452,46 +475,73 @@ impl TieredStore {
         if nvme.get(bucket, key) != Some(appended.location) {
             return Ok(Arc::new(meta));
         }
-        let stored = match store.put(
-            bucket,
-            key,
-            &data,
-            meta.clone(),
-            &WriteConditions::default(),
-        ) {
-            Ok(m) => m,
-            // Durable on NVMe even when DRAM has no room for it right now.
-            Err(StoreError::TooLarge { .. }) | Err(StoreError::NoSpace(_)) => Arc::new(meta),
-            Err(e) => return Err(e),
+        let stored = match staged.take() {
+            Some(s) => store.publish_staged(bucket, key, s),
+            None => match store.put(
+                bucket,
+                key,
+                &data,
+                meta.clone(),
+                &WriteConditions::default(),
+            ) {
+                Ok(m) => m,
+                // Durable on NVMe, but DRAM has no room for it right now: an older DRAM copy
+                // must not go on answering reads, so it goes, and reads come from NVMe.
+                Err(StoreError::TooLarge { .. }) | Err(StoreError::NoSpace(_)) => {
+                    store.remove_entry(bucket, key);
+                    store.record_tier_event(bucket, key, Some(Tier::Nvme));
+                    return Ok(Arc::new(meta));
+                }
+                Err(e) => return Err(e),
+            },
         };
         store.mark_on_nvme(bucket, key);
         store.record_tier_event(bucket, key, Some(Tier::Dram));
         Ok(stored)
     }
 
-    /// Writes a whole object just published in DRAM through to NVMe (a `disk` bucket's
-    /// CompleteMultipartUpload or KV put-end).
-    pub async fn write_through_published(&self, bucket: &str, key: &str) -> Result<(), StoreError> {
+    /// Publishes a staged object (a completed upload or an ended KV put): at once in a
+    /// `memory` bucket, after it is durable on NVMe in a `disk` one. Until then readers see
+    /// the old version, and a refused write-through leaves it in place.
+    pub async fn publish_staged(
+        self: &Rc<Self>,
+        bucket: &str,
+        key: &str,
+        staged: Staged,
+    ) -> PutResult {
         if !self.is_disk(bucket) {
-            return Ok(());
+            let r = {
+                let mut store = self.store.borrow_mut();
+                match store.check_bucket(bucket, None) {
+                    Ok(()) => Ok(store.publish_staged(bucket, key, staged)),
+                    Err(e) => {
+                        store.discard_staged(staged);
+                        Err(e)
+                    }
+                }
+            };
+            return self
+                .after_memory_write(bucket.to_string(), key.to_string(), r)
+                .get()
+                .await;
         }
-        let (meta, _, data) =
-            self.store
-                .borrow_mut()
-                .get(bucket, key, None, false, &ReadConditions::default())?;
+        let (data, meta) = {
+            let store = self.store.borrow();
+            (store.staged_bytes(&staged), staged.meta().clone())
+        };
         self.write_through(
             bucket,
             key,
             data,
-            (*meta).clone(),
+            meta,
+            Some(staged),
             &WriteConditions::default(),
         )
         .await
-        .map(|_| ())
     }
 
     /// CompleteMultipartUpload: conditions decided against every tier, the parts assembled in
-    /// DRAM, then written through for a `disk` bucket.
+    /// DRAM, and published (after the write-through, for a `disk` bucket).
     pub fn complete_upload(
         self: &Rc<Self>,
         id: String,
@@ -504,20 +554,27 @@ impl TieredStore {
             Ok(d) => d,
             Err(e) => return Step::Done(Err(e)),
         };
-        let r = self
-            .store
-            .borrow_mut()
-            .complete_upload(&id, &bucket, &key, &parts, &decided);
         if !self.is_disk(&bucket) {
+            let r = self
+                .store
+                .borrow_mut()
+                .complete_upload(&id, &bucket, &key, &parts, &decided);
             return self.after_memory_write(bucket, key, r);
         }
+        let staged = match self
+            .store
+            .borrow_mut()
+            .stage_upload(&id, &bucket, &key, &parts, &decided)
+        {
+            Ok(s) => s,
+            Err(e) => return Step::Done(Err(e)),
+        };
         let writing = InFlight::enter(&self.writing, &bucket, &key);
         let this = self.clone();
         Step::wait(async move {
-            let meta = r?;
-            this.write_through_published(&bucket, &key).await?;
+            let r = this.publish_staged(&bucket, &key, staged).await;
             drop(writing);
-            Ok(meta)
+            r
         })
     }
 
@@ -527,6 +584,23 @@ impl TieredStore {
         bucket: String,
         keys: Vec<String>,
     ) -> Step<Result<Vec<bool>, StoreError>> {
+        self.delete_in(bucket, keys, None)
+    }
+
+    /// [`TieredStore::delete`] from the incarnation of the bucket that the permission check
+    /// saw (when given): a bucket deleted and created again since is another bucket, and
+    /// the delete answers NoSuchBucket instead of removing its objects.
+    pub fn delete_in(
+        self: &Rc<Self>,
+        bucket: String,
+        keys: Vec<String>,
+        incarnation: Option<u64>,
+    ) -> Step<Result<Vec<bool>, StoreError>> {
+        if incarnation.is_some() {
+            if let Err(e) = self.store.borrow().check_bucket(&bucket, incarnation) {
+                return Step::Done(Err(e));
+            }
+        }
         let r = self.store.borrow_mut().delete_many(&bucket, &keys);
         let Some(nvme) = self.nvme.clone() else {
             return Step::Done(r);
@@ -608,9 +682,13 @@ impl TieredStore {
     }
 
     /// First phase of a bucket delete on this shard: closed to writes; whether both tiers
-    /// hold nothing of it.
+    /// hold nothing of it. A durable write still in flight counts as an object: its record
+    /// is (or is about to be) on NVMe, and would outlive the bucket.
     pub fn close_bucket(&self, bucket: &str) -> Result<bool, StoreError> {
         let empty = self.store.borrow_mut().close_bucket(bucket)?;
+        if self.writing.borrow().keys().any(|(b, _)| b == bucket) {
+            return Ok(false);
+        }
         let on_nvme = self
             .nvme
             .as_ref()
