@@ -33,8 +33,10 @@ pub async fn route(ctx: &Ctx) -> Result<Resp, S3Error> {
             S3Error::new(S3ErrorCode::AccessDenied).msg("The admin API needs an admin user.")
         );
     }
+    // The target's key is the path after `/admin/`.
+    let snapshot = yutu_api::events::SNAPSHOT_PATH.strip_prefix("/admin/");
     match (&ctx.method, ctx.target.key.as_deref()) {
-        (&Method::GET, Some("v1/kv/snapshot")) => {
+        (&Method::GET, key) if key.is_some() && key == snapshot => {
             let snapshot = ctx
                 .shard
                 .run_async(0, |s| async move { crate::events::snapshot(&s).await })

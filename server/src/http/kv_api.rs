@@ -1,22 +1,13 @@
 //! The KV control API (`/v1/kv/...`): JSON over HTTP for the control plane, while the block
 //! bytes move one-sidedly through the transfer engine into or out of the shards' arenas.
 //!
-//! | request | body | answer |
-//! |---|---|---|
-//! | `GET /v1/kv/engine` | | the node's transfer address (add it as a peer) |
-//! | `POST /v1/kv/{bucket}/exists` | `{"keys"}` | `{"exists": [bool]}` |
-//! | `POST /v1/kv/{bucket}/prefix` | `{"keys"}` (a chain, in order) | `{"present": n}` leading blocks held |
-//! | `POST /v1/kv/{bucket}/put-start` | `{"blocks": [{"key", "len"}], "ttl_ms"}` | `{"puts": [{"key", "put_id", "descriptor"}], "ttl_ms"}` |
-//! | `POST /v1/kv/{bucket}/put-end` | `{"put_ids"}` | `{"etags"}`: published, visible through S3 too |
-//! | `POST /v1/kv/{bucket}/revoke` | `{"put_ids"}` | `{"revoked": [bool]}` |
-//! | `POST /v1/kv/{bucket}/get` | `{"keys", "ttl_ms"}` | `{"leases", "blocks": [{"key", "descriptor", "len", "etag"}], "ttl_ms"}` (`descriptor` null: not in DRAM) |
-//! | `POST /v1/kv/{bucket}/get-into` | `{"keys", "client": address}` and `{"targets": [descriptor]}` or `{"buffer": descriptor, "ranges": [[offset, room]]}` | `{"copied": [len or null]}`: the node wrote the blocks into the client's buffer |
-//! | `POST /v1/kv/{bucket}/put-from` | `{"blocks": [{"key", "offset", "len"}], "buffer": descriptor, "client": address}` | `{"etags"}`: the node read the blocks out of the client's buffer; published |
-//! | `POST /v1/kv/{bucket}/remove` | `{"keys"}` | `{"removed": [bool]}` |
-//! | `POST /v1/kv/release` | `{"leases"}` | `{"released": n}` |
+//! The calls and their bodies are the wire contract in [`yutu_api::kv`] (the table of calls
+//! is there), shared with the clients: this module only reads the requests and writes the
+//! answers it defines.
 //!
 //! A lease keeps the leased bytes from being evicted or reused until it is released or its
-//! time is up (default 10 s, at most 60 s); the client must not read after that.
+//! time is up ([`DEFAULT_TTL_MS`] unless asked, at most [`MAX_TTL_MS`]); the client must not
+//! read after that.
 //!
 //! get-into and put-from (`kv_copy.rs`) are the one-round-trip forms: the node moves the bytes,
 //! and a client on the same host is served by the owning shards copying straight into or out
@@ -30,6 +21,12 @@ use http::{Method, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use serde::{Deserialize, Serialize};
+use yutu_api::kv::{
+    EtagsResponse, ExistsResponse, GetResponse, KeysRequest, KvOp, LeasedBlock, PrefixResponse,
+    PutIdsRequest, PutStartRequest, PutStartResponse, ReleaseRequest, ReleaseResponse,
+    RemoveResponse, RevokeResponse, StartedPut, DEFAULT_TTL_MS, ENGINE_PATH, KV_ROOT, MAX_BATCH,
+    MAX_REQUEST_BYTES, MAX_TTL_MS, RELEASE_PATH,
+};
 use yutu_api::S3ErrorCode;
 use yutu_transfer::SegmentDescriptor;
 
@@ -42,63 +39,9 @@ use crate::auth::Action;
 use crate::engine::kv::BlockRef;
 use crate::kv::ops;
 
-/// Most keys in one batch.
-pub const MAX_BATCH: usize = 4096;
-/// Lease and put-start lifetimes.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
-pub const MAX_TTL: Duration = Duration::from_secs(60);
-/// Largest control document (4096 keys and descriptors).
-const MAX_BODY: u64 = 4 << 20;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Keys {
-    keys: Vec<String>,
-    #[serde(default)]
-    ttl_ms: Option<u64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PutStart {
-    blocks: Vec<PutBlock>,
-    #[serde(default)]
-    ttl_ms: Option<u64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PutBlock {
-    key: String,
-    len: u64,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PutIds {
-    put_ids: Vec<u64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Leases {
-    leases: Vec<u64>,
-}
-
-#[derive(Serialize)]
-struct Started {
-    key: String,
-    put_id: u64,
-    descriptor: SegmentDescriptor,
-}
-
-#[derive(Serialize)]
-struct Block {
-    key: String,
-    descriptor: Option<SegmentDescriptor>,
-    len: u64,
-    etag: Option<String>,
-}
+/// [`DEFAULT_TTL_MS`]: the lifetime of the leases and puts the node takes for get-into and
+/// put-from.
+pub const DEFAULT_TTL: Duration = Duration::from_millis(DEFAULT_TTL_MS);
 
 pub(super) fn bad(msg: impl Into<String>) -> S3Error {
     S3Error::new(S3ErrorCode::InvalidArgument).msg(msg)
@@ -115,15 +58,15 @@ pub(super) fn json(value: &impl Serialize) -> Resp {
 }
 
 pub(super) async fn parse<T: for<'de> Deserialize<'de>>(body: Incoming) -> Result<T, S3Error> {
-    let raw = read_limited(body, None, MAX_BODY).await?;
+    let raw = read_limited(body, None, MAX_REQUEST_BYTES).await?;
     serde_json::from_slice(&raw).map_err(|e| bad(format!("Malformed KV request: {e}.")))
 }
 
-fn ttl(ms: Option<u64>) -> Result<Duration, S3Error> {
-    match ms {
-        None => Ok(DEFAULT_TTL),
-        Some(ms) if ms > 0 && Duration::from_millis(ms) <= MAX_TTL => Ok(Duration::from_millis(ms)),
-        Some(_) => Err(bad("ttl_ms must be between 1 and 60000.")),
+/// The lifetime a request asks (`ttl_ms`, [`DEFAULT_TTL_MS`] when absent), in milliseconds.
+fn ttl_ms(ms: Option<u64>) -> Result<u64, S3Error> {
+    match ms.unwrap_or(DEFAULT_TTL_MS) {
+        ms @ 1..=MAX_TTL_MS => Ok(ms),
+        _ => Err(bad(format!("ttl_ms must be between 1 and {MAX_TTL_MS}."))),
     }
 }
 
@@ -144,13 +87,18 @@ pub(super) fn by_shard(ctx: &Ctx, bucket: &str, keys: &[String]) -> BTreeMap<usi
 }
 
 pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
-    let path = ctx.target.key.clone().unwrap_or_default();
-    if path == "kv/release" && ctx.method == Method::POST {
+    // The request's key is its path after `/v1/`.
+    let path = format!("/v1/{}", ctx.target.key.as_deref().unwrap_or_default());
+    if path == RELEASE_PATH && ctx.method == Method::POST {
         return release(ctx, parse(body).await?).await;
     }
-    let (bucket, op) = match path.strip_prefix("kv/").and_then(|p| p.rsplit_once('/')) {
-        Some((b, op)) => (b.to_string(), op.to_string()),
-        None if path == "kv/engine" && ctx.method == Method::GET => {
+    let per_bucket = path
+        .strip_prefix(KV_ROOT)
+        .and_then(|p| p.strip_prefix('/'))
+        .and_then(|p| p.rsplit_once('/'));
+    let (bucket, op) = match per_bucket {
+        Some((b, op)) => (b.to_string(), KvOp::from_name(op)),
+        None if path == ENGINE_PATH && ctx.method == Method::GET => {
             let (engine, _) = ctx
                 .shard
                 .transfer
@@ -163,33 +111,36 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
     if ctx.method != Method::POST {
         return Err(S3Error::new(S3ErrorCode::MethodNotAllowed));
     }
-    let action = match op.as_str() {
-        "exists" | "prefix" | "get" | "get-into" => Action::Read,
+    // An unknown call needs write permission and an existing bucket before it is refused.
+    let action = match op {
+        Some(op) if op.is_read() => Action::Read,
         _ => Action::Write,
     };
     ctx.allow(action, Some(&bucket))?;
     bucket_must_exist(ctx, &bucket).map_err(|e| e.bucket(&bucket))?;
-    match op.as_str() {
-        "exists" => {
-            let k: Keys = parse(body).await?;
-            Ok(json(
-                &serde_json::json!({ "exists": exists(ctx, &bucket, &k.keys).await? }),
-            ))
+    let Some(op) = op else {
+        return Err(S3Error::new(S3ErrorCode::InvalidRequest).msg("Unknown KV endpoint."));
+    };
+    match op {
+        KvOp::Exists => {
+            let k: KeysRequest = parse(body).await?;
+            let exists = exists(ctx, &bucket, &k.keys).await?;
+            Ok(json(&ExistsResponse { exists }))
         }
-        "prefix" => {
-            let k: Keys = parse(body).await?;
+        KvOp::Prefix => {
+            let k: KeysRequest = parse(body).await?;
             let found = exists(ctx, &bucket, &k.keys).await?;
-            let present = found.iter().take_while(|f| **f).count();
-            Ok(json(&serde_json::json!({ "present": present })))
+            let present = found.iter().take_while(|f| **f).count() as u64;
+            Ok(json(&PrefixResponse { present }))
         }
-        "put-start" => put_start(ctx, &bucket, parse(body).await?).await,
-        "put-end" => put_end(ctx, parse(body).await?).await,
-        "revoke" => revoke(ctx, parse(body).await?).await,
-        "get" => get(ctx, &bucket, parse(body).await?).await,
-        "get-into" => super::kv_copy::get_into(ctx, &bucket, parse(body).await?).await,
-        "put-from" => super::kv_copy::put_from(ctx, &bucket, parse(body).await?).await,
-        "remove" => {
-            let k: Keys = parse(body).await?;
+        KvOp::PutStart => put_start(ctx, &bucket, parse(body).await?).await,
+        KvOp::PutEnd => put_end(ctx, parse(body).await?).await,
+        KvOp::Revoke => revoke(ctx, parse(body).await?).await,
+        KvOp::Get => get(ctx, &bucket, parse(body).await?).await,
+        KvOp::GetInto => super::kv_copy::get_into(ctx, &bucket, parse(body).await?).await,
+        KvOp::PutFrom => super::kv_copy::put_from(ctx, &bucket, parse(body).await?).await,
+        KvOp::Remove => {
+            let k: KeysRequest = parse(body).await?;
             check_keys(&k.keys)?;
             let mut removed = vec![false; k.keys.len()];
             for (shard, idx) in by_shard(ctx, &bucket, &k.keys) {
@@ -203,9 +154,8 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
                     removed[i] = r;
                 }
             }
-            Ok(json(&serde_json::json!({ "removed": removed })))
+            Ok(json(&RemoveResponse { removed }))
         }
-        _ => Err(S3Error::new(S3ErrorCode::InvalidRequest).msg("Unknown KV endpoint.")),
     }
 }
 
@@ -226,23 +176,22 @@ async fn exists(ctx: &Ctx, bucket: &str, keys: &[String]) -> Result<Vec<bool>, S
     Ok(out)
 }
 
-async fn put_start(ctx: &Ctx, bucket: &str, req: PutStart) -> Result<Resp, S3Error> {
-    let ttl = ttl(req.ttl_ms)?;
+async fn put_start(ctx: &Ctx, bucket: &str, req: PutStartRequest) -> Result<Resp, S3Error> {
+    let ttl_ms = ttl_ms(req.ttl_ms)?;
     let blocks: Vec<(String, u64)> = req.blocks.into_iter().map(|b| (b.key, b.len)).collect();
-    let (ids, descriptors) = start_puts(ctx, bucket, &blocks, ttl).await?;
-    let puts: Vec<Started> = blocks
+    let (ids, descriptors) =
+        start_puts(ctx, bucket, &blocks, Duration::from_millis(ttl_ms)).await?;
+    let puts: Vec<StartedPut> = blocks
         .into_iter()
         .zip(ids)
         .zip(descriptors)
-        .map(|(((key, _), put_id), descriptor)| Started {
+        .map(|(((key, _), put_id), descriptor)| StartedPut {
             key,
             put_id,
             descriptor,
         })
         .collect();
-    Ok(json(
-        &serde_json::json!({ "puts": puts, "ttl_ms": ttl.as_millis() as u64 }),
-    ))
+    Ok(json(&PutStartResponse { puts, ttl_ms }))
 }
 
 /// Reserves `(key, len)` blocks on their shards (one message per shard, all at once); all
@@ -332,9 +281,9 @@ pub(super) fn owner_of(ctx: &Ctx, id: u64) -> Result<usize, S3Error> {
         .ok_or_else(|| bad(format!("Unknown id {id}.")))
 }
 
-async fn put_end(ctx: &Ctx, req: PutIds) -> Result<Resp, S3Error> {
+async fn put_end(ctx: &Ctx, req: PutIdsRequest) -> Result<Resp, S3Error> {
     let etags = end_puts(ctx, &req.put_ids).await?;
-    Ok(json(&serde_json::json!({ "etags": etags })))
+    Ok(json(&EtagsResponse { etags }))
 }
 
 /// Publishes started puts on their shards (all shards at once); their ETags, in order.
@@ -369,7 +318,7 @@ pub(super) async fn end_puts(ctx: &Ctx, put_ids: &[u64]) -> Result<Vec<String>, 
     Ok(etags)
 }
 
-async fn revoke(ctx: &Ctx, req: PutIds) -> Result<Resp, S3Error> {
+async fn revoke(ctx: &Ctx, req: PutIdsRequest) -> Result<Resp, S3Error> {
     let mut revoked = Vec::with_capacity(req.put_ids.len());
     for id in req.put_ids {
         let shard = owner_of(ctx, id)?;
@@ -382,7 +331,7 @@ async fn revoke(ctx: &Ctx, req: PutIds) -> Result<Resp, S3Error> {
                 .await?,
         );
     }
-    Ok(json(&serde_json::json!({ "revoked": revoked })))
+    Ok(json(&RevokeResponse { revoked }))
 }
 
 /// Leases the blocks on their shards; per key, the block (or `None`) and its shard.
@@ -413,7 +362,7 @@ pub(super) async fn lease(
     Ok((leases, found))
 }
 
-async fn release(ctx: &Ctx, req: Leases) -> Result<Resp, S3Error> {
+async fn release(ctx: &Ctx, req: ReleaseRequest) -> Result<Resp, S3Error> {
     let mut released = 0;
     for id in req.leases {
         let shard = owner_of(ctx, id)?;
@@ -428,22 +377,22 @@ async fn release(ctx: &Ctx, req: Leases) -> Result<Resp, S3Error> {
             released += 1;
         }
     }
-    Ok(json(&serde_json::json!({ "released": released })))
+    Ok(json(&ReleaseResponse { released }))
 }
 
-async fn get(ctx: &Ctx, bucket: &str, req: Keys) -> Result<Resp, S3Error> {
-    let ttl = ttl(req.ttl_ms)?;
-    let (leases, found) = lease(ctx, bucket, &req.keys, ttl).await?;
+async fn get(ctx: &Ctx, bucket: &str, req: KeysRequest) -> Result<Resp, S3Error> {
+    let ttl_ms = ttl_ms(req.ttl_ms)?;
+    let (leases, found) = lease(ctx, bucket, &req.keys, Duration::from_millis(ttl_ms)).await?;
     let mut blocks = Vec::with_capacity(found.len());
     for (key, f) in req.keys.iter().zip(found) {
         blocks.push(match f {
-            Some((_, b, d)) => Block {
+            Some((_, b, d)) => LeasedBlock {
                 key: key.clone(),
                 descriptor: Some(d),
                 len: b.len,
                 etag: Some(b.etag),
             },
-            None => Block {
+            None => LeasedBlock {
                 key: key.clone(),
                 descriptor: None,
                 len: 0,
@@ -451,7 +400,9 @@ async fn get(ctx: &Ctx, bucket: &str, req: Keys) -> Result<Resp, S3Error> {
             },
         });
     }
-    Ok(json(
-        &serde_json::json!({ "leases": leases, "blocks": blocks, "ttl_ms": ttl.as_millis() as u64 }),
-    ))
+    Ok(json(&GetResponse {
+        leases,
+        blocks,
+        ttl_ms,
+    }))
 }

@@ -10,12 +10,13 @@
 //!
 //! The buffer is named by descriptors the client minted: either one per key (`targets`) or
 //! one for the whole buffer with `[offset, length]` ranges in it (`buffer` + `ranges`). Every
-//! range is checked against its descriptor before anything moves.
+//! range is checked against its descriptor before anything moves. The request and answer
+//! bodies are [`yutu_api::kv`]'s.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 
-use serde::{Deserialize, Serialize};
+use yutu_api::kv::{CopiedResponse, EtagsResponse, GetIntoRequest, GetIntoTargets, PutFromRequest};
 use yutu_api::S3ErrorCode;
 use yutu_transfer::{
     DirectRange, NodeAddress, SegmentDescriptor, TransferEngine, TransferError, TransferRequest,
@@ -31,38 +32,6 @@ use super::Resp;
 use crate::kv::direct::{self, Copied};
 use crate::node::Shard;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct GetInto {
-    keys: Vec<String>,
-    /// One descriptor per key...
-    #[serde(default)]
-    targets: Option<Vec<SegmentDescriptor>>,
-    /// ...or one for a buffer and an `[offset, room]` range in it per key.
-    #[serde(default)]
-    buffer: Option<SegmentDescriptor>,
-    #[serde(default)]
-    ranges: Option<Vec<(u64, u64)>>,
-    client: NodeAddress,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct PutFrom {
-    blocks: Vec<PutFromBlock>,
-    /// The client's buffer; each block is `[offset, offset + len)` of it.
-    buffer: SegmentDescriptor,
-    client: NodeAddress,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PutFromBlock {
-    key: String,
-    offset: u64,
-    len: u64,
-}
-
 /// A range of the client's memory: the descriptor that grants it and the part of it meant.
 #[derive(Clone, Copy)]
 struct Span {
@@ -71,10 +40,10 @@ struct Span {
     len: u64,
 }
 
-fn spans(req: &GetInto) -> Result<Vec<Span>, S3Error> {
+fn spans(req: &GetIntoRequest) -> Result<Vec<Span>, S3Error> {
     let n = req.keys.len();
-    let out: Vec<Span> = match (&req.targets, &req.buffer, &req.ranges) {
-        (Some(targets), None, None) => targets
+    let out: Vec<Span> = match req.targets() {
+        Some(GetIntoTargets::PerKey(targets)) => targets
             .iter()
             .map(|d| Span {
                 desc: *d,
@@ -82,7 +51,7 @@ fn spans(req: &GetInto) -> Result<Vec<Span>, S3Error> {
                 len: d.len,
             })
             .collect(),
-        (None, Some(buffer), Some(ranges)) => ranges
+        Some(GetIntoTargets::Buffer { buffer, ranges }) => ranges
             .iter()
             .map(|&(offset, len)| Span {
                 desc: *buffer,
@@ -90,7 +59,7 @@ fn spans(req: &GetInto) -> Result<Vec<Span>, S3Error> {
                 len,
             })
             .collect(),
-        _ => {
+        None => {
             return Err(bad(
                 "Name the targets either as \"targets\" (a descriptor per key) or as \"buffer\" and \"ranges\".",
             ))
@@ -204,7 +173,11 @@ fn unreachable_buffer(e: &TransferError) -> S3Error {
 }
 
 /// `POST /v1/kv/{bucket}/get-into`.
-pub(super) async fn get_into(ctx: &Ctx, bucket: &str, req: GetInto) -> Result<Resp, S3Error> {
+pub(super) async fn get_into(
+    ctx: &Ctx,
+    bucket: &str,
+    req: GetIntoRequest,
+) -> Result<Resp, S3Error> {
     check_keys(&req.keys)?;
     let spans = spans(&req)?;
     let engine = engine_for(ctx, &req.client)?;
@@ -212,7 +185,7 @@ pub(super) async fn get_into(ctx: &Ctx, bucket: &str, req: GetInto) -> Result<Re
         Some(targets) => copy_out_direct(ctx, bucket, &req.keys, targets).await?,
         None => copy_out_engine(ctx, &engine, bucket, &req.keys, &spans).await?,
     };
-    Ok(json(&CopiedOut { copied: &copied }))
+    Ok(json(&CopiedResponse { copied }))
 }
 
 /// A shard's keys with their mapped ranges.
@@ -356,18 +329,12 @@ async fn run_batch(engine: &TransferEngine, requests: Vec<TransferRequest>) -> R
     Ok(())
 }
 
-#[derive(Serialize)]
-struct Etags<'a> {
-    etags: &'a [String],
-}
-
-#[derive(Serialize)]
-struct CopiedOut<'a> {
-    copied: &'a [Option<u64>],
-}
-
 /// `POST /v1/kv/{bucket}/put-from`.
-pub(super) async fn put_from(ctx: &Ctx, bucket: &str, req: PutFrom) -> Result<Resp, S3Error> {
+pub(super) async fn put_from(
+    ctx: &Ctx,
+    bucket: &str,
+    req: PutFromRequest,
+) -> Result<Resp, S3Error> {
     let mut spans = Vec::with_capacity(req.blocks.len());
     let mut lens = Vec::with_capacity(req.blocks.len());
     for b in req.blocks {
@@ -387,7 +354,7 @@ pub(super) async fn put_from(ctx: &Ctx, bucket: &str, req: PutFrom) -> Result<Re
         Some(sources) => put_from_direct(ctx, bucket, &keys, sources).await?,
         None => put_from_engine(ctx, &engine, bucket, &lens, &spans).await?,
     };
-    Ok(json(&Etags { etags: &etags }))
+    Ok(json(&EtagsResponse { etags }))
 }
 
 async fn put_from_direct(
