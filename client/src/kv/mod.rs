@@ -615,6 +615,9 @@ impl KvClient {
             .header("content-type", "application/json");
         if let Some(c) = &self.credentials {
             let now = std::time::SystemTime::now();
+            // The path after the base URL is signed, not a path prefix of the base URL: a
+            // node serves at its root, so a prefix is one a proxy strips before the node
+            // verifies the signature over what it receives (tests/kv_prefix.rs).
             for (name, value) in c.sign("POST", &self.host, path, "", &raw, now) {
                 req = req.header(name, value);
             }
@@ -633,6 +636,7 @@ fn call_get<T: DeserializeOwned>(
     let mut req = agent.get(format!("{base}{path}"));
     if let Some((c, host)) = signer {
         let now = std::time::SystemTime::now();
+        // As in `KvClient::call_post`: the path after the base URL is what the node receives.
         for (name, value) in c.sign("GET", host, path, "", b"", now) {
             req = req.header(name, value);
         }

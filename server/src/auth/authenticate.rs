@@ -5,13 +5,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, Method, Uri};
+use yutu_api::sigv4::{CanonicalHeaders, CanonicalRequest, ALGORITHM, UNSIGNED_PAYLOAD};
 use yutu_api::S3ErrorCode;
 
 use super::chunked::ChunkSigner;
-use super::sigv4::{
-    canonical_headers, canonical_query, canonical_request, parse_authorization, sign,
-    signatures_match, signing_key, string_to_sign, uri_encode, Credential,
-};
+use super::sigv4::{parse_authorization, signatures_match, Credential};
 use super::{AuthError, Identity};
 use crate::config::{Settings, User};
 
@@ -49,7 +47,7 @@ fn payload_mode(headers: &HeaderMap) -> Result<Payload, AuthError> {
     };
     let v = v.to_str().unwrap_or("");
     Ok(match v {
-        "UNSIGNED-PAYLOAD" => Payload::Unsigned,
+        UNSIGNED_PAYLOAD => Payload::Unsigned,
         "STREAMING-AWS4-HMAC-SHA256-PAYLOAD" | "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER" => {
             Payload::Chunked { signed: true }
         }
@@ -145,7 +143,7 @@ pub fn authenticate(
         let hash = headers
             .get("x-amz-content-sha256")
             .and_then(|v| v.to_str().ok())
-            .unwrap_or("UNSIGNED-PAYLOAD")
+            .unwrap_or(UNSIGNED_PAYLOAD)
             .to_string();
         (
             auth.credential,
@@ -160,7 +158,7 @@ pub fn authenticate(
             .collect();
         let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         let bad = |m: &str| denied(S3ErrorCode::AuthorizationQueryParametersError, m);
-        if get("X-Amz-Algorithm").as_deref() != Some(super::sigv4::ALGORITHM) {
+        if get("X-Amz-Algorithm").as_deref() != Some(ALGORITHM) {
             return Err(bad("X-Amz-Algorithm only supports \"AWS4-HMAC-SHA256\"."));
         }
         let cred = Credential::parse(&get("X-Amz-Credential").unwrap_or_default())
@@ -197,7 +195,7 @@ pub fn authenticate(
             signed,
             signature,
             amz_date,
-            "UNSIGNED-PAYLOAD".to_string(),
+            UNSIGNED_PAYLOAD.to_string(),
         )
     } else {
         return Err(denied(
@@ -230,34 +228,30 @@ pub fn authenticate(
             "The host header must be signed.",
         ));
     }
-    let canon_headers = canonical_headers(headers, &signed_headers).ok_or_else(|| {
+    let arrived = headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes()));
+    let canon_headers = CanonicalHeaders::select(arrived, &signed_headers).map_err(|_| {
         denied(
             S3ErrorCode::AccessDenied,
             "A signed header is missing from the request.",
         )
     })?;
-    let key = signing_key(&user.secret_key, &cred);
     let scope = cred.scope();
-    let canon_query = canonical_query(query);
-    // Clients sign the path as they send it; a few re-encode it canonically. Accept either.
-    let raw_path = uri.path().to_string();
-    let decoded = percent_encoding::percent_decode_str(&raw_path).decode_utf8_lossy();
-    let reencoded = uri_encode(&decoded, true);
-    let matches = |path: &str| {
-        let creq = canonical_request(
-            method.as_str(),
-            path,
-            &canon_query,
-            &canon_headers,
-            &signed_headers,
-            &payload_hash,
-        );
-        signatures_match(
-            &sign(&key, &string_to_sign(&amz_date, &scope, &creq)),
-            &signature,
-        )
+    let key = scope.signing_key(&user.secret_key);
+    let request = CanonicalRequest::new(
+        method.as_str(),
+        uri.path(),
+        query,
+        canon_headers,
+        &payload_hash,
+    );
+    let verifies = |request: &CanonicalRequest| {
+        let expected = request.sign_with_key(&key, &scope, &amz_date).signature;
+        signatures_match(&expected, &signature)
     };
-    if !(matches(&raw_path) || (reencoded != raw_path && matches(&reencoded))) {
+    // The canonical URI is the path with each segment encoded once, as AWS's signers make
+    // it; a few clients sign the path exactly as they send it instead. Accept either.
+    let raw_path = uri.path();
+    if !(verifies(&request) || (request.uri != raw_path && verifies(&request.with_uri(raw_path)))) {
         return Err(AuthError::new(S3ErrorCode::SignatureDoesNotMatch));
     }
     let signer = matches!(payload, Payload::Chunked { signed: true }).then(|| ChunkSigner {
@@ -370,6 +364,289 @@ fn authenticate_v2(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Flags;
+    use yutu_api::sigv4::{Scope, EMPTY_SHA256};
+
+    const ACCESS: &str = "AKIDTEST";
+    const SECRET: &str = "test-secret/+key";
+    const HOST: &str = "127.0.0.1:9000";
+
+    fn settings() -> Settings {
+        let mut s = Settings::resolve(Flags {
+            shards: Some(1),
+            ..Flags::default()
+        })
+        .unwrap();
+        s.users = vec![Arc::new(User {
+            name: "tester".into(),
+            access_key: ACCESS.into(),
+            secret_key: SECRET.into(),
+            admin: true,
+            read: vec![],
+            write: vec![],
+        })];
+        s
+    }
+
+    fn amz_date(t: SystemTime) -> String {
+        humantime::format_rfc3339_seconds(t)
+            .to_string()
+            .replace(['-', ':'], "")
+    }
+
+    /// A request signed in the header the way AWS's signers do it, with `sign_path` as the
+    /// canonical URI (`None`: the canonical URI of the path sent).
+    fn signed(
+        method: &str,
+        target: &str,
+        payload: &str,
+        sign_path: Option<&str>,
+        secret: &str,
+        at: SystemTime,
+    ) -> (Method, Uri, HeaderMap) {
+        let uri: Uri = target.parse().unwrap();
+        let date = amz_date(at);
+        let mut headers = HeaderMap::new();
+        headers.insert("host", HOST.parse().unwrap());
+        headers.insert("x-amz-content-sha256", payload.parse().unwrap());
+        headers.insert("x-amz-date", date.parse().unwrap());
+        let arrived = headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes()));
+        let mut request = CanonicalRequest::new(
+            method,
+            uri.path(),
+            uri.query(),
+            CanonicalHeaders::all(arrived),
+            payload,
+        );
+        if let Some(p) = sign_path {
+            request = request.with_uri(p);
+        }
+        let scope = Scope::new(&date[..8], "us-east-1", "s3");
+        let auth = request
+            .sign(secret, &scope, &date)
+            .authorization(ACCESS, &scope);
+        headers.insert(http::header::AUTHORIZATION, auth.parse().unwrap());
+        headers.insert("user-agent", "unsigned".parse().unwrap());
+        (method.parse().unwrap(), uri, headers)
+    }
+
+    fn check(req: &(Method, Uri, HeaderMap)) -> Result<RequestAuth, S3ErrorCode> {
+        authenticate(&settings(), &req.0, &req.1, &req.2, None).map_err(|e| e.code)
+    }
+
+    #[test]
+    fn header_signatures_verify_over_the_canonical_or_the_raw_path() {
+        let now = SystemTime::now();
+        // Sent loosely encoded: AWS's signers sign `/b/a%2Bb%20c`, a few clients `/b/a+b%20c`.
+        let target = "/b/a+b%20c?list-type=2&prefix=x%2Fy";
+        let canonical = signed("GET", target, EMPTY_SHA256, None, SECRET, now);
+        let auth = check(&canonical).unwrap();
+        assert!(matches!(auth.identity, Identity::User(u) if u.access_key == ACCESS));
+        assert_eq!(auth.payload, Payload::Sha256(EMPTY_SHA256.into()));
+        assert!(auth.signer.is_none());
+        let raw = signed("GET", target, EMPTY_SHA256, Some("/b/a+b%20c"), SECRET, now);
+        assert!(check(&raw).is_ok());
+        for other in ["/b/a+b c", "/b/a%2Bb%20c/", "/b/a%2bb%20c"] {
+            let req = signed("GET", target, EMPTY_SHA256, Some(other), SECRET, now);
+            assert_eq!(
+                check(&req).err(),
+                Some(S3ErrorCode::SignatureDoesNotMatch),
+                "{other}"
+            );
+        }
+        let wrong = signed("GET", target, EMPTY_SHA256, None, "not-the-secret", now);
+        assert_eq!(
+            check(&wrong).err(),
+            Some(S3ErrorCode::SignatureDoesNotMatch)
+        );
+        // What is signed cannot be changed: the method, the query, a signed header.
+        let mut moved = canonical.clone();
+        moved.0 = Method::HEAD;
+        assert_eq!(
+            check(&moved).err(),
+            Some(S3ErrorCode::SignatureDoesNotMatch)
+        );
+        let mut moved = canonical.clone();
+        moved.1 = "/b/a+b%20c?list-type=2&prefix=x".parse().unwrap();
+        assert_eq!(
+            check(&moved).err(),
+            Some(S3ErrorCode::SignatureDoesNotMatch)
+        );
+        let mut moved = canonical.clone();
+        moved.2.insert("host", "example.com".parse().unwrap());
+        assert_eq!(
+            check(&moved).err(),
+            Some(S3ErrorCode::SignatureDoesNotMatch)
+        );
+        // An unsigned header may change; a signed one may not go missing.
+        let mut extra = canonical.clone();
+        extra.2.insert("user-agent", "other".parse().unwrap());
+        assert!(check(&extra).is_ok());
+        let mut missing = canonical.clone();
+        missing.2.remove("x-amz-content-sha256");
+        assert_eq!(check(&missing).err(), Some(S3ErrorCode::AccessDenied));
+    }
+
+    #[test]
+    fn header_auth_refusals_keep_their_codes() {
+        let now = SystemTime::now();
+        let (m, u, mut h) = signed("PUT", "/b/k", EMPTY_SHA256, None, SECRET, now);
+        let auth = h
+            .get("authorization")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        let with_auth = |h: &mut HeaderMap, a: &str| {
+            h.insert(http::header::AUTHORIZATION, a.parse().unwrap());
+        };
+        with_auth(&mut h, &auth.replace(ACCESS, "AKIDOTHER"));
+        assert_eq!(
+            check(&(m.clone(), u.clone(), h.clone())).err(),
+            Some(S3ErrorCode::InvalidAccessKeyId)
+        );
+        with_auth(
+            &mut h,
+            &auth.replace("SignedHeaders=host;", "SignedHeaders="),
+        );
+        assert_eq!(
+            check(&(m.clone(), u.clone(), h.clone())).err(),
+            Some(S3ErrorCode::AuthorizationHeaderMalformed)
+        );
+        with_auth(&mut h, &auth.replace("/s3/", "/sqs/"));
+        assert_eq!(
+            check(&(m.clone(), u.clone(), h.clone())).err(),
+            Some(S3ErrorCode::AuthorizationHeaderMalformed)
+        );
+        with_auth(
+            &mut h,
+            &auth.replace("AWS4-HMAC-SHA256", "AWS4-ECDSA-P256-SHA256"),
+        );
+        assert_eq!(
+            check(&(m.clone(), u.clone(), h.clone())).err(),
+            Some(S3ErrorCode::InvalidArgument)
+        );
+        // The credential's day must be the day of x-amz-date.
+        let date = amz_date(now);
+        with_auth(
+            &mut h,
+            &auth.replace(&format!("/{}/", &date[..8]), "/20000101/"),
+        );
+        assert_eq!(
+            check(&(m.clone(), u.clone(), h.clone())).err(),
+            Some(S3ErrorCode::SignatureDoesNotMatch)
+        );
+        // Clock skew, either way, beyond 15 minutes.
+        for at in [now - 2 * MAX_SKEW, now + 2 * MAX_SKEW] {
+            let req = signed("PUT", "/b/k", EMPTY_SHA256, None, SECRET, at);
+            assert_eq!(check(&req).err(), Some(S3ErrorCode::RequestTimeTooSkewed));
+        }
+        let req = signed(
+            "PUT",
+            "/b/k",
+            EMPTY_SHA256,
+            None,
+            SECRET,
+            now - MAX_SKEW / 2,
+        );
+        assert!(check(&req).is_ok());
+        // No signature at all.
+        let anonymous = (m, u, HeaderMap::new());
+        assert_eq!(check(&anonymous).err(), Some(S3ErrorCode::AccessDenied));
+    }
+
+    #[test]
+    fn streaming_uploads_get_a_chunk_signer_chained_from_the_seed() {
+        let now = SystemTime::now();
+        let payload = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD";
+        let req = signed("PUT", "/b/k", payload, None, SECRET, now);
+        let auth = check(&req).unwrap();
+        assert_eq!(auth.payload, Payload::Chunked { signed: true });
+        let signer = auth.signer.unwrap();
+        let header = req.2.get("authorization").unwrap().to_str().unwrap();
+        assert!(header.ends_with(&format!("Signature={}", signer.previous)));
+        let date = amz_date(now);
+        assert_eq!(signer.amz_date, date);
+        let scope = Scope::new(&date[..8], "us-east-1", "s3");
+        assert_eq!(signer.key, scope.signing_key(SECRET));
+        assert_eq!(signer.scope, scope);
+        let unsigned = signed(
+            "PUT",
+            "/b/k",
+            "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+            None,
+            SECRET,
+            now,
+        );
+        let auth = check(&unsigned).unwrap();
+        assert_eq!(auth.payload, Payload::Chunked { signed: false });
+        assert!(auth.signer.is_none());
+    }
+
+    /// A presigned GET: everything in the query but the signature is signed, the payload is
+    /// `UNSIGNED-PAYLOAD`.
+    fn presigned(
+        target: &str,
+        signed_at: SystemTime,
+        expires: u64,
+        secret: &str,
+    ) -> (Method, Uri, HeaderMap) {
+        let date = amz_date(signed_at);
+        let scope = Scope::new(&date[..8], "us-east-1", "s3");
+        let credential = format!("{ACCESS}/{scope}").replace('/', "%2F");
+        let query = format!(
+            "X-Amz-Algorithm={ALGORITHM}&X-Amz-Credential={credential}&X-Amz-Date={date}&X-Amz-Expires={expires}&X-Amz-SignedHeaders=host"
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert("host", HOST.parse().unwrap());
+        let arrived = headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes()));
+        let request = CanonicalRequest::new(
+            "GET",
+            target,
+            Some(&query),
+            CanonicalHeaders::select(arrived, &["host"]).unwrap(),
+            UNSIGNED_PAYLOAD,
+        );
+        let signature = request.sign(secret, &scope, &date).signature;
+        let uri = format!("{target}?{query}&X-Amz-Signature={signature}");
+        (Method::GET, uri.parse().unwrap(), headers)
+    }
+
+    #[test]
+    fn presigned_urls_verify_until_they_expire() {
+        let now = SystemTime::now();
+        let ok = presigned("/b/a%20key", now, 60, SECRET);
+        let auth = check(&ok).unwrap();
+        assert_eq!(auth.payload, Payload::Unsigned);
+        assert!(auth.signer.is_none());
+        let wrong = presigned("/b/a%20key", now, 60, "not-the-secret");
+        assert_eq!(
+            check(&wrong).err(),
+            Some(S3ErrorCode::SignatureDoesNotMatch)
+        );
+        let mut moved = ok.clone();
+        moved.1 =
+            ok.1.to_string()
+                .replace("/b/a%20key", "/b/other")
+                .parse()
+                .unwrap();
+        assert_eq!(
+            check(&moved).err(),
+            Some(S3ErrorCode::SignatureDoesNotMatch)
+        );
+        let expired = presigned("/b/k", now - Duration::from_secs(120), 60, SECRET);
+        assert_eq!(check(&expired).err(), Some(S3ErrorCode::AccessDenied));
+        let future = presigned("/b/k", now + 2 * MAX_SKEW, 60, SECRET);
+        assert_eq!(
+            check(&future).err(),
+            Some(S3ErrorCode::RequestTimeTooSkewed)
+        );
+        let too_long = presigned("/b/k", now, MAX_PRESIGN + 1, SECRET);
+        assert_eq!(
+            check(&too_long).err(),
+            Some(S3ErrorCode::AuthorizationQueryParametersError)
+        );
+    }
 
     #[test]
     fn amz_dates() {

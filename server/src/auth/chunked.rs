@@ -9,7 +9,9 @@
 //! Each chunk signature chains from the previous one (the first from the request's seed
 //! signature), so a reordered, dropped or altered chunk fails verification.
 
-use super::sigv4::{chunk_string_to_sign, sign, signatures_match, trailer_string_to_sign};
+use yutu_api::sigv4::{signature, Scope};
+
+use super::sigv4::{chunk_string_to_sign, signatures_match, trailer_string_to_sign};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChunkError {
@@ -25,11 +27,30 @@ pub enum ChunkError {
 
 /// Verifies chunk signatures: the signing key of the request and the running signature.
 pub struct ChunkSigner {
+    /// The key the request's signature was made with (derived for `scope`).
     pub key: [u8; 32],
     pub amz_date: String,
-    pub scope: String,
+    pub scope: Scope,
     /// The seed signature (of the request) at first, then the last verified chunk's.
     pub previous: String,
+}
+
+impl ChunkSigner {
+    /// The signature the next chunk, `data`, must carry.
+    fn chunk_signature(&self, data: &[u8]) -> String {
+        signature(
+            &self.key,
+            &chunk_string_to_sign(&self.amz_date, &self.scope, &self.previous, data),
+        )
+    }
+
+    /// The signature the trailer must carry (`name:value\n` for each trailing header).
+    fn trailer_signature(&self, trailer: &str) -> String {
+        signature(
+            &self.key,
+            &trailer_string_to_sign(&self.amz_date, &self.scope, &self.previous, trailer),
+        )
+    }
 }
 
 /// A decoded body: the payload and the trailing headers.
@@ -74,10 +95,7 @@ pub fn decode(raw: &[u8], mut signer: Option<ChunkSigner>) -> Result<Decoded, Ch
             let sig = ext
                 .and_then(|e| e.strip_prefix("chunk-signature="))
                 .ok_or(ChunkError::Malformed("a chunk has no signature"))?;
-            let expected = sign(
-                &s.key,
-                &chunk_string_to_sign(&s.amz_date, &s.scope, &s.previous, data),
-            );
+            let expected = s.chunk_signature(data);
             if !signatures_match(&expected, sig) {
                 return Err(ChunkError::BadSignature);
             }
@@ -126,10 +144,7 @@ pub fn decode(raw: &[u8], mut signer: Option<ChunkSigner>) -> Result<Decoded, Ch
     if let Some(s) = signer.as_ref() {
         if !out.trailers.is_empty() || trailer_sig.is_some() {
             let sig = trailer_sig.ok_or(ChunkError::BadTrailerSignature)?;
-            let expected = sign(
-                &s.key,
-                &trailer_string_to_sign(&s.amz_date, &s.scope, &s.previous, &signed_text),
-            );
+            let expected = s.trailer_signature(&signed_text);
             if !signatures_match(&expected, &sig) {
                 return Err(ChunkError::BadTrailerSignature);
             }
@@ -140,7 +155,7 @@ pub fn decode(raw: &[u8], mut signer: Option<ChunkSigner>) -> Result<Decoded, Ch
 
 #[cfg(test)]
 mod tests {
-    use super::super::sigv4::{signing_key, Credential};
+    use super::super::sigv4::Credential;
     use super::*;
 
     #[test]
@@ -174,7 +189,9 @@ mod tests {
         let cred =
             Credential::parse("AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request").unwrap();
         ChunkSigner {
-            key: signing_key("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", &cred),
+            key: cred
+                .scope()
+                .signing_key("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
             amz_date: "20130524T000000Z".into(),
             scope: cred.scope(),
             previous: "4f232c4386841ef735655705268965c44a0e4690baa4adea153f7db9fa80a0a9".into(),
@@ -208,5 +225,52 @@ mod tests {
             decode(&cut, Some(signer())).unwrap_err(),
             ChunkError::Truncated
         );
+    }
+
+    /// A signed body with a checksum trailer (`STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER`):
+    /// the trailer signature chains from the final chunk's.
+    #[test]
+    fn signed_trailers_verify_and_tampering_fails() {
+        let body = |trailer: &str, signature: Option<&str>| {
+            let mut s = signer();
+            let c1 = s.chunk_signature(b"hello");
+            s.previous = c1.clone();
+            let c2 = s.chunk_signature(b"");
+            s.previous = c2.clone();
+            let t = s.trailer_signature("x-amz-checksum-crc32:DUoRhQ==\n");
+            let mut body = format!("5;chunk-signature={c1}\r\nhello\r\n0;chunk-signature={c2}\r\n");
+            body.push_str(trailer);
+            if let Some(sig) = signature {
+                body.push_str(&format!(
+                    "x-amz-trailer-signature:{}\r\n",
+                    sig.replace("{t}", &t)
+                ));
+            }
+            body.push_str("\r\n");
+            body.into_bytes()
+        };
+        let good = body("x-amz-checksum-crc32:DUoRhQ==\r\n", Some("{t}"));
+        let d = decode(&good, Some(signer())).unwrap();
+        assert_eq!(d.data, b"hello");
+        assert_eq!(
+            d.trailers,
+            [("x-amz-checksum-crc32".to_string(), "DUoRhQ==".to_string())]
+        );
+        // Names are case-insensitive, values trimmed, as signed.
+        let loose = body("X-Amz-Checksum-CRC32: DUoRhQ== \r\n", Some("{t}"));
+        assert!(decode(&loose, Some(signer())).is_ok());
+        for bad in [
+            body("x-amz-checksum-crc32:AAAAAA==\r\n", Some("{t}")),
+            body("x-amz-checksum-crc32:DUoRhQ==\r\n", None),
+            body("x-amz-checksum-crc32:DUoRhQ==\r\n", Some("0{t}")),
+        ] {
+            assert_eq!(
+                decode(&bad, Some(signer())).unwrap_err(),
+                ChunkError::BadTrailerSignature
+            );
+        }
+        // Unsigned, the trailer is only read.
+        let d = decode(&body("x-amz-checksum-crc32:AAAAAA==\r\n", None), None).unwrap();
+        assert_eq!(d.trailers[0].1, "AAAAAA==");
     }
 }
