@@ -15,7 +15,7 @@ use ureq::{Agent, Body, SendBody};
 use crate::address::BaseUrl;
 use crate::download::{range_header, GetObject};
 use crate::error::{error_from_response, ClientError, Resource};
-use crate::listing::{BucketInfo, ListPage, ListPages, Listing};
+use crate::listing::{BucketInfo, ListPage};
 use crate::object::{self, header, ObjectInfo, PutResult};
 use crate::sigv4::{Credentials, Signer};
 use crate::upload::ExactLength;
@@ -254,32 +254,6 @@ impl Client {
         let resp = self.agent.get(self.base.bucket(bucket, &query)?).call()?;
         let body = read_xml(check(resp, Resource::Bucket)?)?;
         xml::parse_list_objects_v2(&body)
-    }
-
-    /// Every page of a listing, fetched lazily as the iterator advances.
-    pub fn list_pages(
-        &self,
-        bucket: &str,
-        prefix: Option<&str>,
-        delimiter: Option<&str>,
-    ) -> ListPages<'_> {
-        ListPages::new(self, bucket, prefix, delimiter, None)
-    }
-
-    /// The whole listing, following continuation tokens to the end.
-    pub fn list_all(
-        &self,
-        bucket: &str,
-        prefix: Option<&str>,
-        delimiter: Option<&str>,
-    ) -> Result<Listing, ClientError> {
-        let mut all = Listing::default();
-        for page in self.list_pages(bucket, prefix, delimiter) {
-            let page = page?;
-            all.objects.extend(page.objects);
-            all.common_prefixes.extend(page.common_prefixes);
-        }
-        Ok(all)
     }
 }
 

@@ -11,12 +11,11 @@ use bytes::Bytes;
 use crate::bdev::Bdev;
 use crate::error::StoreError;
 use crate::location::Location;
-use crate::reclaim::Reclaimed;
+use crate::reclaim_policy::Reclaimed;
 use crate::record::{align_record, encode_header, record_len, Parts, RecordKind};
 use crate::region::{new_nonce, RegionHeader};
-use crate::store::{
-    check_lengths, Appended, Deleted, NewRecord, Place, RegionState, RegionStore, State,
-};
+use crate::region_info::RegionState;
+use crate::store::{check_lengths, Appended, Deleted, NewRecord, Place, RegionStore, State};
 use crate::writer::PendingWrite;
 
 impl<B: Bdev + 'static> RegionStore<B> {

@@ -7,8 +7,10 @@
 //!  RegionStore (store.rs)      append / read / delete / list / flush+sync / stats, one per shard
 //!    ├─ Index (index.rs)       (bucket, key) -> Location, in DRAM, rebuilt at open
 //!    ├─ Writer (writer.rs)     the aligned region buffer; full chunks become O_DIRECT writes
+//!    ├─ region_info.rs         per-region state in DRAM: life cycle, incarnation, fill, members
 //!    ├─ recovery.rs            scan regions in generation order, replay records, resume the tail
-//!    └─ reclaim.rs             empty the oldest region; policy: drop / re-admit / rewrite
+//!    └─ reclaim.rs             empty the oldest region, as its policy says
+//!         reclaim_policy.rs    the policy (drop / re-admit / rewrite) and the Reclaimed report
 //!  record.rs, region.rs        on-disk formats: checksummed records, region headers
 //!  Bdev (bdev/)                blocks in, blocks out: io_uring O_DIRECT (uring.rs), RAM (ram.rs)
 //! ```
@@ -90,9 +92,11 @@ mod location;
 pub mod measure;
 mod read;
 mod reclaim;
+mod reclaim_policy;
 mod record;
 mod recovery;
 mod region;
+mod region_info;
 mod signal;
 mod stats;
 mod store;
@@ -105,7 +109,7 @@ pub use config::StoreConfig;
 pub use error::{BdevError, CorruptKind, StoreError};
 pub use index::Listed;
 pub use location::Location;
-pub use reclaim::{
+pub use reclaim_policy::{
     DropAll, ObjectName, Readmitted, ReclaimAction, ReclaimCandidate, ReclaimPolicy, Reclaimed,
 };
 pub use recovery::RecoveryReport;

@@ -6,12 +6,13 @@
 //! sequence numbers grow with region generations) a tombstone never outlives the older
 //! versions it hides.
 //!
-//! Entries of the victim that the index still points to are "live". A [`ReclaimPolicy`] decides
-//! each one's fate: drop it (the normal case for a cache), hand its bytes back to the caller to
-//! re-admit into DRAM (hot entries), or rewrite it forward into the active region (entries that
-//! must stay on disk, such as objects of `durability=disk` buckets). Everything the
-//! reclamation did is reported in a [`Reclaimed`], so the server can update its own state and
-//! emit "removed" events for what left the tier.
+//! Entries of the victim that the index still points to are "live". A
+//! [`ReclaimPolicy`](crate::ReclaimPolicy) (`reclaim_policy.rs`) decides each one's fate: drop
+//! it (the normal case for a cache), hand its bytes back to the caller to re-admit into DRAM
+//! (hot entries), or rewrite it forward into the active region (entries that must stay on
+//! disk, such as objects of `durability=disk` buckets). Everything the reclamation did is
+//! reported in a [`Reclaimed`], so the server can update its own state and emit "removed"
+//! events for what left the tier.
 //!
 //! Order of operations, for crash safety: live entries are read and re-placed first; if any
 //! were rewritten, a flush makes the new copies durable; only then is the victim's header
@@ -27,91 +28,11 @@ use bytes::Bytes;
 use crate::bdev::Bdev;
 use crate::error::StoreError;
 use crate::location::Location;
+use crate::reclaim_policy::{ObjectName, Readmitted, ReclaimAction, ReclaimCandidate, Reclaimed};
 use crate::record::{parse_header, verify, RecordKind};
 use crate::region::{new_nonce, RegionHeader};
-use crate::store::{NewRecord, Place, RegionState, RegionStore};
-
-/// What to do with a live entry of a region being reclaimed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReclaimAction {
-    /// Forget it: it leaves the NVMe tier.
-    Drop,
-    /// Read it and return its bytes in [`Reclaimed::readmitted`] for the caller to re-insert
-    /// into DRAM; it leaves the NVMe tier.
-    Readmit,
-    /// Copy it into the active region under a new sequence number; it stays in the tier. When
-    /// there is no room for it (the active region is needed for the record that triggered the
-    /// reclamation) it is dropped and reported as such.
-    Rewrite,
-}
-
-/// A live entry of the region being reclaimed, as shown to the policy.
-#[derive(Debug, Clone, Copy)]
-pub struct ReclaimCandidate<'a> {
-    pub bucket: &'a str,
-    pub key: &'a str,
-    /// The metadata stored with the entry.
-    pub meta: &'a [u8],
-    pub location: Location,
-}
-
-/// Decides the fate of each live entry of a reclaimed region.
-///
-/// Called on the shard's thread while the store is reclaiming; it must not call back into the
-/// store's async methods. Closures `FnMut(&ReclaimCandidate) -> ReclaimAction` are policies.
-pub trait ReclaimPolicy {
-    fn decide(&mut self, candidate: &ReclaimCandidate<'_>) -> ReclaimAction;
-}
-
-impl<F: FnMut(&ReclaimCandidate<'_>) -> ReclaimAction> ReclaimPolicy for F {
-    fn decide(&mut self, candidate: &ReclaimCandidate<'_>) -> ReclaimAction {
-        self(candidate)
-    }
-}
-
-/// The default policy: the NVMe tier is a cache, entries of the oldest region are evicted.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct DropAll;
-
-impl ReclaimPolicy for DropAll {
-    fn decide(&mut self, _: &ReclaimCandidate<'_>) -> ReclaimAction {
-        ReclaimAction::Drop
-    }
-}
-
-/// A bucket and key.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ObjectName {
-    pub bucket: String,
-    pub key: String,
-}
-
-/// An entry handed back by reclamation for re-admission into DRAM.
-#[derive(Debug, Clone)]
-pub struct Readmitted {
-    pub bucket: String,
-    pub key: String,
-    pub meta: Bytes,
-    pub value: Bytes,
-}
-
-/// What one reclamation did.
-#[derive(Debug, Clone, Default)]
-pub struct Reclaimed {
-    pub region: u32,
-    /// The generation that was reclaimed.
-    pub generation: u64,
-    /// Entries that left the tier without their bytes (policy `Drop`, or `Rewrite` without
-    /// room). The server should treat them as evicted.
-    pub dropped: Vec<ObjectName>,
-    /// Entries that left the tier with their bytes.
-    pub readmitted: Vec<Readmitted>,
-    /// Entries that stay in the tier at a new location.
-    pub rewritten: Vec<ObjectName>,
-    /// Live entries whose record failed its checksum while being read; dropped (and also
-    /// listed in `dropped`).
-    pub corrupt: u64,
-}
+use crate::region_info::RegionState;
+use crate::store::{NewRecord, Place, RegionStore};
 
 impl<B: Bdev + 'static> RegionStore<B> {
     /// Reclaims the oldest sealed region now (for a server that keeps free space ahead of

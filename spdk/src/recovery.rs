@@ -32,7 +32,7 @@ use crate::record::{
     RECORD_ALIGN,
 };
 use crate::region::{Geometry, HeaderState, RegionHeader};
-use crate::store::{Member, RegionInfo, RegionState};
+use crate::region_info::{Member, RegionInfo, RegionState};
 
 /// What recovery found when the store opened.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -7,7 +7,8 @@
 //! are written with several I/Os in flight, regions are sealed when full and reclaimed oldest
 //! first when the free ones run out (`reclaim.rs`), reads are verified (`read.rs`), flushes
 //! are group commits (`durability.rs`), and on open the index is rebuilt by scanning
-//! (`recovery.rs`). This file holds the state they share, opening, and the index queries.
+//! (`recovery.rs`). This file holds the state they share (what is kept per region is
+//! `region_info.rs`), opening, and the index queries.
 //!
 //! Concurrency: all methods take `&self` and may be called by many tasks of the shard at once.
 //! State sits in a `RefCell` that is never held across an `.await`; two async locks serialise
@@ -27,10 +28,11 @@ use crate::config::StoreConfig;
 use crate::error::StoreError;
 use crate::index::{Index, Listed};
 use crate::location::Location;
-use crate::reclaim::{DropAll, ReclaimPolicy, Reclaimed};
+use crate::reclaim_policy::{DropAll, ReclaimPolicy, Reclaimed};
 use crate::record::{record_len, SumKey, MAX_META_LEN, MAX_NAME_LEN};
 use crate::recovery::RecoveryReport;
 use crate::region::Geometry;
+use crate::region_info::{Member, RegionInfo, RegionState};
 use crate::signal::Signal;
 use crate::stats::StoreStats;
 use crate::writer::Writer;
@@ -51,32 +53,6 @@ pub(crate) struct Shared<B: Bdev> {
     /// Held while flushing.
     pub flush_lock: Semaphore,
     pub policy: RefCell<Box<dyn ReclaimPolicy>>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RegionState {
-    Free,
-    Active,
-    Sealed,
-    Reclaiming,
-}
-
-/// A record written into a region, for the reclaimer to find live entries without scanning
-/// the whole index.
-pub(crate) struct Member {
-    pub bucket: Rc<str>,
-    pub key: Rc<str>,
-    pub loc: Location,
-}
-
-pub(crate) struct RegionInfo {
-    pub generation: u64,
-    pub key: SumKey,
-    pub state: RegionState,
-    /// Bytes used (header included); for the active region the writer's fill is current.
-    pub fill: u64,
-    pub live_bytes: u64,
-    pub members: Vec<Member>,
 }
 
 pub(crate) struct State<Buf> {
