@@ -1,11 +1,13 @@
-//! Counters, and their rendering as Prometheus text (`GET /metrics`).
+//! Counters, and their rendering as Prometheus text (`GET /metrics`) by the `prometheus` crate.
 //!
 //! The counters live inside the conductor's state, next to what they count, and are updated
 //! under the same lock; rendering reads them and the index's and instances' gauges at once,
 //! so one scrape is a consistent picture.
 
-use std::fmt::Write as _;
-
+use prometheus::proto::{
+    Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
+};
+use prometheus::TextEncoder;
 use yutu_api::route::{RejectReason, Role};
 
 use crate::conductor::Conductor;
@@ -93,208 +95,279 @@ impl Stats {
     }
 }
 
-/// Escapes a label value (names are validated, but a metric line must never break).
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// The whole `/metrics` page.
+/// The whole `/metrics` page, in the Prometheus text format (version 0.0.4).
+///
+/// The values are read here, under the caller's lock, into the data model of the `prometheus`
+/// crate, whose encoder writes the text (escaping label values: instance and node names).
 pub fn render(c: &Conductor, now_ms: f64) -> String {
     let s = &c.stats;
-    let mut o = String::with_capacity(4096);
-    let mut counter = |name: &str, help: &str, lines: &[(String, f64)]| {
-        let _ = writeln!(o, "# HELP yutu_conductor_{name} {help}");
-        let kind = if name.ends_with("_total") {
-            "counter"
-        } else {
-            "gauge"
-        };
-        let _ = writeln!(o, "# TYPE yutu_conductor_{name} {kind}");
-        for (labels, v) in lines {
-            let _ = writeln!(o, "yutu_conductor_{name}{labels} {v}");
+    let mut families = Vec::new();
+    let mut add = |name: &str, help: &str, kind: MetricType, series: Vec<Metric>| {
+        // The encoder refuses a family without series (e.g. no prefill instance yet).
+        if !series.is_empty() {
+            families.push(family(name, help, kind, series));
         }
     };
-    let one = |v: u64| vec![(String::new(), v as f64)];
-    counter(
+    let counter = |v: u64| vec![value(&[], MetricType::COUNTER, v as f64)];
+    let gauge = |v: u64| vec![value(&[], MetricType::GAUGE, v as f64)];
+    add(
         "routed_total",
         "Requests placed.",
-        &[(format!("{{policy=\"{}\"}}", c.cfg.policy), s.routed as f64)],
+        MetricType::COUNTER,
+        vec![value(
+            &[("policy", &c.cfg.policy.to_string())],
+            MetricType::COUNTER,
+            s.routed as f64,
+        )],
     );
-    counter(
+    add(
         "rejected_total",
         "Requests refused, by reason.",
-        &REJECT_REASONS
+        MetricType::COUNTER,
+        REJECT_REASONS
             .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                (
-                    format!("{{reason=\"{}\"}}", r.as_str()),
-                    s.rejected[i] as f64,
-                )
-            })
-            .collect::<Vec<_>>(),
+            .zip(s.rejected)
+            .map(|(r, n)| value(&[("reason", r.as_str())], MetricType::COUNTER, n as f64))
+            .collect(),
     );
-    counter(
+    add(
         "pulls_total",
         "Decisions that pull a prefix from another node.",
-        &one(s.pulls),
+        MetricType::COUNTER,
+        counter(s.pulls),
     );
-    counter(
+    add(
         "pulled_blocks_total",
         "Blocks those pulls move.",
-        &one(s.pulled_blocks),
+        MetricType::COUNTER,
+        counter(s.pulled_blocks),
     );
-    counter(
+    add(
         "prompt_blocks_total",
         "Full blocks of placed prompts.",
-        &one(s.prompt_blocks),
+        MetricType::COUNTER,
+        counter(s.prompt_blocks),
     );
-    counter(
+    add(
         "cached_blocks_total",
         "Of those, blocks cached on (or pulled to) the chosen prefill node.",
-        &one(s.cached_blocks),
+        MetricType::COUNTER,
+        counter(s.cached_blocks),
     );
-    counter(
+    add(
         "replication_hints_total",
         "Replication hints given.",
-        &one(s.hints),
+        MetricType::COUNTER,
+        counter(s.hints),
     );
-    counter(
+    add(
         "event_batches_total",
         "Event batches received.",
-        &one(s.event_batches),
+        MetricType::COUNTER,
+        counter(s.event_batches),
     );
-    counter(
+    add(
         "events_applied_total",
         "Events applied to the index.",
-        &one(s.events_applied),
+        MetricType::COUNTER,
+        counter(s.events_applied),
     );
-    counter(
+    add(
         "event_duplicates_total",
         "Events skipped as already applied (retried pushes).",
-        &one(s.event_duplicates),
+        MetricType::COUNTER,
+        counter(s.event_duplicates),
     );
-    counter(
+    add(
         "events_buffered_total",
         "Events held back during a resync.",
-        &one(s.events_buffered),
+        MetricType::COUNTER,
+        counter(s.events_buffered),
     );
-    counter(
+    add(
         "stale_batches_total",
         "Batches from an older epoch, ignored.",
-        &one(s.stale_batches),
+        MetricType::COUNTER,
+        counter(s.stale_batches),
     );
-    counter(
+    add(
         "invalid_batches_total",
         "Batches refused as malformed.",
-        &one(s.invalid_batches),
+        MetricType::COUNTER,
+        counter(s.invalid_batches),
     );
-    counter(
+    add(
         "resyncs_total",
         "Resyncs started, by reason.",
-        &RESYNC_REASONS
+        MetricType::COUNTER,
+        RESYNC_REASONS
             .iter()
-            .enumerate()
-            .map(|(i, r)| (format!("{{reason=\"{r}\"}}"), s.resyncs[i] as f64))
-            .collect::<Vec<_>>(),
+            .zip(s.resyncs)
+            .map(|(r, n)| value(&[("reason", r)], MetricType::COUNTER, n as f64))
+            .collect(),
     );
-    counter(
+    add(
         "snapshots_applied_total",
         "Snapshots applied.",
-        &one(s.snapshots_applied),
+        MetricType::COUNTER,
+        counter(s.snapshots_applied),
     );
-    counter(
+    add(
         "snapshot_failures_total",
         "Snapshot fetches that failed (retried).",
-        &one(s.snapshot_failures),
+        MetricType::COUNTER,
+        counter(s.snapshot_failures),
     );
-    counter(
+    add(
         "index_blocks",
         "Distinct blocks in the index.",
-        &one(c.index.len() as u64),
+        MetricType::GAUGE,
+        gauge(c.index.len() as u64),
     );
-    counter(
+    add(
         "index_predicted_entries",
         "Predicted (block, node) entries.",
-        &one(c.index.predicted_total()),
+        MetricType::GAUGE,
+        gauge(c.index.predicted_total()),
     );
-    counter(
+    add(
         "node_blocks",
         "Confirmed blocks per storage node.",
-        &c.nodes
+        MetricType::GAUGE,
+        c.nodes
             .iter()
             .map(|(id, n)| {
-                (
-                    format!("{{node=\"{}\"}}", label(&n.name)),
+                value(
+                    &[("node", &n.name)],
+                    MetricType::GAUGE,
                     c.index.confirmed_on(id) as f64,
                 )
             })
-            .collect::<Vec<_>>(),
+            .collect(),
     );
-    counter(
+    add(
         "node_resyncing",
         "1 while a node's snapshot is awaited.",
-        &c.nodes
+        MetricType::GAUGE,
+        c.nodes
             .iter()
             .map(|(_, n)| {
-                (
-                    format!("{{node=\"{}\"}}", label(&n.name)),
+                value(
+                    &[("node", &n.name)],
+                    MetricType::GAUGE,
                     f64::from(u8::from(n.feed.resyncing().is_some())),
                 )
             })
-            .collect::<Vec<_>>(),
+            .collect(),
     );
     let ttl = c.cfg.instance_ttl_ms;
     let mut queue = Vec::new();
     let mut batch = Vec::new();
     let mut alive = Vec::new();
     for (_, inst) in c.registry.iter().filter(|(_, i)| i.registered) {
-        let l = format!("{{instance=\"{}\"}}", label(&inst.id));
-        alive.push((
-            l.clone(),
+        let l = [("instance", inst.id.as_str())];
+        alive.push(value(
+            &l,
+            MetricType::GAUGE,
             f64::from(u8::from(Registry::is_alive(inst, now_ms, ttl))),
         ));
         match inst.role {
-            Role::Prefill => queue.push((l, inst.prefill.queue_ms(now_ms) / 1e3)),
+            Role::Prefill => queue.push(value(
+                &l,
+                MetricType::GAUGE,
+                inst.prefill.queue_ms(now_ms) / 1e3,
+            )),
             Role::Decode => {
                 let (r, _) = inst.decode.predicted(now_ms, now_ms, c.cfg.report_ttl_ms);
-                batch.push((l, r));
+                batch.push(value(&l, MetricType::GAUGE, r));
             }
         }
     }
-    counter("instance_alive", "1 if the instance is routed to.", &alive);
-    counter(
+    add(
+        "instance_alive",
+        "1 if the instance is routed to.",
+        MetricType::GAUGE,
+        alive,
+    );
+    add(
         "prefill_queue_seconds",
         "Predicted prefill queue per instance.",
-        &queue,
+        MetricType::GAUGE,
+        queue,
     );
-    counter(
+    add(
         "decode_batch_requests",
         "Predicted running decode requests per instance.",
-        &batch,
+        MetricType::GAUGE,
+        batch,
     );
-    let _ = writeln!(
-        o,
-        "# HELP yutu_conductor_route_seconds Time to make one routing decision."
+    add(
+        "route_seconds",
+        "Time to make one routing decision.",
+        MetricType::HISTOGRAM,
+        vec![route_latency(s)],
     );
-    let _ = writeln!(o, "# TYPE yutu_conductor_route_seconds histogram");
-    for (i, bound) in LATENCY_BOUNDS_S.iter().enumerate() {
-        let _ = writeln!(
-            o,
-            "yutu_conductor_route_seconds_bucket{{le=\"{bound}\"}} {}",
-            s.latency_buckets[i]
-        );
+    let mut o = String::with_capacity(4096);
+    if let Err(e) = TextEncoder::new().encode_utf8(&families, &mut o) {
+        tracing::error!(error = %e, "cannot render the metrics");
     }
-    let _ = writeln!(
-        o,
-        "yutu_conductor_route_seconds_bucket{{le=\"+Inf\"}} {}",
-        s.latency_count
-    );
-    let _ = writeln!(o, "yutu_conductor_route_seconds_sum {}", s.latency_sum_s);
-    let _ = writeln!(o, "yutu_conductor_route_seconds_count {}", s.latency_count);
     o
+}
+
+/// The routing-latency histogram (its buckets are kept cumulative).
+fn route_latency(s: &Stats) -> Metric {
+    let buckets = LATENCY_BOUNDS_S
+        .iter()
+        .zip(s.latency_buckets)
+        .map(|(le, n)| {
+            let mut b = Bucket::default();
+            b.set_upper_bound(*le);
+            b.set_cumulative_count(n);
+            b
+        })
+        .collect();
+    let mut h = Histogram::default();
+    h.set_bucket(buckets);
+    h.set_sample_count(s.latency_count);
+    h.set_sample_sum(s.latency_sum_s);
+    let mut m = Metric::default();
+    m.set_histogram(h);
+    m
+}
+
+/// A family named `yutu_conductor_{name}`.
+fn family(name: &str, help: &str, kind: MetricType, series: Vec<Metric>) -> MetricFamily {
+    let mut f = MetricFamily::default();
+    f.set_name(format!("yutu_conductor_{name}"));
+    f.set_help(help.to_string());
+    f.set_field_type(kind);
+    f.set_metric(series);
+    f
+}
+
+/// One series of a counter or a gauge.
+fn value(labels: &[(&str, &str)], kind: MetricType, v: f64) -> Metric {
+    let mut m = Metric::from_label(
+        labels
+            .iter()
+            .map(|(name, value)| {
+                let mut l = LabelPair::default();
+                l.set_name(name.to_string());
+                l.set_value(value.to_string());
+                l
+            })
+            .collect(),
+    );
+    if kind == MetricType::COUNTER {
+        let mut c = Counter::default();
+        c.set_value(v);
+        m.set_counter(c);
+    } else {
+        let mut g = Gauge::default();
+        g.set_value(v);
+        m.set_gauge(g);
+    }
+    m
 }
 
 #[cfg(test)]
@@ -317,7 +390,54 @@ mod tests {
     }
 
     #[test]
-    fn labels_are_escaped() {
-        assert_eq!(label("a\"b\\"), "a\\\"b\\\\");
+    fn renders_names_labels_and_types() {
+        use yutu_api::route::InstanceRegistration;
+
+        let mut c = Conductor::new(crate::config::ConductorConfig::default());
+        for (id, role, node) in [
+            ("p0", Role::Prefill, Some("node-a".to_string())),
+            ("d0", Role::Decode, None),
+        ] {
+            let reg = InstanceRegistration {
+                id: id.to_string(),
+                role,
+                node,
+                node_url: None,
+            };
+            c.register_instance(&reg, 0.0).expect("registers");
+        }
+        c.stats.routed = 3;
+        c.stats.reject(RejectReason::TtftSlo);
+        c.stats.resync(ResyncReason::Restart);
+        c.stats.snapshots_applied = 2;
+        c.stats.observe_route(7e-6);
+        let text = render(&c, 0.0);
+        let policy = c.cfg.policy.to_string();
+        for line in [
+            "# HELP yutu_conductor_routed_total Requests placed.".to_string(),
+            "# TYPE yutu_conductor_routed_total counter".to_string(),
+            format!("yutu_conductor_routed_total{{policy=\"{policy}\"}} 3"),
+            "yutu_conductor_rejected_total{reason=\"ttft_slo\"} 1".to_string(),
+            "yutu_conductor_rejected_total{reason=\"tbt_slo\"} 0".to_string(),
+            "yutu_conductor_resyncs_total{reason=\"restart\"} 1".to_string(),
+            "yutu_conductor_snapshots_applied_total 2".to_string(),
+            "# TYPE yutu_conductor_index_blocks gauge".to_string(),
+            "yutu_conductor_node_blocks{node=\"node-a\"} 0".to_string(),
+            "yutu_conductor_instance_alive{instance=\"p0\"} 1".to_string(),
+            "yutu_conductor_prefill_queue_seconds{instance=\"p0\"} 0".to_string(),
+            "yutu_conductor_decode_batch_requests{instance=\"d0\"} 0".to_string(),
+            "# TYPE yutu_conductor_route_seconds histogram".to_string(),
+            "yutu_conductor_route_seconds_bucket{le=\"0.000005\"} 0".to_string(),
+            "yutu_conductor_route_seconds_bucket{le=\"0.00001\"} 1".to_string(),
+            "yutu_conductor_route_seconds_bucket{le=\"+Inf\"} 1".to_string(),
+            "yutu_conductor_route_seconds_sum 0.000007".to_string(),
+            "yutu_conductor_route_seconds_count 1".to_string(),
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in:\n{text}"
+            );
+        }
+        assert!(!text.contains("_total_total"), "{text}");
     }
 }

@@ -2,13 +2,17 @@
 //!
 //! Each shard writes only its own `ShardMetrics`, so the relaxed atomics are uncontended and
 //! cost about as much as plain integers; any shard can still read all of them to answer
-//! `/metrics` without a message round trip. The exposition format is a few lines of text per
-//! series, simpler to write here than to route per-shard, lock-free counters through a
-//! registry crate built around shared, locked families.
+//! `/metrics` without a message round trip. Only a scrape touches the `prometheus` crate: it
+//! reads the atomics of every shard into that crate's data model (metric families) and lets
+//! its encoder write the text format, rather than routing per-shard, lock-free counters
+//! through the crate's registry, which is built around shared, locked families.
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Duration;
+
+use prometheus::proto::{self, Bucket, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::TextEncoder;
 
 /// A monotonically increasing count.
 #[derive(Debug, Default)]
@@ -237,238 +241,296 @@ impl ShardMetrics {
 }
 
 /// Renders all shards in the Prometheus text exposition format (version 0.0.4).
-pub fn render(shards: &[std::sync::Arc<ShardMetrics>]) -> String {
+///
+/// The values are read once, here, into the data model of the `prometheus` crate, whose
+/// encoder writes the text; recording stays on the shards' own atomics above.
+pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
+    let mut families = vec![requests(shards), latency(shards)];
+    families.extend(per_shard(shards));
+    // The encoder refuses a family without series (no request yet): leave those out.
+    families.retain(|f| !f.get_metric().is_empty());
     let mut out = String::with_capacity(16 * 1024);
-    header(
-        &mut out,
-        "yutu_requests_total",
-        "counter",
-        "Requests by operation and HTTP status.",
-    );
+    if let Err(e) = TextEncoder::new().encode_utf8(&families, &mut out) {
+        tracing::error!(error = %e, "cannot render the metrics");
+    }
+    out
+}
+
+/// `yutu_requests_total{shard,op,status}`: only the (op, status) pairs that occurred.
+fn requests(shards: &[Arc<ShardMetrics>]) -> MetricFamily {
+    let mut series = Vec::new();
     for (s, m) in shards.iter().enumerate() {
         for op in Op::ALL {
             for slot in 0..STATUS_SLOTS {
                 let n = m.requests[op.index() * STATUS_SLOTS + slot].get();
                 if n > 0 {
-                    let status = STATUS_MIN as usize + slot;
-                    let _ = writeln!(
-                        out,
-                        "yutu_requests_total{{shard=\"{s}\",op=\"{}\",status=\"{status}\"}} {n}",
-                        op.name()
-                    );
+                    let status = (STATUS_MIN as usize + slot).to_string();
+                    let mut metric = Metric::from_label(labels(&[
+                        ("shard", &s.to_string()),
+                        ("op", op.name()),
+                        ("status", &status),
+                    ]));
+                    metric.set_counter(counter_value(n));
+                    series.push(metric);
                 }
             }
         }
     }
-    header(
-        &mut out,
-        "yutu_request_duration_seconds",
-        "histogram",
-        "Request latency by operation, from the parsed request to the response head.",
-    );
+    family(
+        "yutu_requests_total",
+        "Requests by operation and HTTP status.",
+        MetricType::COUNTER,
+        series,
+    )
+}
+
+/// `yutu_request_duration_seconds{shard,op}`: the operations that were requested.
+fn latency(shards: &[Arc<ShardMetrics>]) -> MetricFamily {
+    let mut series = Vec::new();
     for (s, m) in shards.iter().enumerate() {
         for op in Op::ALL {
             let h = &m.latency[op.index()];
-            if h.count.get() == 0 {
+            let count = h.count.get();
+            if count == 0 {
                 continue;
             }
             let mut cumulative = 0;
-            for (i, le) in LATENCY_BUCKETS.iter().enumerate() {
-                cumulative += h.buckets[i].get();
-                let _ = writeln!(
-                    out,
-                    "yutu_request_duration_seconds_bucket{{shard=\"{s}\",op=\"{}\",le=\"{le}\"}} {cumulative}",
-                    op.name()
-                );
-            }
-            let labels = format!("shard=\"{s}\",op=\"{}\"", op.name());
-            let _ = writeln!(
-                out,
-                "yutu_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}",
-                h.count.get()
-            );
-            let _ = writeln!(
-                out,
-                "yutu_request_duration_seconds_sum{{{labels}}} {}",
-                h.sum_us.get() as f64 / 1e6
-            );
-            let _ = writeln!(
-                out,
-                "yutu_request_duration_seconds_count{{{labels}}} {}",
-                h.count.get()
-            );
+            let buckets = LATENCY_BUCKETS
+                .iter()
+                .zip(&h.buckets)
+                .map(|(le, n)| {
+                    cumulative += n.get();
+                    let mut b = Bucket::default();
+                    b.set_upper_bound(*le);
+                    b.set_cumulative_count(cumulative);
+                    b
+                })
+                .collect();
+            let mut histogram = proto::Histogram::default();
+            histogram.set_bucket(buckets);
+            histogram.set_sample_count(count);
+            histogram.set_sample_sum(h.sum_us.get() as f64 / 1e6);
+            let mut metric =
+                Metric::from_label(labels(&[("shard", &s.to_string()), ("op", op.name())]));
+            metric.set_histogram(histogram);
+            series.push(metric);
         }
     }
-    type Series = (
-        &'static str,
-        &'static str,
-        &'static str,
-        fn(&ShardMetrics) -> u64,
-    );
-    let simple: [Series; 23] = [
+    family(
+        "yutu_request_duration_seconds",
+        "Request latency by operation, from the parsed request to the response head.",
+        MetricType::HISTOGRAM,
+        series,
+    )
+}
+
+/// How one per-shard value is read, and the label that sets it apart from the other series
+/// of its family (`tier`), if any.
+type Reading = (
+    Option<(&'static str, &'static str)>,
+    fn(&ShardMetrics) -> u64,
+);
+
+/// The families with one series per shard (and per reading).
+fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
+    use MetricType::{COUNTER, GAUGE};
+    let table: [(&str, MetricType, &str, &[Reading]); 22] = [
         (
-            "yutu_tier_hits_total{tier=\"dram\"}",
-            "counter",
+            "yutu_tier_hits_total",
+            COUNTER,
             "GETs served from DRAM (also objects on their way to NVMe).",
-            |m| m.dram_hits.get(),
-        ),
-        (
-            "yutu_tier_hits_total{tier=\"nvme\"}",
-            "counter",
-            "GETs served from NVMe.",
-            |m| m.nvme_hits.get(),
+            &[
+                (Some(("tier", "dram")), |m| m.dram_hits.get()),
+                (Some(("tier", "nvme")), |m| m.nvme_hits.get()),
+            ],
         ),
         (
             "yutu_tier_misses_total",
-            "counter",
+            COUNTER,
             "GETs of keys in neither tier.",
-            |m| m.misses.get(),
+            &[(None, |m| m.misses.get())],
         ),
         (
             "yutu_demotions_total",
-            "counter",
+            COUNTER,
             "Objects evicted from DRAM and written to NVMe.",
-            |m| m.demotions.get(),
+            &[(None, |m| m.demotions.get())],
         ),
         (
             "yutu_demotions_dropped_total",
-            "counter",
+            COUNTER,
             "Objects evicted from DRAM without demotion (back-pressure or too large).",
-            |m| m.demotions_dropped.get(),
+            &[(None, |m| m.demotions_dropped.get())],
         ),
         (
             "yutu_promotions_total",
-            "counter",
+            COUNTER,
             "NVMe hits copied back into DRAM.",
-            |m| m.promotions.get(),
+            &[(None, |m| m.promotions.get())],
         ),
         (
             "yutu_nvme_used_bytes",
-            "gauge",
+            GAUGE,
             "NVMe bytes in non-free regions.",
-            |m| m.nvme_used.get(),
+            &[(None, |m| m.nvme_used.get())],
         ),
         (
             "yutu_nvme_capacity_bytes",
-            "gauge",
+            GAUGE,
             "NVMe record space of the shard.",
-            |m| m.nvme_capacity.get(),
+            &[(None, |m| m.nvme_capacity.get())],
         ),
         (
             "yutu_durable_used_bytes",
-            "gauge",
+            GAUGE,
             "NVMe bytes of live records of `disk` buckets.",
-            |m| m.durable_used.get(),
+            &[(None, |m| m.durable_used.get())],
         ),
         (
             "yutu_durable_limit_bytes",
-            "gauge",
+            GAUGE,
             "Most NVMe bytes `disk` buckets may hold (capacity less two regions per shard).",
-            |m| m.durable_limit.get(),
+            &[(None, |m| m.durable_limit.get())],
         ),
         (
             "yutu_durable_refused_total",
-            "counter",
+            COUNTER,
             "Durable writes refused because the NVMe tier could not keep them (507).",
-            |m| m.durable_refused.get(),
+            &[(None, |m| m.durable_refused.get())],
         ),
         (
             "yutu_durable_dropped_total",
-            "counter",
+            COUNTER,
             "Durable records an NVMe reclamation dropped (expected to stay 0).",
-            |m| m.durable_dropped.get(),
+            &[(None, |m| m.durable_dropped.get())],
         ),
         (
             "yutu_nvme_objects",
-            "gauge",
+            GAUGE,
             "Objects in the NVMe index.",
-            |m| m.nvme_objects.get(),
+            &[(None, |m| m.nvme_objects.get())],
         ),
         (
             "yutu_nvme_reclaimed_regions_total",
-            "counter",
+            COUNTER,
             "NVMe regions reclaimed (oldest first).",
-            |m| m.nvme_reclaimed_regions.get(),
+            &[(None, |m| m.nvme_reclaimed_regions.get())],
         ),
         (
             "yutu_nvme_corrupt_records_total",
-            "counter",
+            COUNTER,
             "NVMe records skipped because their checksum failed.",
-            |m| m.nvme_corrupt_records.get(),
+            &[(None, |m| m.nvme_corrupt_records.get())],
         ),
         (
             "yutu_bytes_in_total",
-            "counter",
+            COUNTER,
             "Object payload bytes received.",
-            |m| m.bytes_in.get(),
+            &[(None, |m| m.bytes_in.get())],
         ),
         (
             "yutu_bytes_out_total",
-            "counter",
+            COUNTER,
             "Object payload bytes sent.",
-            |m| m.bytes_out.get(),
+            &[(None, |m| m.bytes_out.get())],
         ),
         (
             "yutu_evictions_total",
-            "counter",
+            COUNTER,
             "Objects evicted from DRAM to make room.",
-            |m| m.evictions.get(),
+            &[(None, |m| m.evictions.get())],
         ),
         (
             "yutu_forwarded_total",
-            "counter",
+            COUNTER,
             "Requests handed to the owning shard over a channel.",
-            |m| m.forwarded.get(),
+            &[(None, |m| m.forwarded.get())],
         ),
         (
             "yutu_kv_events_published_total",
-            "counter",
+            COUNTER,
             "KV events accepted by the conductor (shard 0 publishes for the node).",
-            |m| m.events_published.get(),
+            &[(None, |m| m.events_published.get())],
         ),
         (
             "yutu_dram_used_bytes",
-            "gauge",
+            GAUGE,
             "DRAM charged to stored objects (payload and index).",
-            |m| m.dram_used.get(),
+            &[(None, |m| m.dram_used.get())],
         ),
         (
             "yutu_dram_capacity_bytes",
-            "gauge",
+            GAUGE,
             "DRAM capacity of the shard.",
-            |m| m.dram_capacity.get(),
+            &[(None, |m| m.dram_capacity.get())],
         ),
-        ("yutu_objects", "gauge", "Objects stored in DRAM.", |m| {
-            m.objects.get()
-        }),
+        (
+            "yutu_objects",
+            GAUGE,
+            "Objects stored in DRAM.",
+            &[(None, |m| m.objects.get())],
+        ),
     ];
-    // A name may carry labels (`name{tier="dram"}`); series of one name share a header.
-    let mut last_base = "";
-    for (name, kind, help, get) in simple {
-        let (base, labels) = match name.split_once('{') {
-            Some((b, l)) => (b, format!("{},", l.trim_end_matches('}'))),
-            None => (name, String::new()),
-        };
-        if base != last_base {
-            header(&mut out, base, kind, help);
-            last_base = base;
-        }
-        for (s, m) in shards.iter().enumerate() {
-            let _ = writeln!(out, "{base}{{{labels}shard=\"{s}\"}} {}", get(m));
-        }
-    }
-    out
+    table
+        .into_iter()
+        .map(|(name, kind, help, readings)| {
+            let mut series = Vec::new();
+            for (extra, get) in readings {
+                for (s, m) in shards.iter().enumerate() {
+                    let shard = s.to_string();
+                    let mut metric = Metric::from_label(match extra {
+                        Some(l) => labels(&[*l, ("shard", &shard)]),
+                        None => labels(&[("shard", &shard)]),
+                    });
+                    let v = get(m);
+                    match kind {
+                        MetricType::GAUGE => metric.set_gauge(gauge_value(v)),
+                        _ => metric.set_counter(counter_value(v)),
+                    }
+                    series.push(metric);
+                }
+            }
+            family(name, help, kind, series)
+        })
+        .collect()
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+fn family(name: &str, help: &str, kind: MetricType, series: Vec<Metric>) -> MetricFamily {
+    let mut f = MetricFamily::default();
+    f.set_name(name.to_string());
+    f.set_help(help.to_string());
+    f.set_field_type(kind);
+    f.set_metric(series);
+    f
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Vec<LabelPair> {
+    pairs
+        .iter()
+        .map(|(name, value)| {
+            let mut l = LabelPair::default();
+            l.set_name(name.to_string());
+            l.set_value(value.to_string());
+            l
+        })
+        .collect()
+}
+
+fn counter_value(v: u64) -> proto::Counter {
+    let mut c = proto::Counter::default();
+    c.set_value(v as f64);
+    c
+}
+
+fn gauge_value(v: u64) -> proto::Gauge {
+    let mut g = proto::Gauge::default();
+    g.set_value(v as f64);
+    g
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[test]
     fn renders_counters_and_histograms() {
@@ -476,15 +538,47 @@ mod tests {
         m.record(Op::GetObject, 200, Duration::from_micros(300));
         m.record(Op::GetObject, 404, Duration::from_millis(2));
         m.set_dram(10, 100, 1);
-        let text = render(&[m]);
-        assert!(text.contains("yutu_requests_total{shard=\"0\",op=\"GetObject\",status=\"200\"} 1"));
-        assert!(text.contains("yutu_requests_total{shard=\"0\",op=\"GetObject\",status=\"404\"} 1"));
-        assert!(text.contains(
-            "yutu_request_duration_seconds_bucket{shard=\"0\",op=\"GetObject\",le=\"0.0005\"} 1"
-        ));
-        assert!(text.contains(
-            "yutu_request_duration_seconds_bucket{shard=\"0\",op=\"GetObject\",le=\"+Inf\"} 2"
-        ));
-        assert!(text.contains("yutu_dram_capacity_bytes{shard=\"0\"} 100"));
+        m.nvme_hits.add(5);
+        let text = render(&[m, Arc::new(ShardMetrics::default())]);
+        for line in [
+            "# HELP yutu_requests_total Requests by operation and HTTP status.",
+            "# TYPE yutu_requests_total counter",
+            "yutu_requests_total{shard=\"0\",op=\"GetObject\",status=\"200\"} 1",
+            "yutu_requests_total{shard=\"0\",op=\"GetObject\",status=\"404\"} 1",
+            "# TYPE yutu_request_duration_seconds histogram",
+            "yutu_request_duration_seconds_bucket{shard=\"0\",op=\"GetObject\",le=\"0.0001\"} 0",
+            "yutu_request_duration_seconds_bucket{shard=\"0\",op=\"GetObject\",le=\"0.0005\"} 1",
+            "yutu_request_duration_seconds_bucket{shard=\"0\",op=\"GetObject\",le=\"10\"} 2",
+            "yutu_request_duration_seconds_bucket{shard=\"0\",op=\"GetObject\",le=\"+Inf\"} 2",
+            "yutu_request_duration_seconds_sum{shard=\"0\",op=\"GetObject\"} 0.0023",
+            "yutu_request_duration_seconds_count{shard=\"0\",op=\"GetObject\"} 2",
+            "# TYPE yutu_tier_hits_total counter",
+            "yutu_tier_hits_total{tier=\"nvme\",shard=\"0\"} 5",
+            "yutu_tier_hits_total{tier=\"dram\",shard=\"1\"} 0",
+            "# TYPE yutu_dram_capacity_bytes gauge",
+            "yutu_dram_capacity_bytes{shard=\"0\"} 100",
+            "yutu_dram_capacity_bytes{shard=\"1\"} 0",
+            "# HELP yutu_objects Objects stored in DRAM.",
+            "yutu_objects{shard=\"0\"} 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in:\n{text}"
+            );
+        }
+        // One header per family, series of no other operation, and no doubled suffix.
+        assert_eq!(text.matches("# TYPE yutu_tier_hits_total ").count(), 1);
+        assert!(!text.contains("op=\"PutObject\""), "{text}");
+        assert!(!text.contains("_total_total"), "{text}");
+    }
+
+    #[test]
+    fn renders_no_empty_family() {
+        let text = render(&[Arc::new(ShardMetrics::default())]);
+        assert!(!text.contains("yutu_requests_total"), "{text}");
+        assert!(
+            text.contains("yutu_evictions_total{shard=\"0\"} 0\n"),
+            "{text}"
+        );
     }
 }

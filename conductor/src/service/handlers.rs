@@ -93,7 +93,7 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Reply
         (&Method::GET, ["metrics"]) => {
             let now = shared.now_ms();
             let text = crate::metrics::render(&shared.core(), now);
-            Ok(reply(StatusCode::OK, "text/plain; version=0.0.4", text))
+            Ok(reply(StatusCode::OK, prometheus::TEXT_FORMAT, text))
         }
         (&Method::POST, ["v1", "route"]) => route(&shared, req).await,
         (&Method::POST, ["v1", "events"]) => events(&shared, req).await,

@@ -14,10 +14,12 @@
 use std::rc::Rc;
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, RetryableWithContext};
 use yutu_api::events::{KvEventBatch, KvSnapshot, SnapshotGroup, EVENTS_PATH};
 use yutu_api::route::NodeRegistration;
 
 use crate::net::client::Client;
+use crate::node::publisher::Publisher;
 use crate::node::{Shard, ShardError};
 
 /// Most events per pushed batch.
@@ -46,6 +48,15 @@ pub fn spawn_flusher(shard: Rc<Shard>) {
     .detach();
 }
 
+/// Delays between attempts while the conductor is away or refuses the node: 100 ms, doubling,
+/// at most 2 s, for as long as the node runs. Every `retry` starts the schedule afresh, so a
+/// success resets it.
+const BACKOFF: ExponentialBuilder = ExponentialBuilder::new()
+    .with_min_delay(Duration::from_millis(100))
+    .with_factor(2.0)
+    .with_max_delay(Duration::from_secs(2))
+    .without_max_times();
+
 /// Shard 0: register with the conductor, then push numbered events in order, forever.
 pub fn spawn_pusher(shard: Rc<Shard>, conductor: String, advertise: String) {
     glommio::spawn_local(async move {
@@ -63,64 +74,107 @@ pub fn spawn_pusher(shard: Rc<Shard>, conductor: String, advertise: String) {
             node: publisher.node.clone(),
             url: advertise,
         };
-        let mut registered = false;
-        // After (re-)registering, the first push announces this epoch even with no events:
-        // a restarted node publishes nothing for what it recovered from NVMe, and the new
-        // epoch is what makes the conductor resync from the snapshot.
-        let mut announce = true;
-        let mut backoff = Duration::from_millis(100);
+        let body = serde_json::to_vec(&registration).unwrap_or_default(); // plain strings: cannot fail
         loop {
-            if !registered {
-                let body = serde_json::to_vec(&registration).unwrap_or_default(); // plain strings: cannot fail
-                match client.send(http::Method::POST, "/v1/nodes", Some(body)).await {
-                    Ok(r) if (200..300).contains(&r.status) => {
-                        tracing::info!(conductor = %conductor, node = %registration.node, "registered with the conductor");
-                        registered = true;
-                        announce = true;
-                        backoff = Duration::from_millis(100);
-                    }
-                    Ok(r) => tracing::warn!(status = r.status, "the conductor refused the node registration"),
-                    Err(e) => tracing::debug!(error = %e, "cannot reach the conductor"),
-                }
-                if !registered {
-                    glommio::timer::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+            // The schedule never runs out: this returns once the node is registered.
+            (client, _) = (|c| register(c, body.clone()))
+                .retry(BACKOFF)
+                .sleep(glommio::timer::sleep)
+                .context(client)
+                .await;
+            tracing::info!(conductor = %conductor, node = %registration.node, "registered with the conductor");
+            // After (re-)registering, the first push announces this epoch even with no events:
+            // a restarted node publishes nothing for what it recovered from NVMe, and the new
+            // epoch is what makes the conductor resync from the snapshot.
+            let mut announce = true;
+            loop {
+                if !announce && publisher.peek(1).is_empty() {
+                    glommio::timer::sleep(FLUSH_EVERY).await;
                     continue;
                 }
-            }
-            let batch = publisher.peek(MAX_BATCH);
-            if batch.is_empty() && !announce {
-                glommio::timer::sleep(FLUSH_EVERY).await;
-                continue;
-            }
-            let sent = batch.len();
-            let last = batch.last().map_or(0, |e| e.seq);
-            let body = KvEventBatch {
-                node: publisher.node.clone(),
-                epoch: publisher.epoch,
-                events: batch,
-            };
-            let json = serde_json::to_vec(&body).unwrap_or_default();
-            match client.send(http::Method::POST, EVENTS_PATH, Some(json)).await {
-                Ok(r) if (200..300).contains(&r.status) => {
-                    publisher.acknowledge(last);
-                    announce = false;
-                    backoff = Duration::from_millis(100);
-                    shard.metrics.events_published.add(sent as u64);
-                }
-                Ok(r) => {
-                    tracing::warn!(status = r.status, body = %String::from_utf8_lossy(&r.body), "the conductor refused KV events; registering again");
-                    registered = false;
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "cannot push KV events");
-                    glommio::timer::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                let pushed;
+                (client, pushed) = (|c| push(c, publisher.clone()))
+                    .retry(BACKOFF)
+                    .sleep(glommio::timer::sleep)
+                    .when(|e| matches!(e, PushError::Unreachable))
+                    .context(client)
+                    .await;
+                match pushed {
+                    Ok((sent, last)) => {
+                        publisher.acknowledge(last);
+                        announce = false;
+                        shard.metrics.events_published.add(sent as u64);
+                    }
+                    Err(_) => break, // refused: register again, at once
                 }
             }
         }
     })
     .detach();
+}
+
+/// One attempt at `POST /v1/nodes`. The client goes in and comes back out, for `backon`'s
+/// retries with a context.
+async fn register(mut client: Client, body: Vec<u8>) -> (Client, Result<(), ()>) {
+    let registered = match client
+        .send(http::Method::POST, "/v1/nodes", Some(body))
+        .await
+    {
+        Ok(r) if (200..300).contains(&r.status) => Ok(()),
+        Ok(r) => {
+            tracing::warn!(
+                status = r.status,
+                "the conductor refused the node registration"
+            );
+            Err(())
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot reach the conductor");
+            Err(())
+        }
+    };
+    (client, registered)
+}
+
+/// Why a push of events did not go through.
+enum PushError {
+    /// No answer: push again after a delay.
+    Unreachable,
+    /// The conductor answered and refused (it restarted and forgot the node, say): register
+    /// again first.
+    Refused,
+}
+
+/// One attempt at pushing the oldest queued events (up to a batch; none to announce the
+/// epoch). Answers how many it pushed and the last one's number.
+async fn push(
+    mut client: Client,
+    publisher: Rc<Publisher>,
+) -> (Client, Result<(usize, u64), PushError>) {
+    let batch = publisher.peek(MAX_BATCH);
+    let sent = batch.len();
+    let last = batch.last().map_or(0, |e| e.seq);
+    let body = KvEventBatch {
+        node: publisher.node.clone(),
+        epoch: publisher.epoch,
+        events: batch,
+    };
+    let json = serde_json::to_vec(&body).unwrap_or_default();
+    let pushed = match client
+        .send(http::Method::POST, EVENTS_PATH, Some(json))
+        .await
+    {
+        Ok(r) if (200..300).contains(&r.status) => Ok((sent, last)),
+        Ok(r) => {
+            tracing::warn!(status = r.status, body = %String::from_utf8_lossy(&r.body), "the conductor refused KV events; registering again");
+            Err(PushError::Refused)
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot push KV events");
+            Err(PushError::Unreachable)
+        }
+    };
+    (client, pushed)
 }
 
 /// Shard 0: the snapshot at the current sequence number.
