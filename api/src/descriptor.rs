@@ -38,7 +38,60 @@ pub struct SegmentId(pub u32);
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AccessToken(pub [u8; 16]);
 
-/// A range of a registered segment that a peer may read or write one-sidedly.
+/// What a descriptor lets its holder do with the range: a peer *reads* from it or *writes*
+/// into it. A storage node's read lease yields read-only descriptors and a pending put
+/// write-only ones; the memory a client registers for its own buffers is read-write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+impl Access {
+    /// Whether a descriptor with this access allows a peer's `op` (`Read` or `Write`).
+    pub fn permits(self, op: Access) -> bool {
+        matches!(
+            (self, op),
+            (Access::ReadWrite, _) | (Access::Read, Access::Read) | (Access::Write, Access::Write)
+        )
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Access::Read => 1,
+            Access::Write => 2,
+            Access::ReadWrite => 3,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Access> {
+        match code {
+            1 => Some(Access::Read),
+            2 => Some(Access::Write),
+            3 => Some(Access::ReadWrite),
+            _ => None,
+        }
+    }
+}
+
+/// Which grant of the segment's owner a descriptor belongs to: a storage node's lease or
+/// pending put. Never reused by one engine, so when a grant ends (release, expiry, delete),
+/// its descriptors die with it even if the same bytes are granted again under a new id.
+/// `0` is no grant: the range is valid as long as the segment is registered (a client's own
+/// buffer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct GrantId(pub u64);
+
+impl GrantId {
+    /// No grant: valid while the segment is registered.
+    pub const NONE: GrantId = GrantId(0);
+}
+
+/// A range of a registered segment that a peer may read or write one-sidedly: a capability.
+/// The token authenticates every other field, so a holder can neither widen the range, nor
+/// turn a read into a write, nor move it to another grant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SegmentDescriptor {
@@ -48,6 +101,9 @@ pub struct SegmentDescriptor {
     pub offset: u64,
     /// Length of the range in bytes.
     pub len: u64,
+    pub access: Access,
+    #[serde(with = "grant_hex")]
+    pub grant: GrantId,
     pub token: AccessToken,
 }
 
@@ -62,15 +118,18 @@ pub enum DescriptorError {
     Overflow { offset: u64, len: u64 },
     #[error("{what} is not {digits} hex digits")]
     Hex { what: &'static str, digits: usize },
+    #[error("unknown access mode {0} in a segment descriptor")]
+    Access(u8),
 }
 
-/// Version byte of the binary form; bumped if the layout ever changes.
-const BINARY_VERSION: u8 = 1;
+/// Version byte of the binary form; bumped if the layout ever changes (2: access and grant).
+const BINARY_VERSION: u8 = 2;
 
 impl SegmentDescriptor {
     /// Bytes of the binary form: version, node (u64), segment (u32), offset (u64), len (u64),
-    /// token (16 bytes); integers little-endian.
-    pub const ENCODED_LEN: usize = 1 + 8 + 4 + 8 + 8 + 16;
+    /// access (u8: 1 read, 2 write, 3 read-write), grant (u64), token (16 bytes); integers
+    /// little-endian.
+    pub const ENCODED_LEN: usize = 1 + 8 + 4 + 8 + 8 + 1 + 8 + 16;
 
     /// One past the last byte of the range, or `None` when it overflows (never for a
     /// descriptor that decoded or that an engine minted).
@@ -86,7 +145,9 @@ impl SegmentDescriptor {
         out[9..13].copy_from_slice(&self.segment.0.to_le_bytes());
         out[13..21].copy_from_slice(&self.offset.to_le_bytes());
         out[21..29].copy_from_slice(&self.len.to_le_bytes());
-        out[29..45].copy_from_slice(&self.token.0);
+        out[29] = self.access.code();
+        out[30..38].copy_from_slice(&self.grant.0.to_le_bytes());
+        out[38..54].copy_from_slice(&self.token.0);
         out
     }
 
@@ -113,12 +174,15 @@ impl SegmentDescriptor {
         let mut seg = [0u8; 4];
         seg.copy_from_slice(&b[9..13]);
         let mut token = [0u8; 16];
-        token.copy_from_slice(&b[29..45]);
+        token.copy_from_slice(&b[38..54]);
+        let access = Access::from_code(b[29]).ok_or(DescriptorError::Access(b[29]))?;
         let desc = SegmentDescriptor {
             node: NodeId(u64_at(1)),
             segment: SegmentId(u32::from_le_bytes(seg)),
             offset: u64_at(13),
             len: u64_at(21),
+            access,
+            grant: GrantId(u64_at(30)),
             token: AccessToken(token),
         };
         if desc.end().is_none() {
@@ -261,6 +325,24 @@ mod hex_u64 {
     }
 }
 
+/// Serde helper for a [`GrantId`] as 16 hex digits, like node ids.
+mod grant_hex {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::GrantId;
+
+    pub fn serialize<S: Serializer>(v: &GrantId, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&format_args!("{:016x}", v.0))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<GrantId, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        super::parse_hex_u64(&s, "a grant id")
+            .map(GrantId)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,23 +353,43 @@ mod tests {
             segment: SegmentId(7),
             offset: 4096,
             len: 2 << 20,
+            access: Access::Read,
+            grant: GrantId(0x2a),
             token: AccessToken([0xab; 16]),
         }
+    }
+
+    #[test]
+    fn access_modes_permit_only_their_direction() {
+        assert!(Access::Read.permits(Access::Read));
+        assert!(!Access::Read.permits(Access::Write));
+        assert!(Access::Write.permits(Access::Write));
+        assert!(!Access::Write.permits(Access::Read));
+        assert!(Access::ReadWrite.permits(Access::Read));
+        assert!(Access::ReadWrite.permits(Access::Write));
+        let mut bad = sample().encode();
+        bad[29] = 9;
+        assert_eq!(
+            SegmentDescriptor::decode(&bad),
+            Err(DescriptorError::Access(9))
+        );
     }
 
     #[test]
     fn binary_round_trip_and_layout() {
         let d = sample();
         let bytes = d.encode();
-        assert_eq!(bytes.len(), 45);
-        assert_eq!(bytes[0], 1);
+        assert_eq!(bytes.len(), 54);
+        assert_eq!(bytes[0], 2);
         assert_eq!(&bytes[1..9], &0xfedc_ba98_7654_3210u64.to_le_bytes());
+        assert_eq!(bytes[29], 1);
+        assert_eq!(&bytes[30..38], &0x2au64.to_le_bytes());
         assert_eq!(SegmentDescriptor::decode(&bytes).unwrap(), d);
         let mut list = Vec::new();
         d.encode_into(&mut list);
         d.encode_into(&mut list);
-        assert_eq!(list.len(), 90);
-        assert_eq!(SegmentDescriptor::decode(&list[45..]).unwrap(), d);
+        assert_eq!(list.len(), 108);
+        assert_eq!(SegmentDescriptor::decode(&list[54..]).unwrap(), d);
     }
 
     #[test]
@@ -295,17 +397,17 @@ mod tests {
         let d = sample();
         let bytes = d.encode();
         assert_eq!(
-            SegmentDescriptor::decode(&bytes[..44]),
+            SegmentDescriptor::decode(&bytes[..53]),
             Err(DescriptorError::Length {
-                expected: 45,
-                got: 44
+                expected: 54,
+                got: 53
             })
         );
-        let mut v2 = bytes;
-        v2[0] = 2;
+        let mut v1 = bytes;
+        v1[0] = 1;
         assert_eq!(
-            SegmentDescriptor::decode(&v2),
-            Err(DescriptorError::Version(2))
+            SegmentDescriptor::decode(&v1),
+            Err(DescriptorError::Version(1))
         );
         let overflow = SegmentDescriptor {
             offset: u64::MAX,
@@ -324,7 +426,7 @@ mod tests {
         let json = serde_json::to_string(&d).unwrap();
         assert_eq!(
             json,
-            r#"{"node":"fedcba9876543210","segment":7,"offset":4096,"len":2097152,"token":"abababababababababababababababab"}"#
+            r#"{"node":"fedcba9876543210","segment":7,"offset":4096,"len":2097152,"access":"read","grant":"000000000000002a","token":"abababababababababababababababab"}"#
         );
         let back: SegmentDescriptor = serde_json::from_str(&json).unwrap();
         assert_eq!(back, d);
@@ -332,13 +434,24 @@ mod tests {
 
     #[test]
     fn json_rejects_bad_fields() {
-        let bad_token =
-            r#"{"node":"fedcba9876543210","segment":7,"offset":0,"len":1,"token":"zz"}"#;
-        assert!(serde_json::from_str::<SegmentDescriptor>(bad_token).is_err());
-        let numeric_node = r#"{"node":5,"segment":7,"offset":0,"len":1,"token":"abababababababababababababababab"}"#;
-        assert!(serde_json::from_str::<SegmentDescriptor>(numeric_node).is_err());
-        let extra = r#"{"node":"fedcba9876543210","segment":7,"offset":0,"len":1,"token":"abababababababababababababababab","x":1}"#;
-        assert!(serde_json::from_str::<SegmentDescriptor>(extra).is_err());
+        let ok = r#"{"node":"fedcba9876543210","segment":7,"offset":0,"len":1,"access":"write","grant":"0000000000000001","token":"abababababababababababababababab"}"#;
+        assert!(serde_json::from_str::<SegmentDescriptor>(ok).is_ok());
+        for bad in [
+            ok.replace(
+                r#""token":"abababababababababababababababab""#,
+                r#""token":"zz""#,
+            ),
+            ok.replace(r#""node":"fedcba9876543210""#, r#""node":5"#),
+            ok.replace(r#""access":"write""#, r#""access":"all""#),
+            ok.replace(r#""grant":"0000000000000001""#, r#""grant":1"#),
+            ok.replace(r#","access":"write""#, ""),
+            ok.replace('}', r#","x":1}"#),
+        ] {
+            assert!(
+                serde_json::from_str::<SegmentDescriptor>(&bad).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -392,7 +392,7 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::descriptor::{AccessToken, NodeId, SegmentId};
+    use crate::descriptor::{Access, AccessToken, GrantId, NodeId, SegmentId};
 
     fn desc(offset: u64, len: u64) -> SegmentDescriptor {
         SegmentDescriptor {
@@ -400,11 +400,13 @@ mod tests {
             segment: SegmentId(7),
             offset,
             len,
+            access: Access::ReadWrite,
+            grant: GrantId::NONE,
             token: AccessToken([0xab; 16]),
         }
     }
 
-    const DESC_JSON: &str = r#"{"node":"fedcba9876543210","segment":7,"offset":4096,"len":2097152,"token":"abababababababababababababababab"}"#;
+    const DESC_JSON: &str = r#"{"node":"fedcba9876543210","segment":7,"offset":4096,"len":2097152,"access":"read-write","grant":"0000000000000000","token":"abababababababababababababababab"}"#;
 
     fn client() -> NodeAddress {
         NodeAddress {

@@ -179,11 +179,34 @@ fn roundtrip(server: &Server, path: TransportKind, bucket: &str) {
 }
 
 #[test]
-fn blocks_move_one_sidedly_over_tcp_and_shm() {
+fn blocks_move_one_sidedly_over_tcp_and_the_arena_is_never_mapped() {
     let server = Server::start(&["--memory", "256MiB", "--shards", "2"]);
-    server.client().mb("kvblocks");
+    let c = server.client();
+    c.mb("kvblocks");
     roundtrip(&server, TransportKind::Tcp, "kvblocks");
-    roundtrip(&server, TransportKind::Shm, "kvblocks");
+    // The arena holds every tenant's blocks: a same-host client never gets its memfd (it
+    // would reach every range, granted or not), so descriptors into it go over tcp.
+    let p = peer(&server, 0x5252);
+    let started = post(
+        &c,
+        "/v1/kv/kvblocks/put-start",
+        &json!({"blocks": [{"key": "via-shm", "len": 4096}]}),
+    );
+    let d = desc(&started["puts"][0]["descriptor"]);
+    let refused = match p.engine.submit_via(
+        [TransferRequest::write(&p.buf, 0, &d)],
+        &[TransportKind::Shm],
+    ) {
+        Err(e) => e.to_string(),
+        Ok(batch) => format!("{:?}", batch.wait().into_result()),
+    };
+    assert!(
+        refused.contains("not shared over shm"),
+        "the arena was reachable over shm: {refused:?}"
+    );
+    p.engine
+        .transfer([TransferRequest::write(&p.buf, 0, &d)])
+        .expect("the same write over the engine's other path");
 }
 
 #[test]

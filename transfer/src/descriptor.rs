@@ -4,5 +4,5 @@
 //! Minting and checking tokens, which needs the segments' secret keys, is `crate::token`.
 
 pub use yutu_api::descriptor::{
-    AccessToken, DescriptorError, NodeId, SegmentDescriptor, SegmentId,
+    Access, AccessToken, DescriptorError, GrantId, NodeId, SegmentDescriptor, SegmentId,
 };

@@ -55,6 +55,8 @@ pub enum Refusal {
     BadRequest = 7,
     #[error("the range is no longer granted (its lease expired or was released)")]
     Expired = 8,
+    #[error("the descriptor does not grant this access (a read lease cannot be written)")]
+    WrongAccess = 9,
 }
 
 impl Refusal {
@@ -74,6 +76,7 @@ impl Refusal {
             6 => Refusal::TooLarge,
             7 => Refusal::BadRequest,
             8 => Refusal::Expired,
+            9 => Refusal::WrongAccess,
             _ => return None,
         })
     }

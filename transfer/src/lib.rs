@@ -69,7 +69,9 @@ mod worker;
 
 pub use address::{NodeAddress, RdmaEndpoint};
 pub use batch::{BatchHandle, BatchResult, Completion};
-pub use descriptor::{AccessToken, DescriptorError, NodeId, SegmentDescriptor, SegmentId};
+pub use descriptor::{
+    Access, AccessToken, DescriptorError, GrantId, NodeId, SegmentDescriptor, SegmentId,
+};
 pub use engine::{EngineConfig, RdmaMode, TransferEngine};
 pub use error::{Refusal, Side, TransferError};
 pub use region::{HugePages, MemoryRegion, RegionError};

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 
-use crate::descriptor::{NodeId, SegmentDescriptor, SegmentId};
+use crate::descriptor::{Access, GrantId, NodeId, SegmentDescriptor, SegmentId};
 use crate::error::{Refusal, TransferError};
 use crate::region::{MemoryRegion, RegionError};
 use crate::token::SegmentKey;
@@ -24,12 +24,18 @@ pub struct LocalSegment {
     pub(crate) entry: Arc<SegmentEntry>,
 }
 
-/// Decides on every request whether a range of a segment may still be accessed. A storage
-/// node answers from its leases and pending puts, so that a descriptor used after its lease
-/// expired is refused ([`Refusal::Expired`]) instead of reaching memory that may have been
-/// reused. Called on transfer threads: it must be quick and must not block for long.
+/// Decides on every request whether a descriptor's grant is still live. A storage node
+/// answers from its leases and pending puts: the descriptor's grant id must name a lease or
+/// put that has not ended, for exactly that range and access, so that a descriptor used after
+/// its lease expired, was released or its block deleted is refused ([`Refusal::Expired`])
+/// instead of reaching memory that may now hold another object. The token has already been
+/// verified when it is asked, so the fields are the ones the owner minted. Called on transfer
+/// threads: it must be quick (O(1)) and must not block for long.
+///
+/// A guarded segment is never handed out whole (no shm memfd, no region-wide RDMA key): a
+/// peer that maps or registers the whole region could reach every range, live or not.
 pub trait RangeGuard: Send + Sync {
-    fn allows(&self, offset: u64, len: u64) -> bool;
+    fn allows(&self, desc: &SegmentDescriptor) -> bool;
 }
 
 pub(crate) struct SegmentEntry {
@@ -73,15 +79,27 @@ impl LocalSegment {
         self.entry.shareable
     }
 
-    /// A descriptor granting `[offset, offset + len)` of this segment to whoever holds it.
-    /// Grant only what the lease or the pending put covers: the token cannot be revoked short of
-    /// unregistering the segment.
+    /// A read-write descriptor of `[offset, offset + len)` of this segment, valid for as long
+    /// as it is registered: for memory the holder may use freely (a client's own buffers).
+    /// A guarded segment refuses it on use; mint [`LocalSegment::grant`]s there.
     pub fn descriptor(&self, offset: u64, len: u64) -> Result<SegmentDescriptor, TransferError> {
+        self.grant(offset, len, Access::ReadWrite, GrantId::NONE)
+    }
+
+    /// A descriptor of `[offset, offset + len)` for `access`, belonging to `grant`: it works
+    /// while the segment's [`RangeGuard`] says the grant is live.
+    pub fn grant(
+        &self,
+        offset: u64,
+        len: u64,
+        access: Access,
+        grant: GrantId,
+    ) -> Result<SegmentDescriptor, TransferError> {
         let size = self.len();
         if offset.checked_add(len).is_none_or(|end| end > size) {
             return Err(RegionError::OutOfBounds { offset, len, size }.into());
         }
-        Ok(self.entry.mint(offset, len))
+        Ok(self.entry.mint(offset, len, access, grant))
     }
 }
 
@@ -97,13 +115,17 @@ impl std::fmt::Debug for LocalSegment {
 }
 
 impl SegmentEntry {
-    fn mint(&self, offset: u64, len: u64) -> SegmentDescriptor {
+    fn mint(&self, offset: u64, len: u64, access: Access, grant: GrantId) -> SegmentDescriptor {
         SegmentDescriptor {
             node: self.node,
             segment: self.id,
             offset,
             len,
-            token: self.key.mint(self.node, self.id, offset, len),
+            access,
+            grant,
+            token: self
+                .key
+                .mint(self.node, self.id, (offset, len), access, grant),
         }
     }
 }
@@ -142,7 +164,8 @@ impl SegmentTable {
     ) -> Result<LocalSegment, TransferError> {
         let id = SegmentId(self.next.fetch_add(1, Ordering::Relaxed));
         let key = SegmentKey::random().map_err(|e| TransferError::setup("read /dev/urandom", e))?;
-        let shareable = allow_shm && region.sealed();
+        // A guarded segment's ranges are granted one by one; its memfd would give them all.
+        let shareable = allow_shm && region.sealed() && guard.is_none();
         let entry = Arc::new(SegmentEntry {
             guard,
             id,
@@ -164,11 +187,13 @@ impl SegmentTable {
         self.read().len()
     }
 
-    /// Checks that `desc` is a live grant of this node: registered segment, valid token, range
-    /// inside the segment.
+    /// Checks that `desc` is a live grant of this node for `op` (`Read`: the peer reads from
+    /// the range; `Write`: it writes into it; `ReadWrite`: it maps the range): registered
+    /// segment, valid token, access that permits `op`, range inside the segment, grant live.
     pub(crate) fn check_descriptor(
         &self,
         desc: &SegmentDescriptor,
+        op: Access,
     ) -> Result<Arc<SegmentEntry>, Refusal> {
         if desc.node != self.node {
             return Err(Refusal::WrongNode);
@@ -181,11 +206,14 @@ impl SegmentTable {
         if !entry.key.verify(desc) {
             return Err(Refusal::BadToken);
         }
+        if !desc.access.permits(op) {
+            return Err(Refusal::WrongAccess);
+        }
         if desc.end().is_none_or(|end| end > entry.region.len() as u64) {
             return Err(Refusal::OutOfBounds);
         }
         if let Some(guard) = &entry.guard {
-            if !guard.allows(desc.offset, desc.len) {
+            if !guard.allows(desc) {
                 return Err(Refusal::Expired);
             }
         }
@@ -196,10 +224,11 @@ impl SegmentTable {
     pub(crate) fn check(
         &self,
         desc: &SegmentDescriptor,
+        op: Access,
         offset: u64,
         len: u64,
     ) -> Result<Grant, Refusal> {
-        let entry = self.check_descriptor(desc)?;
+        let entry = self.check_descriptor(desc, op)?;
         if offset.checked_add(len).is_none_or(|end| end > desc.len) {
             return Err(Refusal::OutOfBounds);
         }
@@ -233,27 +262,53 @@ mod tests {
     use crate::region::HugePages;
 
     #[test]
-    fn a_guard_refuses_ranges_it_no_longer_allows() {
+    fn a_guard_refuses_grants_it_no_longer_allows() {
         struct Only(std::sync::atomic::AtomicBool);
         impl RangeGuard for Only {
-            fn allows(&self, offset: u64, len: u64) -> bool {
-                (offset, len) == (0, 64) && self.0.load(Ordering::Relaxed)
+            fn allows(&self, d: &SegmentDescriptor) -> bool {
+                d.grant == GrantId(7) && self.0.load(Ordering::Relaxed)
             }
         }
         let guard = Arc::new(Only(std::sync::atomic::AtomicBool::new(true)));
         let table = SegmentTable::new(NodeId(5), 1);
         let region = MemoryRegion::allocate("g", 4096, HugePages::Never).unwrap();
         let seg = table.insert(region, true, Some(guard.clone())).unwrap();
-        let granted = seg.descriptor(0, 64).unwrap();
-        let other = seg.descriptor(64, 64).unwrap();
-        assert!(table.check(&granted, 0, 64).is_ok());
-        assert_eq!(table.check(&other, 0, 1).err(), Some(Refusal::Expired));
-        guard.0.store(false, Ordering::Relaxed);
-        assert_eq!(table.check(&granted, 0, 64).err(), Some(Refusal::Expired));
+        assert!(
+            !seg.shm_shareable(),
+            "a guarded segment is never mapped whole"
+        );
+        let granted = seg.grant(0, 64, Access::Read, GrantId(7)).unwrap();
+        let other = seg.grant(0, 64, Access::Read, GrantId(8)).unwrap();
+        let ungranted = seg.descriptor(0, 64).unwrap();
+        assert!(table.check(&granted, Access::Read, 0, 64).is_ok());
         assert_eq!(
-            Refusal::from_code(Refusal::Expired.code()),
+            table.check(&granted, Access::Write, 0, 64).err(),
+            Some(Refusal::WrongAccess)
+        );
+        assert_eq!(
+            table.check(&other, Access::Read, 0, 1).err(),
             Some(Refusal::Expired)
         );
+        assert_eq!(
+            table.check(&ungranted, Access::Read, 0, 1).err(),
+            Some(Refusal::Expired)
+        );
+        let forged = SegmentDescriptor {
+            access: Access::ReadWrite,
+            ..granted
+        };
+        assert_eq!(
+            table.check(&forged, Access::Write, 0, 1).err(),
+            Some(Refusal::BadToken)
+        );
+        guard.0.store(false, Ordering::Relaxed);
+        assert_eq!(
+            table.check(&granted, Access::Read, 0, 64).err(),
+            Some(Refusal::Expired)
+        );
+        for r in [Refusal::Expired, Refusal::WrongAccess] {
+            assert_eq!(Refusal::from_code(r.code()), Some(r));
+        }
     }
 
     #[test]
@@ -263,21 +318,27 @@ mod tests {
         let seg = table.insert(region, true, None).unwrap();
         assert!(seg.shm_shareable());
         let d = seg.descriptor(1000, 100).unwrap();
-        assert!(table.check(&d, 0, 100).is_ok());
-        assert!(table.check(&d, 99, 1).is_ok());
-        assert_eq!(table.check(&d, 99, 2).err(), Some(Refusal::OutOfBounds));
+        assert!(table.check(&d, Access::ReadWrite, 0, 100).is_ok());
+        assert!(table.check(&d, Access::ReadWrite, 99, 1).is_ok());
         assert_eq!(
-            table.check(&d, u64::MAX, 2).err(),
+            table.check(&d, Access::ReadWrite, 99, 2).err(),
+            Some(Refusal::OutOfBounds)
+        );
+        assert_eq!(
+            table.check(&d, Access::ReadWrite, u64::MAX, 2).err(),
             Some(Refusal::OutOfBounds)
         );
         let wider = SegmentDescriptor { len: 200, ..d };
-        assert_eq!(table.check(&wider, 0, 1).err(), Some(Refusal::BadToken));
+        assert_eq!(
+            table.check(&wider, Access::ReadWrite, 0, 1).err(),
+            Some(Refusal::BadToken)
+        );
         let elsewhere = SegmentDescriptor {
             node: NodeId(6),
             ..d
         };
         assert_eq!(
-            table.check(&elsewhere, 0, 1).err(),
+            table.check(&elsewhere, Access::ReadWrite, 0, 1).err(),
             Some(Refusal::WrongNode)
         );
         let missing = SegmentDescriptor {
@@ -285,13 +346,16 @@ mod tests {
             ..d
         };
         assert_eq!(
-            table.check(&missing, 0, 1).err(),
+            table.check(&missing, Access::ReadWrite, 0, 1).err(),
             Some(Refusal::UnknownSegment)
         );
         assert!(seg.descriptor(4000, 97).is_err());
         let whole = seg.descriptor(0, 4096).unwrap();
-        assert!(table.check(&whole, 0, 4096).is_ok());
+        assert!(table.check(&whole, Access::ReadWrite, 0, 4096).is_ok());
         table.remove(seg.id());
-        assert_eq!(table.check(&d, 0, 1).err(), Some(Refusal::UnknownSegment));
+        assert_eq!(
+            table.check(&d, Access::ReadWrite, 0, 1).err(),
+            Some(Refusal::UnknownSegment)
+        );
     }
 }

@@ -18,69 +18,102 @@ use super::eviction::EntryId;
 use super::store::{ShardStore, Staged};
 use crate::model::conditions::WriteConditions;
 use crate::model::{ObjectMeta, StoreError};
+use yutu_transfer::{Access, GrantId, SegmentDescriptor};
 
-/// The arena ranges a shard has granted through descriptors, with their deadlines: the
-/// transfer engine asks it on every request, so a descriptor used after its lease or put
-/// expired (or was released) is refused instead of reaching reused memory.
+/// The grants a shard has handed out through descriptors: per (grant id, offset), the range's
+/// length, access and deadline. The transfer engine asks it on every request, so a descriptor
+/// used after its lease or put ended (release, expiry, revoke, or its block deleted or
+/// replaced) is refused instead of reaching memory that may now hold another object; grant
+/// ids are never reused, so a range granted again is a new grant that old descriptors do not
+/// name. Every operation is one hash-map operation per block.
 ///
 /// Written by the shard's thread on lease and put changes, read by the engine's transfer
-/// threads: a mutex held for one map operation. It is not on the S3 data path.
+/// threads: a mutex held for one map operation (or one per block of a lease). It is not on the
+/// S3 data path.
 #[derive(Default)]
 pub struct Grants {
-    ranges: std::sync::Mutex<GrantMap>,
+    map: std::sync::Mutex<GrantMap>,
 }
 
-/// Granted `(offset, len)` ranges and, for each, the holders (lease or put id) and deadlines.
-type GrantMap = std::collections::HashMap<(u64, u64), Vec<(u64, Instant)>>;
+#[derive(Clone, Copy)]
+struct Granted {
+    len: u64,
+    access: Access,
+    until: Instant,
+}
+
+type GrantMap = std::collections::HashMap<(GrantId, u64), Granted>;
 
 impl Grants {
     fn lock(&self) -> std::sync::MutexGuard<'_, GrantMap> {
         // The map is valid after any panic (single inserts and removes), so poison is ignored.
-        self.ranges.lock().unwrap_or_else(|p| p.into_inner())
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn grant(&self, range: (u64, u64), id: u64, until: Instant) {
-        self.lock().entry(range).or_default().push((id, until));
+    /// Grants `access` to `(offset, len)` under `grant` until `until`.
+    pub fn grant(&self, grant: GrantId, range: (u64, u64), access: Access, until: Instant) {
+        self.lock().insert(
+            (grant, range.0),
+            Granted {
+                len: range.1,
+                access,
+                until,
+            },
+        );
     }
 
-    pub fn revoke(&self, range: (u64, u64), id: u64) {
+    /// Ends `grant` for the blocks at `offsets`.
+    pub fn revoke(&self, grant: GrantId, offsets: impl IntoIterator<Item = u64>) {
         let mut map = self.lock();
-        if let Some(v) = map.get_mut(&range) {
-            v.retain(|(i, _)| *i != id);
-            if v.is_empty() {
-                map.remove(&range);
-            }
+        for offset in offsets {
+            map.remove(&(grant, offset));
         }
+    }
+
+    /// Grants in force (for tests and gauges).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
 impl yutu_transfer::RangeGuard for Grants {
-    fn allows(&self, offset: u64, len: u64) -> bool {
+    fn allows(&self, d: &SegmentDescriptor) -> bool {
         let now = Instant::now();
         self.lock()
-            .get(&(offset, len))
-            .is_some_and(|v| v.iter().any(|(_, until)| *until > now))
+            .get(&(d.grant, d.offset))
+            .is_some_and(|g| g.len == d.len && g.access == d.access && g.until > now)
     }
 }
 
-/// A pinned entry: how many leases hold it, and its bytes once it left the index.
+/// A pinned entry: how many leases hold it, which grants name its bytes (revoked when it
+/// leaves the index, so a deleted or replaced block is unreachable at once), and its bytes
+/// once it left the index (kept reserved until the last lease ends, because a transfer that
+/// passed its check may still be copying).
 pub struct Pin {
     pub(crate) count: u32,
+    pub(crate) grants: Vec<GrantId>,
     pub(crate) orphan: Option<(Extent, u64)>,
 }
 
 pub struct Lease {
     /// Who took it (the user's name; empty without authentication): only they may release it.
     pub(crate) holder: String,
-    pub(crate) entries: Vec<EntryId>,
-    /// The arena ranges granted to the holder.
-    pub(crate) ranges: Vec<(u64, u64)>,
+    /// The grant its descriptors carry.
+    pub(crate) grant: GrantId,
+    /// The distinct entries it pins, with the arena offset each was granted at.
+    pub(crate) entries: Vec<(EntryId, u64)>,
     pub(crate) expires: Instant,
 }
 
 pub struct PendingPut {
     /// Who started it: only they may end or revoke it.
     pub(crate) holder: String,
+    /// The grant its descriptor carries.
+    pub(crate) grant: GrantId,
     pub(crate) bucket: String,
     pub(crate) key: String,
     pub(crate) extent: Extent,
@@ -95,6 +128,8 @@ pub struct BlockRef {
     pub offset: u64,
     pub len: u64,
     pub etag: String,
+    /// The lease's grant, for the block's read-only descriptor.
+    pub grant: GrantId,
 }
 
 impl ShardStore {
@@ -118,7 +153,14 @@ impl ShardStore {
         out
     }
 
-    /// Leases the named objects of a bucket for `ttl`; `None` for a key that is absent.
+    /// A grant id never used before on this shard.
+    fn next_grant(&mut self) -> GrantId {
+        self.next_id += 1;
+        GrantId(self.next_id)
+    }
+
+    /// Leases the named objects of a bucket for `ttl`; `None` for a key that is absent. A key
+    /// named twice is leased once.
     pub fn lease(
         &mut self,
         lease_id: u64,
@@ -127,46 +169,53 @@ impl ShardStore {
         keys: &[String],
         ttl: Duration,
     ) -> Result<Vec<Option<BlockRef>>, StoreError> {
+        let grant = self.next_grant();
         let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
         let mut found = Vec::with_capacity(keys.len());
-        let mut ids = Vec::new();
+        let mut entries: Vec<(EntryId, u64)> = Vec::new();
         let mut ranges = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for key in keys {
             match part.objects.get(key) {
                 Some(e) => {
-                    ids.push(e.id);
-                    ranges.push((e.extent.offset, e.extent.len));
+                    if seen.insert(e.id) {
+                        entries.push((e.id, e.extent.offset));
+                        ranges.push((e.extent.offset, e.extent.len));
+                    }
                     found.push(Some(BlockRef {
                         offset: e.extent.offset,
                         len: e.extent.len,
                         etag: e.meta.etag.clone(),
+                        grant,
                     }));
                 }
                 None => found.push(None),
             }
         }
-        for id in &ids {
+        for (id, _) in &entries {
             let pin = self.pins.entry(*id).or_insert(Pin {
                 count: 0,
+                grants: Vec::new(),
                 orphan: None,
             });
             if pin.count == 0 {
                 self.policy.on_remove(*id);
             }
             pin.count += 1;
+            pin.grants.push(grant);
         }
         let expires = Instant::now() + ttl;
         if let Some(g) = &self.grants {
             for r in &ranges {
-                g.grant(*r, lease_id, expires);
+                g.grant(grant, *r, Access::Read, expires);
             }
         }
         self.leases.insert(
             lease_id,
             Lease {
                 holder: holder.to_string(),
-                entries: ids,
-                ranges,
+                grant,
+                entries,
                 expires,
             },
         );
@@ -179,12 +228,10 @@ impl ShardStore {
             return false;
         };
         if let Some(g) = &self.grants {
-            for r in &lease.ranges {
-                g.revoke(*r, lease_id);
-            }
+            g.revoke(lease.grant, lease.entries.iter().map(|(_, offset)| *offset));
         }
-        for id in lease.entries {
-            self.unpin(id);
+        for (id, _) in lease.entries {
+            self.unpin(id, lease.grant);
         }
         self.publish_gauges();
         true
@@ -236,10 +283,11 @@ impl ShardStore {
         self.leases.get(&lease_id).is_some_and(|l| l.expires > now)
     }
 
-    fn unpin(&mut self, id: EntryId) {
+    fn unpin(&mut self, id: EntryId, grant: GrantId) {
         let Some(pin) = self.pins.get_mut(&id) else {
             return;
         };
+        pin.grants.retain(|g| *g != grant);
         pin.count -= 1;
         if pin.count > 0 {
             return;
@@ -263,19 +311,21 @@ impl ShardStore {
         key: &str,
         len: u64,
         ttl: Duration,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<(u64, GrantId), StoreError> {
         let meta = ObjectMeta::for_block(len);
         self.check_write(bucket, key, &Default::default())?;
         let charge = Self::charge_for(bucket, key, len, &meta);
         let extent = self.reserve(len, charge)?;
         let offset = extent.offset;
+        let grant = self.next_grant();
         if let Some(g) = &self.grants {
-            g.grant((offset, len), put_id, Instant::now() + ttl);
+            g.grant(grant, (offset, len), Access::Write, Instant::now() + ttl);
         }
         self.pending_puts.insert(
             put_id,
             PendingPut {
                 holder: holder.to_string(),
+                grant,
                 bucket: bucket.to_string(),
                 key: key.to_string(),
                 extent,
@@ -285,7 +335,7 @@ impl ShardStore {
             },
         );
         self.publish_gauges();
-        Ok(offset)
+        Ok((offset, grant))
     }
 
     /// Publishes a put whose bytes the client has written; returns its bucket, key and
@@ -307,7 +357,7 @@ impl ShardStore {
             .remove(&put_id)
             .ok_or(StoreError::NoSuchUpload)?;
         if let Some(g) = &self.grants {
-            g.revoke((p.extent.offset, p.extent.len), put_id);
+            g.revoke(p.grant, [p.extent.offset]);
         }
         if let Err(e) = self.check_write(&p.bucket, &p.key, &Default::default()) {
             self.release(p.extent, p.charge);
@@ -325,7 +375,7 @@ impl ShardStore {
         match self.pending_puts.remove(&put_id) {
             Some(p) => {
                 if let Some(g) = &self.grants {
-                    g.revoke((p.extent.offset, p.extent.len), put_id);
+                    g.revoke(p.grant, [p.extent.offset]);
                 }
                 self.release(p.extent, p.charge);
                 true

@@ -617,6 +617,7 @@ impl ShardStore {
         if !self.buckets.contains_key(bucket) {
             return Err(StoreError::NoSuchBucket);
         }
+        self.revoke_leases_of(bucket, key);
         let removed = self.remove_entry(bucket, key);
         self.publish_gauges();
         Ok(removed)
@@ -627,7 +628,13 @@ impl ShardStore {
         if !self.buckets.contains_key(bucket) {
             return Err(StoreError::NoSuchBucket);
         }
-        let out = keys.iter().map(|k| self.remove_entry(bucket, k)).collect();
+        let out = keys
+            .iter()
+            .map(|k| {
+                self.revoke_leases_of(bucket, k);
+                self.remove_entry(bucket, k)
+            })
+            .collect();
         self.publish_gauges();
         Ok(out)
     }
@@ -658,6 +665,24 @@ impl ShardStore {
             return None;
         }
         self.demoting.get(&(bucket.to_string(), key.to_string()))
+    }
+
+    /// A deleted block is unreachable at once: the descriptors of the leases that pin it stop
+    /// working now, not when the leases end (its bytes stay reserved until then, since a
+    /// transfer that passed its check may still be copying). A block *replaced* by a newer
+    /// version keeps its leases: a reader finishes reading the version it leased.
+    fn revoke_leases_of(&mut self, bucket: &str, key: &str) {
+        let Some(g) = &self.grants else {
+            return;
+        };
+        let Some(e) = self.buckets.get(bucket).and_then(|b| b.objects.get(key)) else {
+            return;
+        };
+        if let Some(pin) = self.pins.get_mut(&e.id) {
+            for grant in pin.grants.drain(..) {
+                g.revoke(grant, [e.extent.offset]);
+            }
+        }
     }
 
     pub(crate) fn remove_entry(&mut self, bucket: &str, key: &str) -> bool {

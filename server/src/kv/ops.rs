@@ -4,7 +4,7 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use yutu_transfer::SegmentDescriptor;
+use yutu_transfer::{Access, SegmentDescriptor};
 
 use crate::engine::kv::BlockRef;
 use crate::model::StoreError;
@@ -33,7 +33,7 @@ pub fn lease(
         .map(|b| {
             let b = b?;
             let (_, seg) = shard.transfer.as_ref()?;
-            let d = seg.descriptor(b.offset, b.len).ok()?;
+            let d = seg.grant(b.offset, b.len, Access::Read, b.grant).ok()?;
             Some((b, d))
         })
         .collect())
@@ -55,11 +55,11 @@ pub fn put_start(
             .store
             .borrow_mut()
             .put_start(*put_id, holder, bucket, key, *len, ttl);
-        let desc = started.and_then(|offset| {
+        let desc = started.and_then(|(offset, grant)| {
             shard
                 .transfer
                 .as_ref()
-                .and_then(|(_, seg)| seg.descriptor(offset, *len).ok())
+                .and_then(|(_, seg)| seg.grant(offset, *len, Access::Write, grant).ok())
                 .ok_or(StoreError::Device("no transfer engine".into()))
         });
         match desc {

@@ -10,7 +10,7 @@
 //! hello  (40 bytes): magic "YTH1" | version u8 | mtu u8 | lid u16 | node u64 | qpn u32 | psn u32 | gid [16]
 //! reply  (48 bytes): magic "YTH2" | status u8 | mtu u8 | lid u16 | node u64 | qpn u32 | psn u32 | gid [16] |
 //!                    incarnation u64
-//! check:             magic "YTK1" | count u16 | 0u16 | count x descriptor (45 bytes)
+//! check:             magic "YTK1" | count u16 | 0u16 | count x descriptor (54 bytes)
 //! grants:            magic "YTG1" | count u16 | 0u16 | count x (status u8 | segment len u64 | addr u64 | rkey u32)
 //! ```
 //!
@@ -238,13 +238,16 @@ mod tests {
             segment: SegmentId(3),
             offset: 64,
             len: 128,
+            access: crate::descriptor::Access::ReadWrite,
+            grant: crate::descriptor::GrantId(1),
             token: AccessToken([2; 16]),
         };
         let check = encode_check(&[d, d]);
         let header: [u8; HEADER_LEN] = check[..HEADER_LEN].try_into().unwrap();
         assert_eq!(decode_check_header(&header), Ok(2));
         assert_eq!(
-            SegmentDescriptor::decode(&check[HEADER_LEN + 45..]).unwrap(),
+            SegmentDescriptor::decode(&check[HEADER_LEN + SegmentDescriptor::ENCODED_LEN..])
+                .unwrap(),
             d
         );
         let grants = [

@@ -12,7 +12,7 @@ use super::handshake::{self, Grant, QpInfo};
 use super::lane::DEPTH;
 use super::verbs::Qp;
 use super::{RdmaError, RdmaShared};
-use crate::descriptor::{NodeId, SegmentDescriptor};
+use crate::descriptor::{Access, NodeId, SegmentDescriptor};
 use crate::error::Refusal;
 use crate::segment::SegmentTable;
 use crate::stats::ListenerCounters;
@@ -164,7 +164,12 @@ fn grant_for(raw: &[u8], shared: &RdmaShared, segments: &SegmentTable) -> Grant 
     let Ok(desc) = SegmentDescriptor::decode(raw) else {
         return refused(Refusal::BadRequest);
     };
-    let entry = match segments.check_descriptor(&desc) {
+    // The remote key covers the whole registration, so the peer gets read and write access
+    // to all of it: only for unguarded segments (a guarded one would need a memory window
+    // per grant, which this transport does not bind yet).
+    let entry = match segments.check_descriptor(&desc, desc.access) {
+        Ok(entry) if entry.guard.is_some() => return refused(Refusal::NotShareable),
+        Ok(_) if desc.access != Access::ReadWrite => return refused(Refusal::WrongAccess),
         Ok(entry) => entry,
         Err(reason) => return refused(reason),
     };

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use super::fdpass::send_with_fds;
 use super::wire::{self, Verdict, CHECK_ENTRY_LEN, HEADER_LEN};
-use crate::descriptor::NodeId;
-use crate::error::TransferError;
+use crate::descriptor::{Access, NodeId};
+use crate::error::{Refusal, TransferError};
 use crate::segment::SegmentTable;
 use crate::stats::ListenerCounters;
 use crate::transport::serve::Server;
@@ -126,11 +126,13 @@ fn serve(
             ListenerCounters::add(&counters.requests, 1);
             let verdict = match wire::decode_check_entry(raw) {
                 Err(refusal) => Err(refusal),
-                Ok(entry) => match segments.check_descriptor(&entry.desc) {
+                // A mapping gives the peer read and write access to the whole segment: only
+                // for shareable (unguarded) segments and read-write descriptors. Not shareable
+                // comes first, so that the peer falls back to another path.
+                Ok(entry) => match segments.check_descriptor(&entry.desc, entry.desc.access) {
                     Err(refusal) => Err(refusal),
-                    Ok(seg) if entry.attach && !seg.shareable => {
-                        Err(crate::error::Refusal::NotShareable)
-                    }
+                    Ok(seg) if !seg.shareable => Err(Refusal::NotShareable),
+                    Ok(_) if entry.desc.access != Access::ReadWrite => Err(Refusal::WrongAccess),
                     Ok(seg) => {
                         let len = seg.region.len() as u64;
                         let stable = seg.guard.is_none();

@@ -5,7 +5,7 @@
 //! hello    (target → initiator, on accept, 24 bytes):
 //!          magic "YTS1" | version u8 | 0u8 x3 | node u64 | incarnation u64
 //! check    (initiator → target): magic "YTC1" | count u16 | 0u16 |
-//!          count x (descriptor, 45 bytes binary | flags u8: bit 0 = attach)
+//!          count x (descriptor, 54 bytes binary | flags u8: bit 0 = attach)
 //! verdicts (target → initiator): magic "YTV1" | count u16 | fds u16 |
 //!          count x (status u8: 0 ok or a Refusal code, bit 7 = stable | segment length u64)
 //!          with one memfd (SCM_RIGHTS) per accepted entry that asked to attach, in order
@@ -170,6 +170,8 @@ mod tests {
             segment: SegmentId(1),
             offset: 0,
             len: 10,
+            access: crate::descriptor::Access::ReadWrite,
+            grant: crate::descriptor::GrantId(1),
             token: AccessToken([1; 16]),
         };
         let msg = encode_check(&[CheckEntry { desc, attach: true }]);

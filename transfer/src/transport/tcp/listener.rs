@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::wire::{RequestHeader, ResponseHeader, MAX_FRAME, REQUEST_LEN};
+use crate::descriptor::Access;
 use crate::error::{Refusal, TransferError};
 use crate::request::TransferOp;
 use crate::segment::SegmentTable;
@@ -114,7 +115,11 @@ fn serve(
         let checked = if req.len > MAX_FRAME {
             Err(Refusal::TooLarge)
         } else {
-            segments.check(&req.desc, req.offset, req.len)
+            let op = match req.op {
+                TransferOp::Read => Access::Read,
+                TransferOp::Write => Access::Write,
+            };
+            segments.check(&req.desc, op, req.offset, req.len)
         };
         match (checked, req.op) {
             (Ok(grant), TransferOp::Read) => {

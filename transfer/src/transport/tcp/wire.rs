@@ -4,8 +4,8 @@
 //! A connection carries requests one way and responses the other, in order:
 //!
 //! ```text
-//! request  (73 bytes): magic "YTQ1" | version u8 | op u8 (1 read, 2 write) | 0u16 | seq u32 |
-//!                      descriptor (45 bytes, binary form) | offset u64 | len u64
+//! request  (82 bytes): magic "YTQ1" | version u8 | op u8 (1 read, 2 write) | 0u16 | seq u32 |
+//!                      descriptor (54 bytes, binary form) | offset u64 | len u64
 //!                      then, for a write, `len` payload bytes
 //! response (20 bytes): magic "YTR1" | status u8 (0 ok, else a Refusal code) | 0u8 x3 | seq u32 |
 //!                      len u64 (payload bytes that follow: `len` for an accepted read, else 0)
@@ -20,8 +20,11 @@ use crate::request::TransferOp;
 
 pub const REQUEST_MAGIC: [u8; 4] = *b"YTQ1";
 pub const RESPONSE_MAGIC: [u8; 4] = *b"YTR1";
-pub const VERSION: u8 = 1;
+/// 2: descriptors carry their access and grant.
+pub const VERSION: u8 = 2;
 pub const REQUEST_LEN: usize = 4 + 1 + 1 + 2 + 4 + SegmentDescriptor::ENCODED_LEN + 8 + 8;
+/// One past the descriptor in a request frame.
+const D_END: usize = 12 + SegmentDescriptor::ENCODED_LEN;
 pub const RESPONSE_LEN: usize = 4 + 1 + 3 + 4 + 8;
 /// The largest payload one frame may carry; larger transfers are sliced well below this.
 pub const MAX_FRAME: u64 = 256 << 20;
@@ -71,9 +74,9 @@ impl RequestHeader {
             TransferOp::Write => OP_WRITE,
         };
         b[8..12].copy_from_slice(&self.seq.to_le_bytes());
-        b[12..57].copy_from_slice(&self.desc.encode());
-        b[57..65].copy_from_slice(&self.offset.to_le_bytes());
-        b[65..73].copy_from_slice(&self.len.to_le_bytes());
+        b[12..D_END].copy_from_slice(&self.desc.encode());
+        b[D_END..D_END + 8].copy_from_slice(&self.offset.to_le_bytes());
+        b[D_END + 8..D_END + 16].copy_from_slice(&self.len.to_le_bytes());
         b
     }
 
@@ -93,9 +96,9 @@ impl RequestHeader {
         Ok(RequestHeader {
             op,
             seq: u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
-            desc: SegmentDescriptor::decode(&b[12..57])?,
-            offset: u64_at(b, 57),
-            len: u64_at(b, 65),
+            desc: SegmentDescriptor::decode(&b[12..D_END])?,
+            offset: u64_at(b, D_END),
+            len: u64_at(b, D_END + 8),
         })
     }
 }
@@ -144,13 +147,15 @@ mod tests {
                 segment: SegmentId(4),
                 offset: 5,
                 len: 6,
+                access: crate::descriptor::Access::ReadWrite,
+                grant: crate::descriptor::GrantId(1),
                 token: AccessToken([7; 16]),
             },
             offset: 1,
             len: 2,
         };
         let bytes = req.encode();
-        assert_eq!(bytes.len(), 73);
+        assert_eq!(bytes.len(), 82);
         assert_eq!(RequestHeader::decode(&bytes), Ok(req));
         let mut bad = bytes;
         bad[0] = b'X';
@@ -162,8 +167,8 @@ mod tests {
         bad[5] = 9;
         assert_eq!(RequestHeader::decode(&bad), Err(WireError::Op(9)));
         let mut bad = bytes;
-        bad[4] = 2;
-        assert_eq!(RequestHeader::decode(&bad), Err(WireError::Version(2)));
+        bad[4] = 1;
+        assert_eq!(RequestHeader::decode(&bad), Err(WireError::Version(1)));
 
         let resp = ResponseHeader {
             status: 3,

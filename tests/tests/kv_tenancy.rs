@@ -1,0 +1,244 @@
+//! The KV data path between tenants: a descriptor is a capability bound to one lease or put,
+//! one direction and one range, and dies with its grant. Each test plays the hostile tenant
+//! through the real binary and a raw transfer client.
+
+use std::time::SystemTime;
+
+use serde_json::{json, Value};
+use yutu_client::Credentials;
+use yutu_tests::kv::client_engine;
+use yutu_tests::{pattern, Reply, Server};
+use yutu_transfer::{
+    NodeAddress, Refusal, SegmentDescriptor, TransferEngine, TransferError, TransferRequest,
+};
+
+const USERS: &str = r#"
+[[users]]
+name = "alice"
+access_key = "ALICEKEY"
+secret_key = "alice-secret"
+
+[[users]]
+name = "bob"
+access_key = "BOBKEY"
+secret_key = "bob-secret"
+"#;
+
+/// A node of one shard (so freed offsets are reused at once) with the users alice and bob.
+fn node_with_users() -> Server {
+    let data = tempfile::tempdir().expect("data dir");
+    let config = data.path().join("yutu.toml");
+    std::fs::write(&config, USERS).expect("write the config file");
+    let mut cmd = std::process::Command::new(yutu_tests::bin_path("yutu-server"));
+    cmd.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--memory",
+        "64MiB",
+        "--shards",
+        "1",
+    ])
+    .args(["--nvme-capacity", "0", "--config"])
+    .arg(&config)
+    .arg("--data-dir")
+    .arg(data.path().join("node"));
+    Server::spawn(cmd, data)
+}
+
+/// Sends `body` signed as `who`.
+fn send_as(server: &Server, who: &Credentials, method: &str, path: &str, body: &[u8]) -> Reply {
+    let host = server.addr.to_string();
+    let headers: Vec<(String, String)> = who
+        .sign(method, &host, path, "", body, SystemTime::now())
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let refs: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    server.client().send(method, path, &refs, Some(body))
+}
+
+/// A KV call as `who`; asserts 200 and returns the JSON answer.
+fn kv(server: &Server, who: &Credentials, path: &str, body: Value) -> Value {
+    let r = send_as(server, who, "POST", path, body.to_string().as_bytes());
+    assert_eq!(r.status, 200, "POST {path}: {}", r.text());
+    serde_json::from_slice(&r.body).expect("json")
+}
+
+fn desc(v: &Value) -> SegmentDescriptor {
+    serde_json::from_value(v.clone()).expect("a descriptor")
+}
+
+/// A client engine of `who`, peered with the node's.
+fn engine(
+    server: &Server,
+    who: &Credentials,
+    id: u64,
+) -> (TransferEngine, yutu_transfer::LocalSegment) {
+    let dir = tempfile::tempdir().expect("dir");
+    let (engine, buf) = client_engine(id, dir.path(), None, 4 << 20);
+    let r = send_as(server, who, "GET", "/v1/kv/engine", b"");
+    let addr: NodeAddress =
+        serde_json::from_slice(&r.body).unwrap_or_else(|_| panic!("{}", r.text()));
+    engine.add_peer(addr);
+    (engine, buf)
+}
+
+fn refusal(err: TransferError) -> Option<Refusal> {
+    match err {
+        TransferError::Refused { reason, .. } => Some(reason),
+        _ => None,
+    }
+}
+
+const BLOCK: usize = 64 << 10;
+const N: usize = 8;
+
+/// Bob leases his blocks, keeps the descriptors, releases and deletes them; alice then stores
+/// her blocks, which land on the same (reused) offsets. Bob's old descriptors must read none
+/// of alice's bytes and write none into them; his old put-start descriptors neither.
+#[test]
+fn an_old_descriptor_never_reaches_a_block_stored_later_at_the_same_offset() {
+    let server = node_with_users();
+    let alice = Credentials::new("ALICEKEY", "alice-secret");
+    let bob = Credentials::new("BOBKEY", "bob-secret");
+    assert_eq!(send_as(&server, &alice, "PUT", "/alice", b"").status, 200);
+    assert_eq!(send_as(&server, &bob, "PUT", "/bob", b"").status, 200);
+    let (bob_engine, bob_buf) = engine(&server, &bob, 0xb0b);
+
+    // Bob's blocks, written through two-phase puts whose descriptors he keeps.
+    let keys: Vec<String> = (0..N).map(|i| format!("b{i}")).collect();
+    let blocks: Vec<Value> = keys
+        .iter()
+        .map(|k| json!({"key": k, "len": BLOCK}))
+        .collect();
+    let started = kv(
+        &server,
+        &bob,
+        "/v1/kv/bob/put-start",
+        json!({ "blocks": blocks }),
+    );
+    let put_descs: Vec<SegmentDescriptor> = started["puts"]
+        .as_array()
+        .expect("puts")
+        .iter()
+        .map(|p| desc(&p["descriptor"]))
+        .collect();
+    bob_buf
+        .region()
+        .write_at(0, &pattern(BLOCK, 0xb))
+        .expect("stage");
+    bob_engine
+        .transfer(
+            put_descs
+                .iter()
+                .map(|d| TransferRequest::write(&bob_buf, 0, d)),
+        )
+        .expect("bob writes his own puts");
+    let ids: Vec<Value> = started["puts"]
+        .as_array()
+        .expect("puts")
+        .iter()
+        .map(|p| p["put_id"].clone())
+        .collect();
+    kv(
+        &server,
+        &bob,
+        "/v1/kv/bob/put-end",
+        json!({ "put_ids": ids }),
+    );
+    let leased = kv(&server, &bob, "/v1/kv/bob/get", json!({ "keys": keys }));
+    let lease_descs: Vec<SegmentDescriptor> = leased["blocks"]
+        .as_array()
+        .expect("blocks")
+        .iter()
+        .map(|b| desc(&b["descriptor"]))
+        .collect();
+    assert_eq!(lease_descs.len(), N);
+
+    // A read lease is read-only.
+    let write = bob_engine
+        .transfer([TransferRequest::write(&bob_buf, 0, &lease_descs[0])])
+        .expect_err("a write through a read lease");
+    assert_eq!(refusal(write), Some(Refusal::WrongAccess));
+
+    kv(
+        &server,
+        &bob,
+        "/v1/kv/release",
+        json!({ "leases": leased["leases"] }),
+    );
+    kv(&server, &bob, "/v1/kv/bob/remove", json!({ "keys": keys }));
+
+    // Alice's blocks reuse the freed offsets (one shard, same size, first fit).
+    let alice_data = pattern(BLOCK, 0xa);
+    for i in 0..N {
+        let r = send_as(&server, &alice, "PUT", &format!("/alice/a{i}"), &alice_data);
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let alice_keys: Vec<String> = (0..N).map(|i| format!("a{i}")).collect();
+    let hers = kv(
+        &server,
+        &alice,
+        "/v1/kv/alice/get",
+        json!({ "keys": alice_keys }),
+    );
+    let reused = hers["blocks"]
+        .as_array()
+        .expect("blocks")
+        .iter()
+        .map(|b| desc(&b["descriptor"]))
+        .filter(|d| lease_descs.iter().any(|o| o.offset == d.offset))
+        .count();
+    assert!(reused > 0, "no offset was reused: the test proves nothing");
+
+    for (i, old) in lease_descs.iter().chain(&put_descs).enumerate() {
+        bob_buf
+            .region()
+            .write_at(0, &vec![0u8; BLOCK])
+            .expect("clear");
+        let read = bob_engine.transfer([TransferRequest::read(&bob_buf, 0, old)]);
+        let mut back = vec![0u8; BLOCK];
+        bob_buf.region().read_at(0, &mut back).expect("read back");
+        assert!(back != alice_data, "old descriptor {i} read alice's block");
+        assert!(read.is_err(), "old descriptor {i} still reads");
+        bob_buf
+            .region()
+            .write_at(0, &pattern(BLOCK, 0xb))
+            .expect("stage");
+        let wrote = bob_engine.transfer([TransferRequest::write(&bob_buf, 0, old)]);
+        assert!(wrote.is_err(), "old descriptor {i} still writes");
+    }
+    for i in 0..N {
+        let r = send_as(&server, &alice, "GET", &format!("/alice/a{i}"), b"");
+        assert!(r.body == alice_data, "alice's block a{i} was changed");
+    }
+}
+
+/// A key named many times in one `get` is one lease of one block, and its release is quick:
+/// the call that froze a shard for seconds (each revoke scanned every grant) is answered.
+#[test]
+fn duplicate_keys_in_one_lease_are_one_grant() {
+    let server = node_with_users();
+    let alice = Credentials::new("ALICEKEY", "alice-secret");
+    assert_eq!(send_as(&server, &alice, "PUT", "/alice", b"").status, 200);
+    let r = send_as(&server, &alice, "PUT", "/alice/k", &pattern(4096, 1));
+    assert_eq!(r.status, 200);
+    let keys: Vec<&str> = vec!["k"; 1000];
+    for _ in 0..20 {
+        let leased = kv(&server, &alice, "/v1/kv/alice/get", json!({ "keys": keys }));
+        let first = desc(&leased["blocks"][0]["descriptor"]);
+        let last = desc(&leased["blocks"][999]["descriptor"]);
+        assert_eq!(first, last, "one key, one grant");
+        kv(
+            &server,
+            &alice,
+            "/v1/kv/release",
+            json!({ "leases": leased["leases"] }),
+        );
+    }
+    let text = server.client().get("/metrics").text();
+    assert!(text.contains("yutu_"), "the node answers");
+}
