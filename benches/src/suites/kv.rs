@@ -7,10 +7,9 @@
 //!   on the same host (the owning shards copy into the client's mapped buffer); GB/s with the
 //!   HTTP call counted. Reference: one thread `memcpy`ing the same number of 2 MiB blocks
 //!   between mappings.
-//! - `get_2MiB_shm_client_read`: the raw form: `get` (leases, descriptors), one-sided reads by
-//!   the client's engine forced over shm, `release`. Same reference; no target (it is the path
-//!   for engines that read themselves, e.g. over RDMA).
-//! - `get_2MiB_tcp`: the raw form forced over tcp. Reference: one raw loopback TCP stream
+//! - `get_2MiB_tcp`: the raw form (`get`: leases and read-only descriptors, one-sided reads by
+//!   the client's engine, `release`) over tcp. There is no shm case of the raw form: the node
+//!   never maps its arena into a client (every tenant's blocks are in it). Reference: one raw loopback TCP stream
 //!   carrying 2 MiB blocks, no protocol at all.
 //! - `put_get_4KiB_batched`: 4 KiB blocks in batches of `--small-batch` keys, alternating
 //!   `batch_put_from` and `batch_get_into` through the client library; blocks per second over
@@ -135,7 +134,7 @@ fn run_blocking(args: &KvArgs) -> anyhow::Result<Report> {
                         .region()
                         .write_at((slot * BIG) as u64, &pattern(BIG, i as u64))?;
                 }
-                client.put(&keys, BIG, TransportKind::Shm)?;
+                client.put(&keys, BIG, TransportKind::Tcp)?;
             }
 
             {
@@ -184,20 +183,13 @@ fn run_blocking(args: &KvArgs) -> anyhow::Result<Report> {
                 ));
             }
 
-            for (kind, name, reference_name, target) in [
-                (
-                    TransportKind::Shm,
-                    "get_2MiB_shm_client_read",
-                    "memcpy_2MiB",
-                    None,
-                ),
-                (
+            {
+                let (kind, name, reference_name, target) = (
                     TransportKind::Tcp,
                     "get_2MiB_tcp",
                     "tcp_stream_2MiB",
                     Some(0.8),
-                ),
-            ] {
+                );
                 eprintln!("{name}: kv get over {kind} against {reference_name}...");
                 let batches = args.big_keys / args.big_batch;
                 let batch_keys = |step: usize| -> Vec<&str> {
