@@ -10,6 +10,7 @@
 pub mod http;
 pub mod kv;
 pub mod server;
+pub mod users;
 pub mod xml;
 
 pub use self::http::{Client, Reply};

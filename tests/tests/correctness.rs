@@ -10,9 +10,9 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use yutu_client::Credentials;
+use yutu_tests::users::{alice, bob, node_with_users, send_as, signed};
 use yutu_tests::{etag_of, pattern, xml, Client, Reply, Server};
 
 const MIB: usize = 1 << 20;
@@ -175,65 +175,6 @@ fn a_refused_durable_complete_leaves_the_object_as_it_was() {
     );
 }
 
-const USERS: &str = r#"
-[[users]]
-name = "alice"
-access_key = "ALICEKEY"
-secret_key = "alice-secret"
-
-[[users]]
-name = "bob"
-access_key = "BOBKEY"
-secret_key = "bob-secret"
-"#;
-
-/// A node with authentication on and the users alice and bob.
-fn node_with_users() -> Server {
-    let data = tempfile::tempdir().expect("data dir");
-    let config = data.path().join("yutu.toml");
-    std::fs::write(&config, USERS).expect("write the config file");
-    let mut cmd = std::process::Command::new(yutu_tests::bin_path("yutu-server"));
-    cmd.args([
-        "--listen",
-        "127.0.0.1:0",
-        "--memory",
-        "64MiB",
-        "--shards",
-        "2",
-    ])
-    .args(["--nvme-capacity", "64MiB", "--config"])
-    .arg(&config)
-    .arg("--data-dir")
-    .arg(data.path().join("node"));
-    Server::spawn(cmd, data)
-}
-
-/// The SigV4 headers of `method path?query` with `body` as its payload.
-fn signed(
-    server: &Server,
-    who: &Credentials,
-    method: &str,
-    path: &str,
-    query: &str,
-    body: &[u8],
-) -> Vec<(String, String)> {
-    let host = server.addr.to_string();
-    who.sign(method, &host, path, query, body, SystemTime::now())
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
-}
-
-/// Sends a signed request (no query string) and reads the reply.
-fn send_as(server: &Server, who: &Credentials, method: &str, path: &str, body: &[u8]) -> Reply {
-    let headers = signed(server, who, method, path, "", body);
-    let refs: Vec<(&str, &str)> = headers
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    server.client().send(method, path, &refs, Some(body))
-}
-
 /// DeleteObjects is authorised on the bucket name before its body is read, and deletes by
 /// name once the body is in: alice's slow DeleteObjects on her bucket `shared` outlives the
 /// bucket, bob creates `shared` again and stores `bob.txt`, and alice's request, finishing,
@@ -241,9 +182,15 @@ fn send_as(server: &Server, who: &Credentials, method: &str, path: &str, body: &
 /// bucket of the same name.
 #[test]
 fn a_slow_delete_objects_never_deletes_from_a_recreated_bucket() {
-    let server = node_with_users();
-    let alice = Credentials::new("ALICEKEY", "alice-secret");
-    let bob = Credentials::new("BOBKEY", "bob-secret");
+    let server = node_with_users(&[
+        "--memory",
+        "64MiB",
+        "--shards",
+        "2",
+        "--nvme-capacity",
+        "64MiB",
+    ]);
+    let (alice, bob) = (alice(), bob());
     assert_eq!(send_as(&server, &alice, "PUT", "/shared", b"").status, 200);
 
     let doc = b"<Delete><Object><Key>bob.txt</Key></Object></Delete>";

@@ -2,63 +2,14 @@
 //! one direction and one range, and dies with its grant. Each test plays the hostile tenant
 //! through the real binary and a raw transfer client.
 
-use std::time::SystemTime;
-
 use serde_json::{json, Value};
 use yutu_client::Credentials;
 use yutu_tests::kv::client_engine;
-use yutu_tests::{pattern, Reply, Server};
+use yutu_tests::users::{alice, bob, node_with_users, send_as};
+use yutu_tests::{pattern, Server};
 use yutu_transfer::{
     NodeAddress, Refusal, SegmentDescriptor, TransferEngine, TransferError, TransferRequest,
 };
-
-const USERS: &str = r#"
-[[users]]
-name = "alice"
-access_key = "ALICEKEY"
-secret_key = "alice-secret"
-
-[[users]]
-name = "bob"
-access_key = "BOBKEY"
-secret_key = "bob-secret"
-"#;
-
-/// A node of one shard (so freed offsets are reused at once) with the users alice and bob.
-fn node_with_users() -> Server {
-    let data = tempfile::tempdir().expect("data dir");
-    let config = data.path().join("yutu.toml");
-    std::fs::write(&config, USERS).expect("write the config file");
-    let mut cmd = std::process::Command::new(yutu_tests::bin_path("yutu-server"));
-    cmd.args([
-        "--listen",
-        "127.0.0.1:0",
-        "--memory",
-        "64MiB",
-        "--shards",
-        "1",
-    ])
-    .args(["--nvme-capacity", "0", "--config"])
-    .arg(&config)
-    .arg("--data-dir")
-    .arg(data.path().join("node"));
-    Server::spawn(cmd, data)
-}
-
-/// Sends `body` signed as `who`.
-fn send_as(server: &Server, who: &Credentials, method: &str, path: &str, body: &[u8]) -> Reply {
-    let host = server.addr.to_string();
-    let headers: Vec<(String, String)> = who
-        .sign(method, &host, path, "", body, SystemTime::now())
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-    let refs: Vec<(&str, &str)> = headers
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    server.client().send(method, path, &refs, Some(body))
-}
 
 /// A KV call as `who`; asserts 200 and returns the JSON answer.
 fn kv(server: &Server, who: &Credentials, path: &str, body: Value) -> Value {
@@ -93,6 +44,9 @@ fn refusal(err: TransferError) -> Option<Refusal> {
     }
 }
 
+/// One shard, so a freed offset is reused at once; no NVMe tier.
+const ONE_SHARD: &[&str] = &["--memory", "64MiB", "--shards", "1", "--nvme-capacity", "0"];
+
 const BLOCK: usize = 64 << 10;
 const N: usize = 8;
 
@@ -101,9 +55,8 @@ const N: usize = 8;
 /// of alice's bytes and write none into them; his old put-start descriptors neither.
 #[test]
 fn an_old_descriptor_never_reaches_a_block_stored_later_at_the_same_offset() {
-    let server = node_with_users();
-    let alice = Credentials::new("ALICEKEY", "alice-secret");
-    let bob = Credentials::new("BOBKEY", "bob-secret");
+    let server = node_with_users(ONE_SHARD);
+    let (alice, bob) = (alice(), bob());
     assert_eq!(send_as(&server, &alice, "PUT", "/alice", b"").status, 200);
     assert_eq!(send_as(&server, &bob, "PUT", "/bob", b"").status, 200);
     let (bob_engine, bob_buf) = engine(&server, &bob, 0xb0b);
@@ -221,8 +174,8 @@ fn an_old_descriptor_never_reaches_a_block_stored_later_at_the_same_offset() {
 /// the call that froze a shard for seconds (each revoke scanned every grant) is answered.
 #[test]
 fn duplicate_keys_in_one_lease_are_one_grant() {
-    let server = node_with_users();
-    let alice = Credentials::new("ALICEKEY", "alice-secret");
+    let server = node_with_users(ONE_SHARD);
+    let alice = alice();
     assert_eq!(send_as(&server, &alice, "PUT", "/alice", b"").status, 200);
     let r = send_as(&server, &alice, "PUT", "/alice/k", &pattern(4096, 1));
     assert_eq!(r.status, 200);

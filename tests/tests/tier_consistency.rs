@@ -6,10 +6,10 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::{Arc, Barrier};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use yutu_client::Credentials;
 use yutu_tests::server::wait_until;
+use yutu_tests::users::{alice, bob, node_with_users, send_as, signed};
 use yutu_tests::{pattern, xml, Client, Reply, Server};
 
 const MIB: usize = 1 << 20;
@@ -263,69 +263,20 @@ fn racing_create_only_puts_into_a_disk_bucket_have_one_winner() {
     eprintln!("conflicts answered 409: {contested}");
 }
 
-const USERS: &str = r#"
-[[users]]
-name = "alice"
-access_key = "ALICEKEY"
-secret_key = "alice-secret"
-
-[[users]]
-name = "bob"
-access_key = "BOBKEY"
-secret_key = "bob-secret"
-"#;
-
-/// The SigV4 headers of a request with `body` as its payload.
-fn signed(
-    server: &Server,
-    who: &Credentials,
-    method: &str,
-    path: &str,
-    body: &[u8],
-) -> Vec<(String, String)> {
-    let host = server.addr.to_string();
-    who.sign(method, &host, path, "", body, SystemTime::now())
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
-}
-
-fn send_as(server: &Server, who: &Credentials, method: &str, path: &str, body: &[u8]) -> Reply {
-    let headers = signed(server, who, method, path, body);
-    let refs: Vec<(&str, &str)> = headers
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    server.client().send(method, path, &refs, Some(body))
-}
-
 /// The permission check ran on the accepting shard before the body, by bucket name only: a
 /// bucket deleted and created again by another user during a slow upload received the old
 /// user's object.
 #[test]
 fn a_recreated_bucket_never_receives_an_old_upload() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let config = dir.path().join("yutu.toml");
-    std::fs::write(&config, USERS).expect("config");
-    let data = tempfile::tempdir().expect("temp dir");
-    let mut cmd = std::process::Command::new(yutu_tests::bin_path("yutu-server"));
-    cmd.args([
-        "--listen",
-        "127.0.0.1:0",
+    let server = node_with_users(&[
         "--memory",
         "64MiB",
         "--shards",
         "2",
         "--nvme-capacity",
         "64MiB",
-        "--config",
-    ])
-    .arg(&config)
-    .arg("--data-dir")
-    .arg(data.path());
-    let server = Server::spawn(cmd, data);
-    let alice = Credentials::new("ALICEKEY", "alice-secret");
-    let bob = Credentials::new("BOBKEY", "bob-secret");
+    ]);
+    let (alice, bob) = (alice(), bob());
     assert_eq!(send_as(&server, &alice, "PUT", "/shared", b"").status, 200);
 
     // Alice's upload: signed and authorised now, its body trickles in later.
@@ -338,7 +289,7 @@ fn a_recreated_bucket_never_receives_an_old_upload() {
         server.addr,
         body.len()
     );
-    for (k, v) in signed(&server, &alice, "PUT", "/shared/alice.bin", &body) {
+    for (k, v) in signed(&server, &alice, "PUT", "/shared/alice.bin", "", &body) {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
