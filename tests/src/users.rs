@@ -1,0 +1,70 @@
+//! A node with authentication on and two users, alice and bob, and requests signed as
+//! either: what the multi-tenant tests start from.
+
+use std::time::SystemTime;
+
+use yutu_client::Credentials;
+
+use crate::{bin_path, Reply, Server};
+
+/// The config file's users.
+pub const USERS: &str = r#"
+[[users]]
+name = "alice"
+access_key = "ALICEKEY"
+secret_key = "alice-secret"
+
+[[users]]
+name = "bob"
+access_key = "BOBKEY"
+secret_key = "bob-secret"
+"#;
+
+pub fn alice() -> Credentials {
+    Credentials::new("ALICEKEY", "alice-secret")
+}
+
+pub fn bob() -> Credentials {
+    Credentials::new("BOBKEY", "bob-secret")
+}
+
+/// Starts a node with alice and bob as its users, with `args` (memory, shards, NVMe...).
+pub fn node_with_users(args: &[&str]) -> Server {
+    let data = tempfile::tempdir().expect("data dir");
+    let config = data.path().join("yutu.toml");
+    std::fs::write(&config, USERS).expect("write the config file");
+    let mut cmd = std::process::Command::new(bin_path("yutu-server"));
+    cmd.args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(data.path().join("node"));
+    Server::spawn(cmd, data)
+}
+
+/// The SigV4 headers of `method path?query` with `body` as its payload, signed by `who`.
+pub fn signed(
+    server: &Server,
+    who: &Credentials,
+    method: &str,
+    path: &str,
+    query: &str,
+    body: &[u8],
+) -> Vec<(String, String)> {
+    let host = server.addr.to_string();
+    who.sign(method, &host, path, query, body, SystemTime::now())
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
+/// Sends a request (no query string) signed by `who` and reads the reply.
+pub fn send_as(server: &Server, who: &Credentials, method: &str, path: &str, body: &[u8]) -> Reply {
+    let headers = signed(server, who, method, path, "", body);
+    let refs: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    server.client().send(method, path, &refs, Some(body))
+}
