@@ -46,6 +46,9 @@ pub enum S3ErrorCode {
     RequestHeaderSectionTooLarge,
     ServiceUnavailable,
     SlowDown,
+    /// A per-user limit (leased or reserved KV bytes, leases) is reached: 429, retry after
+    /// releasing. Not an AWS code; AWS says SlowDown with 503 for its own throttling.
+    TooManyRequests,
 }
 
 impl S3ErrorCode {
@@ -89,6 +92,7 @@ impl S3ErrorCode {
             OperationAborted => "OperationAborted",
             ConditionalRequestConflict => "ConditionalRequestConflict",
             InsufficientStorage => "InsufficientStorage",
+            TooManyRequests => "TooManyRequests",
             PreconditionFailed => "PreconditionFailed",
             RequestHeaderSectionTooLarge => "RequestHeaderSectionTooLarge",
             ServiceUnavailable => "ServiceUnavailable",
@@ -127,6 +131,7 @@ impl S3ErrorCode {
             PreconditionFailed => 412,
             ServiceUnavailable | SlowDown => 503,
             InsufficientStorage => 507,
+            TooManyRequests => 429,
             BadDigest
             | EntityTooLarge
             | IncompleteBody
@@ -187,6 +192,7 @@ impl S3ErrorCode {
             SlowDown => "Please reduce your request rate.",
             ConditionalRequestConflict => "A conflicting operation occurred. If using PutObject you can retry the request.",
             InsufficientStorage => "There is not enough storage space to keep the object durably.",
+            TooManyRequests => "A per-user limit is reached; release what you hold and retry.",
         }
     }
 }

@@ -72,9 +72,51 @@ pub struct Flags {
     /// The URL the conductor reaches this node at (default: http://LISTEN-ADDRESS).
     #[arg(long)]
     pub advertise_url: Option<String>,
+    /// KV bytes one user may hold leased on the node (default: a quarter of --memory).
+    #[arg(long)]
+    pub kv_user_leased: Option<ByteSize>,
+    /// KV bytes one user may hold reserved by put-starts not yet ended (default: a quarter of
+    /// --memory).
+    #[arg(long)]
+    pub kv_user_reserved: Option<ByteSize>,
+    /// Leases one user may hold at once on each shard (default 4096).
+    #[arg(long)]
+    pub kv_user_leases: Option<u64>,
     /// TOML file with any of the settings above, and `[[users]]`.
     #[arg(long)]
     pub config: Option<PathBuf>,
+}
+
+/// What one user may hold on the KV path, so that one tenant cannot pin or reserve the DRAM
+/// every other tenant needs. Node-wide values; [`KvLimits::per_shard`] splits them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvLimits {
+    /// Bytes of blocks under the user's leases.
+    pub leased_bytes: u64,
+    /// Bytes reserved by the user's pending puts.
+    pub reserved_bytes: u64,
+    /// Leases at once, per shard.
+    pub leases: u64,
+}
+
+impl KvLimits {
+    /// No limit (a store on its own, in unit tests).
+    pub const NONE: KvLimits = KvLimits {
+        leased_bytes: u64::MAX,
+        reserved_bytes: u64::MAX,
+        leases: u64::MAX,
+    };
+
+    /// One shard's share: the byte limits divided evenly (a user's keys spread evenly over
+    /// the shards), the lease count as it is.
+    pub fn per_shard(&self, shards: usize) -> KvLimits {
+        let n = shards.max(1) as u64;
+        KvLimits {
+            leased_bytes: self.leased_bytes.div_ceil(n),
+            reserved_bytes: self.reserved_bytes.div_ceil(n),
+            leases: self.leases,
+        }
+    }
 }
 
 /// A `[[users]]` table: an access key pair, and what the user may touch besides the buckets
@@ -117,6 +159,9 @@ pub struct FileConfig {
     pub nvme: Option<PathBuf>,
     pub nvme_capacity: Option<ByteSize>,
     pub transfer_listen: Option<SocketAddr>,
+    pub kv_user_leased: Option<ByteSize>,
+    pub kv_user_reserved: Option<ByteSize>,
+    pub kv_user_leases: Option<u64>,
     #[serde(default)]
     pub users: Vec<User>,
 }
@@ -143,6 +188,7 @@ pub struct Settings {
     pub nvme: Option<PathBuf>,
     pub nvme_capacity: u64,
     pub transfer_listen: SocketAddr,
+    pub kv_limits: KvLimits,
     /// This run of the node, in milliseconds since the Unix epoch: KV events are numbered per
     /// epoch, so the conductor can tell a restart from a gap.
     pub epoch: u64,
@@ -274,6 +320,22 @@ impl Settings {
         } else {
             flags.domains
         };
+        let kv_limits = KvLimits {
+            leased_bytes: flags
+                .kv_user_leased
+                .or(file.kv_user_leased)
+                .map_or(memory / 4, |b| b.0),
+            reserved_bytes: flags
+                .kv_user_reserved
+                .or(file.kv_user_reserved)
+                .map_or(memory / 4, |b| b.0),
+            leases: flags.kv_user_leases.or(file.kv_user_leases).unwrap_or(4096),
+        };
+        if kv_limits.leases == 0 {
+            return Err(ConfigError::Invalid(
+                "--kv-user-leases must be positive".into(),
+            ));
+        }
         if max_object_size == 0 {
             return Err(ConfigError::Invalid(
                 "--max-object-size must be positive".into(),
@@ -315,6 +377,7 @@ impl Settings {
                 .or(file.transfer_listen)
                 .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
             nvme: (nvme_capacity > 0).then(|| nvme_path.clone()),
+            kv_limits,
             advertise_url: flags.advertise_url.or(file.advertise_url),
             epoch: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

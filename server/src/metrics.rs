@@ -183,6 +183,10 @@ pub struct ShardMetrics {
     pub durable_limit: Gauge,
     pub durable_refused: Counter,
     pub durable_dropped: Counter,
+    /// KV calls refused by a per-user limit, by limit.
+    pub kv_limit_leased: Counter,
+    pub kv_limit_reserved: Counter,
+    pub kv_limit_leases: Counter,
     pub nvme_objects: Gauge,
     pub nvme_reclaimed_regions: Gauge,
     pub nvme_corrupt_records: Gauge,
@@ -215,6 +219,9 @@ impl Default for ShardMetrics {
             durable_limit: Gauge::default(),
             durable_refused: Counter::default(),
             durable_dropped: Counter::default(),
+            kv_limit_leased: Counter::default(),
+            kv_limit_reserved: Counter::default(),
+            kv_limit_leases: Counter::default(),
             nvme_objects: Gauge::default(),
             nvme_reclaimed_regions: Gauge::default(),
             nvme_corrupt_records: Gauge::default(),
@@ -334,7 +341,7 @@ type Reading = (
 /// The families with one series per shard (and per reading).
 fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE};
-    let table: [(&str, MetricType, &str, &[Reading]); 22] = [
+    let table: [(&str, MetricType, &str, &[Reading]); 23] = [
         (
             "yutu_tier_hits_total",
             COUNTER,
@@ -397,6 +404,16 @@ fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
             COUNTER,
             "Durable writes refused because the NVMe tier could not keep them (507).",
             &[(None, |m| m.durable_refused.get())],
+        ),
+        (
+            "yutu_kv_user_limit_refused_total",
+            COUNTER,
+            "KV calls refused (429) because the user reached a limit: leased bytes, reserved bytes or leases.",
+            &[
+                (Some(("limit", "leased_bytes")), |m| m.kv_limit_leased.get()),
+                (Some(("limit", "reserved_bytes")), |m| m.kv_limit_reserved.get()),
+                (Some(("limit", "leases")), |m| m.kv_limit_leases.get()),
+            ],
         ),
         (
             "yutu_durable_dropped_total",

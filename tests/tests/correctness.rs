@@ -17,9 +17,19 @@ use yutu_tests::{etag_of, pattern, xml, Client, Reply, Server};
 
 const MIB: usize = 1 << 20;
 
-/// A node of one shard with `memory` of DRAM and `nvme` of NVMe tier.
+/// A node of one shard with `memory` of DRAM and `nvme` of NVMe tier; the one (anonymous)
+/// user may reserve all of it, which is how these tests fill DRAM.
 fn one_shard(memory: &str, nvme: &str) -> Server {
-    Server::start(&["--memory", memory, "--shards", "1", "--nvme-capacity", nvme])
+    Server::start(&[
+        "--memory",
+        memory,
+        "--shards",
+        "1",
+        "--nvme-capacity",
+        nvme,
+        "--kv-user-reserved",
+        memory,
+    ])
 }
 
 /// Creates a bucket whose objects are written through to NVMe before a PUT is answered.

@@ -415,7 +415,17 @@ fn kv_child_writer() {
 
 #[test]
 fn a_client_killed_mid_transfer_leaves_the_server_serving() {
-    let server = Server::start(&["--memory", "128MiB", "--shards", "2"]);
+    // The child's abandoned reservations pile up to all of DRAM (one anonymous user).
+    let server = Server::start(&[
+        "--memory",
+        "128MiB",
+        "--shards",
+        "2",
+        "--kv-user-reserved",
+        "128MiB",
+        "--kv-user-leased",
+        "128MiB",
+    ]);
     let c = server.client();
     c.mb("dying");
     assert_eq!(c.put("/dying/victim", b"the old version").status, 200);

@@ -195,3 +195,106 @@ fn duplicate_keys_in_one_lease_are_one_grant() {
     let text = server.client().get("/metrics").text();
     assert!(text.contains("yutu_"), "the node answers");
 }
+
+/// One tenant can neither reserve nor pin the DRAM the others need: past a quarter of the
+/// node's memory (the default per-user limits) bob's put-starts and leases are refused with
+/// 429 and a reason, counted in the metrics, and alice's objects stay and her calls succeed.
+#[test]
+fn one_user_cannot_reserve_or_pin_the_node() {
+    let server = node_with_users(ONE_SHARD);
+    let (alice, bob) = (alice(), bob());
+    assert_eq!(send_as(&server, &alice, "PUT", "/alice", b"").status, 200);
+    assert_eq!(send_as(&server, &bob, "PUT", "/bob", b"").status, 200);
+    let mib = 1 << 20;
+    for i in 0..12 {
+        let r = send_as(
+            &server,
+            &alice,
+            "PUT",
+            &format!("/alice/o{i}"),
+            &pattern(mib, i),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+
+    // Reservations that are never ended: 16 MiB (a quarter of 64 MiB) and no more.
+    let mut reserved = 0;
+    let refused = loop {
+        let body =
+            json!({"blocks": [{"key": format!("r{reserved}"), "len": mib}], "ttl_ms": 60_000});
+        let r = send_as(
+            &server,
+            &bob,
+            "POST",
+            "/v1/kv/bob/put-start",
+            body.to_string().as_bytes(),
+        );
+        if r.status != 200 {
+            break r;
+        }
+        reserved += 1;
+        assert!(reserved <= 64, "bob reserved all of DRAM");
+    };
+    assert_eq!(reserved, 16, "{}", refused.text());
+    assert_eq!(refused.status, 429);
+    assert_eq!(refused.code().as_deref(), Some("TooManyRequests"));
+    assert!(
+        refused.text().contains("unfinished puts"),
+        "{}",
+        refused.text()
+    );
+
+    // Leases: bob stores 17 blocks of 1 MiB through S3 (his own), then tries to lease them all.
+    for i in 0..17 {
+        let r = send_as(
+            &server,
+            &bob,
+            "PUT",
+            &format!("/bob/l{i}"),
+            &pattern(mib, 100 + i),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let keys: Vec<String> = (0..17).map(|i| format!("l{i}")).collect();
+    let r = send_as(
+        &server,
+        &bob,
+        "POST",
+        "/v1/kv/bob/get",
+        json!({ "keys": keys }).to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(r.text().contains("leased bytes"), "{}", r.text());
+
+    // Alice: every object still there, and her own lease and put-start work.
+    for i in 0..12 {
+        let got = send_as(&server, &alice, "GET", &format!("/alice/o{i}"), b"");
+        assert!(
+            got.status == 200 && got.body == pattern(mib, i),
+            "alice's o{i}"
+        );
+    }
+    kv(
+        &server,
+        &alice,
+        "/v1/kv/alice/get",
+        json!({ "keys": ["o1", "o2"] }),
+    );
+    kv(
+        &server,
+        &alice,
+        "/v1/kv/alice/put-start",
+        json!({"blocks": [{"key": "new", "len": mib}]}),
+    );
+    let metrics = server.client().get("/metrics").text();
+    for limit in ["reserved_bytes", "leased_bytes"] {
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("yutu_kv_user_limit_refused_total")
+                    && l.contains(&format!("limit=\"{limit}\""))
+                    && !l.ends_with(" 0")),
+            "no refusal counted for {limit}"
+        );
+    }
+}

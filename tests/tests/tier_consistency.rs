@@ -17,6 +17,9 @@ const MIB: usize = 1 << 20;
 /// One shard with 16 MiB of DRAM: objects up to 1 MiB are promoted back from NVMe.
 fn small_node() -> Server {
     Server::start(&[
+        // The one (anonymous) user may reserve all of DRAM: some tests fill it that way.
+        "--kv-user-reserved",
+        "16MiB",
         "--memory",
         "16MiB",
         "--shards",

@@ -99,9 +99,21 @@ pub struct Pin {
     pub(crate) orphan: Option<(Extent, u64)>,
 }
 
+/// What one user holds on a shard, checked against [`crate::config::KvLimits`] before a lease or put-start.
+/// An entry exists only while the user holds something, so the map is bounded by the users
+/// with live leases or puts.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct KvUsage {
+    pub leased_bytes: u64,
+    pub reserved_bytes: u64,
+    pub leases: u64,
+}
+
 pub struct Lease {
     /// Who took it (the user's name; empty without authentication): only they may release it.
     pub(crate) holder: String,
+    /// Bytes of the distinct blocks it pins (counted against the holder's limit).
+    pub(crate) bytes: u64,
     /// The grant its descriptors carry.
     pub(crate) grant: GrantId,
     /// The distinct entries it pins, with the arena offset each was granted at.
@@ -153,6 +165,53 @@ impl ShardStore {
         out
     }
 
+    /// What `holder` holds on this shard now.
+    pub fn kv_usage(&self, holder: &str) -> KvUsage {
+        self.kv_usage.get(holder).copied().unwrap_or_default()
+    }
+
+    /// Refuses a lease of `bytes` that would take `holder` past a limit.
+    fn admit_lease(&self, holder: &str, bytes: u64) -> Result<(), StoreError> {
+        let (u, l) = (self.kv_usage(holder), self.kv_limits);
+        if u.leases >= l.leases {
+            self.metrics.kv_limit_leases.inc();
+            return Err(StoreError::UserLimit(format!(
+                "You hold {} leases on this shard, the most a user may; release some and retry.",
+                u.leases
+            )));
+        }
+        if u.leased_bytes.saturating_add(bytes) > l.leased_bytes {
+            self.metrics.kv_limit_leased.inc();
+            return Err(StoreError::UserLimit(format!(
+                "You hold {} leased bytes on this shard; {bytes} more would pass the limit of {}. Release some and retry.",
+                u.leased_bytes, l.leased_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses a put-start of `bytes` that would take `holder` past its reservation limit.
+    fn admit_reservation(&self, holder: &str, bytes: u64) -> Result<(), StoreError> {
+        let (u, l) = (self.kv_usage(holder), self.kv_limits);
+        if u.reserved_bytes.saturating_add(bytes) > l.reserved_bytes {
+            self.metrics.kv_limit_reserved.inc();
+            return Err(StoreError::UserLimit(format!(
+                "You hold {} bytes of unfinished puts on this shard; {bytes} more would pass the limit of {}. End or revoke some and retry.",
+                u.reserved_bytes, l.reserved_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Applies `change` to `holder`'s usage, dropping the entry once it holds nothing.
+    fn account(&mut self, holder: &str, change: impl FnOnce(&mut KvUsage)) {
+        let u = self.kv_usage.entry(holder.to_string()).or_default();
+        change(u);
+        if *u == KvUsage::default() {
+            self.kv_usage.remove(holder);
+        }
+    }
+
     /// A grant id never used before on this shard.
     fn next_grant(&mut self) -> GrantId {
         self.next_id += 1;
@@ -192,6 +251,8 @@ impl ShardStore {
                 None => found.push(None),
             }
         }
+        let bytes: u64 = ranges.iter().map(|(_, len)| len).sum();
+        self.admit_lease(holder, bytes)?;
         for (id, _) in &entries {
             let pin = self.pins.entry(*id).or_insert(Pin {
                 count: 0,
@@ -210,10 +271,15 @@ impl ShardStore {
                 g.grant(grant, *r, Access::Read, expires);
             }
         }
+        self.account(holder, |u| {
+            u.leased_bytes += bytes;
+            u.leases += 1;
+        });
         self.leases.insert(
             lease_id,
             Lease {
                 holder: holder.to_string(),
+                bytes,
                 grant,
                 entries,
                 expires,
@@ -227,6 +293,10 @@ impl ShardStore {
         let Some(lease) = self.leases.remove(&lease_id) else {
             return false;
         };
+        self.account(&lease.holder, |u| {
+            u.leased_bytes -= lease.bytes;
+            u.leases -= 1;
+        });
         if let Some(g) = &self.grants {
             g.revoke(lease.grant, lease.entries.iter().map(|(_, offset)| *offset));
         }
@@ -314,8 +384,10 @@ impl ShardStore {
     ) -> Result<(u64, GrantId), StoreError> {
         let meta = ObjectMeta::for_block(len);
         self.check_write(bucket, key, &Default::default())?;
+        self.admit_reservation(holder, len)?;
         let charge = Self::charge_for(bucket, key, len, &meta);
         let extent = self.reserve(len, charge)?;
+        self.account(holder, |u| u.reserved_bytes += len);
         let offset = extent.offset;
         let grant = self.next_grant();
         if let Some(g) = &self.grants {
@@ -356,6 +428,7 @@ impl ShardStore {
             .pending_puts
             .remove(&put_id)
             .ok_or(StoreError::NoSuchUpload)?;
+        self.account(&p.holder, |u| u.reserved_bytes -= p.extent.len);
         if let Some(g) = &self.grants {
             g.revoke(p.grant, [p.extent.offset]);
         }
@@ -374,6 +447,7 @@ impl ShardStore {
     pub fn put_revoke(&mut self, put_id: u64) -> bool {
         match self.pending_puts.remove(&put_id) {
             Some(p) => {
+                self.account(&p.holder, |u| u.reserved_bytes -= p.extent.len);
                 if let Some(g) = &self.grants {
                     g.revoke(p.grant, [p.extent.offset]);
                 }
@@ -600,6 +674,44 @@ mod tests {
             .get("b", "blk", None, false, &ReadConditions::default())
             .unwrap();
         assert_eq!(&still[..], b"old");
+    }
+
+    #[test]
+    fn per_user_limits_refuse_and_release_restores() {
+        let mut s = store(1 << 20);
+        s.set_kv_limits(crate::config::KvLimits {
+            leased_bytes: 8192,
+            reserved_bytes: 4096,
+            leases: 2,
+        });
+        for k in ["a", "b", "c"] {
+            put(&mut s, k, &[7u8; 4096]);
+        }
+        let keys = |ks: &[&str]| ks.iter().map(|k| k.to_string()).collect::<Vec<_>>();
+        let ttl = Duration::from_secs(10);
+        // A key named twice counts once.
+        s.lease(1, "bob", "b", &keys(&["a", "a"]), ttl).unwrap();
+        assert_eq!(s.kv_usage("bob").leased_bytes, 4096);
+        assert!(matches!(
+            s.lease(2, "bob", "b", &keys(&["b", "c"]), ttl),
+            Err(StoreError::UserLimit(_))
+        ));
+        s.lease(3, "bob", "b", &keys(&["b"]), ttl).unwrap();
+        // Two leases: the third is refused even for no bytes; alice is not affected.
+        assert!(matches!(
+            s.lease(4, "bob", "b", &keys(&["missing"]), ttl),
+            Err(StoreError::UserLimit(_))
+        ));
+        s.lease(5, "alice", "b", &keys(&["a", "b"]), ttl).unwrap();
+        assert!(s.put_start(6, "bob", "b", "p", 4096, ttl).is_ok());
+        assert!(matches!(
+            s.put_start(7, "bob", "b", "q", 1, ttl),
+            Err(StoreError::UserLimit(_))
+        ));
+        assert!(s.release_lease(1) && s.release_lease(3) && s.put_revoke(6));
+        assert_eq!(s.kv_usage("bob"), KvUsage::default());
+        assert!(!s.kv_usage.contains_key("bob"), "empty usage is dropped");
+        s.lease(8, "bob", "b", &keys(&["b", "c"]), ttl).unwrap();
     }
 
     #[test]

@@ -20,6 +20,7 @@ use super::events::EventLog;
 use super::eviction::{EntryId, EvictionPolicy};
 use super::kv::{Lease, PendingPut, Pin};
 use super::multipart::Upload;
+use crate::config::KvLimits;
 use crate::metrics::ShardMetrics;
 use crate::model::listing::{merge, shard_page, ListItem, ListQuery, Listable};
 use crate::model::{serve, BucketInfo, Durability, GetResult, ListedMeta, ObjectMeta, StoreError};
@@ -102,6 +103,9 @@ pub struct ShardStore {
     pub(crate) pending_puts: HashMap<u64, PendingPut>,
     /// The ranges leases and puts granted, shared with the transfer engine's guard.
     pub(crate) grants: Option<Arc<super::kv::Grants>>,
+    /// This shard's share of the per-user KV limits, and what each user holds.
+    pub(crate) kv_limits: KvLimits,
+    pub(crate) kv_usage: HashMap<String, super::kv::KvUsage>,
     /// Reverse index for the eviction policy, which deals in ids only.
     pub(crate) ids: HashMap<EntryId, (String, String)>,
     pub(crate) policy: Box<dyn EvictionPolicy>,
@@ -135,6 +139,8 @@ impl ShardStore {
             leases: HashMap::new(),
             pending_puts: HashMap::new(),
             grants: None,
+            kv_limits: KvLimits::NONE,
+            kv_usage: HashMap::new(),
             ids: HashMap::new(),
             policy,
             next_id: 1,
@@ -225,6 +231,11 @@ impl ShardStore {
                 None => ev.removed(bucket, key),
             }
         }
+    }
+
+    /// This shard's share of the per-user KV limits.
+    pub fn set_kv_limits(&mut self, limits: KvLimits) {
+        self.kv_limits = limits;
     }
 
     /// Shares the lease and put grants with the transfer engine.

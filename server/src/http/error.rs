@@ -115,6 +115,7 @@ impl From<StoreError> for S3Error {
             StoreError::InsufficientStorage(m) => {
                 S3Error::new(S3ErrorCode::InsufficientStorage).msg(m)
             }
+            StoreError::UserLimit(m) => S3Error::new(S3ErrorCode::TooManyRequests).msg(m),
             StoreError::Device(_) => S3Error::new(S3ErrorCode::InternalError)
                 .msg("The storage device failed or returned a corrupt record; the bytes were not served."),
         }

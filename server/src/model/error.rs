@@ -38,6 +38,9 @@ pub enum StoreError {
     Conflict,
     #[error("{0}")]
     InsufficientStorage(String),
+    /// A per-user KV limit is reached (the message says which).
+    #[error("{0}")]
+    UserLimit(String),
     #[error("NVMe tier: {0}")]
     Device(String),
 }

@@ -237,6 +237,7 @@ async fn run_shard(
         .map_err(|e| format!("cannot register the arena with the transfer engine: {e}"))?;
     let mut store = ShardStore::new(arena, policy(settings.eviction), metrics[id].clone());
     store.set_grants(grants);
+    store.set_kv_limits(settings.kv_limits.per_shard(n));
     if nvme.is_some() {
         // Objects waiting for their NVMe append: an eighth of the shard's DRAM, at most 64 MiB.
         store.enable_demotion((shard_memory / 8).min(64 << 20));
