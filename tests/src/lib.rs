@@ -8,6 +8,7 @@
 //! `$YUTU_BIN_DIR`; the test command builds them first (`cargo build --workspace --bins`).
 
 pub mod http;
+pub mod imports;
 pub mod kv;
 pub mod server;
 pub mod users;
