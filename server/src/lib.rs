@@ -1,7 +1,7 @@
 //! Yutu storage node.
 //!
 //! The crate is built in layers; each folder is one, and a module imports only from the
-//! layers listed before its own (`tests/layers.rs` checks the `use crate::` lines):
+//! layers listed before its own (`tests/tests/layers.rs` checks every `crate::` path):
 //!
 //! 1. [`model`], [`metrics`], [`net`]: plain types, counters, the glommio/hyper glue.
 //! 2. [`config`]: the node's settings and users.

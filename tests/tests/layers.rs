@@ -1,0 +1,122 @@
+//! The storage node's layers import one way only.
+//!
+//! Each top-level module of `server/src/` belongs to one layer (see the crate docs); a file
+//! may name `crate::X` only when X's layer is below its own (or X is its own module). Modules
+//! of one layer do not import each other either. The test parses every file under
+//! `server/src/` with `syn` (the reader is `yutu_tests::imports`, shared with
+//! `module_cycles`) and reads every `crate::` path in it, in `use` trees, inline and in macro
+//! tokens, test modules included, so a new upward or sideways import fails here.
+
+use std::collections::BTreeSet;
+
+use yutu_tests::imports::{crate_paths_with_tests, parse, rust_files, workspace};
+
+/// Lowest first. Modules in one group are independent of each other.
+const LAYERS: &[&[&str]] = &[
+    &["model"],
+    &["metrics"],
+    &["net"],
+    &["config"],
+    &["engine"],
+    &["tier"],
+    &["node"],
+    &["auth", "events", "kv"],
+    &["http"],
+    &["serve"],
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|group| group.contains(&module))
+}
+
+/// What breaks the rule in one file of top-level module `own`, which names `named`.
+fn violations(own: &str, named: &BTreeSet<String>) -> Vec<String> {
+    let Some(layer) = layer_of(own) else {
+        return vec![format!(
+            "module `{own}` is in no layer (add it to LAYERS and the crate docs)"
+        )];
+    };
+    let mut out = Vec::new();
+    for name in named.iter().filter(|n| *n != own) {
+        match layer_of(name) {
+            Some(l) if l < layer => {}
+            Some(_) => out.push(format!(
+                "`{own}` imports `crate::{name}`, which is not below it"
+            )),
+            None => out.push(format!("`crate::{name}` is in no layer")),
+        }
+    }
+    out
+}
+
+#[test]
+fn imports_run_one_way() {
+    let src = workspace().join("server").join("src");
+    let mut problems = Vec::new();
+    let mut seen = BTreeSet::new();
+    for file in rust_files(&src) {
+        let rel = file.strip_prefix(&src).expect("under src");
+        let first = rel
+            .components()
+            .next()
+            .and_then(|c| c.as_os_str().to_str())
+            .unwrap_or_default()
+            .trim_end_matches(".rs")
+            .to_string();
+        if first == "lib" || first == "main" {
+            continue;
+        }
+        seen.insert(first.clone());
+        let named = crate_paths_with_tests(&parse(&file));
+        for problem in violations(&first, &named) {
+            problems.push(format!("server/src/{}: {problem}", rel.display()));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // Every layer listed still exists, so the list cannot rot into permitting anything.
+    for module in LAYERS.iter().flat_map(|g| g.iter()) {
+        assert!(
+            seen.contains(*module),
+            "layer module `{module}` has no source"
+        );
+    }
+}
+
+#[test]
+fn the_checker_sees_grouped_and_inline_paths() {
+    let file = syn::parse_file(
+        "use crate::{model::X, tier};\nfn f() { crate::http::go(); }\n// crate::serve in a comment\n\
+         fn g() { assert!(crate::net::up(), \"crate::config in a string\"); }\n\
+         #[cfg(test)]\nmod tests { use crate::auth::T; }\n",
+    )
+    .expect("the sample parses");
+    let found = crate_paths_with_tests(&file);
+    let want: BTreeSet<String> = ["model", "tier", "http", "net", "auth"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(found, want);
+    // From `engine`: `model` and `net` are below it, `tier`, `http` and `auth` are not.
+    assert_eq!(
+        violations("engine", &found),
+        [
+            "`engine` imports `crate::auth`, which is not below it",
+            "`engine` imports `crate::http`, which is not below it",
+            "`engine` imports `crate::tier`, which is not below it",
+        ]
+    );
+    // Sideways within one layer, and a name in no layer.
+    let named: BTreeSet<String> = ["events", "engine", "nowhere"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(
+        violations("kv", &named),
+        [
+            "`kv` imports `crate::events`, which is not below it",
+            "`crate::nowhere` is in no layer",
+        ]
+    );
+    assert_eq!(violations("http", &BTreeSet::new()), Vec::<String>::new());
+    assert_eq!(violations("new", &BTreeSet::new()).len(), 1);
+}
