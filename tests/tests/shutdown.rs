@@ -8,18 +8,28 @@ use std::time::Duration;
 use yutu_tests::server::wait_until;
 use yutu_tests::{pattern, Server};
 
-/// Sends a PUT's head and the first half of its body; the rest is sent by the caller.
+/// Sends a PUT's head, waits until the node is reading its body (its `100 Continue`: the
+/// request is in progress, not just bytes in a socket buffer), and sends the first half of
+/// the body; the rest is sent by the caller.
 fn start_put(server: &Server, path: &str, body: &[u8]) -> TcpStream {
     let mut s = TcpStream::connect(server.addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(30)))
         .expect("read timeout");
     write!(
         s,
-        "PUT {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n\r\n",
+        "PUT {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
         server.addr,
         body.len()
     )
     .expect("head");
+    s.flush().expect("flush");
+    let mut interim = [0u8; 25];
+    s.read_exact(&mut interim).expect("100 Continue");
+    assert!(
+        interim.starts_with(b"HTTP/1.1 100"),
+        "{}",
+        String::from_utf8_lossy(&interim)
+    );
     s.write_all(&body[..body.len() / 2]).expect("first half");
     s.flush().expect("flush");
     s

@@ -16,7 +16,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 
 use super::catalog::{BucketRecord, Catalog};
 use super::shard::{Job, Shard};
-use super::shutdown::{StopFlag, StopSignal};
+use super::shutdown::{DrainBarrier, StopFlag, StopSignal};
 use crate::config::{EvictionKind, Settings};
 use crate::engine::arena::Arena;
 use crate::engine::eviction::{EvictionPolicy, Lru};
@@ -118,6 +118,7 @@ pub fn start(settings: Settings, serve: Serve, stop: StopFlag) -> Result<Node, S
         .map(|c| c.get())
         .unwrap_or(1);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<usize, String>>();
+    let barrier = DrainBarrier::new(n);
 
     let mut handles = Vec::with_capacity(n);
     for i in 0..n {
@@ -135,6 +136,7 @@ pub fn start(settings: Settings, serve: Serve, stop: StopFlag) -> Result<Node, S
         let engine = engine.clone();
         let serve = serve.clone();
         let stop = stop.clone();
+        let barrier = barrier.clone();
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("yutu-shard-{i}"))
             .io_memory(if settings.nvme.is_some() {
@@ -153,6 +155,7 @@ pub fn start(settings: Settings, serve: Serve, stop: StopFlag) -> Result<Node, S
                     engine,
                     serve,
                     stop,
+                    barrier,
                 };
                 if let Err(message) = run_shard(start, ready.clone()).await {
                     let _ = ready.send(Err(message));
@@ -187,6 +190,7 @@ struct ShardStart {
     engine: yutu_transfer::TransferEngine,
     serve: Serve,
     stop: StopFlag,
+    barrier: DrainBarrier,
 }
 
 async fn run_shard(
@@ -203,6 +207,7 @@ async fn run_shard(
         engine,
         serve,
         stop,
+        barrier,
     } = start;
     let n = settings.shards;
     // Every shard joins the mesh; its position in the mesh is its shard id.
@@ -285,22 +290,33 @@ async fn run_shard(
     tracing::info!(shard = id, memory = shard_memory, "shard ready");
     let _ = ready.send(Ok(id));
     serve(shard.clone(), listener).await;
-    drain(&shard).await;
+    drain(&shard, &barrier).await;
     Ok(())
 }
 
 /// After the listener closed: waits for the connections in progress (up to a deadline), then
-/// makes everything appended to NVMe durable.
-async fn drain(shard: &Shard) {
-    let left = shard
-        .connections
-        .drained(std::time::Instant::now() + DRAIN_DEADLINE)
-        .await;
+/// for the other shards to do the same (serving their jobs meanwhile), then makes everything
+/// appended to NVMe durable.
+async fn drain(shard: &Shard, barrier: &DrainBarrier) {
+    let deadline = std::time::Instant::now() + DRAIN_DEADLINE;
+    let left = shard.connections.drained(deadline).await;
     if left > 0 {
         tracing::warn!(
             shard = shard.id,
             connections = left,
             "stopping with connections still open"
+        );
+    }
+    // A little past the connections' deadline, so that a shard that gave up on its own
+    // connections at the deadline still counts as drained here.
+    let others = barrier
+        .arrive_and_wait(deadline + std::time::Duration::from_secs(1))
+        .await;
+    if others > 0 {
+        tracing::warn!(
+            shard = shard.id,
+            shards = others,
+            "stopping while other shards still drain"
         );
     }
     if let Some(nvme) = &shard.tier.nvme {

@@ -127,6 +127,31 @@ impl Drop for Stopped {
     }
 }
 
+/// The shards still draining their own connections. A request on one shard may need a job
+/// run on any other (the key's owner), so a shard that has drained keeps serving the others'
+/// jobs until every shard has drained, and only then stops.
+#[derive(Clone)]
+pub struct DrainBarrier(Arc<std::sync::atomic::AtomicUsize>);
+
+impl DrainBarrier {
+    pub fn new(shards: usize) -> DrainBarrier {
+        DrainBarrier(Arc::new(std::sync::atomic::AtomicUsize::new(shards)))
+    }
+
+    /// Counts this shard as drained, then waits until all are or `deadline` passes; how many
+    /// are still draining.
+    pub async fn arrive_and_wait(&self, deadline: Instant) -> usize {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+        loop {
+            let left = self.0.load(Ordering::Acquire);
+            if left == 0 || Instant::now() >= deadline {
+                return left;
+            }
+            glommio::timer::sleep(POLL).await;
+        }
+    }
+}
+
 /// Connections a shard is serving, so that a stop can wait for them.
 #[derive(Clone, Default)]
 pub struct Connections(Rc<Cell<usize>>);
