@@ -58,6 +58,14 @@ impl BaseUrl {
         &self.0
     }
 
+    /// The path prefix (`/s3` of `http://proxy/s3`; empty without one). A proxy that mounts
+    /// a node under it strips it, so the node sees, and verifies signatures over, the path
+    /// after it.
+    pub(crate) fn path_prefix(&self) -> &str {
+        let rest = self.0.split_once("://").map_or("", |(_, r)| r);
+        rest.find('/').map_or("", |i| &rest[i..])
+    }
+
     /// `{base}/` — the service root (ListBuckets).
     pub(crate) fn service(&self) -> String {
         format!("{}/", self.0)

@@ -63,7 +63,10 @@ impl Client {
         let base = BaseUrl::parse(base_url)?;
         let mut config = Agent::config_builder();
         if let Some(c) = credentials {
-            config = config.middleware(Signer(c));
+            config = config.middleware(Signer {
+                credentials: c,
+                prefix: base.path_prefix().to_string(),
+            });
         }
         let agent: Agent = config
             .http_status_as_error(false)

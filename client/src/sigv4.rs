@@ -75,7 +75,12 @@ impl Credentials {
 /// Signs every request an agent sends (the S3 [`crate::Client`]): header SigV4 with an
 /// unsigned payload, so streamed uploads are not read twice (the node accepts
 /// `UNSIGNED-PAYLOAD`, as S3 does).
-pub(crate) struct Signer(pub(crate) Credentials);
+/// Signs each request; `prefix` is the base URL's path prefix, left out of the signed path
+/// (the node behind a proxy that strips it verifies the path it receives).
+pub(crate) struct Signer {
+    pub(crate) credentials: Credentials,
+    pub(crate) prefix: String,
+}
 
 impl ureq::middleware::Middleware for Signer {
     fn handle(
@@ -96,10 +101,15 @@ impl ureq::middleware::Middleware for Signer {
             (Some(h), _) => h.to_string(),
             (None, _) => String::new(),
         };
-        let headers = self.0.sign_hashed(
+        let path = uri
+            .path()
+            .strip_prefix(self.prefix.as_str())
+            .filter(|p| p.starts_with('/'))
+            .unwrap_or(uri.path());
+        let headers = self.credentials.sign_hashed(
             request.method().as_str(),
             &host,
-            uri.path(),
+            path,
             uri.query().unwrap_or(""),
             UNSIGNED_PAYLOAD,
             SystemTime::now(),

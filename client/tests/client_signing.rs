@@ -13,6 +13,11 @@ const SECRET: &str = "the-secret/+key";
 
 /// Verifies like a node: `Err(why)` unless the signature holds.
 fn verify(r: &Req) -> Result<(), &'static str> {
+    verify_behind(r, "")
+}
+
+/// Verifies like a node behind a proxy that strips `prefix` from the path.
+fn verify_behind(r: &Req, prefix: &str) -> Result<(), &'static str> {
     let auth = r.header("authorization").ok_or("not signed")?;
     let rest = auth.strip_prefix("AWS4-HMAC-SHA256 ").ok_or("not SigV4")?;
     let field = |name: &str| {
@@ -36,6 +41,7 @@ fn verify(r: &Req) -> Result<(), &'static str> {
         Some((p, q)) => (p, Some(q)),
         None => (r.target.as_str(), None),
     };
+    let path = path.strip_prefix(prefix).ok_or("outside the prefix")?;
     let payload = r.header("x-amz-content-sha256").ok_or("no payload hash")?;
     let request = CanonicalRequest::new(&r.method, path, query, headers, payload);
     let amz_date = r.header("x-amz-date").ok_or("no x-amz-date")?;
@@ -113,4 +119,24 @@ fn a_wrong_secret_is_the_servers_error() {
     };
     assert_eq!(message, "not signed");
     assert_eq!(server.requests()[1].header("authorization"), None);
+}
+
+/// With a base URL under a path prefix (a node mounted behind a proxy that strips it), the
+/// signed path is the one the node receives: without the prefix.
+#[test]
+fn a_prefixed_base_url_signs_the_path_the_node_sees() {
+    let server = FakeServer::start(|r| match verify_behind(r, "/s3") {
+        Err(why) => Resp::s3_error(403, "SignatureDoesNotMatch", why),
+        Ok(()) if r.method == "GET" => object_headers(Resp::new(200).body("hello"), "\"e\""),
+        Ok(()) => Resp::new(200).header("etag", "\"e\""),
+    });
+    let base = format!("{}/s3", server.url);
+    let client = Client::with_credentials(&base, Some(Credentials::new(ACCESS, SECRET))).unwrap();
+    client.create_bucket("b").unwrap();
+    client.put_bytes("b", "k", b"hello").unwrap();
+    assert_eq!(client.get_bytes("b", "k").unwrap(), b"hello");
+    assert!(server
+        .requests()
+        .iter()
+        .all(|r| r.target.starts_with("/s3/")));
 }
