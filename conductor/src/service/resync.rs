@@ -10,6 +10,7 @@ use std::io::BufReader;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use yutu_api::events::{KvSnapshot, SNAPSHOT_PATH};
 
 use super::Shared;
@@ -42,14 +43,23 @@ pub fn fetch_snapshot(
     Ok(serde_json::from_reader(BufReader::new(reader))?)
 }
 
+/// Delays between snapshot fetches: 100 ms, doubling, at most 5 s, for as long as the resync
+/// is wanted.
+const BACKOFF: ExponentialBuilder = ExponentialBuilder::new()
+    .with_min_delay(Duration::from_millis(100))
+    .with_factor(2.0)
+    .with_max_delay(Duration::from_secs(5))
+    .without_max_times();
+
 /// Starts serving resync `generation` of `node` in the background.
 pub(crate) fn spawn(shared: Arc<Shared>, node: NodeId, generation: u64) {
     tokio::spawn(run(shared, node, generation));
 }
 
 async fn run(shared: Arc<Shared>, node: NodeId, mut generation: u64) {
-    let mut backoff = Duration::from_millis(100);
+    let mut delays = BACKOFF.build();
     loop {
+        let backoff = delays.next().unwrap_or(Duration::from_secs(5));
         // No URL yet (the node pushed before it was registered): registration restarts this.
         let Some(url) = shared.core().resync_source(node, generation) else {
             return;
@@ -89,6 +99,5 @@ async fn run(shared: Arc<Shared>, node: NodeId, mut generation: u64) {
             return;
         }
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
