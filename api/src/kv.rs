@@ -9,6 +9,8 @@
 //! | call | request | answer |
 //! |---|---|---|
 //! | `GET` [`ENGINE_PATH`] | | [`NodeAddress`] of the node's engine (add it as a peer) |
+//! | `POST` [`PEERS_PATH`] | [`PeerRequest`] | [`PeerResponse`]: a session for get-into and put-from |
+//! | `DELETE` [`PEERS_PATH`]`/{session}` | | 204: the session is over |
 //! | `POST /v1/kv/{bucket}/exists` | [`KeysRequest`] | [`ExistsResponse`] |
 //! | `POST /v1/kv/{bucket}/prefix` | [`KeysRequest`] (a chain, in order) | [`PrefixResponse`] |
 //! | `POST /v1/kv/{bucket}/put-start` | [`PutStartRequest`] | [`PutStartResponse`] |
@@ -44,6 +46,17 @@ pub const KV_ROOT: &str = "/v1/kv";
 
 /// `GET`: the node's transfer engine address, a [`NodeAddress`].
 pub const ENGINE_PATH: &str = "/v1/kv/engine";
+
+/// `POST` a [`PeerRequest`]: register the client's transfer engine, which the node then
+/// reaches for get-into and put-from under the session it answers. `DELETE
+/// {PEERS_PATH}/{session}` ends one.
+///
+/// The node never reaches an address a client names without proof: before it answers, it
+/// challenges each path of the address (tcp, shm) and keeps only those whose listener answers
+/// with the secret of the request, which the client has given its own engine (its
+/// `TransferEngine::trust`). A session belongs to the user who registered it, and a node id
+/// belongs to one live session at a time.
+pub const PEERS_PATH: &str = "/v1/kv/peers";
 
 /// `POST` a [`ReleaseRequest`]: give leases back early. Not per bucket.
 pub const RELEASE_PATH: &str = "/v1/kv/release";
@@ -199,7 +212,7 @@ pub struct ReleaseRequest {
 /// The memory is named in one of two forms: `targets`, a descriptor per key (the block goes
 /// at its start and must fit in it), or `buffer` and `ranges`, one descriptor and an
 /// `[offset, room]` range of it per key. Either way every descriptor must name memory of
-/// `client`'s own engine, and the node refuses a mix of the forms ([`GetIntoRequest::targets`]
+/// the session's engine, and the node refuses a mix of the forms ([`GetIntoRequest::targets`]
 /// answers `None` for one).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -215,8 +228,8 @@ pub struct GetIntoRequest {
     /// ...and an `[offset, room]` range in it per key (offsets relative to `buffer`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ranges: Option<Vec<(u64, u64)>>,
-    /// The client's transfer engine, which owns the memory.
-    pub client: NodeAddress,
+    /// The client's engine, as registered at [`PEERS_PATH`]; it owns the memory.
+    pub session: String,
 }
 
 /// Where a [`GetIntoRequest`] wants its blocks, once the form is known to be consistent.
@@ -236,14 +249,14 @@ impl GetIntoRequest {
     pub fn per_key(
         keys: Vec<String>,
         targets: Vec<SegmentDescriptor>,
-        client: NodeAddress,
+        session: String,
     ) -> GetIntoRequest {
         GetIntoRequest {
             keys,
             targets: Some(targets),
             buffer: None,
             ranges: None,
-            client,
+            session,
         }
     }
 
@@ -252,14 +265,14 @@ impl GetIntoRequest {
         keys: Vec<String>,
         buffer: SegmentDescriptor,
         ranges: Vec<(u64, u64)>,
-        client: NodeAddress,
+        session: String,
     ) -> GetIntoRequest {
         GetIntoRequest {
             keys,
             targets: None,
             buffer: Some(buffer),
             ranges: Some(ranges),
-            client,
+            session,
         }
     }
 
@@ -283,8 +296,55 @@ pub struct PutFromRequest {
     pub blocks: Vec<PutFromBlock>,
     /// The client's buffer; each block is `[offset, offset + len)` of it.
     pub buffer: SegmentDescriptor,
-    /// The client's transfer engine, which owns the buffer.
+    /// The client's engine, as registered at [`PEERS_PATH`]; it owns the buffer.
+    pub session: String,
+}
+
+/// Registers the client's transfer engine ([`PEERS_PATH`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerRequest {
+    /// The client engine's address (`TransferEngine::address`).
     pub client: NodeAddress,
+    /// 32 random bytes, 64 hex digits, that the client's engine answers the node's challenges
+    /// with (`TransferEngine::trust(node, secret)` before this call).
+    pub secret: PeerSecret,
+}
+
+/// A session secret: 32 bytes, written as 64 hex digits. Its `Debug` hides it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PeerSecret(pub [u8; 32]);
+
+impl fmt::Debug for PeerSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PeerSecret(…)")
+    }
+}
+
+impl Serialize for PeerSecret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&hex::encode(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for PeerSecret {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PeerSecret, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(text.as_ref(), &mut out)
+            .map_err(|_| serde::de::Error::custom("a peer secret is 64 hex digits"))?;
+        Ok(PeerSecret(out))
+    }
+}
+
+/// The answer to a [`PeerRequest`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerResponse {
+    /// Names the registration in get-into and put-from.
+    pub session: String,
+    /// The paths of the client's address that proved to be the client's (`tcp`, `shm`); the
+    /// node uses only these.
+    pub paths: Vec<String>,
 }
 
 /// One block of a [`PutFromRequest`].
@@ -581,12 +641,12 @@ mod tests {
             vec!["a".into(), "b".into()],
             desc(4096, 2 << 20),
             vec![(0, 1024), (1024, 4096)],
-            client(),
+            "s1".into(),
         );
         exact(
             &req,
             &format!(
-                r#"{{"keys":["a","b"],"buffer":{DESC_JSON},"ranges":[[0,1024],[1024,4096]],"client":{CLIENT_JSON}}}"#
+                r#"{{"keys":["a","b"],"buffer":{DESC_JSON},"ranges":[[0,1024],[1024,4096]],"session":"s1"}}"#
             ),
         );
         assert!(matches!(
@@ -594,10 +654,10 @@ mod tests {
             Some(GetIntoTargets::Buffer { ranges, .. }) if ranges.len() == 2
         ));
         let per_key =
-            GetIntoRequest::per_key(vec!["a".into()], vec![desc(4096, 2 << 20)], client());
+            GetIntoRequest::per_key(vec!["a".into()], vec![desc(4096, 2 << 20)], "s1".into());
         exact(
             &per_key,
-            &format!(r#"{{"keys":["a"],"targets":[{DESC_JSON}],"client":{CLIENT_JSON}}}"#),
+            &format!(r#"{{"keys":["a"],"targets":[{DESC_JSON}],"session":"s1"}}"#),
         );
         assert!(matches!(per_key.targets(), Some(GetIntoTargets::PerKey(t)) if t.len() == 1));
         let mixed = GetIntoRequest {
@@ -622,6 +682,36 @@ mod tests {
     }
 
     #[test]
+    fn peers() {
+        let req = PeerRequest {
+            client: client(),
+            secret: PeerSecret([0x5a; 32]),
+        };
+        exact(
+            &req,
+            &format!(
+                r#"{{"client":{CLIENT_JSON},"secret":"{}"}}"#,
+                "5a".repeat(32)
+            ),
+        );
+        assert!(
+            !format!("{req:?}").contains("5a5a"),
+            "Debug leaks the secret"
+        );
+        for bad in ["5a", "zz", ""] {
+            let text = format!(r#"{{"client":{CLIENT_JSON},"secret":"{bad}"}}"#);
+            assert!(serde_json::from_str::<PeerRequest>(&text).is_err(), "{bad}");
+        }
+        exact(
+            &PeerResponse {
+                session: "s1".into(),
+                paths: vec!["tcp".into(), "shm".into()],
+            },
+            r#"{"session":"s1","paths":["tcp","shm"]}"#,
+        );
+    }
+
+    #[test]
     fn put_from() {
         let req = PutFromRequest {
             blocks: vec![PutFromBlock {
@@ -630,12 +720,12 @@ mod tests {
                 len: 8,
             }],
             buffer: desc(4096, 2 << 20),
-            client: client(),
+            session: "s1".into(),
         };
         exact(
             &req,
             &format!(
-                r#"{{"blocks":[{{"key":"k","offset":64,"len":8}}],"buffer":{DESC_JSON},"client":{CLIENT_JSON}}}"#
+                r#"{{"blocks":[{{"key":"k","offset":64,"len":8}}],"buffer":{DESC_JSON},"session":"s1"}}"#
             ),
         );
     }
@@ -667,11 +757,11 @@ mod tests {
         refused::<PutStartRequest>(json!({"blocks": [{"key": "a", "len": 1, "x": 0}]}));
         refused::<PutIdsRequest>(json!({"put_ids": [1], "x": 0}));
         refused::<ReleaseRequest>(json!({"leases": [1], "x": 0}));
-        refused::<PutFromRequest>(json!({"blocks": [], "buffer": null, "client": null}));
+        refused::<PutFromRequest>(json!({"blocks": [], "buffer": null, "session": null}));
         let mut get_into: Value = serde_json::to_value(GetIntoRequest::per_key(
             vec!["a".into()],
             vec![desc(0, 1)],
-            client(),
+            "s1".into(),
         ))
         .unwrap();
         get_into["x"] = json!(1);

@@ -34,3 +34,28 @@ pub fn spawn_self(name: &str, env: &str, url: &str) -> Child {
         .spawn()
         .expect("spawn the child test")
 }
+
+/// Registers `engine` as a peer of the node behind `c` (unsigned: a node with `--no-auth`)
+/// the way a client library does: the engine trusts the node with a fresh secret, then
+/// `POST /v1/kv/peers` names it; returns the session for get-into and put-from.
+pub fn register(c: &crate::Client, engine: &TransferEngine) -> String {
+    let node: yutu_transfer::NodeAddress =
+        serde_json::from_slice(&c.get("/v1/kv/engine").body).expect("the node's engine address");
+    let secret = crate::pattern(32, engine.node().0);
+    let mut key = [0u8; 32];
+    key.copy_from_slice(&secret);
+    engine.trust(node.node, key);
+    let body = serde_json::json!({"client": engine.address(), "secret": hex::encode(key)});
+    let r = c.send(
+        "POST",
+        "/v1/kv/peers",
+        &[("content-type", "application/json")],
+        Some(body.to_string().as_bytes()),
+    );
+    assert_eq!(r.status, 200, "register the engine: {}", r.text());
+    let answer: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
+    answer["session"]
+        .as_str()
+        .expect("a session id")
+        .to_string()
+}

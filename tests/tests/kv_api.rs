@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use yutu_tests::kv::{client_engine, spawn_self};
+use yutu_tests::kv::{client_engine, register, spawn_self};
 use yutu_tests::server::wait_until;
 use yutu_tests::{pattern, Client, Server};
 use yutu_transfer::transport::TransportKind;
@@ -146,7 +146,7 @@ fn roundtrip(server: &Server, path: TransportKind, bucket: &str) {
     let into = post(
         &c,
         &format!("/v1/kv/{bucket}/get-into"),
-        &json!({"keys": keys, "targets": targets, "client": p.engine.address()}),
+        &json!({"keys": keys, "targets": targets, "session": register(&c, &p.engine)}),
     );
     assert_eq!(into["copied"].as_array().unwrap().len(), sizes.len());
     for (i, (s, off)) in sizes.iter().zip(&read_at).enumerate() {

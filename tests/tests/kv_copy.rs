@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use yutu_tests::kv::{client_engine, spawn_self};
+use yutu_tests::kv::{client_engine, register, spawn_self};
 use yutu_tests::server::wait_until;
 use yutu_tests::{pattern, Client, Reply, Server};
 use yutu_transfer::{LocalSegment, NodeAddress, SegmentDescriptor, TransferEngine};
@@ -30,6 +30,7 @@ fn post(c: &Client, path: &str, body: &Value) -> Value {
 struct Peer {
     engine: TransferEngine,
     buf: LocalSegment,
+    session: String,
     _dir: tempfile::TempDir,
 }
 
@@ -41,9 +42,11 @@ impl Peer {
         let addr: NodeAddress =
             serde_json::from_slice(&server.client().get("/v1/kv/engine").body).unwrap();
         engine.add_peer(addr);
+        let session = register(&server.client(), &engine);
         Peer {
             engine,
             buf,
+            session,
             _dir: dir,
         }
     }
@@ -66,7 +69,7 @@ impl Peer {
         send(
             c,
             &format!("/v1/kv/{bucket}/put-from"),
-            &json!({"blocks": blocks, "buffer": self.whole(), "client": self.engine.address()}),
+            &json!({"blocks": blocks, "buffer": self.whole(), "session": self.session}),
         )
     }
 
@@ -74,7 +77,7 @@ impl Peer {
         send(
             c,
             &format!("/v1/kv/{bucket}/get-into"),
-            &json!({"keys": keys, "buffer": self.whole(), "ranges": ranges, "client": self.engine.address()}),
+            &json!({"keys": keys, "buffer": self.whole(), "ranges": ranges, "session": self.session}),
         )
     }
 }
@@ -134,7 +137,7 @@ fn round_trip(remote: bool) {
     let r = post(
         &c,
         "/v1/kv/copy/get-into",
-        &json!({"keys": ["blk-1"], "targets": [target], "client": p.engine.address()}),
+        &json!({"keys": ["blk-1"], "targets": [target], "session": p.session}),
     );
     assert_eq!(r["copied"], json!([4096]));
     assert!(p.read(48 << 20, 4096) == pattern(4096, 41));
@@ -168,7 +171,7 @@ fn bad_requests_are_refused_and_nothing_is_stored() {
     let p = Peer::new(&server, 0xbad, 1 << 20, false);
     assert_eq!(c.put("/bad/seed", b"seed").status, 200);
     let whole = p.whole();
-    let me = p.engine.address();
+    let me = p.session.clone();
     let expect_400 = |path: &str, body: Value, why: &str| {
         let r = send(&c, path, &body);
         assert_eq!(r.status, 400, "{why}: {}", r.text());
@@ -177,12 +180,12 @@ fn bad_requests_are_refused_and_nothing_is_stored() {
     // Ranges outside the buffer.
     expect_400(
         "/v1/kv/bad/put-from",
-        json!({"blocks": [{"key": "k", "offset": (1u64 << 20) - 10, "len": 11}], "buffer": whole, "client": me}),
+        json!({"blocks": [{"key": "k", "offset": (1u64 << 20) - 10, "len": 11}], "buffer": whole, "session": me}),
         "range past the buffer",
     );
     expect_400(
         "/v1/kv/bad/get-into",
-        json!({"keys": ["k"], "buffer": whole, "ranges": [[u64::MAX, 2]], "client": me}),
+        json!({"keys": ["k"], "buffer": whole, "ranges": [[u64::MAX, 2]], "session": me}),
         "overflowing range",
     );
     // A forged token: the client's engine refuses it, the node stores nothing.
@@ -190,32 +193,38 @@ fn bad_requests_are_refused_and_nothing_is_stored() {
     forged.token.0[0] ^= 0xff;
     expect_400(
         "/v1/kv/bad/put-from",
-        json!({"blocks": [{"key": "forged", "offset": 0, "len": 16}], "buffer": forged, "client": me}),
+        json!({"blocks": [{"key": "forged", "offset": 0, "len": 16}], "buffer": forged, "session": me}),
         "forged token",
     );
     assert_eq!(c.head("/bad/forged").status, 404);
     // Both target forms at once, or neither; a count that does not match the keys.
     expect_400(
         "/v1/kv/bad/get-into",
-        json!({"keys": ["k"], "targets": [whole], "buffer": whole, "ranges": [[0, 1]], "client": me}),
+        json!({"keys": ["k"], "targets": [whole], "buffer": whole, "ranges": [[0, 1]], "session": me}),
         "two target forms",
     );
     expect_400(
         "/v1/kv/bad/get-into",
-        json!({"keys": ["k"], "client": me}),
+        json!({"keys": ["k"], "session": me}),
         "no targets",
     );
     expect_400(
         "/v1/kv/bad/get-into",
-        json!({"keys": ["k", "l"], "buffer": whole, "ranges": [[0, 1]], "client": me}),
+        json!({"keys": ["k", "l"], "buffer": whole, "ranges": [[0, 1]], "session": me}),
         "fewer ranges than keys",
     );
-    // The node's own id as the client.
+    // The node's own engine cannot be registered as a client.
     let server_addr: NodeAddress = serde_json::from_slice(&c.get("/v1/kv/engine").body).unwrap();
     expect_400(
-        "/v1/kv/bad/put-from",
-        json!({"blocks": [{"key": "k", "offset": 0, "len": 1}], "buffer": whole, "client": server_addr}),
+        "/v1/kv/peers",
+        json!({"client": server_addr, "secret": "00".repeat(32)}),
         "the server's own node id",
+    );
+    // A session that does not exist.
+    expect_400(
+        "/v1/kv/bad/put-from",
+        json!({"blocks": [{"key": "k", "offset": 0, "len": 1}], "buffer": whole, "session": "0123"}),
+        "an unknown session",
     );
     // A descriptor of memory that is not the caller's (here: the node's own arena, leased
     // for reading) cannot be made a get-into target or a put-from source.
@@ -224,12 +233,12 @@ fn bad_requests_are_refused_and_nothing_is_stored() {
     assert!(arena.is_object(), "{leased}");
     expect_400(
         "/v1/kv/bad/get-into",
-        json!({"keys": ["seed"], "targets": [arena], "client": me}),
+        json!({"keys": ["seed"], "targets": [arena], "session": me}),
         "the node's arena as target",
     );
     expect_400(
         "/v1/kv/bad/put-from",
-        json!({"blocks": [{"key": "copy", "offset": 0, "len": 4}], "buffer": arena, "client": me}),
+        json!({"blocks": [{"key": "copy", "offset": 0, "len": 4}], "buffer": arena, "session": me}),
         "the node's arena as source",
     );
     assert_eq!(c.get("/bad/seed").body, b"seed");
@@ -353,9 +362,10 @@ fn put_from_child_writer() {
     let dir = tempfile::tempdir().unwrap();
     let (engine, buf) = client_engine(0xc41d, dir.path(), None, 8 << 20);
     let whole = buf.descriptor(0, buf.len()).unwrap();
+    let session = register(&c, &engine);
     loop {
         let body = json!({"blocks": [{"key": "victim", "offset": 0, "len": 8 << 20}],
-            "buffer": whole, "client": engine.address()});
+            "buffer": whole, "session": session});
         let _ = send(&c, "/v1/kv/dying/put-from", &body);
     }
 }

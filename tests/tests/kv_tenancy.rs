@@ -298,3 +298,141 @@ fn one_user_cannot_reserve_or_pin_the_node() {
         );
     }
 }
+
+/// Registers `engine` as `who`'s peer with `secret` (the engine trusts the node with it
+/// first); the reply.
+fn register_as(
+    server: &Server,
+    who: &yutu_client::Credentials,
+    engine: &TransferEngine,
+    client: &NodeAddress,
+    secret: [u8; 32],
+) -> yutu_tests::Reply {
+    let r = send_as(server, who, "GET", "/v1/kv/engine", b"");
+    let node: NodeAddress =
+        serde_json::from_slice(&r.body).unwrap_or_else(|_| panic!("{}", r.text()));
+    engine.trust(node.node, secret);
+    let body = json!({"client": client, "secret": hex::encode(secret)});
+    send_as(
+        server,
+        who,
+        "POST",
+        "/v1/kv/peers",
+        body.to_string().as_bytes(),
+    )
+}
+
+/// Alice's engine is registered under her session. Bob can neither register his address
+/// under her node id (which would route her blocks to him) nor use her session, and her
+/// get-into still lands in her buffer.
+#[test]
+fn another_user_cannot_take_or_use_a_registered_engine() {
+    let server = node_with_users(ONE_SHARD);
+    let (alice, bob) = (alice(), bob());
+    assert_eq!(send_as(&server, &alice, "PUT", "/alice", b"").status, 200);
+    let r = send_as(&server, &alice, "PUT", "/alice/k", &pattern(4096, 3));
+    assert_eq!(r.status, 200);
+    let (alice_engine, alice_buf) = engine(&server, &alice, 0xa11ce);
+    let r = register_as(
+        &server,
+        &alice,
+        &alice_engine,
+        &alice_engine.address(),
+        [1; 32],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let session: Value = serde_json::from_slice(&r.body).expect("json");
+    let session = session["session"].as_str().expect("session").to_string();
+
+    // Bob: his own engine's address, under alice's node id.
+    let (bob_engine, _) = engine(&server, &bob, 0xb0b);
+    let mut forged = bob_engine.address();
+    forged.node = alice_engine.node();
+    let r = register_as(&server, &bob, &bob_engine, &forged, [2; 32]);
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(r.code().as_deref(), Some("OperationAborted"));
+    // Bob naming alice's session.
+    let target = alice_buf.descriptor(0, 4096).expect("descriptor");
+    let body = json!({"keys": ["k"], "targets": [target], "session": session});
+    let r = send_as(
+        &server,
+        &bob,
+        "POST",
+        "/v1/kv/alice/get-into",
+        body.to_string().as_bytes(),
+    );
+    assert_ne!(r.status, 200, "bob used alice's session: {}", r.text());
+    // Alice's own call works and her buffer holds her block.
+    let copied = kv(&server, &alice, "/v1/kv/alice/get-into", body);
+    assert_eq!(copied["copied"], json!([4096]));
+    let mut back = vec![0u8; 4096];
+    alice_buf.region().read_at(0, &mut back).expect("read");
+    assert_eq!(back, pattern(4096, 3));
+}
+
+/// The node never dials an address a client names without proof: a registration naming a
+/// port that is not the client's engine (here a listener that records what it gets, as a
+/// Redis or any other service would) and a Unix socket that is not an engine is refused, the
+/// port receives at most one fixed challenge frame (no payload, nothing the client chose),
+/// and the socket receives nothing; get-into needs a registered session.
+#[test]
+fn the_node_never_sends_payload_to_an_unproven_address() {
+    use std::io::Read;
+    let server = node_with_users(ONE_SHARD);
+    let bob = bob();
+    assert_eq!(send_as(&server, &bob, "PUT", "/bob", b"").status, 200);
+    let r = send_as(&server, &bob, "PUT", "/bob/k", &pattern(4096, 4));
+    assert_eq!(r.status, 200);
+    let (bob_engine, bob_buf) = engine(&server, &bob, 0xb0b);
+
+    let victim = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let victim_addr = victim.local_addr().expect("addr");
+    let received = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        victim.set_nonblocking(false).expect("blocking listener");
+        if let Ok((mut s, _)) = victim.accept() {
+            let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+            let _ = s.read_to_end(&mut got);
+        }
+        got
+    });
+    let dir = tempfile::tempdir().expect("dir");
+    let sock_path = dir.path().join("not-an-engine.sock");
+    let sock = std::os::unix::net::UnixListener::bind(&sock_path).expect("unix bind");
+    sock.set_nonblocking(true).expect("nonblocking");
+
+    let mut claimed = bob_engine.address();
+    claimed.tcp = Some(victim_addr);
+    claimed.shm = Some(sock_path.clone());
+    let r = register_as(&server, &bob, &bob_engine, &claimed, [3; 32]);
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(r.code().as_deref(), Some("AccessDenied"));
+    let got = received.join().expect("victim thread");
+    assert!(
+        got.len() <= 128,
+        "the unproven port received {} bytes: more than a challenge",
+        got.len()
+    );
+    assert!(
+        !got.windows(4).any(|w| w == &pattern(4096, 4)[..4]),
+        "block bytes reached the unproven port"
+    );
+    let mut unix_got = Vec::new();
+    if let Ok((mut s, _)) = sock.accept() {
+        let _ = s.set_nonblocking(true);
+        let _ = s.read_to_end(&mut unix_got);
+    }
+    assert!(unix_got.is_empty(), "the socket received {unix_got:?}");
+
+    // No session, no get-into.
+    let target = bob_buf.descriptor(0, 4096).expect("descriptor");
+    let body = json!({"keys": ["k"], "targets": [target], "session": "not-registered"});
+    let r = send_as(
+        &server,
+        &bob,
+        "POST",
+        "/v1/kv/bob/get-into",
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+}

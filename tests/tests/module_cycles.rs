@@ -54,22 +54,6 @@ const ALLOWED: &[Allowed] = &[
         why: "not broken yet: metrics and routing read the Conductor's state and its scratch \
               space; the state wants a module of its own below all three",
     },
-    Allowed {
-        root: "transfer/src/lib.rs",
-        edges: &[
-            "error -> transport",
-            "request -> segment",
-            "segment -> error",
-            "stats -> transport",
-            "transport -> error",
-            "transport -> request",
-            "transport -> segment",
-            "transport -> stats",
-        ],
-        why: "not broken yet: TransportKind lives in transport but names paths in errors and \
-              stats; it wants a module of its own (the peer-session work of issue #11 will \
-              reshape transport)",
-    },
 ];
 
 fn sorted(mut v: Vec<String>) -> Vec<String> {

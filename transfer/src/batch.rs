@@ -13,7 +13,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::error::TransferError;
-use crate::transport::TransportKind;
+use crate::kind::TransportKind;
 
 /// How one request of a batch completed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,6 +15,7 @@ use crate::address::NodeAddress;
 use crate::batch::{BatchHandle, BatchResult, BatchState};
 use crate::descriptor::{NodeId, SegmentDescriptor};
 use crate::error::{Side, TransferError};
+use crate::proof::{Prover, Secret, TrustedSecrets};
 use crate::region::MemoryRegion;
 use crate::request::TransferRequest;
 use crate::segment::{LocalSegment, SegmentTable};
@@ -118,6 +119,8 @@ struct EngineInner {
     path_cooldown: Duration,
     segments: Arc<SegmentTable>,
     peers: RwLock<HashMap<NodeId, Arc<Peer>>>,
+    /// The challengers this engine's listeners answer (`trust`), shared with them.
+    trusted: Arc<TrustedSecrets>,
     paths: Arc<Paths>,
     shm: Arc<ShmTransport>,
     rdma_error: Option<RdmaError>,
@@ -148,6 +151,11 @@ impl TransferEngine {
         let tcp_counters = Arc::new(ListenerCounters::default());
         let shm_counters = Arc::new(ListenerCounters::default());
         let rdma_counters = Arc::new(ListenerCounters::default());
+        let trusted = Arc::new(TrustedSecrets::default());
+        let prover = Prover {
+            node: config.node,
+            trusted: Arc::clone(&trusted),
+        };
 
         let tcp_listener = match config.tcp_listen {
             Some(bind) => Some(TcpTransferListener::start(
@@ -156,6 +164,7 @@ impl TransferEngine {
                 ListenOptions {
                     idle_timeout: config.idle_timeout,
                     max_connections: config.max_connections,
+                    prover: prover.clone(),
                 },
                 Arc::clone(&tcp_counters),
             )?),
@@ -171,6 +180,7 @@ impl TransferEngine {
                     mode: config.shm_socket_mode,
                     idle_timeout: config.idle_timeout,
                     max_connections: config.max_connections,
+                    prover,
                 },
                 Arc::clone(&shm_counters),
             )?),
@@ -252,6 +262,7 @@ impl TransferEngine {
             path_cooldown: config.path_cooldown,
             segments,
             peers: RwLock::new(HashMap::new()),
+            trusted,
             paths,
             shm,
             rdma_error,
@@ -379,6 +390,87 @@ impl TransferEngine {
     /// The address a peer was added with.
     pub fn peer(&self, node: NodeId) -> Option<NodeAddress> {
         self.read_peers().get(&node).map(|p| p.addr.clone())
+    }
+
+    /// From now on this engine's listeners (tcp and shm) answer proof challenges that come
+    /// from the engine `challenger` with `secret`. Replaces an earlier secret for it.
+    ///
+    /// This is how a client lets a node use its address: it gives the same secret to the node
+    /// over the authenticated control plane, and the node's [`TransferEngine::verify_peer`]
+    /// keeps only the paths that answer with it. Challengers without a secret are refused.
+    pub fn trust(&self, challenger: NodeId, secret: [u8; 32]) {
+        self.inner.trusted.trust(challenger, secret);
+    }
+
+    /// Stops answering `challenger`'s challenges.
+    pub fn distrust(&self, challenger: NodeId) {
+        self.inner.trusted.distrust(challenger);
+    }
+
+    /// Challenges each path of `addr` that this engine could use (tcp; shm only when
+    /// `addr.host` equals this engine's host) and returns `addr` keeping only the paths whose
+    /// listener proved it is engine `addr.node` and knows `secret` for this engine (`rdma` is
+    /// always removed: its handshake carries no proof yet). Err (TransferError) when no path
+    /// proves.
+    ///
+    /// Blocking; every connect, write and read is bounded by `timeout`, and each path is tried
+    /// once. Never sends anything but the challenge to an unproven address.
+    ///
+    /// More precisely, each path's whole exchange ends within `timeout` (a peer that trickles
+    /// its answer cannot stretch it), and the paths are tried one after the other, so the call
+    /// returns within about twice `timeout`. Over shm the socket must first greet as
+    /// `addr.node` with `addr.incarnation`, or it is sent nothing at all. The error is
+    /// [`TransferError::AllPathsFailed`] with each path's reason, or
+    /// [`TransferError::NoPath`] when `addr` offers no path this engine could challenge.
+    /// Run it off executor threads.
+    pub fn verify_peer(
+        &self,
+        addr: &NodeAddress,
+        secret: &[u8; 32],
+        timeout: Duration,
+    ) -> Result<NodeAddress, TransferError> {
+        let me = self.node();
+        let local = &self.inner.local;
+        let secret: &Secret = secret;
+        let mut proven = addr.clone();
+        proven.rdma = None;
+        let mut attempts = Vec::new();
+        match addr.tcp {
+            Some(tcp) if local.tcp => {
+                if let Err(err) =
+                    crate::transport::tcp::prove::challenge(tcp, me, addr.node, secret, timeout)
+                {
+                    attempts.push((TransportKind::Tcp, err));
+                    proven.tcp = None;
+                }
+            }
+            _ => proven.tcp = None,
+        }
+        match &addr.shm {
+            Some(path) if local.shm && addr.host == local.host => {
+                if let Err(err) =
+                    crate::transport::shm::prove::challenge(path, addr, me, secret, timeout)
+                {
+                    attempts.push((TransportKind::Shm, err));
+                    proven.shm = None;
+                }
+            }
+            _ => proven.shm = None,
+        }
+        for (kind, err) in &attempts {
+            tracing::debug!(node = %addr.node, %kind, %err, "path did not prove itself");
+        }
+        if proven.tcp.is_none() && proven.shm.is_none() {
+            return Err(if attempts.is_empty() {
+                TransferError::NoPath { node: addr.node }
+            } else {
+                TransferError::AllPathsFailed {
+                    node: addr.node,
+                    attempts,
+                }
+            });
+        }
+        Ok(proven)
     }
 
     fn forget(&self, node: NodeId) {

@@ -12,9 +12,12 @@ use std::io;
 use std::sync::Arc;
 
 use crate::descriptor::{DescriptorError, NodeId, SegmentId};
+use crate::kind::TransportKind;
 use crate::region::RegionError;
-use crate::transport::rdma::RdmaError;
-use crate::transport::TransportKind;
+
+pub mod rdma;
+
+use rdma::RdmaError;
 
 /// Which side of a request a bounds error is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +60,10 @@ pub enum Refusal {
     Expired = 8,
     #[error("the descriptor does not grant this access (a read lease cannot be written)")]
     WrongAccess = 9,
+    /// Answer to a proof challenge (see `proof.rs`) from a node this engine shares no secret
+    /// with.
+    #[error("the engine does not answer proof challenges from this node (no shared secret)")]
+    Untrusted = 10,
 }
 
 impl Refusal {
@@ -77,6 +84,7 @@ impl Refusal {
             7 => Refusal::BadRequest,
             8 => Refusal::Expired,
             9 => Refusal::WrongAccess,
+            10 => Refusal::Untrusted,
             _ => return None,
         })
     }

@@ -24,6 +24,15 @@
 //! tcp, see [`select`]); a request that fails on one path for a reason another path may not
 //! share (an I/O error, an unreachable socket) is retried on the next before it is reported.
 //!
+//! # Proving an address
+//!
+//! An engine never has to take a peer's word for where it listens: before a node uses an
+//! address a client names, [`TransferEngine::verify_peer`] challenges each of its paths, and
+//! only a listener of the claimed engine that shares a secret with the challenger can answer
+//! ([`TransferEngine::trust`] gives it that secret; it travels over the authenticated control
+//! plane, never over the path being proven). Nothing but the challenge is ever sent to an
+//! address before it has answered.
+//!
 //! # Threads, not executors
 //!
 //! Everything here runs on plain std threads: a pool of workers that initiate transfers, and
@@ -57,6 +66,8 @@ mod batch;
 mod descriptor;
 mod engine;
 mod error;
+mod kind;
+mod proof;
 mod region;
 mod request;
 mod segment;
@@ -74,10 +85,10 @@ pub use descriptor::{
 };
 pub use engine::{EngineConfig, RdmaMode, TransferEngine};
 pub use error::{Refusal, Side, TransferError};
+pub use kind::TransportKind;
 pub use region::{HugePages, MemoryRegion, RegionError};
 pub use request::{TransferOp, TransferRequest};
 pub use segment::{LocalSegment, RangeGuard};
 pub use stats::{EngineStats, ListenerStats, TransportStats};
 pub use transport::rdma::RdmaError;
 pub use transport::shm::DirectRange;
-pub use transport::TransportKind;

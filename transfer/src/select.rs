@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::address::NodeAddress;
-use crate::transport::TransportKind;
+use crate::kind::TransportKind;
 
 /// What this engine can initiate.
 #[derive(Clone, Debug, PartialEq, Eq)]

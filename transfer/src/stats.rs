@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::transport::TransportKind;
+use crate::kind::TransportKind;
 
 /// A snapshot of [`crate::TransferEngine::stats`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -34,9 +34,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use ureq::Agent;
 use yutu_api::kv::{
-    CopiedResponse, EtagsResponse, ExistsResponse, GetIntoRequest, KeysRequest, KvOp,
-    PrefixResponse, PutFromBlock, PutFromRequest, PutIdsRequest, PutStartBlock, PutStartRequest,
-    PutStartResponse, RemoveResponse, RevokeResponse, StartedPut, ENGINE_PATH,
+    CopiedResponse, EtagsResponse, ExistsResponse, GetIntoRequest, KeysRequest, KvOp, PeerRequest,
+    PeerResponse, PeerSecret, PrefixResponse, PutFromBlock, PutFromRequest, PutIdsRequest,
+    PutStartBlock, PutStartRequest, PutStartResponse, RemoveResponse, RevokeResponse, StartedPut,
+    ENGINE_PATH, PEERS_PATH,
 };
 use yutu_transfer::{
     EngineConfig, HugePages, LocalSegment, MemoryRegion, NodeAddress, NodeId, RegionError,
@@ -138,6 +139,32 @@ impl Drop for Inner {
     }
 }
 
+/// Ends the session, so that the node drops its peer entry now rather than when it idles out
+/// (a user may hold a bounded number). Best effort: a node that cannot be reached ends it
+/// later by itself.
+impl Drop for KvClient {
+    fn drop(&mut self) {
+        if self.session.is_empty() {
+            return;
+        }
+        let path = format!("{PEERS_PATH}/{}", self.session);
+        let mut req = self.agent.delete(format!("{}{path}", self.base));
+        if let Some(c) = &self.credentials {
+            for (name, value) in c.sign(
+                "DELETE",
+                &self.host,
+                &path,
+                "",
+                b"",
+                std::time::SystemTime::now(),
+            ) {
+                req = req.header(name, value);
+            }
+        }
+        let _ = req.call();
+    }
+}
+
 /// Memory registered with a [`KvClient`]'s engine: the source of puts and the target of gets.
 /// Unregistered when dropped.
 pub struct Buffer {
@@ -202,6 +229,8 @@ pub struct KvClient {
     credentials: Option<crate::Credentials>,
     inner: Arc<Inner>,
     server: NodeAddress,
+    /// This client's registration with the node (get-into and put-from name it).
+    session: String,
     put_ttl_ms: Option<u64>,
 }
 
@@ -231,8 +260,8 @@ impl KvClient {
         let node = options.node_id.unwrap_or_else(random_node_id);
         let mut cfg = EngineConfig::new(NodeId(node));
         let shm_dir = if options.shm {
-            let dir =
-                std::env::temp_dir().join(format!("yutu-kv-{}-{:016x}", std::process::id(), node));
+            // Named by a random value, not the node id: the name is visible to every local user.
+            let dir = std::env::temp_dir().join(format!("yutu-kv-{:016x}", random_node_id()));
             std::fs::create_dir_all(&dir).map_err(ClientError::Io)?;
             Some(dir)
         } else {
@@ -267,15 +296,36 @@ impl KvClient {
             )));
         }
         inner.engine.add_peer(server.clone());
-        Ok(KvClient {
+        // The node reaches this engine only after it proves to be at the address it gives:
+        // the engine answers the node's challenges with a secret only the two share.
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret)
+            .map_err(|e| KvError::InvalidArgument(format!("no randomness for a secret: {e}")))?;
+        inner.engine.trust(server.node, secret);
+        let mut client = KvClient {
             agent,
             base,
             host,
             credentials: options.credentials,
             inner,
             server,
+            session: String::new(),
             put_ttl_ms: options.put_ttl_ms,
-        })
+        };
+        let registered: PeerResponse = client.call_post(
+            PEERS_PATH,
+            &PeerRequest {
+                client: client.inner.address.clone(),
+                secret: PeerSecret(secret),
+            },
+        )?;
+        client.session = registered.session;
+        Ok(client)
+    }
+
+    /// The session the node registered this client's engine under.
+    pub fn session(&self) -> &str {
+        &self.session
     }
 
     /// The server's base URL.
@@ -339,7 +389,7 @@ impl KvClient {
                 })
                 .collect(),
             buffer: buf.whole()?,
-            client: self.inner.address.clone(),
+            session: self.session.clone(),
         };
         let ended: EtagsResponse = self.call_post(&kv_path(bucket, KvOp::PutFrom)?, &body)?;
         expect_len(ended.etags.len(), keys.len(), "put-from")?;
@@ -506,12 +556,8 @@ impl KvClient {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let body = GetIntoRequest::into_buffer(
-            keys.to_vec(),
-            buf.whole()?,
-            ranges,
-            self.inner.address.clone(),
-        );
+        let body =
+            GetIntoRequest::into_buffer(keys.to_vec(), buf.whole()?, ranges, self.session.clone());
         let answer: CopiedResponse = self.call_post(&kv_path(bucket, KvOp::GetInto)?, &body)?;
         if answer.copied.len() != keys.len() {
             return Err(KvError::InvalidResponse(format!(
@@ -742,16 +788,19 @@ fn expect_len(got: usize, want: usize, what: &str) -> Result<(), KvError> {
     Ok(())
 }
 
-/// A node id unlikely to collide with the server's or another client's.
+/// A random node id: unlikely to collide with the server's or another client's, and not
+/// guessable by another user (a node id belongs to one session at a time on a node).
 fn random_node_id() -> u64 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        h.write_u128(t.as_nanos());
+    let mut raw = [0u8; 8];
+    if getrandom::fill(&mut raw).is_err() {
+        // No OS randomness: fall back to the hasher's per-process random keys and the clock.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            h.write_u128(t.as_nanos());
+        }
+        return h.finish();
     }
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    h.write_u64(SEQ.fetch_add(1, Ordering::Relaxed));
-    h.finish()
+    u64::from_le_bytes(raw)
 }
 
 #[cfg(test)]

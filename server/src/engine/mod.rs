@@ -1,5 +1,6 @@
 //! One shard's store, synchronous and runtime-free: the DRAM arena and its allocator, the
-//! object index, eviction, KV leases and pending puts, multipart uploads and the event log.
+//! object index, eviction, KV leases and pending puts, multipart uploads and the event log;
+//! and the node-wide registry of client engines (`peers`).
 //!
 //! Nothing here awaits, so every operation is atomic with respect to every other on the
 //! shard's thread, and all of it is unit-testable without glommio.
@@ -9,6 +10,7 @@ pub mod events;
 pub mod eviction;
 pub mod kv;
 pub mod multipart;
+pub mod peers;
 pub mod store;
 
 pub use store::ShardStore;

@@ -25,7 +25,7 @@ use yutu_api::kv::{
     EtagsResponse, ExistsResponse, GetResponse, KeysRequest, KvOp, LeasedBlock, PrefixResponse,
     PutIdsRequest, PutStartRequest, PutStartResponse, ReleaseRequest, ReleaseResponse,
     RemoveResponse, RevokeResponse, StartedPut, DEFAULT_TTL_MS, ENGINE_PATH, KV_ROOT, MAX_BATCH,
-    MAX_REQUEST_BYTES, MAX_TTL_MS, RELEASE_PATH,
+    MAX_REQUEST_BYTES, MAX_TTL_MS, PEERS_PATH, RELEASE_PATH,
 };
 use yutu_api::S3ErrorCode;
 use yutu_transfer::SegmentDescriptor;
@@ -91,6 +91,18 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
     let path = format!("/v1/{}", ctx.target.key.as_deref().unwrap_or_default());
     if path == RELEASE_PATH && ctx.method == Method::POST {
         return release(ctx, parse(body).await?).await;
+    }
+    if path == PEERS_PATH && ctx.method == Method::POST {
+        return super::kv_peers::register(ctx, parse(body).await?).await;
+    }
+    if let Some(session) = path
+        .strip_prefix(PEERS_PATH)
+        .and_then(|p| p.strip_prefix('/'))
+    {
+        if ctx.method != Method::DELETE {
+            return Err(S3Error::new(S3ErrorCode::MethodNotAllowed));
+        }
+        return super::kv_peers::end(ctx, session);
     }
     let per_bucket = path
         .strip_prefix(KV_ROOT)

@@ -19,7 +19,7 @@ use std::rc::Rc;
 use yutu_api::kv::{CopiedResponse, EtagsResponse, GetIntoRequest, GetIntoTargets, PutFromRequest};
 use yutu_api::S3ErrorCode;
 use yutu_transfer::{
-    DirectRange, NodeAddress, SegmentDescriptor, TransferEngine, TransferError, TransferRequest,
+    DirectRange, NodeId, SegmentDescriptor, TransferEngine, TransferError, TransferRequest,
 };
 
 use super::ctx::Ctx;
@@ -28,6 +28,7 @@ use super::kv_api::{
     bad, by_shard, check_keys, check_lens, end_puts, json, lease, owner_of, revoke_all, start_puts,
     DEFAULT_TTL,
 };
+use super::kv_peers::session_peer;
 use super::Resp;
 use crate::kv::direct::{self, Copied};
 use crate::node::Shard;
@@ -68,19 +69,18 @@ fn spans(req: &GetIntoRequest) -> Result<Vec<Span>, S3Error> {
     if out.len() != n {
         return Err(bad("Give one target per key."));
     }
-    check_spans(&out, &req.client)?;
     Ok(out)
 }
 
 /// Every range must lie inside its descriptor and name the caller's own memory: a
 /// descriptor of anything else (the node's own arena under a lease, another process's
 /// buffer) is refused, so get-into can never write where a reader was only allowed to read.
-fn check_spans(spans: &[Span], client: &NodeAddress) -> Result<(), S3Error> {
+fn check_spans(spans: &[Span], client: NodeId) -> Result<(), S3Error> {
     for (i, s) in spans.iter().enumerate() {
-        if s.desc.node != client.node {
+        if s.desc.node != client {
             return Err(bad(format!(
-                "Range {i} names memory of node {}, not the client's ({}).",
-                s.desc.node, client.node
+                "Range {i} names memory of node {}, not the client's ({client}).",
+                s.desc.node
             )));
         }
         if s.offset
@@ -94,22 +94,6 @@ fn check_spans(spans: &[Span], client: &NodeAddress) -> Result<(), S3Error> {
         }
     }
     Ok(())
-}
-
-/// The node's engine, with `client` known as a peer.
-fn engine_for(ctx: &Ctx, client: &NodeAddress) -> Result<TransferEngine, S3Error> {
-    let (engine, _) = ctx
-        .shard
-        .transfer
-        .as_ref()
-        .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))?;
-    if client.node == engine.node() {
-        return Err(bad("The client's node id is the server's own."));
-    }
-    if engine.peer(client.node).as_ref() != Some(client) {
-        engine.add_peer(client.clone());
-    }
-    Ok(engine.clone())
 }
 
 /// The client's memory mapped here, one range per span; `None` when the client is not
@@ -180,7 +164,8 @@ pub(super) async fn get_into(
 ) -> Result<Resp, S3Error> {
     check_keys(&req.keys)?;
     let spans = spans(&req)?;
-    let engine = engine_for(ctx, &req.client)?;
+    let (engine, client) = session_peer(ctx, &req.session)?;
+    check_spans(&spans, client.node)?;
     let copied = match map_spans(&engine, &spans).await? {
         Some(targets) => copy_out_direct(ctx, bucket, &req.keys, targets).await?,
         None => copy_out_engine(ctx, &engine, bucket, &req.keys, &spans).await?,
@@ -348,8 +333,8 @@ pub(super) async fn put_from(
     let keys: Vec<String> = lens.iter().map(|(k, _)| k.clone()).collect();
     check_keys(&keys)?;
     check_lens(ctx, &lens)?;
-    check_spans(&spans, &req.client)?;
-    let engine = engine_for(ctx, &req.client)?;
+    let (engine, client) = session_peer(ctx, &req.session)?;
+    check_spans(&spans, client.node)?;
     let etags = match map_spans(&engine, &spans).await? {
         Some(sources) => put_from_direct(ctx, bucket, &keys, sources).await?,
         None => put_from_engine(ctx, &engine, bucket, &lens, &spans).await?,

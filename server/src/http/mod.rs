@@ -9,6 +9,7 @@ pub mod delete_many;
 pub mod error;
 pub mod kv_api;
 pub mod kv_copy;
+pub mod kv_peers;
 pub mod meta;
 pub mod multipart;
 pub mod objects;

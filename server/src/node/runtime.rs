@@ -21,6 +21,7 @@ use crate::config::{EvictionKind, Settings};
 use crate::engine::arena::Arena;
 use crate::engine::eviction::{EvictionPolicy, Lru};
 use crate::engine::kv::Grants;
+use crate::engine::peers::PeerSessions;
 use crate::engine::ShardStore;
 use crate::metrics::ShardMetrics;
 use crate::tier::TieredStore;
@@ -103,6 +104,7 @@ pub fn start(settings: Settings, serve: Serve, stop: StopFlag) -> Result<Node, S
         tracing::info!(buckets = buckets.len(), "bucket catalog loaded");
     }
     let engine = start_engine(&settings)?;
+    let peers = Arc::new(PeerSessions::default());
     let settings = Arc::new(settings);
     let n = settings.shards;
     let first = bind_first(settings.listen)?;
@@ -134,6 +136,7 @@ pub fn start(settings: Settings, serve: Serve, stop: StopFlag) -> Result<Node, S
         let fd = if i == 0 { first_fd.take() } else { None };
         let buckets = buckets.clone();
         let engine = engine.clone();
+        let peers = peers.clone();
         let serve = serve.clone();
         let stop = stop.clone();
         let barrier = barrier.clone();
@@ -153,6 +156,7 @@ pub fn start(settings: Settings, serve: Serve, stop: StopFlag) -> Result<Node, S
                     addr,
                     buckets,
                     engine,
+                    peers,
                     serve,
                     stop,
                     barrier,
@@ -188,6 +192,7 @@ struct ShardStart {
     addr: SocketAddr,
     buckets: Vec<BucketRecord>,
     engine: yutu_transfer::TransferEngine,
+    peers: Arc<PeerSessions>,
     serve: Serve,
     stop: StopFlag,
     barrier: DrainBarrier,
@@ -205,6 +210,7 @@ async fn run_shard(
         addr,
         buckets,
         engine,
+        peers,
         serve,
         stop,
         barrier,
@@ -274,8 +280,12 @@ async fn run_shard(
         StopSignal::watch(stop),
     );
     shard.transfer = Some((engine, segment));
+    shard.peers = peers;
     let shard = Rc::new(shard);
     spawn_kv_expiry(shard.clone());
+    if id == 0 {
+        spawn_peer_expiry(shard.clone());
+    }
     tier.spawn_background();
     for (_, receiver) in receivers.streams() {
         let shard = shard.clone();
@@ -370,6 +380,26 @@ fn spawn_kv_expiry(shard: Rc<Shard>) {
                 .expire(std::time::Instant::now());
             if leases + puts > 0 {
                 tracing::debug!(shard = shard.id, leases, puts, "expired KV leases and puts");
+            }
+        }
+    })
+    .detach();
+}
+
+/// Ends client sessions unused for their idle time, with their peer entries (and so the
+/// pooled connections to them), every few seconds. Shard 0 does it for the node.
+fn spawn_peer_expiry(shard: Rc<Shard>) {
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(std::time::Duration::from_secs(5)).await;
+            let gone = shard.peers.expire(std::time::Instant::now());
+            if let Some((engine, _)) = &shard.transfer {
+                for address in &gone {
+                    engine.remove_peer(address.node);
+                }
+            }
+            if !gone.is_empty() {
+                tracing::debug!(sessions = gone.len(), "ended idle client sessions");
             }
         }
     })

@@ -59,6 +59,8 @@ pub struct Shard {
     /// The node's transfer engine and this shard's arena registered with it: KV blocks are
     /// read and written one-sidedly through descriptors into this segment.
     pub transfer: Option<(yutu_transfer::TransferEngine, yutu_transfer::LocalSegment)>,
+    /// The client engines registered for get-into and put-from (node-wide, shared).
+    pub peers: Arc<crate::engine::peers::PeerSessions>,
     /// Lease and put ids handed out by this shard (the shard is in the top 16 bits).
     kv_seq: Cell<u64>,
     /// Serialises bucket creation and deletion on the coordinator.
@@ -91,6 +93,7 @@ impl Shard {
             all_metrics,
             publisher,
             transfer: None,
+            peers: Arc::default(),
             kv_seq: Cell::new(0),
             senders,
             bucket_lock: glommio::sync::Semaphore::new(1),

@@ -7,48 +7,19 @@
 //! [`SliceOp`]s bound for one peer and reports each one's outcome; the worker retries the
 //! failed-but-retryable ones on the next path.
 
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
-
 use crate::address::NodeAddress;
 use crate::descriptor::{NodeId, SegmentDescriptor, SegmentId};
 use crate::error::TransferError;
 use crate::request::TransferOp;
 use crate::segment::LocalSegment;
 
+pub use crate::kind::TransportKind;
+
+pub(crate) mod deadline;
 pub mod rdma;
 pub(crate) mod serve;
 pub mod shm;
 pub mod tcp;
-
-/// The paths bytes can take, in the order of preference [`crate::select`] uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TransportKind {
-    Rdma,
-    Shm,
-    Tcp,
-}
-
-impl TransportKind {
-    pub const ALL: [TransportKind; 3] =
-        [TransportKind::Rdma, TransportKind::Shm, TransportKind::Tcp];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TransportKind::Rdma => "rdma",
-            TransportKind::Shm => "shm",
-            TransportKind::Tcp => "tcp",
-        }
-    }
-}
-
-impl fmt::Display for TransportKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// One contiguous piece of a request (a whole small request, or one slice of a large one).
 /// Its ranges were checked against the local segment and the descriptor at submit.

@@ -22,7 +22,6 @@ use crate::address::RdmaEndpoint;
 use crate::descriptor::NodeId;
 use crate::transport::Transport;
 
-mod error;
 mod handshake;
 #[cfg(feature = "rdma")]
 mod lane;
@@ -31,7 +30,7 @@ mod listener;
 #[cfg(feature = "rdma")]
 mod verbs;
 
-pub use error::RdmaError;
+pub use crate::error::rdma::RdmaError;
 
 /// What the engine passes to [`start`].
 #[cfg_attr(not(feature = "rdma"), allow(dead_code))]

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use rdma_sys::*;
 
-use super::error::RdmaError;
 use super::handshake::QpInfo;
+use super::RdmaError;
 use crate::region::MemoryRegion;
 
 /// `IBV_LINK_LAYER_ETHERNET` (a `#define`, not in the bindings): RoCE needs a GRH on every

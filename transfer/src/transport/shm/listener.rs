@@ -5,6 +5,9 @@
 //! segment whose memfd is sealed against shrinking (see [`crate::MemoryRegion::sealed`]). The
 //! socket is created under a temporary name, given its mode, and renamed into place, so it is
 //! never reachable with looser permissions; it is removed when the listener stops.
+//!
+//! The same connection also answers proof challenges (see `proof.rs`), so a node can check
+//! that a socket a client names is that client's engine before it sends it anything else.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -15,9 +18,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::fdpass::send_with_fds;
-use super::wire::{self, Verdict, CHECK_ENTRY_LEN, HEADER_LEN};
+use super::wire::{self, Header, Verdict, CHECK_ENTRY_LEN, HEADER_LEN, PROVE_BODY_LEN};
 use crate::descriptor::{Access, NodeId};
 use crate::error::{Refusal, TransferError};
+use crate::proof::Prover;
 use crate::segment::SegmentTable;
 use crate::stats::ListenerCounters;
 use crate::transport::serve::Server;
@@ -34,6 +38,8 @@ pub(crate) struct ShmListenOptions {
     pub(crate) mode: u32,
     pub(crate) idle_timeout: Duration,
     pub(crate) max_connections: usize,
+    /// Answers proof challenges.
+    pub(crate) prover: Prover,
 }
 
 impl ShmListener {
@@ -62,6 +68,7 @@ impl ShmListener {
         let hello = wire::encode_hello(opts.node, opts.incarnation);
         let wake_path = path.clone();
         let idle = opts.idle_timeout;
+        let prover = opts.prover;
         let serve_counters = Arc::clone(&counters);
         let listening = listener
             .as_fd()
@@ -72,7 +79,7 @@ impl ShmListener {
             listening,
             move || listener.accept().map(|(s, _)| s),
             move |stream: UnixStream| {
-                if let Err(err) = serve(stream, &segments, &hello, idle, &serve_counters) {
+                if let Err(err) = serve(stream, &segments, &prover, &hello, idle, &serve_counters) {
                     tracing::debug!(%err, "shm control connection ended");
                 }
             },
@@ -101,6 +108,7 @@ impl Drop for ShmListener {
 fn serve(
     mut stream: UnixStream,
     segments: &SegmentTable,
+    prover: &Prover,
     hello: &[u8; wire::HELLO_LEN],
     idle: Duration,
     counters: &ListenerCounters,
@@ -115,8 +123,22 @@ fn serve(
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e),
         }
-        let count = wire::decode_check_header(&header)
-            .map_err(|m| io::Error::new(io::ErrorKind::InvalidData, m))?;
+        let count = match wire::decode_header(&header)
+            .map_err(|m| io::Error::new(io::ErrorKind::InvalidData, m))?
+        {
+            Header::Check(count) => count,
+            Header::Prove => {
+                let mut body = [0u8; PROVE_BODY_LEN];
+                stream.read_exact(&mut body)?;
+                let (challenger, nonce) = wire::decode_prove_body(&body);
+                let answer = prover.answer(challenger, &nonce);
+                if answer.is_err() {
+                    tracing::debug!(%challenger, "proof challenge refused");
+                }
+                send_with_fds(stream.as_fd(), &wire::encode_answer(&answer), &[])?;
+                continue;
+            }
+        };
         let mut body = vec![0u8; count * CHECK_ENTRY_LEN];
         stream.read_exact(&mut body)?;
         let mut verdicts = Vec::with_capacity(count);

@@ -3,7 +3,8 @@
 //! The target's listener (`listener.rs`) checks descriptors and passes the memfds of the
 //! segments they grant over a Unix socket (`SCM_RIGHTS`); the initiator maps each segment once
 //! (`mapping.rs`) and from then on a transfer is a per-batch check round trip plus `memcpy`
-//! (`lane.rs`). The kernel is not on the data path.
+//! (`lane.rs`). The kernel is not on the data path. Before a node uses a socket a client
+//! named, it challenges the socket to prove whose it is (`prove.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +17,7 @@ mod fdpass;
 mod lane;
 pub(crate) mod listener;
 mod mapping;
+pub(crate) mod prove;
 mod wire;
 
 pub use direct::DirectRange;

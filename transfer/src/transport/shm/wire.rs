@@ -9,6 +9,11 @@
 //! verdicts (target → initiator): magic "YTV1" | count u16 | fds u16 |
 //!          count x (status u8: 0 ok or a Refusal code, bit 7 = stable | segment length u64)
 //!          with one memfd (SCM_RIGHTS) per accepted entry that asked to attach, in order
+//! prove    (initiator → target, in place of a check, 48 bytes):
+//!          magic "YTP1" | 0u8 x4 | challenger node u64 | nonce (32 bytes)
+//! answer   (target → initiator, 40 bytes): magic "YTA1" |
+//!          status u8 (0: the proof follows, else a Refusal code) | 0u8 x3 |
+//!          proof (32 bytes; zeros with a refusal)
 //! ```
 //!
 //! "Stable" (bit 7 of an accepting status) says the segment has no range guard: the verdict
@@ -16,18 +21,30 @@
 //! same descriptor instead of asking again (see `direct.rs`). A guarded segment (a storage
 //! node's arena under leases) never sets it; an older target that does not know the bit never
 //! sets it either, which only costs the initiator round trips.
+//!
+//! A prove message is a proof challenge (see `proof.rs`): the answer shows that the socket
+//! belongs to the engine its hello names and that this engine shares the challenger's secret.
+//! The challenger reads the hello first and sends nothing to a socket whose hello is not the
+//! claimed node's. Reserved bytes must be zero; anything else is malformed.
 
 use crate::descriptor::{NodeId, SegmentDescriptor};
 use crate::error::Refusal;
+use crate::proof::{Mac, Nonce, MAC_LEN, NONCE_LEN};
 
 pub(crate) const HELLO_MAGIC: [u8; 4] = *b"YTS1";
 pub(crate) const CHECK_MAGIC: [u8; 4] = *b"YTC1";
 pub(crate) const VERDICT_MAGIC: [u8; 4] = *b"YTV1";
+pub(crate) const PROVE_MAGIC: [u8; 4] = *b"YTP1";
+pub(crate) const ANSWER_MAGIC: [u8; 4] = *b"YTA1";
 pub(crate) const VERSION: u8 = 1;
 pub(crate) const HELLO_LEN: usize = 24;
 pub(crate) const HEADER_LEN: usize = 8;
 pub(crate) const CHECK_ENTRY_LEN: usize = SegmentDescriptor::ENCODED_LEN + 1;
 pub(crate) const VERDICT_ENTRY_LEN: usize = 9;
+/// What follows a prove message's header: the challenger's node id and the nonce.
+pub(crate) const PROVE_BODY_LEN: usize = 8 + NONCE_LEN;
+pub(crate) const PROVE_LEN: usize = HEADER_LEN + PROVE_BODY_LEN;
+pub(crate) const ANSWER_LEN: usize = 8 + MAC_LEN;
 /// Entries per message; also bounds the descriptors passed in one message.
 pub(crate) const MAX_ENTRIES: usize = super::fdpass::MAX_FDS;
 
@@ -82,6 +99,68 @@ pub(crate) fn encode_check(entries: &[CheckEntry]) -> Vec<u8> {
         out.push(if e.attach { FLAG_ATTACH } else { 0 });
     }
     out
+}
+
+/// What a message header announces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Header {
+    /// A check of this many entries.
+    Check(usize),
+    /// A proof challenge ([`PROVE_BODY_LEN`] bytes follow).
+    Prove,
+}
+
+/// Parses the header of a message to the target.
+pub(crate) fn decode_header(b: &[u8; HEADER_LEN]) -> Result<Header, String> {
+    if b[..4] == PROVE_MAGIC {
+        if b[4..] != [0; 4] {
+            return Err("reserved bytes of a prove message are not zero".into());
+        }
+        return Ok(Header::Prove);
+    }
+    decode_check_header(b).map(Header::Check)
+}
+
+pub(crate) fn encode_prove(challenger: NodeId, nonce: &Nonce) -> [u8; PROVE_LEN] {
+    let mut b = [0u8; PROVE_LEN];
+    b[..4].copy_from_slice(&PROVE_MAGIC);
+    b[HEADER_LEN..HEADER_LEN + 8].copy_from_slice(&challenger.0.to_le_bytes());
+    b[HEADER_LEN + 8..].copy_from_slice(nonce);
+    b
+}
+
+/// The challenger and the nonce of a prove message's body.
+pub(crate) fn decode_prove_body(b: &[u8; PROVE_BODY_LEN]) -> (NodeId, Nonce) {
+    let mut nonce = [0u8; NONCE_LEN];
+    nonce.copy_from_slice(&b[8..]);
+    (NodeId(u64_at(b, 0)), nonce)
+}
+
+pub(crate) fn encode_answer(answer: &Result<Mac, Refusal>) -> [u8; ANSWER_LEN] {
+    let mut b = [0u8; ANSWER_LEN];
+    b[..4].copy_from_slice(&ANSWER_MAGIC);
+    match answer {
+        Ok(mac) => b[8..].copy_from_slice(mac),
+        Err(refusal) => b[4] = refusal.code(),
+    }
+    b
+}
+
+/// The proof an answer carries, or the target's refusal; `Err` when it is not an answer.
+pub(crate) fn decode_answer(b: &[u8; ANSWER_LEN]) -> Result<Result<Mac, Refusal>, String> {
+    if b[..4] != ANSWER_MAGIC {
+        return Err("not an answer to a proof challenge".into());
+    }
+    if b[5..8] != [0; 3] {
+        return Err("reserved bytes of an answer are not zero".into());
+    }
+    let mut mac = [0u8; MAC_LEN];
+    mac.copy_from_slice(&b[8..]);
+    match b[4] {
+        0 => Ok(Ok(mac)),
+        _ if mac != [0; MAC_LEN] => Err("a refusal that carries a proof".into()),
+        code => Ok(Err(Refusal::from_code(code).unwrap_or(Refusal::BadRequest))),
+    }
 }
 
 /// Parses a check message's header: the number of entries that follow.
@@ -202,6 +281,61 @@ mod tests {
         let bytes = encode_verdicts(&verdicts, 1);
         assert_eq!(decode_verdicts(&bytes, 3), Ok((verdicts.to_vec(), 1)));
         assert!(decode_verdicts(&bytes, 2).is_err());
+    }
+
+    #[test]
+    fn prove_messages_round_trip_and_reject_garbage() {
+        let nonce: Nonce = std::array::from_fn(|i| i as u8 + 1);
+        let msg = encode_prove(NodeId(0x0102_0304_0506_0708), &nonce);
+        assert_eq!(msg.len(), 48);
+        let header: [u8; HEADER_LEN] = msg[..HEADER_LEN].try_into().unwrap();
+        assert_eq!(decode_header(&header), Ok(Header::Prove));
+        let body: [u8; PROVE_BODY_LEN] = msg[HEADER_LEN..].try_into().unwrap();
+        assert_eq!(body[0], 0x08, "node ids are little-endian");
+        assert_eq!(
+            decode_prove_body(&body),
+            (NodeId(0x0102_0304_0506_0708), nonce)
+        );
+        // A check header still parses as one; garbage and dirty reserved bytes do not.
+        let check = encode_check(&[CheckEntry {
+            desc: SegmentDescriptor {
+                node: NodeId(7),
+                segment: crate::descriptor::SegmentId(1),
+                offset: 0,
+                len: 10,
+                access: crate::descriptor::Access::ReadWrite,
+                grant: crate::descriptor::GrantId(1),
+                token: crate::descriptor::AccessToken([1; 16]),
+            },
+            attach: false,
+        }]);
+        let check: [u8; HEADER_LEN] = check[..HEADER_LEN].try_into().unwrap();
+        assert_eq!(decode_header(&check), Ok(Header::Check(1)));
+        assert!(decode_header(b"YTP2\0\0\0\0").is_err());
+        assert!(decode_header(&[0xAB; HEADER_LEN]).is_err());
+        for i in 4..HEADER_LEN {
+            let mut bad = header;
+            bad[i] = 1;
+            assert!(decode_header(&bad).is_err(), "byte {i}");
+        }
+
+        let mac: Mac = [9; MAC_LEN];
+        let ok = encode_answer(&Ok(mac));
+        assert_eq!(ok.len(), 40);
+        assert_eq!(decode_answer(&ok), Ok(Ok(mac)));
+        let refused = encode_answer(&Err(Refusal::Untrusted));
+        assert_eq!(decode_answer(&refused), Ok(Err(Refusal::Untrusted)));
+        assert_eq!(&refused[8..], &[0; MAC_LEN]);
+        let mut bad = refused;
+        bad[20] = 1;
+        assert!(decode_answer(&bad).is_err(), "a refusal with a proof");
+        let mut bad = ok;
+        bad[6] = 1;
+        assert!(decode_answer(&bad).is_err(), "dirty reserved bytes");
+        let mut bad = ok;
+        bad[..4].copy_from_slice(b"YTV1");
+        assert!(decode_answer(&bad).is_err(), "another message's magic");
+        assert!(decode_answer(&[0; ANSWER_LEN]).is_err());
     }
 
     #[test]

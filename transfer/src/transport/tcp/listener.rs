@@ -1,5 +1,6 @@
 //! The tcp transfer listener: serves one-sided reads and writes of this node's registered
-//! segments to peers, straight between the socket and the mapping (no staging copy).
+//! segments to peers, straight between the socket and the mapping (no staging copy), and
+//! answers proof challenges (see `proof.rs`) for the engine it belongs to.
 
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -7,9 +8,10 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::wire::{RequestHeader, ResponseHeader, MAX_FRAME, REQUEST_LEN};
+use super::wire::{Frame, ProveFrame, RequestHeader, ResponseHeader, MAX_FRAME, REQUEST_LEN};
 use crate::descriptor::Access;
 use crate::error::{Refusal, TransferError};
+use crate::proof::Prover;
 use crate::request::TransferOp;
 use crate::segment::SegmentTable;
 use crate::stats::ListenerCounters;
@@ -28,6 +30,8 @@ pub(crate) struct ListenOptions {
     /// A connection idle (or stalled mid-frame) this long is closed.
     pub(crate) idle_timeout: Duration,
     pub(crate) max_connections: usize,
+    /// Answers proof challenges.
+    pub(crate) prover: Prover,
 }
 
 impl TcpTransferListener {
@@ -45,6 +49,7 @@ impl TcpTransferListener {
             .map_err(|e| TransferError::setup("read the tcp listener's address", e))?;
         let wake_addr = loopback_for(addr);
         let idle = opts.idle_timeout;
+        let prover = opts.prover;
         let serve_counters = Arc::clone(&counters);
         let listening = listener
             .as_fd()
@@ -55,7 +60,7 @@ impl TcpTransferListener {
             listening,
             move || listener.accept().map(|(s, _)| s),
             move |stream: TcpStream| {
-                if let Err(err) = serve(stream, &segments, idle, &serve_counters) {
+                if let Err(err) = serve(stream, &segments, &prover, idle, &serve_counters) {
                     tracing::debug!(%err, "tcp transfer connection ended");
                 }
             },
@@ -90,6 +95,7 @@ fn loopback_for(addr: SocketAddr) -> SocketAddr {
 fn serve(
     stream: TcpStream,
     segments: &SegmentTable,
+    prover: &Prover,
     idle: Duration,
     counters: &ListenerCounters,
 ) -> io::Result<()> {
@@ -109,8 +115,14 @@ fn serve(
         if !read_frame_or_eof(&mut reader, &mut raw)? {
             return Ok(());
         }
-        let req = RequestHeader::decode(&raw)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let req =
+            match Frame::decode(&raw).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))? {
+                Frame::Request(req) => req,
+                Frame::Prove(challenge) => {
+                    prove(&mut writer, prover, &challenge)?;
+                    continue;
+                }
+            };
         ListenerCounters::add(&counters.requests, 1);
         let checked = if req.len > MAX_FRAME {
             Err(Refusal::TooLarge)
@@ -167,6 +179,30 @@ fn respond(w: &mut impl Write, req: &RequestHeader, status: u8, len: u64) -> io:
         }
         .encode(),
     )
+}
+
+/// Answers a proof challenge: the proof after a response header of seq 0, or a refusal alone.
+fn prove(w: &mut impl Write, prover: &Prover, challenge: &ProveFrame) -> io::Result<()> {
+    match prover.answer(challenge.challenger, &challenge.nonce) {
+        Ok(proof) => {
+            let header = ResponseHeader {
+                status: 0,
+                seq: 0,
+                len: proof.len() as u64,
+            };
+            w.write_all(&header.encode())?;
+            w.write_all(&proof)
+        }
+        Err(refusal) => {
+            tracing::debug!(challenger = %challenge.challenger, "proof challenge refused");
+            let header = ResponseHeader {
+                status: refusal.code(),
+                seq: 0,
+                len: 0,
+            };
+            w.write_all(&header.encode())
+        }
+    }
 }
 
 /// Reads a whole frame header; `false` on a clean end of stream before its first byte.

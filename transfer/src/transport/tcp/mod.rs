@@ -3,7 +3,8 @@
 //! The target runs a listener (`listener.rs`) that serves one-sided reads and writes of its
 //! registered segments, checking every request's token and bounds; initiators keep one
 //! pipelined connection per peer per worker (`lane.rs`), so large transfers, sliced by the
-//! engine, travel over several connections at once.
+//! engine, travel over several connections at once. Before a node uses an address a client
+//! named, it challenges the listener there to prove whose it is (`prove.rs`).
 
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use crate::transport::{Lane, Transport, TransportKind};
 
 mod lane;
 pub(crate) mod listener;
+pub(crate) mod prove;
 pub mod wire;
 
 /// The initiator side of tcp.
