@@ -211,6 +211,18 @@ fn blocks_round_trip_through_registered_buffers() {
             None => assert_eq!(copied[j], None, "{k}"),
         }
     }
+    // The node mapped the buffer once: more calls cost it no check round trip with this
+    // client's engine (the same-host fast path stays one memcpy per block).
+    let checks = kv.engine().stats().shm_listener.requests;
+    for _ in 0..3 {
+        kv.batch_get_into("kvlive", &probe, &buf, &into)
+            .expect("get-into again");
+    }
+    assert_eq!(
+        kv.engine().stats().shm_listener.requests,
+        checks,
+        "the node asked this engine again for a buffer it had mapped"
+    );
 
     // exists, prefix, remove.
     assert_eq!(
