@@ -99,6 +99,13 @@ pub struct Pin {
     pub(crate) orphan: Option<(Extent, u64)>,
 }
 
+/// What a deadline in [`ShardStore`]'s expiry index ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Held {
+    Lease,
+    Put,
+}
+
 /// What one user holds on a shard, checked against [`crate::config::KvLimits`] before a lease or put-start.
 /// An entry exists only while the user holds something, so the map is bounded by the users
 /// with live leases or puts.
@@ -275,6 +282,7 @@ impl ShardStore {
             u.leased_bytes += bytes;
             u.leases += 1;
         });
+        self.kv_deadlines.insert((expires, Held::Lease, lease_id));
         self.leases.insert(
             lease_id,
             Lease {
@@ -293,6 +301,8 @@ impl ShardStore {
         let Some(lease) = self.leases.remove(&lease_id) else {
             return false;
         };
+        self.kv_deadlines
+            .remove(&(lease.expires, Held::Lease, lease_id));
         self.account(&lease.holder, |u| {
             u.leased_bytes -= lease.bytes;
             u.leases -= 1;
@@ -393,6 +403,8 @@ impl ShardStore {
         if let Some(g) = &self.grants {
             g.grant(grant, (offset, len), Access::Write, Instant::now() + ttl);
         }
+        let expires = Instant::now() + ttl;
+        self.kv_deadlines.insert((expires, Held::Put, put_id));
         self.pending_puts.insert(
             put_id,
             PendingPut {
@@ -403,7 +415,7 @@ impl ShardStore {
                 extent,
                 charge,
                 meta,
-                expires: Instant::now() + ttl,
+                expires,
             },
         );
         self.publish_gauges();
@@ -428,6 +440,7 @@ impl ShardStore {
             .pending_puts
             .remove(&put_id)
             .ok_or(StoreError::NoSuchUpload)?;
+        self.kv_deadlines.remove(&(p.expires, Held::Put, put_id));
         self.account(&p.holder, |u| u.reserved_bytes -= p.extent.len);
         if let Some(g) = &self.grants {
             g.revoke(p.grant, [p.extent.offset]);
@@ -447,6 +460,7 @@ impl ShardStore {
     pub fn put_revoke(&mut self, put_id: u64) -> bool {
         match self.pending_puts.remove(&put_id) {
             Some(p) => {
+                self.kv_deadlines.remove(&(p.expires, Held::Put, put_id));
                 self.account(&p.holder, |u| u.reserved_bytes -= p.extent.len);
                 if let Some(g) = &self.grants {
                     g.revoke(p.grant, [p.extent.offset]);
@@ -458,27 +472,22 @@ impl ShardStore {
         }
     }
 
-    /// Ends expired leases and reclaims expired put-starts; returns how many of each.
+    /// Ends expired leases and reclaims expired put-starts; returns how many of each. Walks
+    /// only what is due, in deadline order (not every lease), so a shard holding many leases
+    /// pays per expiry, not per tick.
     pub fn expire(&mut self, now: Instant) -> (usize, usize) {
-        let leases: Vec<u64> = self
-            .leases
-            .iter()
-            .filter(|(_, l)| l.expires <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in &leases {
-            self.release_lease(*id);
+        let (mut leases, mut puts) = (0, 0);
+        while let Some(&(due, held, id)) = self.kv_deadlines.first() {
+            if due > now {
+                break;
+            }
+            self.kv_deadlines.pop_first();
+            match held {
+                Held::Lease => leases += usize::from(self.release_lease(id)),
+                Held::Put => puts += usize::from(self.put_revoke(id)),
+            }
         }
-        let puts: Vec<u64> = self
-            .pending_puts
-            .iter()
-            .filter(|(_, p)| p.expires <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in &puts {
-            self.put_revoke(*id);
-        }
-        (leases.len(), puts.len())
+        (leases, puts)
     }
 
     /// Stores a `len`-byte object whose bytes `fill` writes straight into its arena range (a
@@ -674,6 +683,35 @@ mod tests {
             .get("b", "blk", None, false, &ReadConditions::default())
             .unwrap();
         assert_eq!(&still[..], b"old");
+    }
+
+    #[test]
+    fn expiry_visits_only_what_is_due_and_forgets_what_ended() {
+        let mut s = store(1 << 20);
+        put(&mut s, "a", b"x");
+        let keys = vec!["a".to_string()];
+        for id in 0..100 {
+            s.lease(id, "", "b", &keys, Duration::from_secs(60))
+                .unwrap();
+        }
+        s.lease(100, "", "b", &keys, Duration::from_millis(0))
+            .unwrap();
+        s.put_start(101, "", "b", "p", 8, Duration::from_millis(0))
+            .unwrap();
+        s.put_start(102, "", "b", "q", 8, Duration::from_secs(60))
+            .unwrap();
+        assert_eq!(s.kv_deadlines.len(), 103);
+        assert_eq!(s.expire(Instant::now()), (1, 1));
+        assert_eq!(s.kv_deadlines.len(), 101);
+        // Released and ended ones leave the index at once.
+        assert!(s.release_lease(5));
+        assert!(s.stage_put(102).is_ok_and(|(_, _, st)| {
+            s.discard_staged(st);
+            true
+        }));
+        assert_eq!(s.kv_deadlines.len(), 99);
+        assert_eq!(s.expire(Instant::now() + Duration::from_secs(61)), (99, 0));
+        assert!(s.kv_deadlines.is_empty() && s.leases.is_empty() && s.pins.is_empty());
     }
 
     #[test]

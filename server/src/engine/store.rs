@@ -8,7 +8,7 @@
 //! index footprint (key, metadata and a fixed overhead), so that `used <= capacity` bounds the
 //! memory the shard really holds, not just the payload bytes.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -106,6 +106,8 @@ pub struct ShardStore {
     /// This shard's share of the per-user KV limits, and what each user holds.
     pub(crate) kv_limits: KvLimits,
     pub(crate) kv_usage: HashMap<String, super::kv::KvUsage>,
+    /// Every lease's and pending put's deadline, in order, so expiry visits only what is due.
+    pub(crate) kv_deadlines: BTreeSet<(std::time::Instant, super::kv::Held, u64)>,
     /// Reverse index for the eviction policy, which deals in ids only.
     pub(crate) ids: HashMap<EntryId, (String, String)>,
     pub(crate) policy: Box<dyn EvictionPolicy>,
@@ -141,6 +143,7 @@ impl ShardStore {
             grants: None,
             kv_limits: KvLimits::NONE,
             kv_usage: HashMap::new(),
+            kv_deadlines: BTreeSet::new(),
             ids: HashMap::new(),
             policy,
             next_id: 1,
