@@ -23,7 +23,9 @@ BOB = ("AKIABOB00000000000002", "bob-secret-key-000000000000000000000000")
 
 def server_bin():
     d = os.environ.get("YUTU_BIN_DIR")
-    path = Path(d) / "yutu-server" if d else ROOT / "target" / "debug" / "yutu-server"
+    # Where cargo put it: CARGO_TARGET_DIR when set (as cargo itself honours it).
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
+    path = Path(d) / "yutu-server" if d else target / "debug" / "yutu-server"
     assert path.exists(), f"{path} is missing: run `cargo build --workspace --bins` first"
     return str(path)
 

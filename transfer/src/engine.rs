@@ -68,6 +68,10 @@ pub struct EngineConfig {
     /// Worker threads initiating transfers; also the most connections one large transfer is
     /// spread over.
     pub workers: usize,
+    /// The most workers one peer's transfers may occupy at once (`workers` or more: no cap).
+    /// A node serving many clients keeps it below `workers`, so that a peer that stops
+    /// answering holds only its share until its I/O deadlines fire.
+    pub workers_per_peer: usize,
     /// Transfers larger than this are cut into slices of this size, spread over the workers.
     pub slice_size: u64,
     /// Limit for one blocking step on the initiator side (connect, one read or write).
@@ -96,6 +100,7 @@ impl EngineConfig {
             rdma_device: None,
             rdma_listen: None,
             workers: 4,
+            workers_per_peer: 4,
             slice_size: 1 << 20,
             io_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(300),
@@ -236,7 +241,7 @@ impl TransferEngine {
             transports,
             counters,
         });
-        let pool = WorkerPool::start(config.workers, Arc::clone(&paths))
+        let pool = WorkerPool::start(config.workers, config.workers_per_peer, Arc::clone(&paths))
             .map_err(|e| TransferError::setup("start the transfer workers", e))?;
 
         let address = NodeAddress {

@@ -54,70 +54,201 @@ impl Paths {
 }
 
 pub(crate) struct WorkerPool {
-    senders: Vec<mpsc::Sender<Message>>,
+    sched: Arc<Scheduler>,
     threads: Vec<JoinHandle<()>>,
     next: AtomicUsize,
 }
 
+/// Where jobs go. Without a per-peer cap a job goes to the worker the batch dealt it to (so a
+/// large transfer spreads over every worker). With one, at most `cap` jobs of one peer run or
+/// wait in worker queues at a time, each on the least-loaded worker; the peer's other jobs
+/// wait here. A peer that stalls (it proved its address, then stopped answering) then holds
+/// at most `cap` workers until its I/O deadlines fire, and the others stay free for the other
+/// peers.
+struct Scheduler {
+    senders: std::sync::RwLock<Vec<mpsc::Sender<Message>>>,
+    /// Jobs queued or running on each worker.
+    load: Vec<AtomicUsize>,
+    cap: usize,
+    peers: std::sync::Mutex<HashMap<NodeId, PeerJobs>>,
+}
+
+#[derive(Default)]
+struct PeerJobs {
+    active: usize,
+    held: std::collections::VecDeque<Job>,
+}
+
+impl Scheduler {
+    fn capped(&self) -> bool {
+        self.cap < self.load.len()
+    }
+
+    fn lock_peers(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, PeerJobs>> {
+        // Each critical section is a few map operations; the map is valid after a panic.
+        self.peers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `job` on worker `i`; a stopped pool completes it with [`TransferError::Shutdown`].
+    fn enqueue(&self, i: usize, job: Job) {
+        let senders = self.senders.read().unwrap_or_else(|p| p.into_inner());
+        let Some(tx) = senders.get(i) else {
+            return fail(job);
+        };
+        self.load[i].fetch_add(1, Ordering::Relaxed);
+        if let Err(mpsc::SendError(Message::Run(job))) = tx.send(Message::Run(job)) {
+            self.load[i].fetch_sub(1, Ordering::Relaxed);
+            fail(job);
+        }
+    }
+
+    fn least_loaded(&self) -> usize {
+        (0..self.load.len())
+            .min_by_key(|&i| self.load[i].load(Ordering::Relaxed))
+            .unwrap_or(0)
+    }
+
+    fn submit(&self, i: usize, job: Job) {
+        if !self.capped() {
+            return self.enqueue(i, job);
+        }
+        let node = job.peer.addr.node;
+        let run = {
+            let mut peers = self.lock_peers();
+            let p = peers.entry(node).or_default();
+            if p.active < self.cap {
+                p.active += 1;
+                Some(job)
+            } else {
+                p.held.push_back(job);
+                None
+            }
+        };
+        if let Some(job) = run {
+            self.enqueue(self.least_loaded(), job);
+        }
+    }
+
+    /// Worker `i` finished a job for `node`: starts the peer's next held job, if any.
+    fn finished(&self, i: usize, node: NodeId) {
+        self.load[i].fetch_sub(1, Ordering::Relaxed);
+        if !self.capped() {
+            return;
+        }
+        let next = {
+            let mut peers = self.lock_peers();
+            let Some(p) = peers.get_mut(&node) else {
+                return;
+            };
+            match p.held.pop_front() {
+                Some(job) => Some(job),
+                None => {
+                    p.active -= 1;
+                    if p.active == 0 {
+                        peers.remove(&node);
+                    }
+                    None
+                }
+            }
+        };
+        if let Some(job) = next {
+            self.enqueue(self.least_loaded(), job);
+        }
+    }
+}
+
+/// Completes a job that cannot run with [`TransferError::Shutdown`].
+fn fail(job: Job) {
+    let outcomes: Vec<_> = job
+        .ops
+        .iter()
+        .map(|op| (op.request, Err(TransferError::Shutdown)))
+        .collect();
+    job.batch.finish_job(outcomes);
+}
+
 impl WorkerPool {
-    pub(crate) fn start(workers: usize, paths: Arc<Paths>) -> std::io::Result<WorkerPool> {
+    /// `per_peer`: the most workers one peer's jobs may occupy at once (`>= workers`: no cap).
+    pub(crate) fn start(
+        workers: usize,
+        per_peer: usize,
+        paths: Arc<Paths>,
+    ) -> std::io::Result<WorkerPool> {
+        let workers = workers.max(1);
         let mut senders = Vec::new();
-        let mut threads = Vec::new();
-        for i in 0..workers.max(1) {
+        let mut receivers = Vec::new();
+        for _ in 0..workers {
             let (tx, rx) = mpsc::channel();
+            senders.push(tx);
+            receivers.push(rx);
+        }
+        let sched = Arc::new(Scheduler {
+            senders: std::sync::RwLock::new(senders),
+            load: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
+            cap: per_peer.max(1),
+            peers: std::sync::Mutex::new(HashMap::new()),
+        });
+        let mut threads = Vec::new();
+        for (i, rx) in receivers.into_iter().enumerate() {
             let paths = Arc::clone(&paths);
+            let sched = Arc::clone(&sched);
             let thread = std::thread::Builder::new()
                 .name(format!("yutu-transfer-{i}"))
-                .spawn(move || worker_loop(rx, &paths))?;
-            senders.push(tx);
+                .spawn(move || worker_loop(i, rx, &paths, &sched))?;
             threads.push(thread);
         }
         Ok(WorkerPool {
-            senders,
+            sched,
             threads,
             next: AtomicUsize::new(0),
         })
     }
 
     pub(crate) fn width(&self) -> usize {
-        self.senders.len()
+        self.sched.load.len()
     }
 
     /// Where the next batch starts dealing slices, so that single-slice batches do not all
     /// land on worker 0.
     pub(crate) fn rotate(&self) -> usize {
-        self.next.fetch_add(1, Ordering::Relaxed) % self.senders.len()
+        self.next.fetch_add(1, Ordering::Relaxed) % self.width()
     }
 
-    /// Queues a job on worker `i`; a stopped worker completes it with [`TransferError::Shutdown`].
+    /// Queues a job dealt to worker `i` (or, under a per-peer cap, to the least-loaded worker
+    /// when the peer is under its cap, else after the peer's running jobs).
     pub(crate) fn send(&self, i: usize, job: Job) {
-        if let Err(mpsc::SendError(Message::Run(job))) = self.senders[i].send(Message::Run(job)) {
-            let outcomes: Vec<_> = job
-                .ops
-                .iter()
-                .map(|op| (op.request, Err(TransferError::Shutdown)))
-                .collect();
-            job.batch.finish_job(outcomes);
-        }
+        self.sched.submit(i, job);
     }
 
     /// Makes every worker drop its connections to `node`.
     pub(crate) fn forget(&self, node: NodeId) {
-        for tx in &self.senders {
+        let senders = self.sched.senders.read().unwrap_or_else(|p| p.into_inner());
+        for tx in senders.iter() {
             let _ = tx.send(Message::Forget(node));
         }
     }
 
-    /// Lets queued jobs finish and stops the workers.
+    /// Lets queued jobs finish and stops the workers; jobs still held back fail.
     pub(crate) fn shutdown(&mut self) {
-        self.senders.clear();
+        self.sched
+            .senders
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        let held: Vec<Job> = self
+            .sched
+            .lock_peers()
+            .drain()
+            .flat_map(|(_, p)| p.held)
+            .collect();
+        held.into_iter().for_each(fail);
     }
 }
 
-fn worker_loop(rx: mpsc::Receiver<Message>, paths: &Paths) {
+fn worker_loop(i: usize, rx: mpsc::Receiver<Message>, paths: &Paths, sched: &Scheduler) {
     let mut lanes: HashMap<TransportKind, Box<dyn Lane>> = HashMap::new();
     while let Ok(msg) = rx.recv() {
         match msg {
@@ -126,7 +257,11 @@ fn worker_loop(rx: mpsc::Receiver<Message>, paths: &Paths) {
                     lane.forget(node);
                 }
             }
-            Message::Run(job) => run_job(job, &mut lanes, paths),
+            Message::Run(job) => {
+                let node = job.peer.addr.node;
+                run_job(job, &mut lanes, paths);
+                sched.finished(i, node);
+            }
         }
     }
 }

@@ -286,3 +286,62 @@ fn a_restarted_peer_gets_fresh_mappings() {
     assert!(client.remove_peer(NodeId(2)));
     assert_eq!(client.shm_mappings(), 0);
 }
+
+/// A peer that stops answering (here: a listener that accepts and reads, never replies) holds
+/// at most its share of the workers: with a per-peer cap below the worker count, a healthy
+/// peer's transfer completes while the stalled peer's batches are all still waiting on their
+/// deadlines. Without the cap the healthy job queues behind a stalled one and finishes last.
+#[test]
+fn a_stalled_peer_holds_only_its_share_of_the_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(NodeId(1));
+    config.host = Some("host-a".into());
+    config.workers = 4;
+    config.workers_per_peer = 2;
+    config.io_timeout = Duration::from_secs(10);
+    let node = TransferEngine::start(config).expect("engine starts");
+    let healthy = engine(2, dir.path(), Some("host-b"));
+    node.add_peer(healthy.address());
+    healthy.add_peer(node.address());
+
+    // The stalled peer: accepts every connection, reads everything, answers nothing.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let stalled_addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut sink = [0u8; 65536];
+                while matches!(std::io::Read::read(&mut conn, &mut sink), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    let mut stalled = healthy.address();
+    stalled.node = NodeId(3);
+    stalled.incarnation = 3;
+    stalled.shm = None;
+    stalled.tcp = Some(stalled_addr);
+    node.add_peer(stalled.clone());
+
+    let local = segment(&node, 8 << 20);
+    let far = segment(&healthy, 1 << 20);
+    let mut fake = far.descriptor(0, 1 << 20).unwrap();
+    fake.node = NodeId(3);
+    // Many batches to the stalled peer, each a write that will never be answered.
+    let stuck: Vec<_> = (0..8)
+        .map(|i| {
+            node.submit([TransferRequest::write(&local, i << 20, &fake)])
+                .expect("submit")
+        })
+        .collect();
+    // The healthy peer's transfer still goes through at once.
+    local.region().write_at(0, &pattern(9, 1 << 20)).unwrap();
+    let good = far.descriptor(0, 1 << 20).unwrap();
+    node.transfer([TransferRequest::write(&local, 0, &good)])
+        .expect("the healthy peer's transfer");
+    assert!(read(&far, 0, 1 << 20) == pattern(9, 1 << 20));
+    assert!(
+        stuck.iter().all(|b| !b.is_done()),
+        "the healthy transfer waited for the stalled peer's deadlines"
+    );
+}

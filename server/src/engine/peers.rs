@@ -12,17 +12,21 @@
 //! it is consulted once per get-into or put-from call, not per block.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use yutu_transfer::{NodeAddress, NodeId};
 
-/// How many sessions there may be, and how long an unused one lives.
+/// How many sessions there may be, how long an unused one lives, and how many transfers
+/// through the node's engine one user may have in flight at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerLimits {
     pub per_user: usize,
     pub total: usize,
     pub idle: Duration,
+    /// With the engine's per-peer worker cap, bounds the workers one user can hold however
+    /// many sessions they open (a stalled engine holds its workers until its deadlines).
+    pub engine_calls_per_user: usize,
 }
 
 impl Default for PeerLimits {
@@ -31,6 +35,7 @@ impl Default for PeerLimits {
             per_user: 64,
             total: 1024,
             idle: Duration::from_secs(600),
+            engine_calls_per_user: 2,
         }
     }
 }
@@ -44,6 +49,8 @@ pub enum PeerError {
     TooManyForUser(usize),
     #[error("the node holds {0} peer sessions, the most it keeps; try again later")]
     Full(usize),
+    #[error("you have {0} transfers through the node's engine in flight, the most a user may; retry when one ends")]
+    Busy(usize),
 }
 
 struct Session {
@@ -57,6 +64,25 @@ struct Sessions {
     by_id: HashMap<String, Session>,
     by_node: HashMap<NodeId, String>,
     per_user: HashMap<String, usize>,
+    engine_calls: HashMap<String, usize>,
+}
+
+/// A transfer through the node's engine in flight for a user; ends when dropped.
+pub struct EngineCall {
+    peers: Arc<PeerSessions>,
+    user: String,
+}
+
+impl Drop for EngineCall {
+    fn drop(&mut self) {
+        let mut s = self.peers.lock();
+        if let Some(n) = s.engine_calls.get_mut(&self.user) {
+            *n -= 1;
+            if *n == 0 {
+                s.engine_calls.remove(&self.user);
+            }
+        }
+    }
 }
 
 /// The registry.
@@ -151,6 +177,20 @@ impl PeerSessions {
             .collect()
     }
 
+    /// Counts a transfer through the node's engine for `user`, refused past the limit.
+    pub fn engine_call(self: &Arc<Self>, user: &str) -> Result<EngineCall, PeerError> {
+        let mut s = self.lock();
+        let n = s.engine_calls.entry(user.to_string()).or_default();
+        if *n >= self.limits.engine_calls_per_user {
+            return Err(PeerError::Busy(*n));
+        }
+        *n += 1;
+        Ok(EngineCall {
+            peers: Arc::clone(self),
+            user: user.to_string(),
+        })
+    }
+
     /// Live sessions (a gauge).
     pub fn len(&self) -> usize {
         self.lock().by_id.len()
@@ -215,6 +255,7 @@ mod tests {
             per_user: 2,
             total: 3,
             idle: Duration::from_secs(60),
+            engine_calls_per_user: 2,
         });
         p.insert("a1".into(), "alice", addr(1)).unwrap();
         // Bob can neither take alice's node id nor use her session.
@@ -242,6 +283,20 @@ mod tests {
         assert_eq!(p.end("a3", "alice"), Some(addr(2)));
         assert_eq!(p.len(), 2);
         p.insert("c1".into(), "carol", addr(5)).unwrap();
+    }
+
+    #[test]
+    fn engine_calls_are_bounded_per_user() {
+        let p = Arc::new(PeerSessions::new(PeerLimits {
+            engine_calls_per_user: 2,
+            ..PeerLimits::default()
+        }));
+        let a = p.engine_call("bob").unwrap();
+        let _b = p.engine_call("bob").unwrap();
+        assert_eq!(p.engine_call("bob").err(), Some(PeerError::Busy(2)));
+        let _c = p.engine_call("alice").unwrap();
+        drop(a);
+        let _d = p.engine_call("bob").unwrap();
     }
 
     #[test]

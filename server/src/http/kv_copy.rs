@@ -168,7 +168,14 @@ pub(super) async fn get_into(
     check_spans(&spans, client.node)?;
     let copied = match map_spans(&engine, &spans).await? {
         Some(targets) => copy_out_direct(ctx, bucket, &req.keys, targets).await?,
-        None => copy_out_engine(ctx, &engine, bucket, &req.keys, &spans).await?,
+        None => {
+            let _call = ctx
+                .shard
+                .peers
+                .engine_call(&ctx.holder())
+                .map_err(super::kv_peers::refused)?;
+            copy_out_engine(ctx, &engine, bucket, &req.keys, &spans).await?
+        }
     };
     Ok(json(&CopiedResponse { copied }))
 }
@@ -337,7 +344,14 @@ pub(super) async fn put_from(
     check_spans(&spans, client.node)?;
     let etags = match map_spans(&engine, &spans).await? {
         Some(sources) => put_from_direct(ctx, bucket, &keys, sources).await?,
-        None => put_from_engine(ctx, &engine, bucket, &lens, &spans).await?,
+        None => {
+            let _call = ctx
+                .shard
+                .peers
+                .engine_call(&ctx.holder())
+                .map_err(super::kv_peers::refused)?;
+            put_from_engine(ctx, &engine, bucket, &lens, &spans).await?
+        }
     };
     Ok(json(&EtagsResponse { etags }))
 }

@@ -32,12 +32,14 @@ pub(super) fn engine(ctx: &Ctx) -> Result<&TransferEngine, S3Error> {
         .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))
 }
 
-fn refused(e: PeerError) -> S3Error {
+pub(super) fn refused(e: PeerError) -> S3Error {
     let code = match e {
         PeerError::NodeTaken(_) => S3ErrorCode::OperationAborted,
-        PeerError::TooManyForUser(_) | PeerError::Full(_) => S3ErrorCode::TooManyRequests,
+        PeerError::TooManyForUser(_) | PeerError::Full(_) | PeerError::Busy(_) => {
+            S3ErrorCode::TooManyRequests
+        }
     };
-    S3Error::new(code).msg(format!("Cannot register the engine: {e}."))
+    S3Error::new(code).msg(format!("Refused: {e}."))
 }
 
 /// A session id: 128 random bits in hex.

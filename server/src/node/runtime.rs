@@ -347,6 +347,12 @@ fn start_engine(settings: &Settings) -> Result<yutu_transfer::TransferEngine, St
     );
     let mut cfg = yutu_transfer::EngineConfig::new(yutu_transfer::NodeId(id));
     cfg.tcp_listen = Some(settings.transfer_listen);
+    // Many clients: one client engine's transfers hold at most two of the eight workers, and
+    // a client engine that stops answering is given up on after ten seconds per step (with
+    // at most two calls per user in flight, one user holds at most half the workers).
+    cfg.workers = 8;
+    cfg.workers_per_peer = 2;
+    cfg.io_timeout = std::time::Duration::from_secs(10);
     let shm_dir = settings.data_dir.join("transfer");
     std::fs::create_dir_all(&shm_dir).map_err(|e| StartError::Shard {
         shard: 0,
