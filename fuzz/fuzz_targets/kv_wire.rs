@@ -1,0 +1,25 @@
+//! What KV clients and peers send: segment descriptors (binary), transfer frames (tcp
+//! requests and proof challenges) and the KV control bodies (JSON). Never panics; a
+//! descriptor that decodes encodes back to the same bytes.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use yutu_api::kv::{GetIntoRequest, PeerRequest, PutFromRequest, PutStartRequest};
+use yutu_transfer::transport::tcp::wire::{Frame, REQUEST_LEN};
+use yutu_transfer::SegmentDescriptor;
+
+fuzz_target!(|data: &[u8]| {
+    if let Some(b) = data.get(..SegmentDescriptor::ENCODED_LEN) {
+        if let Ok(d) = SegmentDescriptor::decode(b) {
+            assert_eq!(&d.encode()[..], b, "a decoded descriptor re-encodes differently");
+        }
+    }
+    if let Some(b) = data.get(..REQUEST_LEN) {
+        let frame: &[u8; REQUEST_LEN] = b.try_into().expect("exact length");
+        let _ = Frame::decode(frame);
+    }
+    let _ = serde_json::from_slice::<PeerRequest>(data);
+    let _ = serde_json::from_slice::<GetIntoRequest>(data).map(|r| r.targets().is_some());
+    let _ = serde_json::from_slice::<PutFromRequest>(data);
+    let _ = serde_json::from_slice::<PutStartRequest>(data);
+});
