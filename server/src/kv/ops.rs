@@ -28,12 +28,21 @@ pub fn lease(
         .store
         .borrow_mut()
         .lease(lease_id, holder, bucket, keys, ttl)?;
+    // A block named several times gets one descriptor, minted once.
+    let mut minted: std::collections::HashMap<u64, SegmentDescriptor> = Default::default();
     Ok(found
         .into_iter()
         .map(|b| {
             let b = b?;
             let (_, seg) = shard.transfer.as_ref()?;
-            let d = seg.grant(b.offset, b.len, Access::Read, b.grant).ok()?;
+            let d = match minted.get(&b.offset) {
+                Some(d) => *d,
+                None => {
+                    let d = seg.grant(b.offset, b.len, Access::Read, b.grant).ok()?;
+                    minted.insert(b.offset, d);
+                    d
+                }
+            };
             Some((b, d))
         })
         .collect())
