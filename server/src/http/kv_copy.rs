@@ -169,11 +169,7 @@ pub(super) async fn get_into(
     let copied = match map_spans(&engine, &spans).await? {
         Some(targets) => copy_out_direct(ctx, bucket, &req.keys, targets).await?,
         None => {
-            let _call = ctx
-                .shard
-                .peers
-                .engine_call(&ctx.holder())
-                .map_err(super::kv_peers::refused)?;
+            let _call = super::kv_peers::engine_call(ctx)?;
             copy_out_engine(ctx, &engine, bucket, &req.keys, &spans).await?
         }
     };
@@ -345,11 +341,7 @@ pub(super) async fn put_from(
     let etags = match map_spans(&engine, &spans).await? {
         Some(sources) => put_from_direct(ctx, bucket, &keys, sources).await?,
         None => {
-            let _call = ctx
-                .shard
-                .peers
-                .engine_call(&ctx.holder())
-                .map_err(super::kv_peers::refused)?;
+            let _call = super::kv_peers::engine_call(ctx)?;
             put_from_engine(ctx, &engine, bucket, &lens, &spans).await?
         }
     };

@@ -32,7 +32,7 @@ pub(super) fn engine(ctx: &Ctx) -> Result<&TransferEngine, S3Error> {
         .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))
 }
 
-pub(super) fn refused(e: PeerError) -> S3Error {
+fn refused(e: PeerError) -> S3Error {
     let code = match e {
         PeerError::NodeTaken(_) => S3ErrorCode::OperationAborted,
         PeerError::TooManyForUser(_) | PeerError::Full(_) | PeerError::Busy(_) => {
@@ -112,6 +112,12 @@ pub(super) fn end(ctx: &Ctx, session: &str) -> Result<Resp, S3Error> {
 
 fn unknown_session() -> S3Error {
     bad("Unknown session (or another user's, or ended); register the engine at /v1/kv/peers.")
+}
+
+/// Counts a transfer through the node's engine for the caller until the guard drops (`429`
+/// past the per-user limit).
+pub(super) fn engine_call(ctx: &Ctx) -> Result<crate::engine::peers::EngineCall, S3Error> {
+    ctx.shard.peers.engine_call(&ctx.holder()).map_err(refused)
 }
 
 /// The proven address of the caller's session `id`, and the node's engine with it as a
