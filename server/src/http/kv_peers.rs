@@ -63,6 +63,9 @@ pub(super) async fn register(ctx: &Ctx, req: PeerRequest) -> Result<Resp, S3Erro
         .peers
         .admit(&user, req.client.node)
         .map_err(refused)?;
+    // The challenge runs on the shard's blocking pool, for up to a few seconds per path: a
+    // user's registrations in flight count as its engine calls, so one user cannot fill it.
+    let _call = engine_call(ctx)?;
     let (e, claimed, secret) = (engine.clone(), req.client, req.secret.0);
     let proven = glommio::executor()
         .spawn_blocking(move || e.verify_peer(&claimed, &secret, PROOF_TIMEOUT))
