@@ -23,7 +23,9 @@
 //! | `POST` [`RELEASE_PATH`] | [`ReleaseRequest`] | [`ReleaseResponse`] |
 //!
 //! Answers are in request order: the `i`-th entry of every list in an answer is about the
-//! `i`-th key, block or id of the request.
+//! `i`-th key, block or id of the request. The one exception is a get that names a key more
+//! than once: its blocks are listed once each and [`GetResponse::positions`] maps the request
+//! onto them (see [`GetResponse::block`]).
 //!
 //! Requests refuse unknown fields (a typo is an error, not a silently ignored option);
 //! answers accept them, so a newer node may add fields without breaking older clients.
@@ -404,14 +406,43 @@ pub struct RevokeResponse {
     pub revoked: Vec<bool>,
 }
 
-/// get: the leases taken (release them when done), a block per key, and the lifetime granted.
+/// get: the leases taken (release them when done), a block per distinct key, and the
+/// lifetime granted.
+///
+/// A key named several times in one request is one lease of one block, answered once: an
+/// answer repeating its descriptor would cost the node (and the network) a full descriptor per
+/// repetition, which is how one call of one key named [`MAX_BATCH`] times used to make a
+/// megabyte of JSON.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GetResponse {
     /// Lease ids for [`ReleaseRequest`]; one per shard involved, not per key.
     pub leases: Vec<u64>,
+    /// One per distinct key, in the order of their first appearance in the request.
     pub blocks: Vec<LeasedBlock>,
+    /// Present only when the request named a key more than once: the `i`-th requested key is
+    /// `blocks[positions[i]]`. Absent, `blocks[i]` is the `i`-th key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub positions: Option<Vec<u32>>,
     /// Milliseconds the leases last.
     pub ttl_ms: u64,
+}
+
+impl GetResponse {
+    /// The block of the `i`-th requested key, whether or not keys were repeated; `None` past
+    /// the request's end or when `positions` points outside `blocks` (a malformed answer).
+    pub fn block(&self, i: usize) -> Option<&LeasedBlock> {
+        match &self.positions {
+            Some(p) => self.blocks.get(*p.get(i)? as usize),
+            None => self.blocks.get(i),
+        }
+    }
+
+    /// How many keys the request named.
+    pub fn requested(&self) -> usize {
+        self.positions
+            .as_ref()
+            .map_or(self.blocks.len(), |p| p.len())
+    }
 }
 
 /// One key of a [`GetResponse`].
@@ -621,6 +652,7 @@ mod tests {
                     etag: None,
                 },
             ],
+            positions: None,
             ttl_ms: 10_000,
         };
         // A missing block is written with explicit nulls.
@@ -633,6 +665,28 @@ mod tests {
         // ...and read as absent too.
         let b: LeasedBlock = serde_json::from_str(r#"{"key":"cold","len":0}"#).unwrap();
         assert_eq!(b, resp.blocks[1]);
+        assert_eq!(resp.block(1), Some(&resp.blocks[1]));
+        assert_eq!((resp.block(2), resp.requested()), (None, 2));
+
+        // Repeated keys: hot, cold, hot, hot.
+        let repeated = GetResponse {
+            positions: Some(vec![0, 1, 0, 0]),
+            ..resp.clone()
+        };
+        let text = serde_json::to_string(&repeated).unwrap();
+        assert!(text.contains(r#""positions":[0,1,0,0]"#), "{text}");
+        assert_eq!(
+            serde_json::from_str::<GetResponse>(&text).unwrap(),
+            repeated
+        );
+        assert_eq!(repeated.requested(), 4);
+        assert_eq!(repeated.block(3), Some(&resp.blocks[0]));
+        assert_eq!(repeated.block(4), None);
+        let malformed = GetResponse {
+            positions: Some(vec![7]),
+            ..resp
+        };
+        assert_eq!(malformed.block(0), None);
     }
 
     #[test]

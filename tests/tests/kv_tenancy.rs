@@ -3,6 +3,7 @@
 //! through the real binary and a raw transfer client.
 
 use serde_json::{json, Value};
+use yutu_api::kv::GetResponse;
 use yutu_client::Credentials;
 use yutu_tests::kv::client_engine;
 use yutu_tests::users::{alice, bob, node_with_users, send_as};
@@ -182,9 +183,12 @@ fn duplicate_keys_in_one_lease_are_one_grant() {
     let keys: Vec<&str> = vec!["k"; 1000];
     for _ in 0..20 {
         let leased = kv(&server, &alice, "/v1/kv/alice/get", json!({ "keys": keys }));
-        let first = desc(&leased["blocks"][0]["descriptor"]);
-        let last = desc(&leased["blocks"][999]["descriptor"]);
-        assert_eq!(first, last, "one key, one grant");
+        let answer: GetResponse = serde_json::from_value(leased.clone()).expect("a get answer");
+        assert_eq!(answer.blocks.len(), 1, "one key, one block in the answer");
+        assert_eq!(answer.requested(), 1000);
+        let first = answer.block(0).expect("first").descriptor.clone();
+        let last = answer.block(999).expect("last").descriptor.clone();
+        assert!(first.is_some() && first == last, "one key, one grant");
         kv(
             &server,
             &alice,

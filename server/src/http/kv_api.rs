@@ -13,7 +13,7 @@
 //! and a client on the same host is served by the owning shards copying straight into or out
 //! of its mapped buffer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -394,27 +394,43 @@ async fn release(ctx: &Ctx, req: ReleaseRequest) -> Result<Resp, S3Error> {
 
 async fn get(ctx: &Ctx, bucket: &str, req: KeysRequest) -> Result<Resp, S3Error> {
     let ttl_ms = ttl_ms(req.ttl_ms)?;
-    let (leases, found) = lease(ctx, bucket, &req.keys, Duration::from_millis(ttl_ms)).await?;
-    let mut blocks = Vec::with_capacity(found.len());
-    for (key, f) in req.keys.iter().zip(found) {
-        blocks.push(match f {
+    check_keys(&req.keys)?;
+    // Each distinct key is leased and answered once (see `GetResponse::positions`).
+    let mut first: HashMap<&str, u32> = HashMap::with_capacity(req.keys.len());
+    let mut distinct: Vec<String> = Vec::with_capacity(req.keys.len());
+    let mut positions = Vec::with_capacity(req.keys.len());
+    for key in &req.keys {
+        let next = distinct.len() as u32;
+        let at = *first.entry(key.as_str()).or_insert(next);
+        if at == next {
+            distinct.push(key.clone());
+        }
+        positions.push(at);
+    }
+    let repeated = distinct.len() < req.keys.len();
+    let (leases, found) = lease(ctx, bucket, &distinct, Duration::from_millis(ttl_ms)).await?;
+    let blocks = distinct
+        .into_iter()
+        .zip(found)
+        .map(|(key, f)| match f {
             Some((_, b, d)) => LeasedBlock {
-                key: key.clone(),
+                key,
                 descriptor: Some(d),
                 len: b.len,
                 etag: Some(b.etag),
             },
             None => LeasedBlock {
-                key: key.clone(),
+                key,
                 descriptor: None,
                 len: 0,
                 etag: None,
             },
-        });
-    }
+        })
+        .collect();
     Ok(json(&GetResponse {
         leases,
         blocks,
+        positions: repeated.then_some(positions),
         ttl_ms,
     }))
 }
