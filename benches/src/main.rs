@@ -69,6 +69,9 @@ enum Suite {
     /// The KV block API end to end (2 MiB gets over shm and tcp, batched 4 KiB put/get), against
     /// memcpy, a raw loopback TCP stream, redis-benchmark and memcached.
     Kv(suites::kv::KvArgs),
+    /// Two good clients' KV rate while another tenant attacks the control plane, against the
+    /// same clients unloaded.
+    Tenants(suites::tenants::TenantsArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -90,6 +93,7 @@ fn main() -> anyhow::Result<()> {
                 Suite::Nvme(args) => suites::nvme::run(args).await,
                 Suite::Conductor(args) => suites::conductor::run(args).await,
                 Suite::Kv(args) => suites::kv::run(args).await,
+                Suite::Tenants(args) => suites::tenants::run(args).await,
             }
         };
         // Ctrl-C drops the suite's future, whose guards stop the servers and remove their files;

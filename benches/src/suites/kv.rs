@@ -30,7 +30,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc::RecvTimeoutError;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, ensure, Context as _};
 use clap::Args;
@@ -519,7 +519,7 @@ fn interleave(
 }
 
 /// Deterministic block contents, different per key.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
+pub(super) fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut out = Vec::with_capacity(len + 8);
     while out.len() < len {
@@ -534,17 +534,39 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 
 /// yutu-server with the NVMe tier off, so the KV blocks live in DRAM only and no 4 GiB file is
 /// preallocated; stopped and its data removed when dropped.
-struct Server {
+pub(super) struct Server {
     child: ChildGuard,
-    addr: SocketAddr,
+    pub(super) addr: SocketAddr,
     _data: TempDir,
 }
 
 impl Server {
+    /// Without authentication, with `memory` of DRAM.
     fn start(bin: &Path, memory: &str) -> anyhow::Result<Server> {
+        Server::start_with(bin, None, &["--memory", memory])
+    }
+
+    /// With `users` (a config file's `[[users]]` tables) or without authentication when
+    /// `None`, and `args` (memory, shards...).
+    pub(super) fn start_with(
+        bin: &Path,
+        users: Option<&str>,
+        args: &[&str],
+    ) -> anyhow::Result<Server> {
         let data = TempDir::new_in(&std::env::temp_dir(), "yutu-bench-data-")?;
         let mut cmd = Command::new(bin);
-        cmd.args(["--no-auth", "--listen", "127.0.0.1:0", "--memory", memory])
+        match users {
+            Some(users) => {
+                let config = data.path().join("yutu.toml");
+                std::fs::write(&config, users).context("writing the users' config file")?;
+                cmd.arg("--config").arg(config);
+            }
+            None => {
+                cmd.arg("--no-auth");
+            }
+        }
+        cmd.args(["--listen", "127.0.0.1:0"])
+            .args(args)
             .args(["--nvme-capacity", "0"])
             .args(
                 std::env::var("YUTU_BENCH_SERVER_ARGS")
@@ -552,7 +574,7 @@ impl Server {
                     .unwrap_or_default(),
             )
             .arg("--data-dir")
-            .arg(data.path())
+            .arg(data.path().join("node"))
             .env("NO_COLOR", "1");
         let (mut child, lines) = ChildGuard::spawn("yutu-server", &mut cmd)?;
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -585,14 +607,14 @@ impl Server {
         })
     }
 
-    fn check_running(&mut self) -> anyhow::Result<()> {
+    pub(super) fn check_running(&mut self) -> anyhow::Result<()> {
         self.child.check_running()
     }
 }
 
 /// A minimal blocking HTTP/1.1 client on one keep-alive connection: JSON in, JSON out,
 /// `Content-Length` bodies only (what the server sends for the KV API).
-struct Http {
+pub(super) struct Http {
     addr: SocketAddr,
     reader: BufReader<TcpStream>,
     writer: TcpStream,
@@ -600,7 +622,7 @@ struct Http {
 }
 
 impl Http {
-    fn connect(addr: SocketAddr) -> anyhow::Result<Http> {
+    pub(super) fn connect(addr: SocketAddr) -> anyhow::Result<Http> {
         let sock = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
         sock.set_nodelay(true)?;
         sock.set_read_timeout(Some(IO_TIMEOUT))?;
@@ -615,13 +637,31 @@ impl Http {
 
     /// Sends one request; returns the status and body.
     fn send(&mut self, method: &str, path: &str, body: &[u8]) -> anyhow::Result<(u16, Vec<u8>)> {
+        self.send_as(None, method, path, body)
+    }
+
+    /// Sends one request, signed with SigV4 by `who` when given; returns the status and body.
+    pub(super) fn send_as(
+        &mut self,
+        who: Option<&yutu_client::Credentials>,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> anyhow::Result<(u16, Vec<u8>)> {
         self.wbuf.clear();
         write!(
             self.wbuf,
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
             self.addr,
             body.len()
         )?;
+        if let Some(who) = who {
+            let host = self.addr.to_string();
+            for (name, value) in who.sign(method, &host, path, "", body, SystemTime::now()) {
+                write!(self.wbuf, "{name}: {value}\r\n")?;
+            }
+        }
+        self.wbuf.extend_from_slice(b"\r\n");
         self.wbuf.extend_from_slice(body);
         self.writer.write_all(&self.wbuf)?;
         let mut line = String::new();

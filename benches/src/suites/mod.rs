@@ -4,4 +4,5 @@ pub mod conductor;
 pub mod kv;
 pub mod nvme;
 pub mod s3;
+pub mod tenants;
 pub mod transfer;
