@@ -280,6 +280,27 @@ def test_presigned_get_and_put(server, s3, bucket):
     assert e.value.code == 403
 
 
+def test_bucket_calls_signed_with_sigv2(server, s3, bucket):
+    """botocore's SigV2 signs `/bucket/` for calls it sends to `/bucket`: header-signed listings
+    and its default presigned list URL (with `encoding-type=url`) are accepted, another user's
+    signature is not."""
+    import urllib.request
+
+    s3.put_object(Bucket=bucket, Key="v2 key", Body=b"v2")
+    v2 = server.client(signature_version="s3")
+    for listing in (v2.list_objects, v2.list_objects_v2):
+        keys = [o["Key"] for o in listing(Bucket=bucket, Prefix="v2").get("Contents", [])]
+        assert keys == ["v2 key"]
+    url = s3.generate_presigned_url("list_objects", Params={"Bucket": bucket}, ExpiresIn=300)
+    assert "AWSAccessKeyId=" in url and "encoding-type=url" in url
+    assert b"<Key>v2" in urllib.request.urlopen(url).read()
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(url.replace("Signature=", "Signature=A"))
+    assert e.value.code == 403
+    v2.create_bucket(Bucket=bucket + "-v2")
+    v2.delete_bucket(Bucket=bucket + "-v2")
+
+
 def test_users_own_their_buckets(server, s3):
     bob = server.client(BOB)
     s3.create_bucket(Bucket="alice-private")

@@ -286,7 +286,14 @@ fn authenticate_v2(
     virtual_bucket: Option<&str>,
 ) -> Result<Option<Arc<User>>, AuthError> {
     use super::sigv2;
-    let resource = || sigv2::canonical_resource(uri.path(), virtual_bucket, uri.query());
+    let resources = sigv2::canonical_resources(uri.path(), virtual_bucket, uri.query());
+    // Whether `sig` signs the request with `date` under any resource the client may have used.
+    let signed = |secret: &str, date: &str, sig: &str| {
+        resources.iter().any(|resource| {
+            let sts = sigv2::string_to_sign(method.as_str(), headers, date, resource);
+            signatures_match(&sigv2::sign(secret, &sts), sig)
+        })
+    };
     let header = headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -321,8 +328,7 @@ fn authenticate_v2(
         }
         // With x-amz-date the Date line of the string to sign is empty.
         let date_line = if amz_date.is_some() { "" } else { date_text };
-        let sts = sigv2::string_to_sign(method.as_str(), headers, date_line, &resource());
-        if !signatures_match(&sigv2::sign(&user.secret_key, &sts), sig) {
+        if !signed(&user.secret_key, date_line, sig) {
             return Err(AuthError::new(S3ErrorCode::SignatureDoesNotMatch));
         }
         return Ok(Some(user));
@@ -354,8 +360,7 @@ fn authenticate_v2(
             "A presigned URL may be valid for at most 7 days (604800 seconds).",
         ));
     }
-    let sts = sigv2::string_to_sign(method.as_str(), headers, &expires_text, &resource());
-    if !signatures_match(&sigv2::sign(&user.secret_key, &sts), &sig) {
+    if !signed(&user.secret_key, &expires_text, &sig) {
         return Err(AuthError::new(S3ErrorCode::SignatureDoesNotMatch));
     }
     Ok(Some(user))

@@ -70,6 +70,23 @@ pub fn canonical_resource(path: &str, virtual_bucket: Option<&str>, query: Optio
     out
 }
 
+/// The resources a client may have signed for this request: the canonical resource, and for a
+/// bucket addressed path-style without a trailing slash (`/bucket`) also `/bucket/`, which is
+/// what botocore signs for every bucket-level call (its `auth_path`) while it sends `/bucket`,
+/// and what S3 accepts.
+pub fn canonical_resources(
+    path: &str,
+    virtual_bucket: Option<&str>,
+    query: Option<&str>,
+) -> Vec<String> {
+    let mut out = vec![canonical_resource(path, virtual_bucket, query)];
+    let bare_bucket = virtual_bucket.is_none() && path.len() > 1 && !path[1..].contains('/');
+    if bare_bucket {
+        out.push(canonical_resource(&format!("{path}/"), None, query));
+    }
+    out
+}
+
 /// The string to sign; `date` is the Date header, or `Expires` for a presigned URL (and empty
 /// when `x-amz-date` is sent, which then appears among the amz headers).
 pub fn string_to_sign(method: &str, headers: &HeaderMap, date: &str, resource: &str) -> String {
@@ -129,5 +146,18 @@ mod tests {
             canonical_resource("/b/k", None, Some("uploadId=x&partNumber=2&foo=1")),
             "/b/k?partNumber=2&uploadId=x"
         );
+    }
+
+    /// botocore signs `/bucket/` for bucket-level calls sent to `/bucket`.
+    #[test]
+    fn a_bare_bucket_path_may_be_signed_with_its_slash() {
+        assert_eq!(
+            canonical_resources("/b", None, Some("encoding-type=url&uploads")),
+            ["/b?uploads", "/b/?uploads"]
+        );
+        assert_eq!(canonical_resources("/b/", None, None), ["/b/"]);
+        assert_eq!(canonical_resources("/b/k", None, None), ["/b/k"]);
+        assert_eq!(canonical_resources("/", Some("b"), None), ["/b/"]);
+        assert_eq!(canonical_resources("/", None, None), ["/"]);
     }
 }
