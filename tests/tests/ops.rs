@@ -98,3 +98,36 @@ fn bad_configuration_fails_fast_with_a_message() {
     ])
     .contains("cannot listen"));
 }
+
+/// A second node started on a running node's address refuses to start and says why; the first
+/// one keeps every connection (before, SO_REUSEPORT let both listen and the kernel split the
+/// connections between them).
+#[test]
+fn a_second_node_on_the_same_address_refuses_to_start() {
+    let first = Server::start(&["--memory", "32MiB", "--shards", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut second = Command::new(bin_path("yutu-server"))
+        .args(["--listen", &first.addr.to_string(), "--no-auth"])
+        .args(["--memory", "32MiB", "--shards", "2", "--nvme-capacity", "0"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut exited = None;
+    yutu_tests::server::wait_until(std::time::Duration::from_secs(20), || {
+        exited = second.try_wait().unwrap();
+        exited.is_some()
+    });
+    let Some(status) = exited else {
+        let _ = second.kill();
+        let _ = second.wait();
+        panic!("the second node is still running on {}", first.addr);
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("in use"), "{err}");
+    assert_eq!(first.client().get("/health").status, 200);
+}

@@ -39,6 +39,8 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot listen on {0}: the address is in use (another node, or another program, listens there)")]
+    InUse(SocketAddr),
     #[error("cannot start shard {shard}: {message}")]
     Shard { shard: usize, message: String },
     #[error("shard {0} stopped during start-up")]
@@ -78,8 +80,15 @@ fn bind_first(addr: SocketAddr) -> Result<std::net::TcpListener, StartError> {
     let sock = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))
         .map_err(err)?;
     sock.set_reuse_address(true).map_err(err)?;
+    // Bound without SO_REUSEPORT, so the bind fails while any other socket (another node,
+    // whose shards all set SO_REUSEPORT) listens on the address: with it, a second node would
+    // join the first's port and the kernel would split the connections between them. Set
+    // after the bind, it lets this node's other shards join this socket's port.
+    sock.bind(&addr.into()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => StartError::InUse(addr),
+        _ => err(e),
+    })?;
     sock.set_reuse_port(true).map_err(err)?;
-    sock.bind(&addr.into()).map_err(err)?;
     sock.listen(1024).map_err(err)?;
     Ok(sock.into())
 }
