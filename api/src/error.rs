@@ -44,6 +44,8 @@ pub enum S3ErrorCode {
     InsufficientStorage,
     PreconditionFailed,
     RequestHeaderSectionTooLarge,
+    /// The request body stopped arriving (or arrived too slowly) and was dropped: 400.
+    RequestTimeout,
     ServiceUnavailable,
     SlowDown,
     /// A per-user limit (leased or reserved KV bytes, leases) is reached: 429, retry after
@@ -97,6 +99,7 @@ impl S3ErrorCode {
             RequestHeaderSectionTooLarge => "RequestHeaderSectionTooLarge",
             ServiceUnavailable => "ServiceUnavailable",
             SlowDown => "SlowDown",
+            RequestTimeout => "RequestTimeout",
         }
     }
 
@@ -142,7 +145,8 @@ impl S3ErrorCode {
             | InvalidURI
             | KeyTooLongError
             | MetadataTooLarge
-            | RequestHeaderSectionTooLarge => 400,
+            | RequestHeaderSectionTooLarge
+            | RequestTimeout => 400,
         }
     }
 
@@ -190,6 +194,7 @@ impl S3ErrorCode {
             RequestHeaderSectionTooLarge => "Your request header section exceeds the maximum allowed size.",
             ServiceUnavailable => "Please reduce your request rate.",
             SlowDown => "Please reduce your request rate.",
+            RequestTimeout => "Your socket connection to the server was not read from or written to within the timeout period.",
             ConditionalRequestConflict => "A conflicting operation occurred. If using PutObject you can retry the request.",
             InsufficientStorage => "There is not enough storage space to keep the object durably.",
             TooManyRequests => "A per-user limit is reached; release what you hold and retry.",

@@ -82,9 +82,40 @@ pub struct Flags {
     /// Leases one user may hold at once on each shard (default 4096).
     #[arg(long)]
     pub kv_user_leases: Option<u64>,
+    /// Bytes of request bodies the node holds at once, all connections together (default:
+    /// half of --memory, at least 64 MiB and at most 1 GiB). A body waits for its share; three
+    /// quarters of it is the largest body a single request may send (use multipart above).
+    #[arg(long)]
+    pub body_budget: Option<ByteSize>,
+    /// Seconds a request body may wait for the budget, and may go without sending a byte,
+    /// before it is refused (default 30).
+    #[arg(long)]
+    pub body_timeout_secs: Option<u64>,
+    /// Slowest average rate a body may arrive at, bytes per second (default 64KiB): a body of
+    /// N bytes must be in within body-timeout-secs + N / min-body-rate.
+    #[arg(long)]
+    pub min_body_rate: Option<ByteSize>,
     /// TOML file with any of the settings above, and `[[users]]`.
     #[arg(long)]
     pub config: Option<PathBuf>,
+}
+
+/// How much request-body data the node holds, and how long a body may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyLimits {
+    /// Bytes of bodies held at once, node-wide (`net::budget::BodyBudget`).
+    pub budget: u64,
+    /// Longest wait for the budget, and longest silence while a body is read.
+    pub timeout: std::time::Duration,
+    /// Slowest average rate a body may arrive at, bytes per second.
+    pub min_rate: u64,
+}
+
+impl BodyLimits {
+    /// When a body of `len` bytes must have arrived, counted from its first read.
+    pub fn deadline(&self, len: u64) -> std::time::Duration {
+        self.timeout + std::time::Duration::from_secs(len / self.min_rate.max(1))
+    }
 }
 
 /// What one user may hold on the KV path, so that one tenant cannot pin or reserve the DRAM
@@ -162,6 +193,9 @@ pub struct FileConfig {
     pub kv_user_leased: Option<ByteSize>,
     pub kv_user_reserved: Option<ByteSize>,
     pub kv_user_leases: Option<u64>,
+    pub body_budget: Option<ByteSize>,
+    pub body_timeout_secs: Option<u64>,
+    pub min_body_rate: Option<ByteSize>,
     #[serde(default)]
     pub users: Vec<User>,
 }
@@ -189,6 +223,7 @@ pub struct Settings {
     pub nvme_capacity: u64,
     pub transfer_listen: SocketAddr,
     pub kv_limits: KvLimits,
+    pub body: BodyLimits,
     /// This run of the node, in milliseconds since the Unix epoch: KV events are numbered per
     /// epoch, so the conductor can tell a restart from a gap.
     pub epoch: u64,
@@ -336,6 +371,27 @@ impl Settings {
                 "--kv-user-leases must be positive".into(),
             ));
         }
+        let body = BodyLimits {
+            budget: flags
+                .body_budget
+                .or(file.body_budget)
+                .map_or((memory / 2).clamp(64 << 20, 1 << 30), |b| b.0),
+            timeout: std::time::Duration::from_secs(
+                flags
+                    .body_timeout_secs
+                    .or(file.body_timeout_secs)
+                    .unwrap_or(30),
+            ),
+            min_rate: flags
+                .min_body_rate
+                .or(file.min_body_rate)
+                .map_or(64 << 10, |b| b.0),
+        };
+        if body.budget < 1 << 20 || body.timeout.is_zero() || body.min_rate == 0 {
+            return Err(ConfigError::Invalid(
+                "--body-budget must be at least 1MiB, --body-timeout-secs and --min-body-rate positive".into(),
+            ));
+        }
         if max_object_size == 0 {
             return Err(ConfigError::Invalid(
                 "--max-object-size must be positive".into(),
@@ -378,6 +434,7 @@ impl Settings {
                 .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0))),
             nvme: (nvme_capacity > 0).then(|| nvme_path.clone()),
             kv_limits,
+            body,
             advertise_url: flags.advertise_url.or(file.advertise_url),
             epoch: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -38,6 +38,12 @@ impl Gauge {
     pub fn set(&self, v: u64) {
         self.0.store(v, Relaxed);
     }
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Relaxed);
+    }
+    pub fn sub(&self, n: u64) {
+        self.0.fetch_sub(n, Relaxed);
+    }
     pub fn get(&self) -> u64 {
         self.0.load(Relaxed)
     }
@@ -187,6 +193,12 @@ pub struct ShardMetrics {
     pub kv_limit_leased: Counter,
     pub kv_limit_reserved: Counter,
     pub kv_limit_leases: Counter,
+    /// Request bodies refused by the body limits, by reason.
+    pub body_too_large: Counter,
+    pub body_budget_wait: Counter,
+    pub body_timeout: Counter,
+    /// Bytes of request bodies this shard's requests hold reserved.
+    pub body_reserved: Gauge,
     pub nvme_objects: Gauge,
     pub nvme_reclaimed_regions: Gauge,
     pub nvme_corrupt_records: Gauge,
@@ -222,6 +234,10 @@ impl Default for ShardMetrics {
             kv_limit_leased: Counter::default(),
             kv_limit_reserved: Counter::default(),
             kv_limit_leases: Counter::default(),
+            body_too_large: Counter::default(),
+            body_budget_wait: Counter::default(),
+            body_timeout: Counter::default(),
+            body_reserved: Gauge::default(),
             nvme_objects: Gauge::default(),
             nvme_reclaimed_regions: Gauge::default(),
             nvme_corrupt_records: Gauge::default(),
@@ -341,7 +357,7 @@ type Reading = (
 /// The families with one series per shard (and per reading).
 fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE};
-    let table: [(&str, MetricType, &str, &[Reading]); 23] = [
+    let table: [(&str, MetricType, &str, &[Reading]); 25] = [
         (
             "yutu_tier_hits_total",
             COUNTER,
@@ -414,6 +430,22 @@ fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
                 (Some(("limit", "reserved_bytes")), |m| m.kv_limit_reserved.get()),
                 (Some(("limit", "leases")), |m| m.kv_limit_leases.get()),
             ],
+        ),
+        (
+            "yutu_body_refused_total",
+            COUNTER,
+            "Request bodies refused by the body limits: larger than the node holds for one body, no budget within the body timeout, or too slow.",
+            &[
+                (Some(("reason", "too_large")), |m| m.body_too_large.get()),
+                (Some(("reason", "budget_wait")), |m| m.body_budget_wait.get()),
+                (Some(("reason", "timeout")), |m| m.body_timeout.get()),
+            ],
+        ),
+        (
+            "yutu_body_reserved_bytes",
+            GAUGE,
+            "Request-body bytes reserved by the requests this shard is receiving (the node's budget is --body-budget).",
+            &[(None, |m| m.body_reserved.get())],
         ),
         (
             "yutu_durable_dropped_total",

@@ -186,8 +186,8 @@ fn duplicate_keys_in_one_lease_are_one_grant() {
         let answer: GetResponse = serde_json::from_value(leased.clone()).expect("a get answer");
         assert_eq!(answer.blocks.len(), 1, "one key, one block in the answer");
         assert_eq!(answer.requested(), 1000);
-        let first = answer.block(0).expect("first").descriptor.clone();
-        let last = answer.block(999).expect("last").descriptor.clone();
+        let first = answer.block(0).expect("first").descriptor;
+        let last = answer.block(999).expect("last").descriptor;
         assert!(first.is_some() && first == last, "one key, one grant");
         kv(
             &server,

@@ -64,7 +64,7 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
         .map_err(|e| S3Error::new(S3ErrorCode::InvalidBucketName).msg(format!("{e}.")))?;
     // The optional CreateBucketConfiguration names a region; a single-region store accepts
     // any and ignores it, but still reads it (bounded) so the connection stays usable.
-    body::read_limited(body_in, None, 64 * 1024).await?;
+    body::read_limited(ctx, body_in, 64 * 1024).await?;
     let durability = match ctx.header("x-yutu-durability") {
         None => shard.settings.durability,
         Some(d) => Durability::parse(d).ok_or_else(|| {

@@ -57,9 +57,12 @@ pub(super) fn json(value: &impl Serialize) -> Resp {
         .unwrap_or_default()
 }
 
-pub(super) async fn parse<T: for<'de> Deserialize<'de>>(body: Incoming) -> Result<T, S3Error> {
-    let raw = read_limited(body, None, MAX_REQUEST_BYTES).await?;
-    serde_json::from_slice(&raw).map_err(|e| bad(format!("Malformed KV request: {e}.")))
+pub(super) async fn parse<T: for<'de> Deserialize<'de>>(
+    ctx: &Ctx,
+    body: Incoming,
+) -> Result<T, S3Error> {
+    let raw = read_limited(ctx, body, MAX_REQUEST_BYTES).await?;
+    serde_json::from_slice(&raw.data).map_err(|e| bad(format!("Malformed KV request: {e}.")))
 }
 
 /// The lifetime a request asks (`ttl_ms`, [`DEFAULT_TTL_MS`] when absent), in milliseconds.
@@ -90,10 +93,10 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
     // The request's key is its path after `/v1/`.
     let path = format!("/v1/{}", ctx.target.key.as_deref().unwrap_or_default());
     if path == RELEASE_PATH && ctx.method == Method::POST {
-        return release(ctx, parse(body).await?).await;
+        return release(ctx, parse(ctx, body).await?).await;
     }
     if path == PEERS_PATH && ctx.method == Method::POST {
-        return super::kv_peers::register(ctx, parse(body).await?).await;
+        return super::kv_peers::register(ctx, parse(ctx, body).await?).await;
     }
     if let Some(session) = path
         .strip_prefix(PEERS_PATH)
@@ -135,24 +138,24 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
     };
     match op {
         KvOp::Exists => {
-            let k: KeysRequest = parse(body).await?;
+            let k: KeysRequest = parse(ctx, body).await?;
             let exists = exists(ctx, &bucket, &k.keys).await?;
             Ok(json(&ExistsResponse { exists }))
         }
         KvOp::Prefix => {
-            let k: KeysRequest = parse(body).await?;
+            let k: KeysRequest = parse(ctx, body).await?;
             let found = exists(ctx, &bucket, &k.keys).await?;
             let present = found.iter().take_while(|f| **f).count() as u64;
             Ok(json(&PrefixResponse { present }))
         }
-        KvOp::PutStart => put_start(ctx, &bucket, parse(body).await?).await,
-        KvOp::PutEnd => put_end(ctx, parse(body).await?).await,
-        KvOp::Revoke => revoke(ctx, parse(body).await?).await,
-        KvOp::Get => get(ctx, &bucket, parse(body).await?).await,
-        KvOp::GetInto => super::kv_copy::get_into(ctx, &bucket, parse(body).await?).await,
-        KvOp::PutFrom => super::kv_copy::put_from(ctx, &bucket, parse(body).await?).await,
+        KvOp::PutStart => put_start(ctx, &bucket, parse(ctx, body).await?).await,
+        KvOp::PutEnd => put_end(ctx, parse(ctx, body).await?).await,
+        KvOp::Revoke => revoke(ctx, parse(ctx, body).await?).await,
+        KvOp::Get => get(ctx, &bucket, parse(ctx, body).await?).await,
+        KvOp::GetInto => super::kv_copy::get_into(ctx, &bucket, parse(ctx, body).await?).await,
+        KvOp::PutFrom => super::kv_copy::put_from(ctx, &bucket, parse(ctx, body).await?).await,
         KvOp::Remove => {
-            let k: KeysRequest = parse(body).await?;
+            let k: KeysRequest = parse(ctx, body).await?;
             check_keys(&k.keys)?;
             let mut removed = vec![false; k.keys.len()];
             for (shard, idx) in by_shard(ctx, &bucket, &k.keys) {

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use hyper::body::Incoming;
 use yutu_api::S3ErrorCode;
 
-use super::body::read_limited;
+use super::body::{content_length, read_limited, Reservation};
 use super::ctx::Ctx;
 use super::error::S3Error;
 use crate::auth::authenticate::Payload;
@@ -21,21 +21,13 @@ pub struct Received {
     pub md5: [u8; 16],
     /// The checksum the client sent (verified), or the one the bucket asked for.
     pub checksum: Option<Checksum>,
+    /// The body's share of the node's body budget, held until the upload is done with.
+    pub reservation: Reservation,
 }
 
 /// Framing overhead allowed on top of the payload limit for an `aws-chunked` body.
 fn chunked_allowance(limit: u64) -> u64 {
     limit / 32 + 64 * 1024
-}
-
-fn content_length(ctx: &Ctx) -> Result<Option<u64>, S3Error> {
-    match ctx.header("content-length") {
-        None => Ok(None),
-        Some(v) => v
-            .parse()
-            .map(Some)
-            .map_err(|_| S3Error::new(S3ErrorCode::InvalidArgument).msg("Invalid Content-Length.")),
-    }
 }
 
 /// Checks the announced size against `limit` before any byte is read.
@@ -74,7 +66,8 @@ pub async fn receive(ctx: &Ctx, body: Incoming, limit: u64) -> Result<Received, 
     } else {
         limit
     };
-    let raw = read_limited(body, content_length(ctx)?, raw_limit).await?;
+    let read = read_limited(ctx, body, raw_limit).await?;
+    let (raw, reservation) = (read.data, read.reservation);
     ctx.shard.metrics.bytes_in.add(raw.len() as u64);
     let (data, trailers) = if chunked {
         let signer = ctx
@@ -105,6 +98,8 @@ pub async fn receive(ctx: &Ctx, body: Incoming, limit: u64) -> Result<Received, 
                     .msg("The decoded body length does not match x-amz-decoded-content-length."));
             }
         }
+        // The framed copy is not needed once decoded: hold one copy, not two.
+        drop(raw);
         (Bytes::from(decoded.data), decoded.trailers)
     } else {
         (raw, Vec::new())
@@ -130,6 +125,7 @@ pub async fn receive(ctx: &Ctx, body: Incoming, limit: u64) -> Result<Received, 
         data,
         md5: digest,
         checksum,
+        reservation,
     })
 }
 

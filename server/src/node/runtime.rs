@@ -24,6 +24,7 @@ use crate::engine::kv::Grants;
 use crate::engine::peers::PeerSessions;
 use crate::engine::ShardStore;
 use crate::metrics::ShardMetrics;
+use crate::net::budget::BodyBudget;
 use crate::tier::TieredStore;
 
 /// What runs on each shard once it is ready: the node's services (HTTP, events), given the
@@ -114,6 +115,7 @@ pub fn start(settings: Settings, serve: Serve, stop: StopFlag) -> Result<Node, S
     }
     let engine = start_engine(&settings)?;
     let peers = Arc::new(PeerSessions::default());
+    let body_budget = Arc::new(BodyBudget::new(settings.body.budget));
     let settings = Arc::new(settings);
     let n = settings.shards;
     let first = bind_first(settings.listen)?;
@@ -146,6 +148,7 @@ pub fn start(settings: Settings, serve: Serve, stop: StopFlag) -> Result<Node, S
         let buckets = buckets.clone();
         let engine = engine.clone();
         let peers = peers.clone();
+        let body_budget = body_budget.clone();
         let serve = serve.clone();
         let stop = stop.clone();
         let barrier = barrier.clone();
@@ -166,6 +169,7 @@ pub fn start(settings: Settings, serve: Serve, stop: StopFlag) -> Result<Node, S
                     buckets,
                     engine,
                     peers,
+                    body_budget,
                     serve,
                     stop,
                     barrier,
@@ -202,6 +206,7 @@ struct ShardStart {
     buckets: Vec<BucketRecord>,
     engine: yutu_transfer::TransferEngine,
     peers: Arc<PeerSessions>,
+    body_budget: Arc<BodyBudget>,
     serve: Serve,
     stop: StopFlag,
     barrier: DrainBarrier,
@@ -220,6 +225,7 @@ async fn run_shard(
         buckets,
         engine,
         peers,
+        body_budget,
         serve,
         stop,
         barrier,
@@ -290,6 +296,7 @@ async fn run_shard(
     );
     shard.transfer = Some((engine, segment));
     shard.peers = peers;
+    shard.body_budget = body_budget;
     let shard = Rc::new(shard);
     spawn_kv_expiry(shard.clone());
     if id == 0 {

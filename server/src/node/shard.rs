@@ -61,6 +61,8 @@ pub struct Shard {
     pub transfer: Option<(yutu_transfer::TransferEngine, yutu_transfer::LocalSegment)>,
     /// The client engines registered for get-into and put-from (node-wide, shared).
     pub peers: Arc<crate::engine::peers::PeerSessions>,
+    /// Request-body bytes the node holds at once (node-wide, shared).
+    pub body_budget: Arc<crate::net::budget::BodyBudget>,
     /// Lease and put ids handed out by this shard (the shard is in the top 16 bits).
     kv_seq: Cell<u64>,
     /// Serialises bucket creation and deletion on the coordinator.
@@ -82,6 +84,7 @@ impl Shard {
         senders: Option<Senders<Job>>,
         stop: StopSignal,
     ) -> Shard {
+        let body_budget = Arc::new(crate::net::budget::BodyBudget::new(settings.body.budget));
         let publisher =
             (id == 0).then(|| Rc::new(Publisher::new(settings.node_name.clone(), settings.epoch)));
         Shard {
@@ -94,6 +97,7 @@ impl Shard {
             publisher,
             transfer: None,
             peers: Arc::default(),
+            body_budget,
             kv_seq: Cell::new(0),
             senders,
             bucket_lock: glommio::sync::Semaphore::new(1),
