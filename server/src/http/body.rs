@@ -60,11 +60,18 @@ async fn reserve(
     bytes: u64,
     timeout: Duration,
 ) -> Result<Reservation, S3Error> {
-    let waited = future::or(async { Some(budget.reserve(bytes).await) }, async {
-        glommio::timer::Timer::new(timeout).await;
-        None
-    })
-    .await;
+    // Most bodies find their bytes free: no timer for them.
+    let waited = match budget.try_reserve(bytes) {
+        Ok(Some(permit)) => Some(Ok(permit)),
+        Err(too_large) => Some(Err(too_large)),
+        Ok(None) => {
+            future::or(async { Some(budget.reserve(bytes).await) }, async {
+                glommio::timer::Timer::new(timeout).await;
+                None
+            })
+            .await
+        }
+    };
     match waited {
         Some(Ok(permit)) => {
             metrics.body_reserved.add(bytes);
@@ -119,11 +126,18 @@ pub async fn read_limited(ctx: &Ctx, mut body: Incoming, limit: u64) -> Result<R
     loop {
         let now = Instant::now();
         let quiet = limits.timeout.min(deadline.saturating_duration_since(now));
-        let next = future::or(async { Some(body.frame().await) }, async {
-            glommio::timer::Timer::new(quiet).await;
-            None
-        })
-        .await;
+        // A frame already received needs no timer (dropping an unfinished `frame()` loses
+        // nothing: it only polls the body).
+        let next = match future::poll_once(body.frame()).await {
+            Some(frame) => Some(frame),
+            None => {
+                future::or(async { Some(body.frame().await) }, async {
+                    glommio::timer::Timer::new(quiet).await;
+                    None
+                })
+                .await
+            }
+        };
         let frame = match next {
             Some(Some(frame)) => frame,
             Some(None) => break,

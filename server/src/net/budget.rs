@@ -82,9 +82,8 @@ impl BodyBudget {
         self.large_bytes
     }
 
-    /// Reserves `bytes`, waiting in line for them; an error at once when they can never be
-    /// had. The caller bounds the wait (drop the future to give up its place).
-    pub async fn reserve(&self, bytes: u64) -> Result<BodyPermit, TooLarge> {
+    /// The pool `bytes` draw from and their permit count.
+    fn pool(&self, bytes: u64) -> Result<(&Arc<Semaphore>, u32), TooLarge> {
         let pool = if bytes <= self.small_max {
             &self.small
         } else if bytes <= self.large_bytes {
@@ -96,7 +95,24 @@ impl BodyBudget {
             });
         };
         // `units` is at most `u32::MAX` here: `bytes <= large_bytes <= u32::MAX * UNIT`.
-        let n = units(bytes).min(u32::MAX as u64) as u32;
+        Ok((pool, units(bytes).min(u32::MAX as u64) as u32))
+    }
+
+    /// Reserves `bytes` if they are free now and nobody waits for them: `Ok(None)` when the
+    /// caller has to wait ([`BodyBudget::reserve`]).
+    pub fn try_reserve(&self, bytes: u64) -> Result<Option<BodyPermit>, TooLarge> {
+        let (pool, n) = self.pool(bytes)?;
+        Ok(pool
+            .clone()
+            .try_acquire_many_owned(n)
+            .ok()
+            .map(|permit| BodyPermit { _permit: permit }))
+    }
+
+    /// Reserves `bytes`, waiting in line for them; an error at once when they can never be
+    /// had. The caller bounds the wait (drop the future to give up its place).
+    pub async fn reserve(&self, bytes: u64) -> Result<BodyPermit, TooLarge> {
+        let (pool, n) = self.pool(bytes)?;
         let permit = pool
             .clone()
             .acquire_many_owned(n)
@@ -122,7 +138,8 @@ mod tests {
                 largest: 48 << 20
             }
         );
-        let first = block_on(b.reserve(40 << 20)).unwrap();
+        let first = b.try_reserve(40 << 20).unwrap().expect("free");
+        assert!(b.try_reserve(16 << 20).unwrap().is_none(), "not free");
         // The next large body waits...
         let mut second = Box::pin(b.reserve(16 << 20));
         assert!(block_on(poll_once(second.as_mut())).is_none());
