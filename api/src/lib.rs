@@ -5,7 +5,7 @@
 //! and the KV-cache wire types: chained block hashes (`block_hash`), segment descriptors and
 //! transfer-engine addresses (`descriptor`), the storage node's KV control API (`kv`), the
 //! events storage nodes publish to the conductor (`events`), and the conductor's routing API
-//! (`route`).
+//! (`route`), and bearer tokens (`token`: claims, scopes, signing and verifying).
 //! Both the server and the clients depend on it, so a rule written here holds on both ends.
 
 pub mod block_hash;
@@ -20,6 +20,7 @@ pub mod range;
 pub mod route;
 pub mod sigv4;
 pub mod size;
+pub mod token;
 pub mod xml;
 
 pub use bucket::{validate_bucket_name, BucketNameError};
