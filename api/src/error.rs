@@ -44,6 +44,10 @@ pub enum S3ErrorCode {
     InsufficientStorage,
     PreconditionFailed,
     RequestHeaderSectionTooLarge,
+    /// A bearer token that is malformed, wrongly signed, or signed by an unknown key: 401.
+    InvalidToken,
+    /// A bearer token past its `exp` (or before its `nbf`): 401.
+    ExpiredToken,
     /// The request body stopped arriving (or arrived too slowly) and was dropped: 400.
     RequestTimeout,
     ServiceUnavailable,
@@ -100,6 +104,8 @@ impl S3ErrorCode {
             ServiceUnavailable => "ServiceUnavailable",
             SlowDown => "SlowDown",
             RequestTimeout => "RequestTimeout",
+            InvalidToken => "InvalidToken",
+            ExpiredToken => "ExpiredToken",
         }
     }
 
@@ -135,6 +141,7 @@ impl S3ErrorCode {
             ServiceUnavailable | SlowDown => 503,
             InsufficientStorage => 507,
             TooManyRequests => 429,
+            InvalidToken | ExpiredToken => 401,
             BadDigest
             | EntityTooLarge
             | IncompleteBody
@@ -194,6 +201,8 @@ impl S3ErrorCode {
             RequestHeaderSectionTooLarge => "Your request header section exceeds the maximum allowed size.",
             ServiceUnavailable => "Please reduce your request rate.",
             SlowDown => "Please reduce your request rate.",
+            InvalidToken => "The provided token is malformed or otherwise invalid.",
+            ExpiredToken => "The provided token has expired.",
             RequestTimeout => "Your socket connection to the server was not read from or written to within the timeout period.",
             ConditionalRequestConflict => "A conflicting operation occurred. If using PutObject you can retry the request.",
             InsufficientStorage => "There is not enough storage space to keep the object durably.",

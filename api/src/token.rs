@@ -25,6 +25,29 @@ pub const LEEWAY_SECS: u64 = 5;
 /// The HTTP header scheme: `Authorization: Bearer <token>`.
 pub const BEARER: &str = "Bearer ";
 
+/// The `kid` of the key a node generates for itself in its data directory.
+pub const LOCAL_KID: &str = "local";
+/// Where, under the data directory, that key's secret is kept (hex, mode 0600); `yutu token
+/// issue --data-dir` signs with it.
+pub const LOCAL_SECRET_FILE: &str = "auth/token-secret";
+/// Where, under the data directory, the first start leaves its admin token (mode 0600).
+pub const FIRST_TOKEN_FILE: &str = "auth/admin-token";
+
+/// Reads the text of [`LOCAL_SECRET_FILE`]: 64 hex digits.
+pub fn parse_local_secret(text: &str) -> Result<Vec<u8>, TokenError> {
+    let bytes = hex::decode(text.trim()).map_err(|e| TokenError::Key {
+        kid: LOCAL_KID.into(),
+        message: format!("the secret file is not hex: {e}"),
+    })?;
+    if bytes.len() < 32 {
+        return Err(TokenError::Key {
+            kid: LOCAL_KID.into(),
+            message: "the secret file holds fewer than 32 bytes".into(),
+        });
+    }
+    Ok(bytes)
+}
+
 /// Operations a bucket scope may allow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Access {

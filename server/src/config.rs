@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use serde::Deserialize;
+use yutu_api::token::{KeyAlgorithm, Keyring};
 use yutu_api::ByteSize;
 
 /// Command-line flags. Each is optional so that the config file can supply it.
@@ -169,6 +170,53 @@ pub struct User {
     pub write: Vec<String>,
 }
 
+/// A `[[token_keys]]` table: a key bearer tokens may be signed with, named by the tokens'
+/// `kid`. Several at once let a new key come in before the old one goes (rotation).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenKey {
+    pub kid: String,
+    /// `HS256` (a shared secret), `EdDSA` or `RS256` (a public key).
+    #[serde(default = "default_key_algorithm")]
+    pub alg: KeyAlgorithm,
+    /// HS256: the secret, at least 32 bytes.
+    pub secret: Option<String>,
+    /// EdDSA/RS256: the public key in PEM...
+    pub public_key: Option<String>,
+    /// ...or the file holding it.
+    pub public_key_file: Option<PathBuf>,
+}
+
+fn default_key_algorithm() -> KeyAlgorithm {
+    KeyAlgorithm::HS256
+}
+
+impl TokenKey {
+    fn add_to(&self, ring: &mut Keyring) -> Result<(), ConfigError> {
+        let bad = |m: String| ConfigError::Invalid(format!("token key {:?}: {m}", self.kid));
+        let added = match (self.alg, &self.secret, &self.public_key, &self.public_key_file) {
+            (KeyAlgorithm::HS256, Some(secret), None, None) => {
+                ring.add_secret(&self.kid, secret.as_bytes())
+            }
+            (KeyAlgorithm::HS256, ..) => {
+                return Err(bad("an HS256 key has a secret and nothing else".into()))
+            }
+            (alg, None, Some(pem), None) => ring.add_public_pem(&self.kid, alg, pem.as_bytes()),
+            (alg, None, None, Some(path)) => {
+                let pem = std::fs::read(path)
+                    .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
+                ring.add_public_pem(&self.kid, alg, &pem)
+            }
+            _ => {
+                return Err(bad(
+                    "an EdDSA or RS256 key has public_key or public_key_file, not a secret".into(),
+                ))
+            }
+        };
+        added.map_err(|e| bad(e.to_string()))
+    }
+}
+
 /// The TOML file. Unknown keys are an error so that a typo does not silently fall back.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -198,6 +246,8 @@ pub struct FileConfig {
     pub min_body_rate: Option<ByteSize>,
     #[serde(default)]
     pub users: Vec<User>,
+    #[serde(default)]
+    pub token_keys: Vec<TokenKey>,
 }
 
 /// Resolved settings the server runs with.
@@ -224,6 +274,9 @@ pub struct Settings {
     pub transfer_listen: SocketAddr,
     pub kv_limits: KvLimits,
     pub body: BodyLimits,
+    /// The keys bearer tokens may be signed with (`[[token_keys]]`, and the node's own key
+    /// that `main` adds from the data directory).
+    pub keyring: Keyring,
     /// This run of the node, in milliseconds since the Unix epoch: KV events are numbered per
     /// epoch, so the conductor can tell a restart from a gap.
     pub epoch: u64,
@@ -392,6 +445,10 @@ impl Settings {
                 "--body-budget must be at least 1MiB, --body-timeout-secs and --min-body-rate positive".into(),
             ));
         }
+        let mut keyring = Keyring::default();
+        for key in &file.token_keys {
+            key.add_to(&mut keyring)?;
+        }
         if max_object_size == 0 {
             return Err(ConfigError::Invalid(
                 "--max-object-size must be positive".into(),
@@ -435,6 +492,7 @@ impl Settings {
             nvme: (nvme_capacity > 0).then(|| nvme_path.clone()),
             kv_limits,
             body,
+            keyring,
             advertise_url: flags.advertise_url.or(file.advertise_url),
             epoch: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -1,19 +1,15 @@
 //! `yutu-server`: starts a storage node.
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
+use yutu_api::token::{FIRST_TOKEN_FILE, LOCAL_KID};
+use yutu_server::auth::local_key;
 use yutu_server::config::{Flags, LogFormat, Settings};
 
 fn main() -> anyhow::Result<()> {
-    let settings = Settings::resolve(Flags::parse())?;
+    let mut settings = Settings::resolve(Flags::parse())?;
     init_logging(settings.log_format);
-    if !settings.no_auth && settings.users.is_empty() {
-        bail!(
-            "no users are configured: add [[users]] tables (name, access_key, secret_key) to \
-             the --config file, or start with --no-auth to serve without authentication"
-        );
-    }
     raise_memlock_limit();
     std::fs::create_dir_all(&settings.data_dir).with_context(|| {
         format!(
@@ -21,6 +17,22 @@ fn main() -> anyhow::Result<()> {
             settings.data_dir.display()
         )
     })?;
+    // Secure by default: the node's own token key, and an admin token at the first start.
+    let first_token = if settings.no_auth {
+        tracing::warn!(
+            "--no-auth: every client may read, write and delete everything on this node \
+             (for experiments only; without the flag the node serves authenticated)"
+        );
+        None
+    } else {
+        let local = local_key::ensure(&settings.data_dir)
+            .context("cannot set up the node's token key")?;
+        settings
+            .keyring
+            .add_secret(LOCAL_KID, &local.secret)
+            .context("a [[token_keys]] entry uses the node's own kid \"local\"")?;
+        local.first_token
+    };
     if let Some(path) = &settings.nvme {
         yutu_server::tier::nvme::prepare_file(path, settings.nvme_capacity).map_err(|e| {
             anyhow::anyhow!(
@@ -38,8 +50,19 @@ fn main() -> anyhow::Result<()> {
     let stop = yutu_server::node::shutdown::StopFlag::default();
     stop.on_signals()
         .context("cannot install the SIGTERM handler")?;
+    let settings_data_dir = settings.data_dir.clone();
     let node = yutu_server::serve::start(settings, stop).context("cannot start the node")?;
     tracing::info!(addr = %node.addr, "listening on {}", node.addr);
+    if let Some(token) = first_token {
+        let saved = settings_data_dir.join(FIRST_TOKEN_FILE);
+        eprintln!(
+            "\nAuthentication is on. This node's first admin token (valid 30 days, also saved \
+             in {}):\n\n    {token}\n\nSend it as `Authorization: Bearer <token>`; issue \
+             scoped tokens with `yutu token issue --data-dir {} --sub NAME --bucket NAME:rwdl`.\n",
+            saved.display(),
+            settings_data_dir.display()
+        );
+    }
     node.join();
     tracing::info!("stopped");
     Ok(())

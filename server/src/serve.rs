@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::auth::tokens::TokenVerifier;
 use crate::config::Settings;
 use crate::node::runtime::{self, Node, Serve, StartError};
 use crate::node::shutdown::StopFlag;
@@ -10,7 +11,10 @@ use crate::node::shutdown::StopFlag;
 /// Starts the node described by `settings`; returns once every shard accepts connections.
 /// Raising `stop` drains and stops it.
 pub fn start(settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
-    let serve: Serve = Arc::new(|shard, listener| {
+    // One verifier (and cache of verified tokens) for all shards.
+    let tokens = Arc::new(TokenVerifier::new(settings.keyring.clone()));
+    let serve: Serve = Arc::new(move |shard, listener| {
+        let tokens = tokens.clone();
         Box::pin(async move {
             let settings = shard.settings.clone();
             if let Some(conductor) = &settings.conductor {
@@ -28,7 +32,7 @@ pub fn start(settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
                     crate::events::spawn_pusher(shard.clone(), conductor.clone(), advertise);
                 }
             }
-            crate::http::service::accept_loop(shard, listener).await;
+            crate::http::service::accept_loop(shard, listener, tokens).await;
         })
     });
     runtime::start(settings, serve, stop)

@@ -1,15 +1,17 @@
-//! Authenticating a request: SigV4 in the `Authorization` header or in a presigned URL, and
-//! how its payload is protected (`x-amz-content-sha256`).
+//! Authenticating a request: a bearer token, SigV4 or SigV2 in the `Authorization` header or
+//! in a presigned URL, and how its payload is protected (`x-amz-content-sha256`).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, Method, Uri};
 use yutu_api::sigv4::{CanonicalHeaders, CanonicalRequest, ALGORITHM, UNSIGNED_PAYLOAD};
+use yutu_api::token::BEARER;
 use yutu_api::S3ErrorCode;
 
 use super::chunked::ChunkSigner;
 use super::sigv4::{parse_authorization, signatures_match, Credential};
+use super::tokens::TokenVerifier;
 use super::{AuthError, Identity};
 use crate::config::{Settings, User};
 
@@ -95,6 +97,7 @@ fn skew(t: SystemTime) -> Duration {
 /// Authenticates a request; with `--no-auth` only the payload mode is read.
 pub fn authenticate(
     settings: &Settings,
+    tokens: &TokenVerifier,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
@@ -104,6 +107,20 @@ pub fn authenticate(
     if settings.no_auth {
         return Ok(RequestAuth {
             identity: Identity::Open,
+            payload,
+            signer: None,
+        });
+    }
+    let bearer = headers
+        .get(http::header::AUTHORIZATION)
+        .map(|v| v.as_bytes())
+        .filter(|v| v.len() >= BEARER.len() && v[..BEARER.len()].eq_ignore_ascii_case(BEARER.as_bytes()));
+    if let Some(value) = bearer {
+        let token = std::str::from_utf8(&value[BEARER.len()..])
+            .map_err(|_| denied(S3ErrorCode::InvalidToken, "The token is not text."))?;
+        // A token signs no payload: an x-amz-content-sha256 given is still checked.
+        return Ok(RequestAuth {
+            identity: Identity::Token(tokens.verify(token.trim())?),
             payload,
             signer: None,
         });
@@ -436,7 +453,8 @@ mod tests {
     }
 
     fn check(req: &(Method, Uri, HeaderMap)) -> Result<RequestAuth, S3ErrorCode> {
-        authenticate(&settings(), &req.0, &req.1, &req.2, None).map_err(|e| e.code)
+        let tokens = TokenVerifier::new(yutu_api::token::Keyring::default());
+        authenticate(&settings(), &tokens, &req.0, &req.1, &req.2, None).map_err(|e| e.code)
     }
 
     #[test]

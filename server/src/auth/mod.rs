@@ -1,15 +1,18 @@
 //! Who sent a request, and whether they may do what it asks.
 //!
-//! [`authenticate`] checks AWS signatures (SigV4 header and presigned, SigV2 header and
-//! presigned, aws-chunked payload signatures) and yields an [`Identity`]; [`policy`] decides
+//! [`authenticate`] checks bearer tokens ([`tokens`]) and AWS signatures (SigV4 header and
+//! presigned, SigV2 header and presigned, aws-chunked payload signatures) and yields an
+//! [`Identity`]; [`policy`] decides
 //! what that identity may do to a bucket. Both answer with an [`AuthError`] carrying the S3
 //! error code the HTTP layer returns.
 
 pub mod authenticate;
 pub mod chunked;
+pub mod local_key;
 pub mod policy;
 pub mod sigv2;
 pub mod sigv4;
+pub mod tokens;
 
 pub use policy::{authorize, can_see, Action, Identity};
 

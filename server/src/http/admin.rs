@@ -1,4 +1,4 @@
-//! The admin API (`/admin/...`, admin users only): for now the KV snapshot the conductor
+//! The admin API (`/admin/...`, admin users and admin tokens only): for now the KV snapshot the conductor
 //! resyncs from.
 
 use bytes::Bytes;
@@ -9,7 +9,6 @@ use yutu_api::S3ErrorCode;
 use super::ctx::Ctx;
 use super::error::S3Error;
 use super::Resp;
-use crate::auth::Identity;
 
 fn json(value: &impl serde::Serialize) -> Result<Resp, S3Error> {
     let body = serde_json::to_vec(value).map_err(|e| {
@@ -24,14 +23,9 @@ fn json(value: &impl serde::Serialize) -> Result<Resp, S3Error> {
 }
 
 pub async fn route(ctx: &Ctx) -> Result<Resp, S3Error> {
-    let is_admin = match ctx.identity() {
-        Identity::Open => true,
-        Identity::User(u) => u.admin,
-    };
-    if !is_admin {
-        return Err(
-            S3Error::new(S3ErrorCode::AccessDenied).msg("The admin API needs an admin user.")
-        );
+    if !ctx.identity().is_admin() {
+        return Err(S3Error::new(S3ErrorCode::AccessDenied)
+            .msg("The admin API needs an admin user or an admin token."));
     }
     // The target's key is the path after `/admin/`.
     let snapshot = yutu_api::events::SNAPSHOT_PATH.strip_prefix("/admin/");

@@ -129,6 +129,7 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
     // An unknown call needs write permission and an existing bucket before it is refused.
     let action = match op {
         Some(op) if op.is_read() => Action::Read,
+        Some(KvOp::Remove) => Action::Delete,
         _ => Action::Write,
     };
     ctx.allow(action, Some(&bucket))?;

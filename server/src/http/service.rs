@@ -2,6 +2,7 @@
 
 use std::convert::Infallible;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -17,6 +18,7 @@ use super::error::S3Error;
 use super::target::Target;
 use super::{admin, buckets, copy, delete_many, kv_api, multipart, objects, Resp};
 use crate::auth::authenticate::authenticate;
+use crate::auth::tokens::TokenVerifier;
 use crate::auth::Action;
 use crate::metrics::{render, Op};
 use crate::net::io::HyperStream;
@@ -33,7 +35,7 @@ pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 
 /// Serves connections accepted on this shard's listener until the node stops; then closes the
 /// listener and asks every connection to finish its request in progress and close.
-pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, tokens: Arc<TokenVerifier>) {
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             shard.stop.stopped().await;
@@ -55,11 +57,12 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
         };
         let _ = stream.set_nodelay(true);
         let shard = shard.clone();
+        let tokens = tokens.clone();
         let guard = shard.connections.open();
         glommio::spawn_local(async move {
             let _guard = guard;
             let stop = shard.stop.clone();
-            let svc = service_fn(move |req| handle(shard.clone(), req));
+            let svc = service_fn(move |req| handle(shard.clone(), tokens.clone(), req));
             let conn = hyper::server::conn::http1::Builder::new()
                 .keep_alive(true)
                 .timer(GlommioTimer)
@@ -87,13 +90,17 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
 }
 
 /// One request: route it, turn errors into S3 XML, count it.
-pub async fn handle(shard: Rc<Shard>, req: http::Request<Incoming>) -> Result<Resp, Infallible> {
+pub async fn handle(
+    shard: Rc<Shard>,
+    tokens: Arc<TokenVerifier>,
+    req: http::Request<Incoming>,
+) -> Result<Resp, Infallible> {
     let started = Instant::now();
     let request_id = shard.next_request_id();
     let head = req.method() == Method::HEAD;
     let resource = req.uri().path().to_string();
     let method = req.method().clone();
-    let (op, result) = route(&shard, req).await;
+    let (op, result) = route(&shard, &tokens, req).await;
     let mut resp = result.unwrap_or_else(|e| e.into_response(&resource, &request_id, head));
     let headers = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&request_id) {
@@ -125,7 +132,11 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Resp {
         .unwrap_or_default()
 }
 
-async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<Resp, S3Error>) {
+async fn route(
+    shard: &Rc<Shard>,
+    tokens: &TokenVerifier,
+    req: http::Request<Incoming>,
+) -> (Op, Result<Resp, S3Error>) {
     if header_section_size(req.headers()) > MAX_HEADER_BYTES {
         return (
             Op::Unsupported,
@@ -182,6 +193,7 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
     let virtual_bucket = target.bucket.as_deref().filter(|_| target.virtual_host);
     let auth = match authenticate(
         &shard.settings,
+        tokens,
         &parts.method,
         &parts.uri,
         &parts.headers,
@@ -225,13 +237,13 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
             let (op, action) = match method {
                 Method::PUT => (Op::CreateBucket, Action::CreateBucket),
                 Method::DELETE => (Op::DeleteBucket, Action::DeleteBucket),
-                Method::HEAD => (Op::HeadBucket, Action::Read),
-                Method::POST if t.has("delete") => (Op::DeleteObjects, Action::Write),
+                Method::HEAD => (Op::HeadBucket, Action::List),
+                Method::POST if t.has("delete") => (Op::DeleteObjects, Action::Delete),
                 Method::POST => (Op::Unsupported, Action::Write),
-                _ if t.has("location") => (Op::GetBucketLocation, Action::Read),
-                _ if t.has("uploads") => (Op::ListMultipartUploads, Action::Read),
-                _ if t.has("versions") => (Op::ListObjectVersions, Action::Read),
-                _ => (Op::ListObjects, Action::Read),
+                _ if t.has("location") => (Op::GetBucketLocation, Action::List),
+                _ if t.has("uploads") => (Op::ListMultipartUploads, Action::List),
+                _ if t.has("versions") => (Op::ListObjectVersions, Action::List),
+                _ => (Op::ListObjects, Action::List),
             };
             let r = async {
                 let incarnation = ctx.allow(action, Some(&b))?;
@@ -266,9 +278,9 @@ async fn route(shard: &Rc<Shard>, req: http::Request<Incoming>) -> (Op, Result<R
                 Method::POST if t.has("uploadId") => (Op::CompleteMultipartUpload, Action::Write),
                 Method::POST => (Op::Unsupported, Action::Write),
                 Method::DELETE if t.has("uploadId") => (Op::AbortMultipartUpload, Action::Write),
-                Method::DELETE => (Op::DeleteObject, Action::Write),
+                Method::DELETE => (Op::DeleteObject, Action::Delete),
                 Method::HEAD => (Op::HeadObject, Action::Read),
-                _ if t.has("uploadId") => (Op::ListParts, Action::Read),
+                _ if t.has("uploadId") => (Op::ListParts, Action::List),
                 _ => (Op::GetObject, Action::Read),
             };
             let r = async {
