@@ -86,7 +86,9 @@ impl Access {
             *slot = true;
         }
         if a == Access::default() {
-            return Err(TokenError::Scope("an access names at least one of rwdl".into()));
+            return Err(TokenError::Scope(
+                "an access names at least one of rwdl".into(),
+            ));
         }
         Ok(a)
     }
@@ -354,8 +356,8 @@ impl Keyring {
 
     /// Verifies `token` (signature, algorithm, `exp`, `nbf`) and returns its claims.
     pub fn verify(&self, token: &str) -> Result<Claims, TokenError> {
-        let header = jsonwebtoken::decode_header(token)
-            .map_err(|e| TokenError::Malformed(e.to_string()))?;
+        let header =
+            jsonwebtoken::decode_header(token).map_err(|e| TokenError::Malformed(e.to_string()))?;
         let (alg, key) = header
             .kid
             .as_deref()
@@ -548,7 +550,10 @@ mod tests {
             parts[1],
             parts[2]
         );
-        assert!(matches!(k.verify(&relabelled), Err(TokenError::WrongAlgorithm(_))));
+        assert!(matches!(
+            k.verify(&relabelled),
+            Err(TokenError::WrongAlgorithm(_))
+        ));
     }
 
     #[test]

@@ -60,6 +60,19 @@ impl Client {
         base_url: &str,
         credentials: Option<Credentials>,
     ) -> Result<Client, ClientError> {
+        Self::build(base_url, credentials, None)
+    }
+
+    /// A client that sends `token` as `Authorization: Bearer` with every request.
+    pub fn with_token(base_url: &str, token: &str) -> Result<Client, ClientError> {
+        Self::build(base_url, None, Some(token))
+    }
+
+    fn build(
+        base_url: &str,
+        credentials: Option<Credentials>,
+        token: Option<&str>,
+    ) -> Result<Client, ClientError> {
         let base = BaseUrl::parse(base_url)?;
         let mut config = Agent::config_builder();
         if let Some(c) = credentials {
@@ -67,6 +80,12 @@ impl Client {
                 credentials: c,
                 prefix: base.path_prefix().to_string(),
             });
+        }
+        if let Some(token) = token {
+            let bearer = crate::bearer::Bearer::new(token).ok_or_else(|| {
+                ClientError::InvalidArgument("the token has characters a header cannot".into())
+            })?;
+            config = config.middleware(bearer);
         }
         let agent: Agent = config
             .http_status_as_error(false)

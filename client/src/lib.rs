@@ -23,6 +23,7 @@
 //! ```
 
 mod address;
+mod bearer;
 mod client;
 mod credentials;
 mod download;

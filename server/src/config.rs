@@ -194,7 +194,12 @@ fn default_key_algorithm() -> KeyAlgorithm {
 impl TokenKey {
     fn add_to(&self, ring: &mut Keyring) -> Result<(), ConfigError> {
         let bad = |m: String| ConfigError::Invalid(format!("token key {:?}: {m}", self.kid));
-        let added = match (self.alg, &self.secret, &self.public_key, &self.public_key_file) {
+        let added = match (
+            self.alg,
+            &self.secret,
+            &self.public_key,
+            &self.public_key_file,
+        ) {
             (KeyAlgorithm::HS256, Some(secret), None, None) => {
                 ring.add_secret(&self.kid, secret.as_bytes())
             }

@@ -25,8 +25,8 @@ fn main() -> anyhow::Result<()> {
         );
         None
     } else {
-        let local = local_key::ensure(&settings.data_dir)
-            .context("cannot set up the node's token key")?;
+        let local =
+            local_key::ensure(&settings.data_dir).context("cannot set up the node's token key")?;
         settings
             .keyring
             .add_secret(LOCAL_KID, &local.secret)

@@ -108,6 +108,8 @@ pub struct KvOptions {
     /// Sign every call with these (a node with authentication); `None` sends unsigned calls
     /// (a node started with `--no-auth`).
     pub credentials: Option<crate::Credentials>,
+    /// Or send this bearer token with every call (`yutu token issue`).
+    pub token: Option<String>,
 }
 
 impl Default for KvOptions {
@@ -119,6 +121,7 @@ impl Default for KvOptions {
             tcp_advertise: None,
             put_ttl_ms: None,
             credentials: None,
+            token: None,
         }
     }
 }
@@ -249,7 +252,14 @@ impl KvClient {
     pub fn new(base_url: &str, options: KvOptions) -> Result<KvClient, KvError> {
         // Checks the URL the same way the S3 client does.
         let base = crate::Client::new(base_url)?.base_url().to_string();
-        let agent: Agent = Agent::config_builder()
+        let mut config = Agent::config_builder();
+        if let Some(token) = &options.token {
+            let bearer = crate::bearer::Bearer::new(token).ok_or_else(|| {
+                KvError::InvalidArgument("the token has characters a header cannot".into())
+            })?;
+            config = config.middleware(bearer);
+        }
+        let agent: Agent = config
             .http_status_as_error(false)
             .max_redirects(0)
             .max_redirects_will_error(false)

@@ -114,7 +114,9 @@ pub fn authenticate(
     let bearer = headers
         .get(http::header::AUTHORIZATION)
         .map(|v| v.as_bytes())
-        .filter(|v| v.len() >= BEARER.len() && v[..BEARER.len()].eq_ignore_ascii_case(BEARER.as_bytes()));
+        .filter(|v| {
+            v.len() >= BEARER.len() && v[..BEARER.len()].eq_ignore_ascii_case(BEARER.as_bytes())
+        });
     if let Some(value) = bearer {
         let token = std::str::from_utf8(&value[BEARER.len()..])
             .map_err(|_| denied(S3ErrorCode::InvalidToken, "The token is not text."))?;

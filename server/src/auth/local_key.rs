@@ -122,7 +122,10 @@ mod tests {
         let mode = std::fs::metadata(dir.path().join(LOCAL_SECRET_FILE))
             .unwrap()
             .permissions();
-        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o600
+        );
         let saved = std::fs::read_to_string(dir.path().join(FIRST_TOKEN_FILE)).unwrap();
         assert_eq!(saved.trim(), token);
         let again = ensure(dir.path()).unwrap();

@@ -152,7 +152,10 @@ mod tests {
             nbf: None,
             iat: None,
             admin,
-            buckets: scopes.iter().map(|s| BucketScope::parse(s).unwrap()).collect(),
+            buckets: scopes
+                .iter()
+                .map(|s| BucketScope::parse(s).unwrap())
+                .collect(),
             conductor: vec![],
         }))
     }

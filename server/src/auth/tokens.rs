@@ -87,7 +87,12 @@ mod tests {
             buckets: vec![],
             conductor: vec![],
         };
-        let t = issue(&claims(now_secs() + 60), "k", &SigningKey::Secret(secret.clone())).unwrap();
+        let t = issue(
+            &claims(now_secs() + 60),
+            "k",
+            &SigningKey::Secret(secret.clone()),
+        )
+        .unwrap();
         assert_eq!(v.verify(&t).unwrap().sub, "s");
         assert_eq!(v.verify(&t).unwrap().sub, "s");
         // A cached entry past its exp is refused (planted, as waiting for the clock would be
@@ -98,6 +103,9 @@ mod tests {
             Arc::new(claims(now_secs() - 60)),
         );
         assert_eq!(v.verify(old).unwrap_err().code, S3ErrorCode::ExpiredToken);
-        assert_eq!(v.verify("x.y.z").unwrap_err().code, S3ErrorCode::InvalidToken);
+        assert_eq!(
+            v.verify("x.y.z").unwrap_err().code,
+            S3ErrorCode::InvalidToken
+        );
     }
 }

@@ -50,10 +50,16 @@ fn kv(e: KvError) -> anyhow::Error {
     }
 }
 
-pub fn run(url: &str, credentials: Option<Credentials>, cmd: KvCommand) -> Result<()> {
+pub fn run(
+    url: &str,
+    credentials: Option<Credentials>,
+    token: Option<String>,
+    cmd: KvCommand,
+) -> Result<()> {
     let connect = || {
         let options = KvOptions {
             credentials: credentials.clone(),
+            token: token.clone(),
             ..KvOptions::default()
         };
         KvClient::new(url, options).map_err(kv)
@@ -62,9 +68,11 @@ pub fn run(url: &str, credentials: Option<Credentials>, cmd: KvCommand) -> Resul
         KvCommand::Put { bucket, key, file } => put(&connect()?, &bucket, &key, &file),
         KvCommand::Get { bucket, key, file } => {
             // The block's size, to size the buffer: the block is an object too.
-            let size = Client::with_credentials(url, credentials.clone())?
-                .head_object(&bucket, &key)?
-                .size;
+            let client = match &token {
+                Some(t) => Client::with_token(url, t)?,
+                None => Client::with_credentials(url, credentials.clone())?,
+            };
+            let size = client.head_object(&bucket, &key)?.size;
             get(&connect()?, &bucket, &key, size, &file)
         }
         KvCommand::Exists { bucket, keys } => {

@@ -12,6 +12,7 @@ mod progress;
 mod sink;
 mod spool;
 mod target;
+mod token;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,6 +49,11 @@ struct Cli {
         hide_env_values = true
     )]
     secret_key: Option<String>,
+
+    /// Bearer token to send instead of signing (from `yutu token issue`, or the one a node
+    /// prints and saves at its first start).
+    #[arg(long, global = true, env = "YUTU_TOKEN", hide_env_values = true)]
+    token: Option<String>,
 
     /// Profile of the shared credentials file to use (default: `default`).
     #[arg(long, global = true, env = "AWS_PROFILE")]
@@ -103,6 +109,11 @@ enum Command {
         #[command(subcommand)]
         command: kv::KvCommand,
     },
+    /// Bearer tokens: `yutu token issue --data-dir DIR --sub NAME --bucket NAME:rwdl`.
+    Token {
+        #[command(subcommand)]
+        command: token::TokenCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -130,8 +141,17 @@ fn credential_source(cli: &Cli) -> CredentialSource {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let credentials = credential_source(&cli).resolve()?;
-    let client = Client::with_credentials(&cli.url, credentials.clone())?;
+    if let Command::Token { command } = cli.command {
+        return token::run(command);
+    }
+    let credentials = match &cli.token {
+        Some(_) => None,
+        None => credential_source(&cli).resolve()?,
+    };
+    let client = match &cli.token {
+        Some(token) => Client::with_token(&cli.url, token)?,
+        None => Client::with_credentials(&cli.url, credentials.clone())?,
+    };
     match cli.command {
         Command::Mb { bucket } => commands::make_bucket(&client, &bucket),
         Command::Rb { bucket } => commands::remove_bucket(&client, &bucket),
@@ -144,7 +164,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Get { target, file } => commands::get(&client, &target, file.as_deref()),
         Command::Rm { target } => commands::remove(&client, &target),
         Command::Stat { target } => commands::stat(&client, &target),
-        Command::Kv { command } => kv::run(&cli.url, credentials, command),
+        Command::Kv { command } => kv::run(&cli.url, credentials, cli.token, command),
+        Command::Token { .. } => unreachable!("handled above"),
     }
 }
 
