@@ -33,19 +33,79 @@ pub const LOCAL_SECRET_FILE: &str = "auth/token-secret";
 /// Where, under the data directory, the first start leaves its admin token (mode 0600).
 pub const FIRST_TOKEN_FILE: &str = "auth/admin-token";
 
-/// Reads the text of [`LOCAL_SECRET_FILE`]: 64 hex digits.
+/// Reads the text of [`LOCAL_SECRET_FILE`]: 64 hex digits, whose text (not the bytes they
+/// encode) is the HS256 secret, so the same line can be given as the `secret` of a
+/// `[[token_keys]]` entry (kid [`LOCAL_KID`]) to a conductor or another node.
 pub fn parse_local_secret(text: &str) -> Result<Vec<u8>, TokenError> {
-    let bytes = hex::decode(text.trim()).map_err(|e| TokenError::Key {
-        kid: LOCAL_KID.into(),
-        message: format!("the secret file is not hex: {e}"),
-    })?;
-    if bytes.len() < 32 {
+    let text = text.trim();
+    if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(TokenError::Key {
             kid: LOCAL_KID.into(),
-            message: "the secret file holds fewer than 32 bytes".into(),
+            message: "the secret file must hold 64 hex digits".into(),
         });
     }
-    Ok(bytes)
+    Ok(text.as_bytes().to_vec())
+}
+
+/// A `[[token_keys]]` table of a node's or the conductor's config file: a key bearer tokens
+/// may be signed with, named by the tokens' `kid`. Several at once let a new key come in
+/// before the old one goes (rotation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    pub kid: String,
+    /// `HS256` (a shared secret), `EdDSA` or `RS256` (a public key).
+    #[serde(default = "default_algorithm")]
+    pub alg: KeyAlgorithm,
+    /// HS256: the secret, at least 32 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// EdDSA/RS256: the public key in PEM...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<String>,
+    /// ...or the file holding it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key_file: Option<std::path::PathBuf>,
+}
+
+fn default_algorithm() -> KeyAlgorithm {
+    KeyAlgorithm::HS256
+}
+
+impl KeyConfig {
+    /// Adds the key to `ring`; `read` reads `public_key_file` (this crate does no I/O).
+    pub fn add_to(
+        &self,
+        ring: &mut Keyring,
+        read: impl Fn(&std::path::Path) -> std::io::Result<Vec<u8>>,
+    ) -> Result<(), TokenError> {
+        let bad = |message: String| TokenError::Key {
+            kid: self.kid.clone(),
+            message,
+        };
+        match (
+            self.alg,
+            &self.secret,
+            &self.public_key,
+            &self.public_key_file,
+        ) {
+            (KeyAlgorithm::HS256, Some(secret), None, None) => {
+                ring.add_secret(&self.kid, secret.as_bytes())
+            }
+            (KeyAlgorithm::HS256, ..) => {
+                Err(bad("an HS256 key has a secret and nothing else".into()))
+            }
+            (alg, None, Some(pem), None) => ring.add_public_pem(&self.kid, alg, pem.as_bytes()),
+            (alg, None, None, Some(path)) => {
+                let pem =
+                    read(path).map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
+                ring.add_public_pem(&self.kid, alg, &pem)
+            }
+            _ => Err(bad(
+                "an EdDSA or RS256 key has public_key or public_key_file, not a secret".into(),
+            )),
+        }
+    }
 }
 
 /// Operations a bucket scope may allow.
@@ -476,8 +536,9 @@ mod tests {
 
     #[test]
     fn a_token_round_trips_and_every_tampering_is_refused() {
-        let token = issue(&claims(), "k1", &SigningKey::Secret(SECRET.to_vec())).unwrap();
-        assert_eq!(ring().verify(&token).unwrap(), claims());
+        let original = claims();
+        let token = issue(&original, "k1", &SigningKey::Secret(SECRET.to_vec())).unwrap();
+        assert_eq!(ring().verify(&token).unwrap(), original);
 
         // Wrong secret.
         let other = issue(&claims(), "k1", &SigningKey::Secret(vec![7; 32])).unwrap();
@@ -534,13 +595,14 @@ mod tests {
         let mut k = ring();
         k.add_public_pem("ops", KeyAlgorithm::EdDSA, ED_PUBLIC)
             .unwrap();
+        let original = claims();
         let t = issue(
-            &claims(),
+            &original,
             "ops",
             &SigningKey::Pem(KeyAlgorithm::EdDSA, ED_PRIVATE.to_vec()),
         )
         .unwrap();
-        assert_eq!(k.verify(&t).unwrap(), claims());
+        assert_eq!(k.verify(&t).unwrap(), original);
         // The same signature under the HS256 key's kid is not accepted.
         let parts: Vec<&str> = t.split('.').collect();
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;

@@ -68,6 +68,20 @@ pub struct ConductorConfig {
     pub seed: u64,
     pub cost: CostModel,
     pub hot: HotConfig,
+    /// Who may call the service (`[auth]`, `[[auth.token_keys]]`).
+    pub auth: AuthConfig,
+}
+
+/// The service's authentication: the keys callers' bearer tokens are signed with, and the
+/// token the conductor sends to nodes when it fetches their snapshots.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Same form as a node's `[[token_keys]]` (kid, alg, secret or public key).
+    pub token_keys: Vec<yutu_api::token::KeyConfig>,
+    /// File holding a bearer token for the nodes' admin API (an admin token of each node's
+    /// keys), sent with every snapshot fetch.
+    pub node_token_file: Option<std::path::PathBuf>,
 }
 
 /// When a hot prefix earns a replication hint.
@@ -127,6 +141,7 @@ impl Default for ConductorConfig {
             seed: 0x5eed,
             cost: CostModel::default(),
             hot: HotConfig::default(),
+            auth: AuthConfig::default(),
         }
     }
 }

@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 use yutu_conductor::config::ConductorConfig;
 use yutu_conductor::cost::{decode_poly, prefill_poly};
-use yutu_conductor::service::{self, ServiceLimits, Shared};
+use yutu_conductor::service::{self, ServiceAuth, ServiceLimits, Shared};
 use yutu_conductor::sim::{self, Eviction, SimConfig, Trace};
 use yutu_conductor::{Conductor, Policy};
 
@@ -77,8 +77,57 @@ struct ServeArgs {
     /// Log format on stderr; the level comes from `YUTU_LOG`.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+    /// Serve every caller without authentication (experiments only). Without it the
+    /// conductor needs `[[auth.token_keys]]` in --config and callers need bearer tokens.
+    #[arg(long)]
+    no_auth: bool,
+    /// File holding the bearer token sent to nodes when fetching their snapshots (overrides
+    /// `[auth] node_token_file`).
+    #[arg(long, value_name = "FILE")]
+    node_token_file: Option<PathBuf>,
     #[command(flatten)]
     routing: RoutingArgs,
+}
+
+/// The service's authentication, from the config's `[auth]` and the flags.
+fn service_auth(args: &ServeArgs, cfg: &ConductorConfig) -> anyhow::Result<ServiceAuth> {
+    let node_token = match args
+        .node_token_file
+        .as_ref()
+        .or(cfg.auth.node_token_file.as_ref())
+    {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading the node token {}", path.display()))?
+                .trim()
+                .to_string(),
+        ),
+        None => None,
+    };
+    if args.no_auth {
+        tracing::warn!(
+            "--no-auth: every caller may route, register and publish events (experiments only)"
+        );
+        return Ok(ServiceAuth {
+            keyring: None,
+            node_token,
+        });
+    }
+    if cfg.auth.token_keys.is_empty() {
+        bail!(
+            "no token keys: add [[auth.token_keys]] (kid, secret or public key) to the --config \
+             file so callers can be authenticated, or start with --no-auth"
+        );
+    }
+    let mut keyring = yutu_api::token::Keyring::default();
+    for key in &cfg.auth.token_keys {
+        key.add_to(&mut keyring, |p| std::fs::read(p))
+            .context("[[auth.token_keys]]")?;
+    }
+    Ok(ServiceAuth {
+        keyring: Some(keyring),
+        node_token,
+    })
 }
 
 #[derive(Debug, Args)]
@@ -193,6 +242,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(p) = args.policy {
         cfg.policy = p;
     }
+    let auth = service_auth(&args, &cfg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -203,7 +253,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("binding {}", args.listen))?;
         let addr = listener.local_addr()?;
         tracing::info!(policy = %cfg.policy, "starting yutu-conductor {}", env!("CARGO_PKG_VERSION"));
-        let shared = Shared::new(Conductor::new(cfg), ServiceLimits::default());
+        let shared = Shared::with_auth(Conductor::new(cfg), ServiceLimits::default(), auth);
         tracing::info!(%addr, "listening on {addr}");
         tokio::select! {
             _ = service::serve(listener, shared) => {}

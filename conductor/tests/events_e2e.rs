@@ -33,7 +33,7 @@ struct ConductorProcess {
 impl ConductorProcess {
     fn start() -> ConductorProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_yutu-conductor"))
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--no-auth", "--listen", "127.0.0.1:0"])
             .env("YUTU_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use serde::Deserialize;
-use yutu_api::token::{KeyAlgorithm, Keyring};
+use yutu_api::token::{KeyConfig, Keyring};
 use yutu_api::ByteSize;
 
 /// Command-line flags. Each is optional so that the config file can supply it.
@@ -73,6 +73,10 @@ pub struct Flags {
     /// The URL the conductor reaches this node at (default: http://LISTEN-ADDRESS).
     #[arg(long)]
     pub advertise_url: Option<String>,
+    /// File holding the bearer token the node sends to the conductor (a token with the
+    /// `events` conductor scope), for a conductor with authentication.
+    #[arg(long)]
+    pub conductor_token_file: Option<PathBuf>,
     /// KV bytes one user may hold leased on the node (default: a quarter of --memory).
     #[arg(long)]
     pub kv_user_leased: Option<ByteSize>,
@@ -170,58 +174,6 @@ pub struct User {
     pub write: Vec<String>,
 }
 
-/// A `[[token_keys]]` table: a key bearer tokens may be signed with, named by the tokens'
-/// `kid`. Several at once let a new key come in before the old one goes (rotation).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TokenKey {
-    pub kid: String,
-    /// `HS256` (a shared secret), `EdDSA` or `RS256` (a public key).
-    #[serde(default = "default_key_algorithm")]
-    pub alg: KeyAlgorithm,
-    /// HS256: the secret, at least 32 bytes.
-    pub secret: Option<String>,
-    /// EdDSA/RS256: the public key in PEM...
-    pub public_key: Option<String>,
-    /// ...or the file holding it.
-    pub public_key_file: Option<PathBuf>,
-}
-
-fn default_key_algorithm() -> KeyAlgorithm {
-    KeyAlgorithm::HS256
-}
-
-impl TokenKey {
-    fn add_to(&self, ring: &mut Keyring) -> Result<(), ConfigError> {
-        let bad = |m: String| ConfigError::Invalid(format!("token key {:?}: {m}", self.kid));
-        let added = match (
-            self.alg,
-            &self.secret,
-            &self.public_key,
-            &self.public_key_file,
-        ) {
-            (KeyAlgorithm::HS256, Some(secret), None, None) => {
-                ring.add_secret(&self.kid, secret.as_bytes())
-            }
-            (KeyAlgorithm::HS256, ..) => {
-                return Err(bad("an HS256 key has a secret and nothing else".into()))
-            }
-            (alg, None, Some(pem), None) => ring.add_public_pem(&self.kid, alg, pem.as_bytes()),
-            (alg, None, None, Some(path)) => {
-                let pem = std::fs::read(path)
-                    .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
-                ring.add_public_pem(&self.kid, alg, &pem)
-            }
-            _ => {
-                return Err(bad(
-                    "an EdDSA or RS256 key has public_key or public_key_file, not a secret".into(),
-                ))
-            }
-        };
-        added.map_err(|e| bad(e.to_string()))
-    }
-}
-
 /// The TOML file. Unknown keys are an error so that a typo does not silently fall back.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -239,6 +191,7 @@ pub struct FileConfig {
     pub node_name: Option<String>,
     pub conductor: Option<String>,
     pub advertise_url: Option<String>,
+    pub conductor_token_file: Option<PathBuf>,
     pub durability: Option<String>,
     pub nvme: Option<PathBuf>,
     pub nvme_capacity: Option<ByteSize>,
@@ -252,7 +205,7 @@ pub struct FileConfig {
     #[serde(default)]
     pub users: Vec<User>,
     #[serde(default)]
-    pub token_keys: Vec<TokenKey>,
+    pub token_keys: Vec<KeyConfig>,
 }
 
 /// Resolved settings the server runs with.
@@ -272,6 +225,8 @@ pub struct Settings {
     pub node_name: String,
     pub conductor: Option<String>,
     pub advertise_url: Option<String>,
+    /// The bearer token sent to the conductor (read from `conductor_token_file`).
+    pub conductor_token: Option<String>,
     pub durability: crate::model::Durability,
     /// The NVMe tier's file or device; `None` when the tier is off.
     pub nvme: Option<PathBuf>,
@@ -450,9 +405,28 @@ impl Settings {
                 "--body-budget must be at least 1MiB, --body-timeout-secs and --min-body-rate positive".into(),
             ));
         }
+        let conductor_token = match flags
+            .conductor_token_file
+            .as_ref()
+            .or(file.conductor_token_file.as_ref())
+        {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| {
+                        ConfigError::Invalid(format!(
+                            "cannot read --conductor-token-file {}: {e}",
+                            path.display()
+                        ))
+                    })?
+                    .trim()
+                    .to_string(),
+            ),
+            None => None,
+        };
         let mut keyring = Keyring::default();
         for key in &file.token_keys {
-            key.add_to(&mut keyring)?;
+            key.add_to(&mut keyring, |p| std::fs::read(p))
+                .map_err(|e| ConfigError::Invalid(format!("[[token_keys]]: {e}")))?;
         }
         if max_object_size == 0 {
             return Err(ConfigError::Invalid(
@@ -499,6 +473,7 @@ impl Settings {
             body,
             keyring,
             advertise_url: flags.advertise_url.or(file.advertise_url),
+            conductor_token,
             epoch: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)

@@ -53,7 +53,7 @@ fn node(c: &Client, name: &str) -> Value {
 #[test]
 fn evicted_blocks_stop_drawing_requests() {
     let mut cmd = Command::new(bin_path("yutu-conductor"));
-    cmd.args(["serve", "--listen", "127.0.0.1:0"]);
+    cmd.args(["serve", "--no-auth", "--listen", "127.0.0.1:0"]);
     let conductor = Server::spawn(cmd, tempfile::tempdir().unwrap());
     let cc = conductor.client();
     for reg in [
@@ -107,7 +107,7 @@ fn evicted_blocks_stop_drawing_requests() {
 #[test]
 fn routing_follows_the_blocks_nodes_publish() {
     let mut cmd = Command::new(bin_path("yutu-conductor"));
-    cmd.args(["serve", "--listen", "127.0.0.1:0"]);
+    cmd.args(["serve", "--no-auth", "--listen", "127.0.0.1:0"]);
     let conductor = Server::spawn(cmd, tempfile::tempdir().unwrap());
     let cc = conductor.client();
     // pB registers first, so it wins ties: only the cached prefix draws requests to pA.

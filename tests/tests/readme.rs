@@ -23,7 +23,35 @@ fn readme_curl_examples_run() {
         "found {} curl examples",
         commands.len()
     );
-    let server = Server::start(&["--memory", "64MiB"]);
+    // As the README starts it: authentication on, the first admin token in the data dir.
+    let data = tempfile::tempdir().expect("data dir");
+    let mut start = Command::new(yutu_tests::bin_path("yutu-server"));
+    start
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--memory",
+            "64MiB",
+            "--nvme-capacity",
+            "0",
+        ])
+        .arg("--data-dir")
+        .arg(data.path().join("yutu-data"));
+    let server = Server::spawn(start, data);
+    assert!(
+        block.contains("export TOKEN=$(cat yutu-data/auth/admin-token)"),
+        "the README takes the token from where the node saves it"
+    );
+    let token = std::fs::read_to_string(
+        server
+            .data_dir
+            .path()
+            .join("yutu-data")
+            .join(yutu_api::token::FIRST_TOKEN_FILE),
+    )
+    .expect("the node saved its first admin token");
+    // Without the token the node refuses: the examples prove something.
+    assert_eq!(server.client().put("/demo", b"").status, 403);
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     for cmd in commands {
         let line = cmd.replace("http://127.0.0.1:9000", &server.url).replacen(
@@ -34,6 +62,7 @@ fn readme_curl_examples_run() {
         let out = Command::new("sh")
             .arg("-c")
             .arg(&line)
+            .env("TOKEN", token.trim())
             .current_dir(root)
             .output()
             .expect("run sh");

@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use yutu_api::events::KvEventBatch;
 use yutu_api::route::{InstanceRegistration, LoadReport, NodeRegistration, RouteRequest};
+use yutu_api::token::ConductorScope;
 
 use super::{resync, Shared};
 use crate::registry::RegistryError;
@@ -88,6 +89,17 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Reply
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let scope = match segments.as_slice() {
+        ["v1", "route" | "instances", ..] => Some(ConductorScope::Route),
+        ["v1", ..] => Some(ConductorScope::Events),
+        _ => None,
+    };
+    if let Some(scope) = scope {
+        if let Err((status, code, message)) = shared.auth.check(req.headers(), scope) {
+            tracing::debug!(%method, %path, status = status.as_u16(), "refused");
+            return error(status, code, &message);
+        }
+    }
     let result = match (&method, segments.as_slice()) {
         (&Method::GET, ["health"]) => Ok(reply(StatusCode::OK, "text/plain", "ok\n")),
         (&Method::GET, ["metrics"]) => {

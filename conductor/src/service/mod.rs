@@ -14,7 +14,9 @@
 //! | `GET /metrics` | | Prometheus text |
 //! | `GET /health` | | `ok` |
 //!
-//! Errors are JSON: `{"error": "<code>", "message": "..."}`.
+//! Errors are JSON: `{"error": "<code>", "message": "..."}`. With authentication on, every
+//! `/v1/` call needs a bearer token with the conductor scope its endpoint asks (see
+//! `auth`): 401 without a valid one, 403 without the scope.
 //!
 //! All state is one [`Conductor`] behind one mutex. A routing decision holds it for
 //! microseconds and LLM requests arrive by the thousand per second at most, so a lock is far
@@ -22,6 +24,7 @@
 //! right. Nothing slow happens under it: bodies are read and parsed before, snapshots are
 //! fetched on the blocking pool outside it.
 
+mod auth;
 mod handlers;
 mod resync;
 
@@ -36,6 +39,7 @@ use tokio::net::TcpListener;
 
 use crate::conductor::Conductor;
 
+pub use auth::ServiceAuth;
 pub use resync::{fetch_snapshot, SnapshotError};
 
 /// Limits of the service.
@@ -64,14 +68,26 @@ pub struct Shared {
     core: Mutex<Conductor>,
     start: Instant,
     limits: ServiceLimits,
+    auth: ServiceAuth,
 }
 
 impl Shared {
+    /// A service that lets every caller in (tests, `--no-auth`).
     pub fn new(conductor: Conductor, limits: ServiceLimits) -> Arc<Shared> {
+        Self::with_auth(conductor, limits, ServiceAuth::default())
+    }
+
+    /// A service whose callers need tokens per `auth`.
+    pub fn with_auth(
+        conductor: Conductor,
+        limits: ServiceLimits,
+        auth: ServiceAuth,
+    ) -> Arc<Shared> {
         Arc::new(Shared {
             core: Mutex::new(conductor),
             start: Instant::now(),
             limits,
+            auth,
         })
     }
 

@@ -29,16 +29,22 @@ pub enum SnapshotError {
 }
 
 /// Fetches and parses the snapshot of the node at `base_url`.
+/// `token` is sent as a bearer token (the node's admin API needs one when it authenticates).
 pub fn fetch_snapshot(
     base_url: &str,
     timeout: Duration,
     max_bytes: u64,
+    token: Option<&str>,
 ) -> Result<KvSnapshot, SnapshotError> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
         .build()
         .into();
-    let mut resp = agent.get(format!("{base_url}{SNAPSHOT_PATH}")).call()?;
+    let mut req = agent.get(format!("{base_url}{SNAPSHOT_PATH}"));
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {}", token.trim()));
+    }
+    let mut resp = req.call()?;
     let reader = resp.body_mut().with_config().limit(max_bytes).reader();
     Ok(serde_json::from_reader(BufReader::new(reader))?)
 }
@@ -69,9 +75,12 @@ async fn run(shared: Arc<Shared>, node: NodeId, mut generation: u64) {
             shared.limits.max_snapshot_bytes,
         );
         let fetch_url = url.clone();
-        let fetched = tokio::task::spawn_blocking(move || fetch_snapshot(&fetch_url, timeout, max))
-            .await
-            .unwrap_or(Err(SnapshotError::Cancelled));
+        let token = shared.auth.node_token.clone();
+        let fetched = tokio::task::spawn_blocking(move || {
+            fetch_snapshot(&fetch_url, timeout, max, token.as_deref())
+        })
+        .await
+        .unwrap_or(Err(SnapshotError::Cancelled));
         let failure = match fetched {
             Ok(snapshot) => {
                 let outcome = shared.core().apply_snapshot(node, generation, &snapshot);

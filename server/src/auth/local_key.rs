@@ -1,8 +1,9 @@
 //! The node's own token key, so that a node started without any configured key or user is
 //! never open and its operator is never locked out.
 //!
-//! At the first start (unless `--no-auth`) the node draws a 32-byte HS256 secret from the OS,
-//! keeps it in the data directory ([`LOCAL_SECRET_FILE`], mode 0600) under the kid
+//! At the first start (unless `--no-auth`) the node draws 32 random bytes from the OS and
+//! keeps them as 64 hex digits, the HS256 secret, in the data directory
+//! ([`LOCAL_SECRET_FILE`], mode 0600) under the kid
 //! [`LOCAL_KID`], and signs one admin token with it, which it prints and leaves in
 //! [`FIRST_TOKEN_FILE`]. Later starts load the same secret, so tokens survive restarts;
 //! `yutu token issue --data-dir DIR` signs more with it. Deleting the file revokes every token
@@ -83,9 +84,11 @@ pub fn ensure(data_dir: &Path) -> Result<LocalKey, LocalKeyError> {
         path: dir.display().to_string(),
         source,
     })?;
-    let mut secret = vec![0u8; 32];
-    getrandom::fill(&mut secret).map_err(|e| LocalKeyError::Random(e.to_string()))?;
-    write_private(&path, &hex::encode(&secret))?;
+    let mut random = [0u8; 32];
+    getrandom::fill(&mut random).map_err(|e| LocalKeyError::Random(e.to_string()))?;
+    let text = hex::encode(random);
+    write_private(&path, &format!("{text}\n"))?;
+    let secret = parse_local_secret(&text)?;
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()

@@ -63,7 +63,13 @@ pub fn spawn_pusher(shard: Rc<Shard>, conductor: String, advertise: String) {
         let Some(publisher) = shard.publisher.clone() else {
             return;
         };
-        let mut client = match Client::new(&conductor, Duration::from_secs(10)) {
+        let client = Client::new(&conductor, Duration::from_secs(10)).and_then(|c| {
+            match &shard.settings.conductor_token {
+                Some(token) => c.with_bearer(token),
+                None => Ok(c),
+            }
+        });
+        let mut client = match client {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "KV events are not published");

@@ -40,6 +40,8 @@ pub struct Client {
     base_path: String,
     sender: Option<SendRequest<Full<Bytes>>>,
     timeout: Duration,
+    /// `Authorization` sent with every request (a bearer token), if any.
+    authorization: Option<http::HeaderValue>,
 }
 
 impl Client {
@@ -59,7 +61,17 @@ impl Client {
             base_path: if path == "/" { String::new() } else { path },
             sender: None,
             timeout,
+            authorization: None,
         })
+    }
+
+    /// Sends `token` as `Authorization: Bearer` with every request.
+    pub fn with_bearer(mut self, token: &str) -> Result<Client, ClientError> {
+        let mut value = http::HeaderValue::from_str(&format!("Bearer {}", token.trim()))
+            .map_err(|_| ClientError::Url("the bearer token is not a valid header value".into()))?;
+        value.set_sensitive(true);
+        self.authorization = Some(value);
+        Ok(self)
     }
 
     async fn connect(&mut self) -> Result<SendRequest<Full<Bytes>>, ClientError> {
@@ -96,6 +108,9 @@ impl Client {
             .header(http::header::HOST, &self.authority);
         if json.is_some() {
             req = req.header(http::header::CONTENT_TYPE, "application/json");
+        }
+        if let Some(auth) = &self.authorization {
+            req = req.header(http::header::AUTHORIZATION, auth.clone());
         }
         let req = req.body(Full::new(Bytes::from(json.unwrap_or_default())))?;
         let exchange = async {
