@@ -216,3 +216,25 @@ impl std::fmt::Display for S3ErrorCode {
         f.write_str(self.code())
     }
 }
+
+/// The error body of the JSON APIs (`/v1/...`, `/admin/...`): the same codes and statuses as
+/// the S3 API's XML `<Error>`, as JSON, which is what the clients of those APIs parse anyway.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct JsonError {
+    pub code: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(default)]
+    pub resource: String,
+    #[serde(default)]
+    pub request_id: String,
+}
+
+/// Whether the answers under `path` are JSON (their errors included): the KV API and the
+/// admin API.
+pub fn json_api(path: &str) -> bool {
+    path.starts_with("/v1/") || path.starts_with("/admin/")
+}

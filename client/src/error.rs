@@ -88,8 +88,8 @@ struct ErrorDoc {
 ///
 /// `body` is the (possibly empty, possibly truncated) response body; `header_code` and
 /// `header_message` are the `x-amz-error-code`/`x-amz-error-message` headers that some servers
-/// add so that HEAD failures can be told apart. The XML body wins, then the headers, then a
-/// code inferred from the status.
+/// add so that HEAD failures can be told apart. The body (S3's XML, or the JSON of Yutu's KV
+/// and admin APIs) wins, then the headers, then a code inferred from the status.
 pub(crate) fn error_from_response(
     status: u16,
     body: &str,
@@ -97,7 +97,11 @@ pub(crate) fn error_from_response(
     header_message: Option<&str>,
     resource: Resource,
 ) -> ClientError {
-    if let Some((code, message)) = parse_error_xml(body) {
+    let json = serde_json::from_str::<yutu_api::error::JsonError>(body)
+        .ok()
+        .filter(|e| !e.code.is_empty())
+        .map(|e| (e.code, e.message));
+    if let Some((code, message)) = parse_error_xml(body).or(json) {
         let message = if message.is_empty() {
             default_message(&code, status)
         } else {

@@ -87,6 +87,10 @@ pub struct Flags {
     /// Leases one user may hold at once on each shard (default 4096).
     #[arg(long)]
     pub kv_user_leases: Option<u64>,
+    /// Connections one shard serves at once (default 4096); past it a new connection gets
+    /// `503 SlowDown` and is closed, so one client cannot take every file descriptor.
+    #[arg(long)]
+    pub max_connections: Option<usize>,
     /// Bytes of request bodies the node holds at once, all connections together (default:
     /// half of --memory, at least 64 MiB and at most 1 GiB). A body waits for its share; three
     /// quarters of it is the largest body a single request may send (use multipart above).
@@ -199,6 +203,7 @@ pub struct FileConfig {
     pub kv_user_leased: Option<ByteSize>,
     pub kv_user_reserved: Option<ByteSize>,
     pub kv_user_leases: Option<u64>,
+    pub max_connections: Option<usize>,
     pub body_budget: Option<ByteSize>,
     pub body_timeout_secs: Option<u64>,
     pub min_body_rate: Option<ByteSize>,
@@ -234,6 +239,8 @@ pub struct Settings {
     pub transfer_listen: SocketAddr,
     pub kv_limits: KvLimits,
     pub body: BodyLimits,
+    /// Connections one shard serves at once.
+    pub max_connections: usize,
     /// The keys bearer tokens may be signed with (`[[token_keys]]`, and the node's own key
     /// that `main` adds from the data directory).
     pub keyring: Keyring,
@@ -423,6 +430,15 @@ impl Settings {
             ),
             None => None,
         };
+        let max_connections = flags
+            .max_connections
+            .or(file.max_connections)
+            .unwrap_or(4096);
+        if max_connections == 0 {
+            return Err(ConfigError::Invalid(
+                "--max-connections must be positive".into(),
+            ));
+        }
         let mut keyring = Keyring::default();
         for key in &file.token_keys {
             key.add_to(&mut keyring, |p| std::fs::read(p))
@@ -471,6 +487,7 @@ impl Settings {
             nvme: (nvme_capacity > 0).then(|| nvme_path.clone()),
             kv_limits,
             body,
+            max_connections,
             keyring,
             advertise_url: flags.advertise_url.or(file.advertise_url),
             conductor_token,

@@ -199,6 +199,10 @@ pub struct ShardMetrics {
     pub body_timeout: Counter,
     /// Bytes of request bodies this shard's requests hold reserved.
     pub body_reserved: Gauge,
+    /// Connections closed at once because the shard served --max-connections.
+    pub connections_refused: Counter,
+    /// Connections being served.
+    pub connections: Gauge,
     pub nvme_objects: Gauge,
     pub nvme_reclaimed_regions: Gauge,
     pub nvme_corrupt_records: Gauge,
@@ -238,6 +242,8 @@ impl Default for ShardMetrics {
             body_budget_wait: Counter::default(),
             body_timeout: Counter::default(),
             body_reserved: Gauge::default(),
+            connections_refused: Counter::default(),
+            connections: Gauge::default(),
             nvme_objects: Gauge::default(),
             nvme_reclaimed_regions: Gauge::default(),
             nvme_corrupt_records: Gauge::default(),
@@ -357,7 +363,7 @@ type Reading = (
 /// The families with one series per shard (and per reading).
 fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE};
-    let table: [(&str, MetricType, &str, &[Reading]); 25] = [
+    let table: [(&str, MetricType, &str, &[Reading]); 27] = [
         (
             "yutu_tier_hits_total",
             COUNTER,
@@ -446,6 +452,18 @@ fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
             GAUGE,
             "Request-body bytes reserved by the requests this shard is receiving (the node's budget is --body-budget).",
             &[(None, |m| m.body_reserved.get())],
+        ),
+        (
+            "yutu_connections_refused_total",
+            COUNTER,
+            "Connections answered 503 and closed because the shard served --max-connections.",
+            &[(None, |m| m.connections_refused.get())],
+        ),
+        (
+            "yutu_connections",
+            GAUGE,
+            "HTTP connections being served.",
+            &[(None, |m| m.connections.get())],
         ),
         (
             "yutu_durable_dropped_total",

@@ -21,9 +21,17 @@ impl Reply {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
-    /// The `<Code>` of an S3 error body.
+    /// The code of an error body: S3's XML `<Code>`, or the `code` of the KV and admin
+    /// APIs' JSON errors.
     pub fn code(&self) -> Option<String> {
-        crate::xml::values(&self.text(), "Code").into_iter().next()
+        crate::xml::values(&self.text(), "Code")
+            .into_iter()
+            .next()
+            .or_else(|| {
+                serde_json::from_slice::<yutu_api::error::JsonError>(&self.body)
+                    .ok()
+                    .map(|e| e.code)
+            })
     }
 }
 

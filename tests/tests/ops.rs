@@ -133,3 +133,53 @@ fn a_second_node_on_the_same_address_refuses_to_start() {
     assert!(err.contains("in use"), "{err}");
     assert_eq!(first.client().get("/health").status, 200);
 }
+
+/// Past --max-connections a shard answers a new connection 503 SlowDown and closes it (one
+/// client cannot take every file descriptor); once a connection closes, new ones are served.
+#[test]
+fn connections_past_the_limit_are_refused_and_counted() {
+    use std::io::{Read, Write};
+    let server = Server::start(&[
+        "--memory",
+        "32MiB",
+        "--shards",
+        "1",
+        "--max-connections",
+        "4",
+    ]);
+    let ask = |s: &mut std::net::TcpStream| -> String {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let _ = s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).unwrap_or(0);
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    // Four kept-alive connections, each answered (so each is being served).
+    let mut held: Vec<std::net::TcpStream> = (0..4)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(server.addr).unwrap();
+            assert!(ask(&mut s).starts_with("HTTP/1.1 200"));
+            s
+        })
+        .collect();
+    let mut fifth = std::net::TcpStream::connect(server.addr).unwrap();
+    let answer = ask(&mut fifth);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("<Code>SlowDown</Code>"), "{answer}");
+    // One closes; a new connection is served again.
+    drop(held.pop());
+    assert!(yutu_tests::server::wait_until(
+        std::time::Duration::from_secs(10),
+        || {
+            let mut s = std::net::TcpStream::connect(server.addr).unwrap();
+            ask(&mut s).starts_with("HTTP/1.1 200")
+        }
+    ));
+    drop(held);
+    // (The scrape itself may be refused until the closed connections are noticed.)
+    assert!(yutu_tests::server::wait_until(
+        std::time::Duration::from_secs(10),
+        || server.metric_sum("yutu_connections_refused_total") >= 1.0
+    ));
+}

@@ -210,6 +210,9 @@ fn every_bad_token_is_401() {
     ] {
         let r = with_token(&server, token, "GET", "/bkt", b"");
         assert_eq!((r.status, r.code().as_deref()), (401, Some(code)), "{what}");
+        assert!(r
+            .header("www-authenticate")
+            .is_some_and(|h| h.starts_with("Bearer")));
         let r = with_token(
             &server,
             token,
@@ -218,6 +221,9 @@ fn every_bad_token_is_401() {
             br#"{"keys":["x"]}"#,
         );
         assert_eq!(r.status, 401, "{what} on the KV API");
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        let body: yutu_api::error::JsonError = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(body.code, code, "{what} on the KV API");
     }
     // Every configured key verifies (rotation: k1 and k2 side by side), EdDSA included.
     let ed = issue(

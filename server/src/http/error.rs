@@ -3,6 +3,7 @@
 use bytes::Bytes;
 use http::{header, Response, StatusCode};
 use http_body_util::Full;
+use yutu_api::error::{json_api, JsonError};
 use yutu_api::xml::{to_xml, ErrorDoc};
 use yutu_api::S3ErrorCode;
 
@@ -47,7 +48,8 @@ impl S3Error {
         self
     }
 
-    /// The XML error response. HEAD answers carry no body, as in S3.
+    /// The error response: XML on the S3 API, JSON ([`JsonError`]) on the KV and admin
+    /// APIs. HEAD answers carry no body, as in S3.
     pub fn into_response(
         self,
         resource: &str,
@@ -56,8 +58,21 @@ impl S3Error {
     ) -> Response<Full<Bytes>> {
         let status =
             StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let json = json_api(resource);
         let body = if head {
             Bytes::new()
+        } else if json {
+            Bytes::from(
+                serde_json::to_vec(&JsonError {
+                    code: self.code.code().to_string(),
+                    message: self.message.clone(),
+                    bucket: self.bucket.clone(),
+                    key: self.key.clone(),
+                    resource: resource.to_string(),
+                    request_id: request_id.to_string(),
+                })
+                .unwrap_or_default(),
+            )
         } else {
             Bytes::from(to_xml(
                 "Error",
@@ -71,9 +86,20 @@ impl S3Error {
                 },
             ))
         };
-        let mut builder = Response::builder()
-            .status(status)
-            .header(header::CONTENT_TYPE, "application/xml");
+        let mut builder = Response::builder().status(status).header(
+            header::CONTENT_TYPE,
+            if json {
+                "application/json"
+            } else {
+                "application/xml"
+            },
+        );
+        if status == StatusCode::UNAUTHORIZED {
+            builder = builder.header(
+                header::WWW_AUTHENTICATE,
+                "Bearer realm=\"yutu\", error=\"invalid_token\"",
+            );
+        }
         for (name, value) in self.headers {
             builder = builder.header(name, value);
         }

@@ -56,11 +56,21 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, tokens: Arc<To
             }
         };
         let _ = stream.set_nodelay(true);
+        if shard.connections.count() >= shard.settings.max_connections {
+            shard.metrics.connections_refused.inc();
+            glommio::spawn_local(refuse_connection(stream)).detach();
+            continue;
+        }
         let shard = shard.clone();
         let tokens = tokens.clone();
         let guard = shard.connections.open();
+        shard
+            .metrics
+            .connections
+            .set(shard.connections.count() as u64);
         glommio::spawn_local(async move {
             let _guard = guard;
+            let _count = ConnectionCount(shard.clone());
             let stop = shard.stop.clone();
             let svc = service_fn(move |req| handle(shard.clone(), tokens.clone(), req));
             let conn = hyper::server::conn::http1::Builder::new()
@@ -86,6 +96,36 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, tokens: Arc<To
             }
         })
         .detach();
+    }
+}
+
+/// What a connection past `--max-connections` is told before it is closed (within a second:
+/// a client that does not read is not waited for).
+async fn refuse_connection(mut stream: glommio::net::TcpStream) {
+    use futures_lite::AsyncWriteExt as _;
+    const BODY: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code><Message>Too many connections; retry later.</Message></Error>";
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-type: application/xml\r\ncontent-length: {}\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let _ = futures_lite::future::or(
+        async {
+            let _ = stream.write_all(answer.as_bytes()).await;
+            let _ = stream.close().await;
+        },
+        glommio::timer::sleep(std::time::Duration::from_secs(1)),
+    )
+    .await;
+}
+
+/// Keeps `yutu_connections` right when a connection ends.
+struct ConnectionCount(Rc<Shard>);
+
+impl Drop for ConnectionCount {
+    fn drop(&mut self) {
+        // The guard is dropped after this: count it gone already.
+        let open = self.0.connections.count().saturating_sub(1);
+        self.0.metrics.connections.set(open as u64);
     }
 }
 
