@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in curl rclone python3-venv pkg-config ca-certificates libibverbs-dev librdmacm-dev clang; do
+for pkg in curl openssl rclone python3-venv pkg-config ca-certificates libibverbs-dev librdmacm-dev clang; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

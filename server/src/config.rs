@@ -87,6 +87,12 @@ pub struct Flags {
     /// Leases one user may hold at once on each shard (default 4096).
     #[arg(long)]
     pub kv_user_leases: Option<u64>,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Connections one shard serves at once (default 4096); past it a new connection gets
     /// `503 SlowDown` and is closed, so one client cannot take every file descriptor.
     #[arg(long)]
@@ -204,6 +210,8 @@ pub struct FileConfig {
     pub kv_user_reserved: Option<ByteSize>,
     pub kv_user_leases: Option<u64>,
     pub max_connections: Option<usize>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
     pub body_budget: Option<ByteSize>,
     pub body_timeout_secs: Option<u64>,
     pub min_body_rate: Option<ByteSize>,
@@ -241,6 +249,8 @@ pub struct Settings {
     pub body: BodyLimits,
     /// Connections one shard serves at once.
     pub max_connections: usize,
+    /// TLS certificate chain and key (PEM files); `None`: plain HTTP.
+    pub tls: Option<(PathBuf, PathBuf)>,
     /// The keys bearer tokens may be signed with (`[[token_keys]]`, and the node's own key
     /// that `main` adds from the data directory).
     pub keyring: Keyring,
@@ -439,6 +449,18 @@ impl Settings {
                 "--max-connections must be positive".into(),
             ));
         }
+        let tls = match (
+            flags.tls_cert.or(file.tls_cert.clone()),
+            flags.tls_key.or(file.tls_key.clone()),
+        ) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => {
+                return Err(ConfigError::Invalid(
+                    "tls_cert and tls_key go together".into(),
+                ))
+            }
+        };
         let mut keyring = Keyring::default();
         for key in &file.token_keys {
             key.add_to(&mut keyring, |p| std::fs::read(p))
@@ -488,6 +510,7 @@ impl Settings {
             kv_limits,
             body,
             max_connections,
+            tls,
             keyring,
             advertise_url: flags.advertise_url.or(file.advertise_url),
             conductor_token,

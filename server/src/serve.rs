@@ -5,16 +5,26 @@ use std::sync::Arc;
 
 use crate::auth::tokens::TokenVerifier;
 use crate::config::Settings;
+use crate::http::service::Listening;
 use crate::node::runtime::{self, Node, Serve, StartError};
 use crate::node::shutdown::StopFlag;
 
 /// Starts the node described by `settings`; returns once every shard accepts connections.
 /// Raising `stop` drains and stops it.
 pub fn start(settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
+    let tls = match &settings.tls {
+        Some((cert, key)) => {
+            Some(crate::net::tls::acceptor(cert, key).map_err(|e| StartError::Tls(e.to_string()))?)
+        }
+        None => None,
+    };
     // One verifier (and cache of verified tokens) for all shards.
-    let tokens = Arc::new(TokenVerifier::new(settings.keyring.clone()));
+    let listening = Listening {
+        tokens: Arc::new(TokenVerifier::new(settings.keyring.clone())),
+        tls,
+    };
     let serve: Serve = Arc::new(move |shard, listener| {
-        let tokens = tokens.clone();
+        let listening = listening.clone();
         Box::pin(async move {
             let settings = shard.settings.clone();
             if let Some(conductor) = &settings.conductor {
@@ -32,7 +42,7 @@ pub fn start(settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
                     crate::events::spawn_pusher(shard.clone(), conductor.clone(), advertise);
                 }
             }
-            crate::http::service::accept_loop(shard, listener, tokens).await;
+            crate::http::service::accept_loop(shard, listener, listening).await;
         })
     });
     runtime::start(settings, serve, stop)

@@ -33,9 +33,17 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// A client must send a complete request head within this time (slow-loris protection).
 pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// What every connection of a listener shares: the token verifier and, with TLS, the
+/// acceptor.
+#[derive(Clone)]
+pub struct Listening {
+    pub tokens: Arc<TokenVerifier>,
+    pub tls: Option<futures_rustls::TlsAcceptor>,
+}
+
 /// Serves connections accepted on this shard's listener until the node stops; then closes the
 /// listener and asks every connection to finish its request in progress and close.
-pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, tokens: Arc<TokenVerifier>) {
+pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, listening: Listening) {
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             shard.stop.stopped().await;
@@ -62,7 +70,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, tokens: Arc<To
             continue;
         }
         let shard = shard.clone();
-        let tokens = tokens.clone();
+        let listening = listening.clone();
         let guard = shard.connections.open();
         shard
             .metrics
@@ -71,31 +79,57 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, tokens: Arc<To
         glommio::spawn_local(async move {
             let _guard = guard;
             let _count = ConnectionCount(shard.clone());
-            let stop = shard.stop.clone();
-            let svc = service_fn(move |req| handle(shard.clone(), tokens.clone(), req));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .keep_alive(true)
-                .timer(GlommioTimer)
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(HyperStream(stream), svc);
-            let mut conn = std::pin::pin!(conn);
-            let served = futures_lite::future::or(async { Some(conn.as_mut().await) }, async {
-                stop.stopped().await;
-                None
-            })
-            .await;
-            let result = match served {
-                Some(r) => r,
-                None => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
+            let tokens = listening.tokens;
+            match listening.tls {
+                None => serve_connection(shard, tokens, stream).await,
+                Some(acceptor) => {
+                    let handshake = futures_lite::future::or(
+                        async { Some(acceptor.accept(stream).await) },
+                        async {
+                            glommio::timer::sleep(crate::net::tls::HANDSHAKE_TIMEOUT).await;
+                            None
+                        },
+                    )
+                    .await;
+                    match handshake {
+                        Some(Ok(tls)) => serve_connection(shard, tokens, tls).await,
+                        Some(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                        None => tracing::debug!("TLS handshake timed out"),
+                    }
                 }
-            };
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "connection ended with an error");
             }
         })
         .detach();
+    }
+}
+
+/// Serves HTTP/1.1 on one connection (plain or TLS) until it closes or the node stops.
+async fn serve_connection<S>(shard: Rc<Shard>, tokens: Arc<TokenVerifier>, stream: S)
+where
+    S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + 'static,
+{
+    let stop = shard.stop.clone();
+    let svc = service_fn(move |req| handle(shard.clone(), tokens.clone(), req));
+    let conn = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .timer(GlommioTimer)
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(HyperStream(stream), svc);
+    let mut conn = std::pin::pin!(conn);
+    let served = futures_lite::future::or(async { Some(conn.as_mut().await) }, async {
+        stop.stopped().await;
+        None
+    })
+    .await;
+    let result = match served {
+        Some(r) => r,
+        None => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "connection ended with an error");
     }
 }
 

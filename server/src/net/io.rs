@@ -12,9 +12,10 @@ use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
 use hyper::rt::ReadBufCursor;
 
-pub struct HyperStream(pub TcpStream);
+/// A socket (or a TLS stream over one) as hyper's I/O.
+pub struct HyperStream<S = TcpStream>(pub S);
 
-impl hyper::rt::Read for HyperStream {
+impl<S: AsyncRead + Unpin> hyper::rt::Read for HyperStream<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -42,7 +43,7 @@ impl hyper::rt::Read for HyperStream {
     }
 }
 
-impl hyper::rt::Write for HyperStream {
+impl<S: AsyncWrite + Unpin> hyper::rt::Write for HyperStream<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

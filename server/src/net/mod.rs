@@ -5,3 +5,4 @@ pub mod budget;
 pub mod client;
 pub mod io;
 pub mod timer;
+pub mod tls;

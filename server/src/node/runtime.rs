@@ -42,6 +42,8 @@ pub enum StartError {
     },
     #[error("cannot listen on {0}: the address is in use (another node, or another program, listens there)")]
     InUse(SocketAddr),
+    #[error("cannot set up TLS: {0}")]
+    Tls(String),
     #[error("cannot start shard {shard}: {message}")]
     Shard { shard: usize, message: String },
     #[error("shard {0} stopped during start-up")]

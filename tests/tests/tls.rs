@@ -1,0 +1,110 @@
+//! HTTPS: with --tls-cert/--tls-key the node serves TLS only (a real client verifying the
+//! certificate reads back what it wrote), and a plain-HTTP request gets no answer.
+
+use std::process::Command;
+
+use yutu_tests::{pattern, Server};
+
+/// A self-signed certificate for 127.0.0.1 and localhost, made with the openssl CLI.
+fn self_signed(dir: &std::path::Path) -> (String, String) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
+        .args(["-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl is installed");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        cert.to_string_lossy().into_owned(),
+        key.to_string_lossy().into_owned(),
+    )
+}
+
+fn curl(args: &[&str]) -> std::process::Output {
+    Command::new("curl")
+        .args(["-sS", "--max-time", "20"])
+        .args(args)
+        .output()
+        .expect("curl is installed")
+}
+
+#[test]
+fn the_node_serves_https_with_its_certificate_and_nothing_in_plain_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(dir.path());
+    let server = Server::start(&["--memory", "32MiB", "--tls-cert", &cert, "--tls-key", &key]);
+    let base = format!("https://{}", server.addr);
+    let out = curl(&["--cacert", &cert, &format!("{base}/health")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, b"ok\n");
+
+    let body = dir.path().join("body");
+    std::fs::write(&body, pattern(1 << 20, 3)).unwrap();
+    let out = curl(&["--cacert", &cert, "-f", "-X", "PUT", &format!("{base}/tls")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = curl(&[
+        "--cacert",
+        &cert,
+        "-f",
+        "-T",
+        body.to_str().unwrap(),
+        &format!("{base}/tls/object"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = curl(&["--cacert", &cert, "-f", &format!("{base}/tls/object")]);
+    assert!(out.stdout == pattern(1 << 20, 3), "wrong bytes over TLS");
+
+    // A client that does not trust the certificate refuses it...
+    assert!(!curl(&[&format!("{base}/health")]).status.success());
+    // ...and plain HTTP to the TLS port gets no HTTP answer.
+    let out = curl(&[&format!("http://{}/health", server.addr)]);
+    assert!(!out.status.success() && !out.stdout.starts_with(b"ok"));
+}
+
+#[test]
+fn a_bad_certificate_stops_the_start_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate").unwrap();
+    let out = Command::new(yutu_tests::bin_path("yutu-server"))
+        .args([
+            "--no-auth",
+            "--listen",
+            "127.0.0.1:0",
+            "--nvme-capacity",
+            "0",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("d"))
+        .arg("--tls-cert")
+        .arg(&junk)
+        .arg("--tls-key")
+        .arg(&junk)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("TLS") || err.contains("certificate"), "{err}");
+}
