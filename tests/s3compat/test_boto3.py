@@ -319,6 +319,28 @@ def test_users_own_their_buckets(server, s3):
     with pytest.raises(ClientError) as e:
         bob.delete_bucket(Bucket="alice-shared")
     assert code(e) == "AccessDenied"
+    # Presigned URLs carry the signer's rights, no more: bob's (SigV2 and SigV4) reach neither
+    # alice's private bucket nor a write into her shared one.
+    import urllib.request
+
+    bob_v4 = server.client(BOB, signature_version="s3v4")
+    for signer in (bob, bob_v4):
+        for method, params in (
+            ("get_object", {"Bucket": "alice-private", "Key": "k"}),
+            ("list_objects", {"Bucket": "alice-private"}),
+        ):
+            url = signer.generate_presigned_url(method, Params=params, ExpiresIn=60)
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(url)
+            assert e.value.code == 403, (method, url)
+        url = signer.generate_presigned_url(
+            "put_object", Params={"Bucket": "alice-shared", "Key": "k"}, ExpiresIn=60
+        )
+        req = urllib.request.Request(url, data=b"overwrite", method="PUT", headers={"Content-Type": ""})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req)
+        assert e.value.code == 403
+    assert s3.get_object(Bucket="alice-shared", Key="k")["Body"].read() == b"shared"
 
 
 def test_virtual_host_addressing(server, bucket):
