@@ -619,6 +619,31 @@ mod tests {
     }
 
     #[test]
+    fn rs256_tokens_verify_with_the_public_key() {
+        // A test-only RSA key pair (made with `openssl genpkey -algorithm RSA`).
+        let private = include_bytes!("../tests/keys/rsa-test.pem");
+        let public = include_bytes!("../tests/keys/rsa-test.pub");
+        let mut k = ring();
+        k.add_public_pem("rsa", KeyAlgorithm::RS256, public).unwrap();
+        let original = claims();
+        let t = issue(
+            &original,
+            "rsa",
+            &SigningKey::Pem(KeyAlgorithm::RS256, private.to_vec()),
+        )
+        .unwrap();
+        assert_eq!(k.verify(&t).unwrap(), original);
+        // Signed by another key under the same kid: refused.
+        let other = issue(
+            &original,
+            "rsa",
+            &SigningKey::Pem(KeyAlgorithm::EdDSA, ED_PRIVATE.to_vec()),
+        )
+        .unwrap();
+        assert!(k.verify(&other).is_err());
+    }
+
+    #[test]
     fn the_key_a_kid_names_decides_the_algorithm() {
         // An HS256 token whose kid names an EdDSA public key: refused, whatever the secret.
         let mut k = Keyring::default();
