@@ -355,3 +355,47 @@ fn a_token_scoped_to_one_bucket_reaches_no_other() {
         200
     );
 }
+
+/// An inference engine's client with a token scoped to its bucket: its engine registers, puts
+/// and gets blocks one-sidedly; the same client cannot touch another bucket.
+#[test]
+fn a_kv_client_with_a_scoped_token_moves_blocks_in_its_bucket_only() {
+    use yutu_client::kv::{KvClient, KvOptions};
+    let server = node_with_keys();
+    let admin = hs(&claims(&[], true), "k1", K1);
+    for b in ["kv-one", "other"] {
+        assert_eq!(
+            with_token(&server, &admin, "PUT", &format!("/{b}"), b"").status,
+            200
+        );
+    }
+    let engine = hs(&claims(&["kv-*:rwdl"], false), "k2", K2);
+    let kv = KvClient::new(
+        &server.url,
+        KvOptions {
+            token: Some(engine),
+            ..KvOptions::default()
+        },
+    )
+    .expect("the client registers with its token");
+    let block = 64 << 10;
+    let buf = kv.register(2 * block as u64).expect("buffer");
+    buf.write_at(0, &pattern(block, 42)).unwrap();
+    let keys = vec!["b0".to_string()];
+    kv.batch_put_from("kv-one", &keys, &buf, &[0], &[block as u64])
+        .expect("put-from");
+    let copied = kv
+        .batch_get_into("kv-one", &keys, &buf, &[block as u64])
+        .expect("get-into");
+    assert_eq!(copied, vec![Some(block as u64)]);
+    let mut back = vec![0u8; block];
+    buf.read_at(block as u64, &mut back).unwrap();
+    assert!(back == pattern(block, 42));
+    let refused = kv.batch_put_from("other", &keys, &buf, &[0], &[block as u64]);
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("AccessDenied")),
+        "{refused:?}"
+    );
+}
