@@ -624,7 +624,8 @@ mod tests {
         let private = include_bytes!("../tests/keys/rsa-test.pem");
         let public = include_bytes!("../tests/keys/rsa-test.pub");
         let mut k = ring();
-        k.add_public_pem("rsa", KeyAlgorithm::RS256, public).unwrap();
+        k.add_public_pem("rsa", KeyAlgorithm::RS256, public)
+            .unwrap();
         let original = claims();
         let t = issue(
             &original,
