@@ -110,10 +110,12 @@ impl FeedSink for IndexSink<'_> {
     }
 }
 
-/// Checks a node URL: the conductor fetches snapshots from it over plain HTTP.
+/// Checks a node URL: the conductor fetches snapshots from it over HTTP or HTTPS.
 pub fn validate_node_url(url: &str) -> Result<(), RegistryError> {
-    let ok = url.starts_with("http://")
-        && url.len() > "http://".len()
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    let ok = rest.is_some_and(|r| !r.is_empty())
         && url.len() <= 2048
         && url.bytes().all(|b| b.is_ascii_graphic());
     if ok {

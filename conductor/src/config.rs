@@ -82,6 +82,9 @@ pub struct AuthConfig {
     /// File holding a bearer token for the nodes' admin API (an admin token of each node's
     /// keys), sent with every snapshot fetch.
     pub node_token_file: Option<std::path::PathBuf>,
+    /// PEM file of the certificates (or CAs) trusted for nodes that serve HTTPS; without it,
+    /// the public web roots.
+    pub node_ca_file: Option<std::path::PathBuf>,
 }
 
 /// When a hot prefix earns a replication hint.

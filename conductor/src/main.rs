@@ -85,6 +85,10 @@ struct ServeArgs {
     /// `[auth] node_token_file`).
     #[arg(long, value_name = "FILE")]
     node_token_file: Option<PathBuf>,
+    /// PEM file of the certificates trusted for nodes serving HTTPS (overrides
+    /// `[auth] node_ca_file`).
+    #[arg(long, value_name = "FILE")]
+    node_ca_file: Option<PathBuf>,
     #[command(flatten)]
     routing: RoutingArgs,
 }
@@ -104,6 +108,24 @@ fn service_auth(args: &ServeArgs, cfg: &ConductorConfig) -> anyhow::Result<Servi
         ),
         None => None,
     };
+    let node_ca_pem = match args
+        .node_ca_file
+        .as_ref()
+        .or(cfg.auth.node_ca_file.as_ref())
+    {
+        Some(path) => {
+            let pem = std::fs::read(path)
+                .with_context(|| format!("reading the node CA file {}", path.display()))?;
+            let certs = ureq::tls::parse_pem(&pem)
+                .filter(|i| matches!(i, Ok(ureq::tls::PemItem::Certificate(_))))
+                .count();
+            if certs == 0 {
+                bail!("{} holds no PEM certificate", path.display());
+            }
+            Some(pem)
+        }
+        None => None,
+    };
     if args.no_auth {
         tracing::warn!(
             "--no-auth: every caller may route, register and publish events (experiments only)"
@@ -111,6 +133,7 @@ fn service_auth(args: &ServeArgs, cfg: &ConductorConfig) -> anyhow::Result<Servi
         return Ok(ServiceAuth {
             keyring: None,
             node_token,
+            node_ca_pem,
         });
     }
     if cfg.auth.token_keys.is_empty() {
@@ -127,6 +150,7 @@ fn service_auth(args: &ServeArgs, cfg: &ConductorConfig) -> anyhow::Result<Servi
     Ok(ServiceAuth {
         keyring: Some(keyring),
         node_token,
+        node_ca_pem,
     })
 }
 

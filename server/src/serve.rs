@@ -30,9 +30,14 @@ pub fn start(settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
             if let Some(conductor) = &settings.conductor {
                 crate::events::spawn_flusher(shard.clone());
                 if shard.id == 0 {
+                    let scheme = if settings.tls.is_some() {
+                        "https"
+                    } else {
+                        "http"
+                    };
                     let advertise = settings.advertise_url.clone().unwrap_or_else(|| {
                         format!(
-                            "http://{}",
+                            "{scheme}://{}",
                             listener
                                 .local_addr()
                                 .map(|a| a.to_string())

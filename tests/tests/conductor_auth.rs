@@ -57,7 +57,132 @@ fn get(c: &Client, token: &str, path: &str) -> Value {
 
 #[test]
 fn callers_need_conductor_scopes_and_nodes_publish_and_resync_with_tokens() {
+    scenario(false);
+}
+
+/// The same with the node serving HTTPS: the conductor fetches its snapshot over TLS,
+/// trusting the node's certificate (`--node-ca-file`).
+#[test]
+fn the_conductor_resyncs_a_node_that_serves_https() {
+    scenario(true);
+}
+
+/// A test CA and a certificate it signed for 127.0.0.1 (made with the openssl CLI): the
+/// node serves the leaf, the conductor trusts the CA. Returns (CA, leaf, leaf key).
+fn test_pki(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let p = |name: &str| dir.join(name);
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl is installed");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509"];
+    ca.extend_from_slice(&ec);
+    ca.extend_from_slice(&[
+        "-days",
+        "1",
+        "-subj",
+        "/CN=yutu-test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]);
+    openssl(&ca);
+    let mut csr = vec!["req"];
+    csr.extend_from_slice(&ec);
+    csr.extend_from_slice(&[
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "key.pem",
+        "-out",
+        "leaf.csr",
+    ]);
+    openssl(&csr);
+    std::fs::write(
+        p("leaf.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "leaf.ext",
+        "-out",
+        "cert.pem",
+    ]);
+    (p("ca.pem"), p("cert.pem"), p("key.pem"))
+}
+
+/// A PUT to the node, over HTTPS with curl trusting `ca` when given, else plain.
+fn put(
+    node: &Server,
+    ca: Option<&std::path::Path>,
+    auth: &str,
+    path: &str,
+    body: &[u8],
+    extra: &[(&str, &str)],
+) -> u16 {
+    let Some(ca) = ca else {
+        let mut headers = vec![("authorization", auth)];
+        headers.extend_from_slice(extra);
+        return node.client().send("PUT", path, &headers, Some(body)).status;
+    };
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), body).unwrap();
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "20",
+        "--cacert",
+    ])
+    .arg(ca)
+    .args(["-H", &format!("authorization: {auth}")]);
+    for (k, v) in extra {
+        cmd.args(["-H", &format!("{k}: {v}")]);
+    }
+    let out = cmd
+        .arg("-T")
+        .arg(file.path())
+        .arg(format!("https://{}{path}", node.addr))
+        .output()
+        .expect("curl is installed");
+    String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0)
+}
+
+fn scenario(tls: bool) {
     let dir = tempfile::tempdir().unwrap();
+    let (ca_cert, cert, key) = test_pki(dir.path());
     let keys = format!("kid = \"cluster\"\nsecret = \"{SECRET}\"\n");
     let conductor_cfg = dir.path().join("conductor.toml");
     std::fs::write(&conductor_cfg, format!("[[auth.token_keys]]\n{keys}")).unwrap();
@@ -86,6 +211,9 @@ fn callers_need_conductor_scopes_and_nodes_publish_and_resync_with_tokens() {
         .arg(&conductor_cfg)
         .arg("--node-token-file")
         .arg(&node_admin);
+    if tls {
+        cmd.arg("--node-ca-file").arg(&ca_cert);
+    }
     let conductor = Server::spawn(cmd, tempfile::tempdir().unwrap());
     let cc = conductor.client();
     let router = token("router", false, &[ConductorScope::Route]);
@@ -131,29 +259,32 @@ fn callers_need_conductor_scopes_and_nodes_publish_and_resync_with_tokens() {
         .arg(&publisher)
         .arg("--data-dir")
         .arg(&data);
+        if tls {
+            cmd.arg("--tls-cert").arg(&cert).arg("--tls-key").arg(&key);
+        }
         Server::spawn(cmd, tempfile::tempdir().unwrap())
     };
+    let ca = tls.then_some(ca_cert.as_path());
     let node_a = start_node();
     let writer = token("engine", true, &[]);
     let auth = format!("Bearer {writer}");
-    let a = node_a.client();
-    let r = a.send(
-        "PUT",
+    let status = put(
+        &node_a,
+        ca,
+        &auth,
         "/llama",
-        &[("authorization", &auth), ("x-yutu-durability", "disk")],
-        Some(b""),
+        b"",
+        &[("x-yutu-durability", "disk")],
     );
-    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(status, 200);
     let tokens: Vec<u32> = (0..8 * 512).map(|i| i * 5 + 1).collect();
     let blocks = BlockHasher::new(512).hash_tokens(&tokens);
     for (i, b) in blocks.iter().enumerate() {
-        let r = a.send(
-            "PUT",
-            &format!("/llama/{}", b.to_key()),
-            &[("authorization", &auth)],
-            Some(&vec![i as u8; 4096]),
+        let path = format!("/llama/{}", b.to_key());
+        assert_eq!(
+            put(&node_a, ca, &auth, &path, &vec![i as u8; 4096], &[]),
+            200
         );
-        assert_eq!(r.status, 200);
     }
     let routed = |want: u64| {
         let (status, d) = post(
@@ -186,7 +317,8 @@ fn callers_need_conductor_scopes_and_nodes_publish_and_resync_with_tokens() {
                 && n["resyncing"] == false
                 && n["blocks"] == 8
         }),
-        "node-a was not resynced: {}",
-        node_of("node-a")
+        "node-a was not resynced: {}\nconductor log:\n{}",
+        node_of("node-a"),
+        conductor.log()
     );
 }

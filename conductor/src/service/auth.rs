@@ -17,6 +17,8 @@ pub struct ServiceAuth {
     pub keyring: Option<Keyring>,
     /// Sent as a bearer token to nodes when fetching their snapshots.
     pub node_token: Option<String>,
+    /// Certificates trusted for nodes that serve HTTPS (PEM); `None`: the public web roots.
+    pub node_ca_pem: Option<Vec<u8>>,
 }
 
 /// Why a call is refused: the status, an error code and a message.

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
+use ureq::tls::{parse_pem, Certificate, PemItem, RootCerts, TlsConfig};
 use yutu_api::events::{KvSnapshot, SNAPSHOT_PATH};
 
 use super::Shared;
@@ -29,17 +30,20 @@ pub enum SnapshotError {
 }
 
 /// Fetches and parses the snapshot of the node at `base_url`.
-/// `token` is sent as a bearer token (the node's admin API needs one when it authenticates).
+/// `token` is sent as a bearer token (the node's admin API needs one when it authenticates);
+/// `ca_pem` holds the certificates trusted for a node serving HTTPS.
 pub fn fetch_snapshot(
     base_url: &str,
     timeout: Duration,
     max_bytes: u64,
     token: Option<&str>,
+    ca_pem: Option<&[u8]>,
 ) -> Result<KvSnapshot, SnapshotError> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(timeout))
-        .build()
-        .into();
+    let mut config = ureq::Agent::config_builder().timeout_global(Some(timeout));
+    if let Some(pem) = ca_pem {
+        config = config.tls_config(trusting(pem));
+    }
+    let agent: ureq::Agent = config.build().into();
     let mut req = agent.get(format!("{base_url}{SNAPSHOT_PATH}"));
     if let Some(token) = token {
         req = req.header("authorization", format!("Bearer {}", token.trim()));
@@ -47,6 +51,19 @@ pub fn fetch_snapshot(
     let mut resp = req.call()?;
     let reader = resp.body_mut().with_config().limit(max_bytes).reader();
     Ok(serde_json::from_reader(BufReader::new(reader))?)
+}
+
+/// A TLS configuration trusting exactly the certificates in `pem`.
+pub fn trusting(pem: &[u8]) -> TlsConfig {
+    let certs: Vec<Certificate<'static>> = parse_pem(pem)
+        .filter_map(|item| match item {
+            Ok(PemItem::Certificate(c)) => Some(c.to_owned()),
+            _ => None,
+        })
+        .collect();
+    TlsConfig::builder()
+        .root_certs(RootCerts::Specific(Arc::new(certs)))
+        .build()
 }
 
 /// Delays between snapshot fetches: 100 ms, doubling, at most 5 s, for as long as the resync
@@ -75,9 +92,12 @@ async fn run(shared: Arc<Shared>, node: NodeId, mut generation: u64) {
             shared.limits.max_snapshot_bytes,
         );
         let fetch_url = url.clone();
-        let token = shared.auth.node_token.clone();
+        let (token, ca) = (
+            shared.auth.node_token.clone(),
+            shared.auth.node_ca_pem.clone(),
+        );
         let fetched = tokio::task::spawn_blocking(move || {
-            fetch_snapshot(&fetch_url, timeout, max, token.as_deref())
+            fetch_snapshot(&fetch_url, timeout, max, token.as_deref(), ca.as_deref())
         })
         .await
         .unwrap_or(Err(SnapshotError::Cancelled));

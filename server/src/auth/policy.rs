@@ -5,7 +5,8 @@
 //! so the S3 API, the KV API, presigned URLs and the admin API cannot disagree:
 //!
 //! - A **user** owns the buckets it creates; other buckets need a grant in its table (`read`
-//!   allows read and list, `write` also write and delete; `*` for all) or `admin = true`.
+//!   allows read and list, `write` also write and delete; a name, a `prefix*`, or `*` for
+//!   all) or `admin = true`.
 //! - A **token** owns nothing: it may do exactly what its scopes say, per bucket name or
 //!   prefix (`r`ead, `w`rite, `d`elete, `l`ist), or everything with `admin`. Creating a bucket
 //!   needs `w` on its name, deleting it `d`.
@@ -81,8 +82,13 @@ impl Action {
     }
 }
 
+/// Whether a grant list names `bucket`: exactly, or as a prefix ending in `*` (`*` alone is
+/// every bucket), as a token's bucket scopes do.
 fn granted(list: &[String], bucket: &str) -> bool {
-    list.iter().any(|b| b == "*" || b == bucket)
+    list.iter().any(|b| match b.strip_suffix('*') {
+        Some(prefix) => bucket.starts_with(prefix),
+        None => b == bucket,
+    })
 }
 
 /// Whether `who` may see a bucket owned by `owner` in ListBuckets.
@@ -185,7 +191,7 @@ mod tests {
             access_key: "K".into(),
             secret_key: "secret-key".into(),
             admin: false,
-            read: vec!["r".into()],
+            read: vec!["r".into(), "shared-*".into()],
             write: vec!["w".into()],
         }));
         let ok = |action, bucket| authorize(&u, action, Some(bucket), Some("alice")).is_ok();
@@ -193,5 +199,7 @@ mod tests {
         assert!(ok(Action::Read, "r") && ok(Action::List, "r") && !ok(Action::Write, "r"));
         assert!(ok(Action::Write, "w") && ok(Action::Delete, "w"));
         assert!(!ok(Action::Read, "other"));
+        assert!(ok(Action::List, "shared-x") && !ok(Action::Write, "shared-x"));
+        assert!(!ok(Action::Read, "shared"));
     }
 }

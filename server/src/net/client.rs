@@ -26,7 +26,12 @@ pub enum ClientError {
     Timeout,
     #[error("cannot build the request: {0}")]
     Request(#[from] http::Error),
+    #[error("the answer could not be read within {MAX_REPLY_BYTES} bytes: {0}")]
+    TooLarge(String),
 }
+
+/// The most the node reads of an answer to its own calls.
+pub const MAX_REPLY_BYTES: usize = 1 << 20;
 
 /// A response, fully read.
 pub struct Reply {
@@ -116,7 +121,13 @@ impl Client {
         let exchange = async {
             let resp = sender.send_request(req).await?;
             let status = resp.status().as_u16();
-            let body = resp.into_body().collect().await?.to_bytes();
+            // The conductor's answers are small JSON documents; a peer that sends more is
+            // broken (or not the conductor), and is not read into memory.
+            let body = http_body_util::Limited::new(resp.into_body(), MAX_REPLY_BYTES)
+                .collect()
+                .await
+                .map_err(|e| ClientError::TooLarge(e.to_string()))?
+                .to_bytes();
             Ok::<_, ClientError>(Reply { status, body })
         };
         let reply = glommio::timer::timeout(self.timeout, async {
