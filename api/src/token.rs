@@ -275,7 +275,30 @@ pub struct Claims {
     pub conductor: Vec<ConductorScope>,
 }
 
+/// Seconds since the Unix epoch now (0 if the clock is before 1970): what `exp`, `nbf` and
+/// `iat` count in.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 impl Claims {
+    /// Claims for `sub`, issued now and valid for `lifetime` (at least a second), allowing
+    /// nothing yet: set `admin`, `buckets` or `conductor` with struct update syntax.
+    pub fn new(sub: &str, lifetime: std::time::Duration) -> Claims {
+        let now = unix_now();
+        Claims {
+            sub: sub.to_string(),
+            exp: now + lifetime.as_secs().max(1),
+            nbf: None,
+            iat: Some(now),
+            admin: false,
+            buckets: Vec::new(),
+            conductor: Vec::new(),
+        }
+    }
+
     /// What the token allows on `bucket`: the union of every scope naming it (everything for
     /// an admin token).
     pub fn access(&self, bucket: &str) -> Access {
@@ -492,24 +515,17 @@ mod tests {
     const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
 
     fn now() -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
+        unix_now()
     }
 
     fn claims() -> Claims {
         Claims {
-            sub: "alice".into(),
-            exp: now() + 3600,
-            nbf: None,
-            iat: Some(now()),
-            admin: false,
             buckets: vec![
                 BucketScope::parse("models:rl").unwrap(),
                 BucketScope::parse("kv-*:rwdl").unwrap(),
             ],
             conductor: vec![ConductorScope::Route],
+            ..Claims::new("alice", std::time::Duration::from_secs(3600))
         }
     }
 

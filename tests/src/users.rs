@@ -30,14 +30,20 @@ pub fn bob() -> Credentials {
 
 /// Starts a node with alice and bob as its users, with `args` (memory, shards, NVMe...).
 pub fn node_with_users(args: &[&str]) -> Server {
+    node_with_config(USERS, args)
+}
+
+/// Starts an authenticating node (no `--no-auth`) whose config file is `config` (users, token
+/// keys...), with `args` (memory, shards, NVMe...) and a data directory of its own.
+pub fn node_with_config(config: &str, args: &[&str]) -> Server {
     let data = tempfile::tempdir().expect("data dir");
-    let config = data.path().join("yutu.toml");
-    std::fs::write(&config, USERS).expect("write the config file");
+    let file = data.path().join("yutu.toml");
+    std::fs::write(&file, config).expect("write the config file");
     let mut cmd = std::process::Command::new(bin_path("yutu-server"));
     cmd.args(["--listen", "127.0.0.1:0"])
         .args(args)
         .arg("--config")
-        .arg(&config)
+        .arg(&file)
         .arg("--data-dir")
         .arg(data.path().join("node"));
     Server::spawn(cmd, data)

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use yutu_tests::users::node_with_config;
 use yutu_tests::{bin_path, pattern, Server};
 
 const USERS: &str = r#"
@@ -14,24 +15,8 @@ access_key = "CAROLKEY"
 secret_key = "carol-secret-key"
 "#;
 
-fn start(dir: &Path) -> Server {
-    let config = dir.join("yutu.toml");
-    std::fs::write(&config, USERS).expect("config");
-    let data = tempfile::tempdir().expect("temp dir");
-    let mut cmd = Command::new(bin_path("yutu-server"));
-    cmd.args([
-        "--listen",
-        "127.0.0.1:0",
-        "--memory",
-        "64MiB",
-        "--nvme-capacity",
-        "64MiB",
-    ])
-    .arg("--config")
-    .arg(&config)
-    .arg("--data-dir")
-    .arg(data.path());
-    Server::spawn(cmd, data)
+fn start() -> Server {
+    node_with_config(USERS, &["--memory", "64MiB", "--nvme-capacity", "64MiB"])
 }
 
 /// `yutu` with no credentials in its environment but those given in `env`.
@@ -89,7 +74,7 @@ fn round_trip(server: &Server, home: &Path, env: &[(&str, &str)], flags: &[&str]
 #[test]
 fn cli_signs_with_keys_from_env_profile_and_flags() {
     let home = tempfile::tempdir().expect("temp dir");
-    let server = start(home.path());
+    let server = start();
 
     // Unsigned requests are refused by a node with users.
     let out = yutu(&server, home.path(), &[], &["ls"]);

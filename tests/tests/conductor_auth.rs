@@ -3,11 +3,12 @@
 //! conductor fetches the node's snapshot (after a restart) with an admin token of the node.
 
 use std::process::Command;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use yutu_api::block_hash::BlockHasher;
 use yutu_api::token::{issue, Claims, ConductorScope, SigningKey};
+use yutu_tests::pki::Pki;
 use yutu_tests::server::wait_until;
 use yutu_tests::{bin_path, Client, Server};
 
@@ -15,18 +16,10 @@ use yutu_tests::{bin_path, Client, Server};
 const SECRET: &str = "shared-secret-of-the-cluster-0123456789";
 
 fn token(sub: &str, admin: bool, conductor: &[ConductorScope]) -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
     let claims = Claims {
-        sub: sub.into(),
-        exp: now + 600,
-        nbf: None,
-        iat: Some(now),
         admin,
-        buckets: vec![],
         conductor: conductor.to_vec(),
+        ..Claims::new(sub, Duration::from_secs(600))
     };
     issue(
         &claims,
@@ -65,78 +58,6 @@ fn callers_need_conductor_scopes_and_nodes_publish_and_resync_with_tokens() {
 #[test]
 fn the_conductor_resyncs_a_node_that_serves_https() {
     scenario(true);
-}
-
-/// A test CA and a certificate it signed for 127.0.0.1 (made with the openssl CLI): the
-/// node serves the leaf, the conductor trusts the CA. Returns (CA, leaf, leaf key).
-fn test_pki(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
-    let p = |name: &str| dir.join(name);
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl is installed");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509"];
-    ca.extend_from_slice(&ec);
-    ca.extend_from_slice(&[
-        "-days",
-        "1",
-        "-subj",
-        "/CN=yutu-test-ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-    ]);
-    openssl(&ca);
-    let mut csr = vec!["req"];
-    csr.extend_from_slice(&ec);
-    csr.extend_from_slice(&[
-        "-subj",
-        "/CN=localhost",
-        "-keyout",
-        "key.pem",
-        "-out",
-        "leaf.csr",
-    ]);
-    openssl(&csr);
-    std::fs::write(
-        p("leaf.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "leaf.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "1",
-        "-extfile",
-        "leaf.ext",
-        "-out",
-        "cert.pem",
-    ]);
-    (p("ca.pem"), p("cert.pem"), p("key.pem"))
 }
 
 /// A PUT to the node, over HTTPS with curl trusting `ca` when given, else plain.
@@ -182,7 +103,11 @@ fn put(
 
 fn scenario(tls: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let (ca_cert, cert, key) = test_pki(dir.path());
+    let Pki {
+        ca: ca_cert,
+        cert,
+        key,
+    } = Pki::make(dir.path());
     let keys = format!("kid = \"cluster\"\nsecret = \"{SECRET}\"\n");
     let conductor_cfg = dir.path().join("conductor.toml");
     std::fs::write(&conductor_cfg, format!("[[auth.token_keys]]\n{keys}")).unwrap();

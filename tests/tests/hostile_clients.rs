@@ -20,6 +20,20 @@ const BUDGET: u64 = 128 << 20;
 /// glommio's rings, connection buffers); the README states the same bound.
 const OVERHEAD: u64 = 64 << 20;
 
+/// A DRAM-only node of `MEMORY` (default body budget) with this body timeout.
+fn node(body_timeout_secs: &str) -> Server {
+    Server::start(&[
+        "--memory",
+        "256MiB",
+        "--shards",
+        "2",
+        "--nvme-capacity",
+        "0",
+        "--body-timeout-secs",
+        body_timeout_secs,
+    ])
+}
+
 /// Sends a PUT with a `len`-byte Content-Length and the first `send` bytes of `body`; returns
 /// the connection (for the caller to wait on) or `None` if the node closed it while sending.
 fn start_put(addr: SocketAddr, path: &str, len: usize, body: &[u8]) -> Option<TcpStream> {
@@ -75,16 +89,7 @@ fn rss_sampler(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> 
 
 #[test]
 fn sixty_four_concurrent_64mib_puts_stay_within_memory_and_the_body_budget() {
-    let server = Server::start(&[
-        "--memory",
-        "256MiB",
-        "--shards",
-        "2",
-        "--nvme-capacity",
-        "0",
-        "--body-timeout-secs",
-        "5",
-    ]);
+    let server = node("5");
     let c = server.client();
     c.mb("big");
     c.mb("good");
@@ -154,16 +159,7 @@ fn sixty_four_concurrent_64mib_puts_stay_within_memory_and_the_body_budget() {
 
 #[test]
 fn stalled_uploads_are_dropped_after_the_body_timeout() {
-    let server = Server::start(&[
-        "--memory",
-        "256MiB",
-        "--shards",
-        "2",
-        "--nvme-capacity",
-        "0",
-        "--body-timeout-secs",
-        "2",
-    ]);
+    let server = node("2");
     let c = server.client();
     c.mb("stall");
     c.mb("good");

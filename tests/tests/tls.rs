@@ -1,34 +1,10 @@
 //! HTTPS: with --tls-cert/--tls-key the node serves TLS only (a real client verifying the
-//! certificate reads back what it wrote), and a plain-HTTP request gets no answer.
+//! certificate against its CA reads back what it wrote), and a plain-HTTP request gets no answer.
 
 use std::process::Command;
 
+use yutu_tests::pki::Pki;
 use yutu_tests::{pattern, Server};
-
-/// A self-signed certificate for 127.0.0.1 and localhost, made with the openssl CLI.
-fn self_signed(dir: &std::path::Path) -> (String, String) {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let out = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
-        .args(["-subj", "/CN=localhost"])
-        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl is installed");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (
-        cert.to_string_lossy().into_owned(),
-        key.to_string_lossy().into_owned(),
-    )
-}
 
 fn curl(args: &[&str]) -> std::process::Output {
     Command::new("curl")
@@ -41,10 +17,15 @@ fn curl(args: &[&str]) -> std::process::Output {
 #[test]
 fn the_node_serves_https_with_its_certificate_and_nothing_in_plain_text() {
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = self_signed(dir.path());
+    let pki = Pki::make(dir.path());
+    let (ca, cert, key) = (
+        pki.ca.to_string_lossy().into_owned(),
+        pki.cert.to_string_lossy().into_owned(),
+        pki.key.to_string_lossy().into_owned(),
+    );
     let server = Server::start(&["--memory", "32MiB", "--tls-cert", &cert, "--tls-key", &key]);
     let base = format!("https://{}", server.addr);
-    let out = curl(&["--cacert", &cert, &format!("{base}/health")]);
+    let out = curl(&["--cacert", &ca, &format!("{base}/health")]);
     assert!(
         out.status.success(),
         "{}",
@@ -54,7 +35,7 @@ fn the_node_serves_https_with_its_certificate_and_nothing_in_plain_text() {
 
     let body = dir.path().join("body");
     std::fs::write(&body, pattern(1 << 20, 3)).unwrap();
-    let out = curl(&["--cacert", &cert, "-f", "-X", "PUT", &format!("{base}/tls")]);
+    let out = curl(&["--cacert", &ca, "-f", "-X", "PUT", &format!("{base}/tls")]);
     assert!(
         out.status.success(),
         "{}",
@@ -62,7 +43,7 @@ fn the_node_serves_https_with_its_certificate_and_nothing_in_plain_text() {
     );
     let out = curl(&[
         "--cacert",
-        &cert,
+        &ca,
         "-f",
         "-T",
         body.to_str().unwrap(),
@@ -73,7 +54,7 @@ fn the_node_serves_https_with_its_certificate_and_nothing_in_plain_text() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = curl(&["--cacert", &cert, "-f", &format!("{base}/tls/object")]);
+    let out = curl(&["--cacert", &ca, "-f", &format!("{base}/tls/object")]);
     assert!(out.stdout == pattern(1 << 20, 3), "wrong bytes over TLS");
 
     // A client that does not trust the certificate refuses it...

@@ -3,11 +3,13 @@
 //! rotate by kid, and `yutu token issue` mints what the node accepts.
 
 use std::process::Command;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use yutu_api::token::{
-    issue, BucketScope, Claims, KeyAlgorithm, SigningKey, FIRST_TOKEN_FILE, LOCAL_SECRET_FILE,
+    issue, unix_now, BucketScope, Claims, KeyAlgorithm, SigningKey, FIRST_TOKEN_FILE,
+    LOCAL_SECRET_FILE,
 };
+use yutu_tests::users::node_with_config;
 use yutu_tests::{bin_path, pattern, Reply, Server};
 
 const K1: &[u8] = b"k1-secret-0123456789abcdef-0123456789";
@@ -17,24 +19,17 @@ const ED_PRIVATE: &str = "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIFOzD
 const ED_PUBLIC: &str = "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAEZHe7zDBeUqKmipw0O6R6zOmSPcmXSWJ3mWu60xsEKU=\n-----END PUBLIC KEY-----\n";
 
 fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
+    unix_now()
 }
 
 fn claims(scopes: &[&str], admin: bool) -> Claims {
     Claims {
-        sub: "tester".into(),
-        exp: now() + 600,
-        nbf: None,
-        iat: Some(now()),
         admin,
         buckets: scopes
             .iter()
             .map(|s| BucketScope::parse(s).unwrap())
             .collect(),
-        conductor: vec![],
+        ..Claims::new("tester", Duration::from_secs(600))
     }
 }
 
@@ -42,36 +37,33 @@ fn hs(claims: &Claims, kid: &str, secret: &[u8]) -> String {
     issue(claims, kid, &SigningKey::Secret(secret.to_vec())).unwrap()
 }
 
-/// A node with two HS256 keys (k1, k2) and an EdDSA public key (ed) configured.
+/// A node with two HS256 keys (k1, k2) and an EdDSA public key (ed, read from a file)
+/// configured.
 fn node_with_keys() -> Server {
-    let data = tempfile::tempdir().unwrap();
-    let pub_file = data.path().join("ed.pub");
+    // The key file is read at start; it need not outlive the start.
+    let keys = tempfile::tempdir().unwrap();
+    let pub_file = keys.path().join("ed.pub");
     std::fs::write(&pub_file, ED_PUBLIC).unwrap();
-    let config = data.path().join("yutu.toml");
-    std::fs::write(
+    let config = format!(
+        "[[token_keys]]\nkid = \"k1\"\nsecret = \"{}\"\n\n[[token_keys]]\nkid = \"k2\"\nalg = \"HS256\"\nsecret = \"{}\"\n\n[[token_keys]]\nkid = \"ed\"\nalg = \"EdDSA\"\npublic_key_file = \"{}\"\n",
+        std::str::from_utf8(K1).unwrap(),
+        std::str::from_utf8(K2).unwrap(),
+        pub_file.display()
+    );
+    node_with_config(
         &config,
-        format!(
-            "[[token_keys]]\nkid = \"k1\"\nsecret = \"{}\"\n\n[[token_keys]]\nkid = \"k2\"\nalg = \"HS256\"\nsecret = \"{}\"\n\n[[token_keys]]\nkid = \"ed\"\nalg = \"EdDSA\"\npublic_key_file = \"{}\"\n",
-            std::str::from_utf8(K1).unwrap(),
-            std::str::from_utf8(K2).unwrap(),
-            pub_file.display()
-        ),
+        &["--memory", "64MiB", "--shards", "2", "--nvme-capacity", "0"],
     )
-    .unwrap();
-    let mut cmd = Command::new(bin_path("yutu-server"));
-    cmd.args([
-        "--listen",
-        "127.0.0.1:0",
-        "--memory",
-        "64MiB",
-        "--shards",
-        "2",
-    ])
-    .args(["--nvme-capacity", "0", "--config"])
-    .arg(&config)
-    .arg("--data-dir")
-    .arg(data.path().join("node"));
-    Server::spawn(cmd, data)
+}
+
+/// An admin token, after creating `buckets` with it.
+fn admin_with_buckets(server: &Server, buckets: &[&str]) -> String {
+    let admin = hs(&claims(&[], true), "k1", K1);
+    for b in buckets {
+        let r = with_token(server, &admin, "PUT", &format!("/{b}"), b"");
+        assert_eq!(r.status, 200, "creating {b}: {}", r.text());
+    }
+    admin
 }
 
 fn with_token(server: &Server, token: &str, method: &str, path: &str, body: &[u8]) -> Reply {
@@ -240,12 +232,8 @@ fn every_bad_token_is_401() {
 #[test]
 fn a_token_scoped_to_one_bucket_reaches_no_other() {
     let server = node_with_keys();
-    let admin = hs(&claims(&[], true), "k1", K1);
+    let admin = admin_with_buckets(&server, &["alpha", "beta"]);
     for b in ["alpha", "beta"] {
-        assert_eq!(
-            with_token(&server, &admin, "PUT", &format!("/{b}"), b"").status,
-            200
-        );
         let r = with_token(
             &server,
             &admin,
@@ -362,13 +350,7 @@ fn a_token_scoped_to_one_bucket_reaches_no_other() {
 fn a_kv_client_with_a_scoped_token_moves_blocks_in_its_bucket_only() {
     use yutu_client::kv::{KvClient, KvOptions};
     let server = node_with_keys();
-    let admin = hs(&claims(&[], true), "k1", K1);
-    for b in ["kv-one", "other"] {
-        assert_eq!(
-            with_token(&server, &admin, "PUT", &format!("/{b}"), b"").status,
-            200
-        );
-    }
+    admin_with_buckets(&server, &["kv-one", "other"]);
     let engine = hs(&claims(&["kv-*:rwdl"], false), "k2", K2);
     let kv = KvClient::new(
         &server.url,

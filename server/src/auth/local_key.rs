@@ -12,7 +12,7 @@
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use yutu_api::token::{
     issue, parse_local_secret, Claims, SigningKey, TokenError, FIRST_TOKEN_FILE, LOCAL_KID,
@@ -89,18 +89,9 @@ pub fn ensure(data_dir: &Path) -> Result<LocalKey, LocalKeyError> {
     let text = hex::encode(random);
     write_private(&path, &format!("{text}\n"))?;
     let secret = parse_local_secret(&text)?;
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
     let claims = Claims {
-        sub: "admin".into(),
-        exp: now + FIRST_TOKEN_TTL.as_secs(),
-        nbf: None,
-        iat: Some(now),
         admin: true,
-        buckets: vec![],
-        conductor: vec![],
+        ..Claims::new("admin", FIRST_TOKEN_TTL)
     };
     let token = issue(&claims, LOCAL_KID, &SigningKey::Secret(secret.clone()))?;
     let token_path = data_dir.join(FIRST_TOKEN_FILE);

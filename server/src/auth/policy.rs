@@ -153,16 +153,12 @@ mod tests {
 
     fn token(scopes: &[&str], admin: bool) -> Identity {
         Identity::Token(Arc::new(Claims {
-            sub: "t".into(),
-            exp: u64::MAX,
-            nbf: None,
-            iat: None,
             admin,
             buckets: scopes
                 .iter()
                 .map(|s| BucketScope::parse(s).unwrap())
                 .collect(),
-            conductor: vec![],
+            ..Claims::new("t", std::time::Duration::from_secs(60))
         }))
     }
 

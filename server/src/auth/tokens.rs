@@ -7,9 +7,9 @@
 //! the clock on every use, so it stops working at its `exp` like any other.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use yutu_api::token::{Claims, Keyring, TokenError};
+use yutu_api::token::{unix_now, Claims, Keyring, TokenError};
 use yutu_api::S3ErrorCode;
 
 use super::AuthError;
@@ -24,13 +24,6 @@ pub const CACHE_TTL: Duration = Duration::from_secs(300);
 pub struct TokenVerifier {
     keyring: Keyring,
     cache: moka::sync::Cache<[u8; 32], Arc<Claims>>,
-}
-
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// The error a refused token is answered with: 401 in every case.
@@ -56,7 +49,7 @@ impl TokenVerifier {
     /// The claims of `token`, if it verifies and is valid now.
     pub fn verify(&self, token: &str) -> Result<Arc<Claims>, AuthError> {
         let key = *blake3::hash(token.as_bytes()).as_bytes();
-        let now = now_secs();
+        let now = unix_now();
         if let Some(claims) = self.cache.get(&key) {
             claims.valid_at(now).map_err(refusal)?;
             return Ok(claims);
@@ -79,16 +72,11 @@ mod tests {
         ring.add_secret("k", &secret).unwrap();
         let v = TokenVerifier::new(ring);
         let claims = |exp| Claims {
-            sub: "s".into(),
             exp,
-            nbf: None,
-            iat: None,
-            admin: false,
-            buckets: vec![],
-            conductor: vec![],
+            ..Claims::new("s", Duration::from_secs(1))
         };
         let t = issue(
-            &claims(now_secs() + 60),
+            &claims(unix_now() + 60),
             "k",
             &SigningKey::Secret(secret.clone()),
         )
@@ -100,7 +88,7 @@ mod tests {
         let old = "an old token";
         v.cache.insert(
             *blake3::hash(old.as_bytes()).as_bytes(),
-            Arc::new(claims(now_secs() - 60)),
+            Arc::new(claims(unix_now() - 60)),
         );
         assert_eq!(v.verify(old).unwrap_err().code, S3ErrorCode::ExpiredToken);
         assert_eq!(

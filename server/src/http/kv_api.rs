@@ -350,14 +350,14 @@ async fn revoke(ctx: &Ctx, req: PutIdsRequest) -> Result<Resp, S3Error> {
     Ok(json(&RevokeResponse { revoked }))
 }
 
-/// Leases the blocks on their shards; per key, the block (or `None`) and its shard.
+/// Leases the blocks on their shards; per key, the block (or `None`) and its shard. The
+/// caller has checked the request's keys ([`check_keys`]).
 pub(super) async fn lease(
     ctx: &Ctx,
     bucket: &str,
     keys: &[String],
     ttl: Duration,
 ) -> Result<(Vec<u64>, Vec<Option<(usize, BlockRef, SegmentDescriptor)>>), S3Error> {
-    check_keys(keys)?;
     let mut leases = Vec::new();
     let mut found: Vec<Option<(usize, BlockRef, SegmentDescriptor)>> = vec![None; keys.len()];
     for (shard, idx) in by_shard(ctx, bucket, keys) {

@@ -26,7 +26,6 @@ const UNIT: u64 = 1024;
 /// one for the rest.
 #[derive(Debug)]
 pub struct BodyBudget {
-    total: u64,
     small_max: u64,
     small: Arc<Semaphore>,
     large: Arc<Semaphore>,
@@ -59,17 +58,11 @@ impl BodyBudget {
         let small_bytes = total / 4;
         let large_bytes = total - small_bytes;
         BodyBudget {
-            total,
             small_max: total / 64,
             small: Arc::new(Semaphore::new(units(small_bytes) as usize)),
             large: Arc::new(Semaphore::new(units(large_bytes) as usize)),
             large_bytes,
         }
-    }
-
-    /// The whole budget, in bytes.
-    pub fn total(&self) -> u64 {
-        self.total
     }
 
     /// Bodies up to this size draw from the small pool.

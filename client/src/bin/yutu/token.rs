@@ -3,7 +3,6 @@
 //! RS256 private key, and prints it.
 
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
@@ -109,19 +108,11 @@ fn issue_token(args: &IssueArgs) -> Result<String> {
         }
         _ => bail!("give exactly one of --data-dir, --secret-file, --private-key-file"),
     };
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .context("the clock is before 1970")?
-        .as_secs();
-    let ttl: Duration = args.ttl.into();
     let claims = Claims {
-        sub: args.sub.clone(),
-        exp: now + ttl.as_secs().max(1),
-        nbf: None,
-        iat: Some(now),
         admin: args.admin,
         buckets,
         conductor,
+        ..Claims::new(&args.sub, args.ttl.into())
     };
     Ok(issue(&claims, &kid, &key)?)
 }
