@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# What the test suite needs besides Rust: curl and rclone from Debian, and two Python virtual
+# What the test suite needs besides Rust: curl and rclone from Debian, and three Python virtual
 # environments (boto3 + pytest in .venv-s3; aws-cli v1 + s3cmd in .venv-cli, apart because
-# aws-cli v1 pins an older botocore than the current boto3). Idempotent and quick when done.
+# aws-cli v1 pins an older botocore than the current boto3; maturin + pytest + numpy in .venv-py
+# for the `yutu` Python package). Idempotent and quick when done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,4 +29,7 @@ venv() {
 }
 venv .venv-s3 tests/s3compat/requirements.txt
 venv .venv-cli tests/s3compat/requirements-cli.txt
+# The Python package's tests: maturin (its build backend, so pip builds it without fetching
+# one each time), pytest and numpy.
+venv .venv-py client/python/tests/requirements.txt
 echo "test dependencies: $(.venv-s3/bin/python -c 'import boto3; print("boto3", boto3.__version__)'), $(.venv-cli/bin/aws --version 2>&1 | cut -d' ' -f1), $(.venv-cli/bin/s3cmd --version), $(rclone version | head -1)"

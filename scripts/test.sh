@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Runs every test: unit tests of each crate, the end-to-end tests (which start the real
-# binaries on loopback), and the S3 compatibility tests with real clients (boto3, aws-cli,
-# s3cmd, rclone, curl). Installs the test dependencies first if they are missing.
+# binaries on loopback), the S3 compatibility tests with real clients (boto3, aws-cli,
+# s3cmd, rclone, curl), and the Python package's tests (built and installed with pip, as a
+# user would). Installs the test dependencies first if they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-test-deps.sh
 cargo build --workspace --bins
 cargo nextest run --workspace --no-fail-fast "$@"
 .venv-s3/bin/python -m pytest -q -p no:cacheprovider tests/s3compat
+# `pip install ./client/python`, with the dev profile: the crates are already built by the
+# `cargo build` above, so this only links the extension.
+# maturin runs from PATH inside pip.
+PATH="$PWD/.venv-py/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" .venv-py/bin/pip install -q --no-build-isolation --no-deps \
+    --force-reinstall ./client/python
+.venv-py/bin/python -m pytest -q -p no:cacheprovider client/python/tests

@@ -300,6 +300,13 @@ pub struct PutFromRequest {
     pub buffer: SegmentDescriptor,
     /// The client's engine, as registered at [`PEERS_PATH`]; it owns the buffer.
     pub session: String,
+    /// Store only the blocks whose key is absent; a present key keeps its bytes and answers
+    /// an empty ETag. Mooncake's `put` has these semantics (`upsert` is the plain put): with
+    /// chained block hashes as keys, a present key already holds the same bytes, and leaving
+    /// it saves the copy. Checked when the batch arrives; two puts of one new key racing each
+    /// other may both store it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub if_absent: bool,
 }
 
 /// Registers the client's transfer engine ([`PEERS_PATH`]).
@@ -775,11 +782,21 @@ mod tests {
             }],
             buffer: desc(4096, 2 << 20),
             session: "s1".into(),
+            if_absent: false,
         };
         exact(
             &req,
             &format!(
                 r#"{{"blocks":[{{"key":"k","offset":64,"len":8}}],"buffer":{DESC_JSON},"session":"s1"}}"#
+            ),
+        );
+        exact(
+            &PutFromRequest {
+                if_absent: true,
+                ..req
+            },
+            &format!(
+                r#"{{"blocks":[{{"key":"k","offset":64,"len":8}}],"buffer":{DESC_JSON},"session":"s1","if_absent":true}}"#
             ),
         );
     }

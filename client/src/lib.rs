@@ -42,7 +42,7 @@ pub use client::Client;
 pub use credentials::{CredentialSource, CredentialsError};
 pub use download::GetObject;
 pub use error::ClientError;
-pub use kv::{BlockHash, BlockHasher, Buffer, KvClient, KvError, KvOptions};
+pub use kv::{BlockHash, BlockHasher, Buffer, KvClient, KvError, KvOptions, PutMode};
 pub use listing::{BucketInfo, ListPage, Listing, ObjectSummary};
 pub use object::{ObjectInfo, PutResult};
 pub use paging::ListPages;

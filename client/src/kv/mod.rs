@@ -91,6 +91,16 @@ impl KvError {
     }
 }
 
+/// What a put does to a key that is already stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PutMode {
+    /// Replace it (S3's PUT).
+    #[default]
+    Overwrite,
+    /// Leave it as it is.
+    IfAbsent,
+}
+
 /// How [`KvClient::new`] sets up its transfer engine.
 #[derive(Debug, Clone)]
 pub struct KvOptions {
@@ -384,6 +394,20 @@ impl KvClient {
         offsets: &[u64],
         lengths: &[u64],
     ) -> Result<Vec<String>, KvError> {
+        self.batch_put_from_with(bucket, keys, buf, offsets, lengths, PutMode::Overwrite)
+    }
+
+    /// As [`KvClient::batch_put_from`]; with [`PutMode::IfAbsent`] a key already stored keeps
+    /// its bytes and answers an empty ETag (Mooncake's `put`, where `upsert` overwrites).
+    pub fn batch_put_from_with(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        lengths: &[u64],
+        mode: PutMode,
+    ) -> Result<Vec<String>, KvError> {
         self.check_put(keys, buf, offsets, lengths)?;
         if keys.is_empty() {
             return Ok(Vec::new());
@@ -400,6 +424,7 @@ impl KvClient {
                 .collect(),
             buffer: buf.whole()?,
             session: self.session.clone(),
+            if_absent: mode == PutMode::IfAbsent,
         };
         let ended: EtagsResponse = self.call_post(&kv_path(bucket, KvOp::PutFrom)?, &body)?;
         expect_len(ended.etags.len(), keys.len(), "put-from")?;

@@ -175,7 +175,7 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
     }
 }
 
-async fn exists(ctx: &Ctx, bucket: &str, keys: &[String]) -> Result<Vec<bool>, S3Error> {
+pub(super) async fn exists(ctx: &Ctx, bucket: &str, keys: &[String]) -> Result<Vec<bool>, S3Error> {
     check_keys(keys)?;
     let mut out = vec![false; keys.len()];
     for (shard, idx) in by_shard(ctx, bucket, keys) {

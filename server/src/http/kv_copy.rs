@@ -323,8 +323,9 @@ pub(super) async fn put_from(
     bucket: &str,
     req: PutFromRequest,
 ) -> Result<Resp, S3Error> {
-    let mut spans = Vec::with_capacity(req.blocks.len());
-    let mut lens = Vec::with_capacity(req.blocks.len());
+    let requested = req.blocks.len();
+    let mut spans = Vec::with_capacity(requested);
+    let mut lens = Vec::with_capacity(requested);
     for b in req.blocks {
         spans.push(Span {
             desc: req.buffer,
@@ -338,13 +339,37 @@ pub(super) async fn put_from(
     check_lens(ctx, &lens)?;
     let (engine, client) = session_peer(ctx, &req.session)?;
     check_spans(&spans, client.node)?;
-    let etags = match map_spans(&engine, &spans).await? {
+    // With `if_absent`, the blocks whose key is present are left out here and answer an
+    // empty ETag; `wanted` maps the blocks still to store back onto the request.
+    let wanted: Vec<usize> = if req.if_absent {
+        let present = super::kv_api::exists(ctx, bucket, &keys).await?;
+        (0..requested).filter(|&i| !present[i]).collect()
+    } else {
+        (0..requested).collect()
+    };
+    let mut etags = vec![String::new(); requested];
+    if wanted.is_empty() {
+        return Ok(json(&EtagsResponse { etags }));
+    }
+    let (keys, lens, spans) = if wanted.len() == requested {
+        (keys, lens, spans)
+    } else {
+        (
+            wanted.iter().map(|&i| keys[i].clone()).collect(),
+            wanted.iter().map(|&i| lens[i].clone()).collect(),
+            wanted.iter().map(|&i| spans[i]).collect::<Vec<_>>(),
+        )
+    };
+    let stored = match map_spans(&engine, &spans).await? {
         Some(sources) => put_from_direct(ctx, bucket, &keys, sources).await?,
         None => {
             let _call = super::kv_peers::engine_call(ctx)?;
             put_from_engine(ctx, &engine, bucket, &lens, &spans).await?
         }
     };
+    for (i, etag) in wanted.into_iter().zip(stored) {
+        etags[i] = etag;
+    }
     Ok(json(&EtagsResponse { etags }))
 }
 

@@ -1,0 +1,125 @@
+//! The caller's memory: spans of bytes, and the pointer ranges registered with
+//! `register_buffer`.
+//!
+//! Bytes never move straight between the node and this memory: the node's one-sided copies
+//! need memory it can map (a sealed memfd) or reach through the client's transfer engine,
+//! and an engine's own allocation (a numpy array, a torch tensor) is neither. They go
+//! through the store's staging buffers (`staging.rs`). Registration is still required for
+//! raw pointers, as in Mooncake: it is the one check that a pointer the caller passes was
+//! meant as transfer memory, so a wrong integer fails with an error instead of scribbling
+//! over the interpreter. Python objects (buffers, tensors) are resolved into pointers by the
+//! package's Python half (`yutu/_memory.py`), which keeps them alive for the call and marks
+//! their spans as not needing registration: the buffer protocol is not in the stable ABI
+//! before Python 3.11, and the package's one wheel serves 3.9 and later.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use crate::errors::{Error, Result};
+
+/// Most ranges one store keeps registered; each is a map entry, and engines register a few
+/// large buffers, not one per block.
+const MAX_REGISTERED: usize = 4096;
+
+/// Bytes of the caller's memory: the source of a put or the target of a get.
+#[derive(Debug, Clone, Copy)]
+pub struct Span {
+    /// The address, as an integer so that spans can cross threads.
+    pub addr: usize,
+    pub len: u64,
+}
+
+/// The ranges registered with `register_buffer`, by start address.
+#[derive(Default)]
+pub struct Registry {
+    ranges: Mutex<BTreeMap<usize, u64>>,
+}
+
+impl Registry {
+    /// Registers `[addr, addr + len)`; a range that overlaps one already registered is
+    /// refused (registering the same range twice too).
+    pub fn register(&self, addr: usize, len: u64) -> Result<()> {
+        if addr == 0 {
+            return Err(Error::invalid("cannot register a null pointer"));
+        }
+        if len == 0 {
+            return Err(Error::invalid("cannot register an empty buffer"));
+        }
+        let end = end_of(addr, len)?;
+        let mut ranges = self.lock();
+        if ranges.len() >= MAX_REGISTERED {
+            return Err(Error::invalid(format!(
+                "at most {MAX_REGISTERED} buffers can be registered at once"
+            )));
+        }
+        let before = ranges.range(..end).next_back();
+        if let Some((&start, &l)) = before {
+            if start as u128 + l as u128 > addr as u128 {
+                return Err(Error::invalid(format!(
+                    "bytes {addr:#x}..{end:#x} overlap the buffer registered at {start:#x} ({l} bytes)"
+                )));
+            }
+        }
+        ranges.insert(addr, len);
+        Ok(())
+    }
+
+    /// Forgets the range registered at `addr`; false when none starts there.
+    pub fn unregister(&self, addr: usize) -> bool {
+        self.lock().remove(&addr).is_some()
+    }
+
+    /// Checks that `[addr, addr + len)` lies inside one registered range.
+    pub fn check(&self, addr: usize, len: u64) -> Result<()> {
+        let end = end_of(addr, len)?;
+        let ranges = self.lock();
+        match ranges.range(..=addr).next_back() {
+            Some((&start, &l)) if start as u128 + l as u128 >= end as u128 => Ok(()),
+            _ => Err(Error::invalid(format!(
+                "bytes {addr:#x}..{end:#x} are not inside a registered buffer \
+                 (register_buffer(ptr, size) first)"
+            ))),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, u64>> {
+        // A panic under this lock leaves the map whole (every change is one insert/remove).
+        self.ranges.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn end_of(addr: usize, len: u64) -> Result<usize> {
+    usize::try_from(len)
+        .ok()
+        .and_then(|l| addr.checked_add(l))
+        .ok_or_else(|| Error::invalid(format!("{len} bytes at {addr:#x} wrap the address space")))
+}
+
+/// The spans of a call: `ptrs[i]` and `sizes[i]`, each inside a registered range unless
+/// `checked[i]` is false (memory of a Python object the caller holds for the call).
+pub fn spans(
+    registry: &Registry,
+    ptrs: &[usize],
+    sizes: &[u64],
+    checked: &[bool],
+) -> Result<Vec<Span>> {
+    if ptrs.len() != sizes.len() || ptrs.len() != checked.len() {
+        return Err(Error::invalid(format!(
+            "{} pointers but {} sizes",
+            ptrs.len(),
+            sizes.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(ptrs.len());
+    for (i, ((&addr, &len), &check)) in ptrs.iter().zip(sizes).zip(checked).enumerate() {
+        if check {
+            registry
+                .check(addr, len)
+                .map_err(|e| Error::invalid(format!("buffer {i}: {e}")))?;
+        } else if addr == 0 && len > 0 {
+            return Err(Error::invalid(format!("buffer {i} is a null pointer")));
+        }
+        out.push(Span { addr, len });
+    }
+    Ok(out)
+}

@@ -1,0 +1,324 @@
+//! Staging: moving blocks between the caller's memory and the node through buffers the node
+//! can reach.
+//!
+//! The node copies a block one-sidedly into or out of a buffer registered with the client's
+//! transfer engine: over shared memory when it runs on this host (the buffer is a sealed
+//! memfd it maps), or over tcp/rdma otherwise. A numpy array or a tensor is neither, so a
+//! batch is staged: a get has the node fill a staging buffer and copies each block out to the
+//! caller's span; a put copies the spans in and has the node read them. A batch larger than
+//! half a staging buffer is split into chunks that alternate between its two halves, so that
+//! this thread's copy of chunk `i` runs while the node moves chunk `i + 1`.
+//!
+//! Staging buffers come from a pool shared by every thread using the store: at most
+//! `max_buffers`, each at least `chunk * 2` bytes and grown for a batch that needs more.
+
+use std::ops::Range;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use yutu_client::kv::{Buffer, KvClient, PutMode, MAX_BATCH};
+
+use crate::errors::{Error, Result};
+use crate::memory::Span;
+
+/// The largest block a get stages: a caller's capacity above it is capped to it (a get into
+/// external memory of a larger block fails as "larger than its room").
+pub const MAX_STAGED_BLOCK: u64 = 1 << 30;
+/// How long a call waits for a staging buffer that other threads are using.
+const TAKE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The pool of staging buffers of one store.
+pub struct Staging {
+    state: Mutex<PoolState>,
+    freed: Condvar,
+    /// Bytes per half of a buffer: the largest chunk of a batch.
+    chunk: u64,
+    max_buffers: usize,
+}
+
+struct PoolState {
+    free: Vec<Buffer>,
+    /// Buffers in existence, free or lent.
+    total: usize,
+}
+
+/// A staging buffer lent to one call; back to the pool when dropped.
+pub struct Lease<'a> {
+    pool: &'a Staging,
+    buf: Option<Buffer>,
+}
+
+impl Lease<'_> {
+    fn buf(&self) -> &Buffer {
+        self.buf
+            .as_ref()
+            .expect("a lease holds its buffer until dropped")
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            self.pool.lock().free.push(buf);
+            self.pool.freed.notify_one();
+        }
+    }
+}
+
+impl Staging {
+    /// A pool of up to `max_buffers` buffers whose halves hold `chunk` bytes.
+    pub fn new(chunk: u64, max_buffers: usize) -> Staging {
+        Staging {
+            state: Mutex::new(PoolState {
+                free: Vec::new(),
+                total: 0,
+            }),
+            freed: Condvar::new(),
+            chunk: chunk.max(1),
+            max_buffers: max_buffers.max(1),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Lends a buffer of at least `len` bytes: a free one, a new one while the pool has room,
+    /// or (when every buffer is lent) the first to come back, replacing a free one that is too
+    /// small.
+    fn take(&self, kv: &KvClient, len: u64) -> Result<Lease<'_>> {
+        let len = len.max(self.chunk * 2);
+        let deadline = Instant::now() + TAKE_TIMEOUT;
+        let mut st = self.lock();
+        loop {
+            if let Some(i) = st.free.iter().position(|b| b.len() >= len) {
+                let buf = st.free.swap_remove(i);
+                return Ok(Lease {
+                    pool: self,
+                    buf: Some(buf),
+                });
+            }
+            if st.total < self.max_buffers || !st.free.is_empty() {
+                if st.total >= self.max_buffers {
+                    // Every buffer exists and none free is large enough: replace one.
+                    st.free.pop();
+                    st.total -= 1;
+                }
+                st.total += 1;
+                drop(st);
+                return match kv.register(len) {
+                    Ok(buf) => Ok(Lease {
+                        pool: self,
+                        buf: Some(buf),
+                    }),
+                    Err(e) => {
+                        self.lock().total -= 1;
+                        self.freed.notify_one();
+                        Err(e.into())
+                    }
+                };
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Busy(format!(
+                    "all {} staging buffers stayed busy for {}s",
+                    self.max_buffers,
+                    TAKE_TIMEOUT.as_secs()
+                )));
+            }
+            st = self
+                .freed
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Fetches `keys[i]` into `dests[i]` (whose `len` is the room for the block); returns each
+    /// block's length, `None` where the key is absent.
+    pub fn get_into(
+        &self,
+        kv: &KvClient,
+        bucket: &str,
+        keys: &[String],
+        dests: &[Span],
+    ) -> Result<Vec<Option<u64>>> {
+        check_lens(keys, dests.len())?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let caps: Vec<u64> = dests.iter().map(|d| d.len.min(MAX_STAGED_BLOCK)).collect();
+        if let Some(i) = caps.iter().position(|&c| c == 0) {
+            return Err(Error::invalid(format!("key {i} has a size of 0 bytes")));
+        }
+        let chunks = plan(&caps, self.chunk);
+        let half = largest_chunk(&caps, &chunks);
+        let lease = self.take(kv, half * 2)?;
+        let buf = lease.buf();
+        let mut out = vec![None; keys.len()];
+        std::thread::scope(|s| -> Result<()> {
+            let mut copying = None;
+            for (k, r) in chunks.iter().enumerate() {
+                let offsets = offsets_in_half(&caps[r.clone()], k, half);
+                let got = kv.batch_get_into_ranges(
+                    bucket,
+                    &keys[r.clone()],
+                    buf,
+                    &offsets,
+                    &caps[r.clone()],
+                );
+                // The copy of the previous chunk reads the other half: wait for it before
+                // anything else, whatever this chunk's result.
+                if let Some(h) = copying.take() {
+                    join(h)?;
+                }
+                let got = got?;
+                for (i, n) in r.clone().zip(&got) {
+                    out[i] = *n;
+                }
+                let targets = &dests[r.clone()];
+                let job = move || copy_out(buf, &offsets, &got, targets);
+                if k + 1 < chunks.len() {
+                    copying = Some(s.spawn(job));
+                } else {
+                    job()?;
+                }
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Stores `keys[i]` from `srcs[i]`.
+    pub fn put_from(
+        &self,
+        kv: &KvClient,
+        bucket: &str,
+        keys: &[String],
+        srcs: &[Span],
+        mode: PutMode,
+    ) -> Result<()> {
+        check_lens(keys, srcs.len())?;
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let lens: Vec<u64> = srcs.iter().map(|s| s.len).collect();
+        let chunks = plan(&lens, self.chunk);
+        let half = largest_chunk(&lens, &chunks).max(1);
+        let lease = self.take(kv, half * 2)?;
+        let buf = lease.buf();
+        let offsets: Vec<Vec<u64>> = chunks
+            .iter()
+            .enumerate()
+            .map(|(k, r)| offsets_in_half(&lens[r.clone()], k, half))
+            .collect();
+        copy_in(buf, &offsets[0], &srcs[chunks[0].clone()])?;
+        std::thread::scope(|s| -> Result<()> {
+            for (k, r) in chunks.iter().enumerate() {
+                let (keys, offs, lens) = (&keys[r.clone()], &offsets[k], &lens[r.clone()]);
+                let put = move || -> Result<()> {
+                    kv.batch_put_from_with(bucket, keys, buf, offs, lens, mode)?;
+                    Ok(())
+                };
+                match chunks.get(k + 1) {
+                    Some(next) => {
+                        // The node reads this chunk's half while the next chunk is copied
+                        // into the other one.
+                        let putting = s.spawn(put);
+                        let copied = copy_in(buf, &offsets[k + 1], &srcs[next.clone()]);
+                        join(putting)?;
+                        copied?;
+                    }
+                    None => put()?,
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+fn check_lens(keys: &[String], n: usize) -> Result<()> {
+    if keys.len() != n {
+        return Err(Error::invalid(format!(
+            "{} keys but {n} buffers",
+            keys.len()
+        )));
+    }
+    Ok(())
+}
+
+fn join(h: std::thread::ScopedJoinHandle<'_, Result<()>>) -> Result<()> {
+    h.join()
+        .unwrap_or_else(|_| Err(Error::invalid("a staging copy panicked")))
+}
+
+/// Splits blocks of `sizes` into runs of consecutive blocks of at most `chunk` bytes and
+/// [`MAX_BATCH`] keys (a block larger than `chunk` is a run of its own).
+fn plan(sizes: &[u64], chunk: u64) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut sum = 0u64;
+    for (i, &s) in sizes.iter().enumerate() {
+        if i > start && (sum.saturating_add(s) > chunk || i - start == MAX_BATCH) {
+            out.push(start..i);
+            start = i;
+            sum = 0;
+        }
+        sum = sum.saturating_add(s);
+    }
+    out.push(start..sizes.len());
+    out
+}
+
+fn largest_chunk(sizes: &[u64], chunks: &[Range<usize>]) -> u64 {
+    chunks
+        .iter()
+        .map(|r| sizes[r.clone()].iter().sum::<u64>())
+        .max()
+        .unwrap_or(0)
+}
+
+/// The offsets of a chunk's blocks, packed from the start of half `k % 2`.
+fn offsets_in_half(sizes: &[u64], k: usize, half: u64) -> Vec<u64> {
+    let mut at = if k % 2 == 0 { 0 } else { half };
+    sizes
+        .iter()
+        .map(|&s| {
+            let o = at;
+            at += s;
+            o
+        })
+        .collect()
+}
+
+/// Copies each present block out of the staging buffer into the caller's span.
+fn copy_out(buf: &Buffer, offsets: &[u64], got: &[Option<u64>], dests: &[Span]) -> Result<()> {
+    for ((&off, n), d) in offsets.iter().zip(got).zip(dests) {
+        let Some(n) = *n else { continue };
+        if n > d.len {
+            return Err(Error::invalid(format!(
+                "the node sent {n} bytes for a span of {}",
+                d.len
+            )));
+        }
+        // SAFETY: `d` names writable memory of at least `d.len` bytes that stays valid for
+        // the call: an exported buffer or tensor pinned by the caller, or a pointer range the
+        // caller registered (and so vouched for) with register_buffer.
+        let dst = unsafe { std::slice::from_raw_parts_mut(d.addr as *mut u8, n as usize) };
+        buf.read_at(off, dst)?;
+    }
+    Ok(())
+}
+
+/// Copies the caller's spans into the staging buffer.
+fn copy_in(buf: &Buffer, offsets: &[u64], srcs: &[Span]) -> Result<()> {
+    for (&off, s) in offsets.iter().zip(srcs) {
+        if s.len == 0 {
+            continue;
+        }
+        // SAFETY: as in `copy_out`, for readable memory of `s.len` bytes.
+        let src = unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.len as usize) };
+        buf.write_at(off, src)?;
+    }
+    Ok(())
+}

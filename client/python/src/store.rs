@@ -1,0 +1,351 @@
+//! `yutu.Store`: one bucket of a Yutu node, through the KV API (batches of blocks moved into
+//! and out of the caller's memory) and the S3 API (bytes in and out of Python objects).
+//!
+//! Every method releases the GIL while it waits on the node, so engine threads run in
+//! parallel; the store is shared by threads (`frozen`: no per-call borrow of the object), and
+//! `close()` waits for nothing: calls in flight finish on the session they started with, and
+//! the session ends when the last of them returns.
+
+use std::sync::{Arc, RwLock};
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use yutu_client::kv::{KvClient, KvOptions, PutMode, MAX_BATCH};
+use yutu_client::{Client, Credentials};
+
+use crate::errors::{Error, Result};
+use crate::memory::{spans, Registry};
+use crate::staging::Staging;
+
+/// What an open store holds.
+struct Session {
+    kv: KvClient,
+    s3: Client,
+    bucket: String,
+    staging: Staging,
+    registry: Registry,
+}
+
+/// A connection to one bucket of a Yutu node.
+#[pyclass(module = "yutu._native", subclass, frozen)]
+pub struct Store {
+    session: RwLock<Option<Arc<Session>>>,
+    url: String,
+    bucket: String,
+}
+
+impl Store {
+    fn open(&self) -> Result<Arc<Session>> {
+        self.session
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or(Error::Closed)
+    }
+
+    /// Runs `f` on the open session with the GIL released.
+    fn run<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&Session) -> Result<T> + Send,
+    ) -> PyResult<T> {
+        let s = self.open()?;
+        Ok(py.detach(|| f(&s))?)
+    }
+}
+
+fn connect(
+    urls: &[String],
+    bucket: &str,
+    token: Option<String>,
+    credentials: Option<Credentials>,
+    create_bucket: bool,
+    staging: Staging,
+) -> Result<(String, Session)> {
+    let mut last = None;
+    for url in urls {
+        let options = KvOptions {
+            credentials: credentials.clone(),
+            token: token.clone(),
+            ..KvOptions::default()
+        };
+        let kv = match KvClient::new(url, options) {
+            Ok(kv) => kv,
+            Err(e) => {
+                last = Some(Error::from(e));
+                continue;
+            }
+        };
+        let s3 = match (&token, &credentials) {
+            (Some(t), _) => Client::with_token(url, t)?,
+            (None, c) => Client::with_credentials(url, c.clone())?,
+        };
+        if !s3.head_bucket(bucket)? {
+            if !create_bucket {
+                return Err(Error::invalid(format!("bucket {bucket:?} does not exist")));
+            }
+            match s3.create_bucket(bucket) {
+                Ok(()) => {}
+                // Another client created it first.
+                Err(e) if matches!(e.code(), Some("BucketAlreadyOwnedByYou")) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let session = Session {
+            kv,
+            s3,
+            bucket: bucket.to_string(),
+            staging,
+            registry: Registry::default(),
+        };
+        return Ok((url.clone(), session));
+    }
+    Err(last.unwrap_or_else(|| Error::invalid("no node URL given")))
+}
+
+fn urls_of(url: &Bound<'_, PyAny>) -> Result<Vec<String>> {
+    if let Ok(one) = url.extract::<String>() {
+        return Ok(vec![one]);
+    }
+    url.extract::<Vec<String>>()
+        .map_err(|_| Error::invalid("url must be a URL string or a list of them"))
+}
+
+fn not_found_is_none<T>(r: std::result::Result<T, yutu_client::ClientError>) -> Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.code() == Some("NoSuchKey") => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn mode(if_absent: bool) -> PutMode {
+    if if_absent {
+        PutMode::IfAbsent
+    } else {
+        PutMode::Overwrite
+    }
+}
+
+#[pymethods]
+impl Store {
+    /// Connects to the first node of `url` (a URL or a list of them) that answers, and to
+    /// `bucket` on it (created when missing, unless `create_bucket=False`). Authenticates with
+    /// `token`, or `access_key`/`secret_key`, or the `YUTU_TOKEN` environment variable.
+    #[new]
+    #[pyo3(signature = (url, *, bucket = "default", token = None, access_key = None,
+        secret_key = None, create_bucket = true, staging_chunk = 32 << 20, staging_buffers = 4))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        url: &Bound<'_, PyAny>,
+        bucket: &str,
+        token: Option<String>,
+        access_key: Option<String>,
+        secret_key: Option<String>,
+        create_bucket: bool,
+        staging_chunk: u64,
+        staging_buffers: usize,
+    ) -> PyResult<Store> {
+        let urls = urls_of(url)?;
+        let credentials = match (access_key, secret_key) {
+            (Some(a), Some(s)) => Some(Credentials::new(a, s)),
+            (None, None) => None,
+            _ => {
+                return Err(Error::invalid("access_key and secret_key go together").into());
+            }
+        };
+        let token = match (&token, &credentials) {
+            (None, None) => std::env::var("YUTU_TOKEN").ok().filter(|t| !t.is_empty()),
+            _ => token,
+        };
+        if staging_chunk == 0 || staging_chunk > 1 << 30 {
+            return Err(Error::invalid("staging_chunk must be 1 byte to 1 GiB").into());
+        }
+        let staging = Staging::new(staging_chunk, staging_buffers);
+        let bucket_name = bucket.to_string();
+        let (url, session) = py.detach(|| {
+            connect(
+                &urls,
+                &bucket_name,
+                token,
+                credentials,
+                create_bucket,
+                staging,
+            )
+        })?;
+        Ok(Store {
+            session: RwLock::new(Some(Arc::new(session))),
+            url,
+            bucket: bucket_name,
+        })
+    }
+
+    /// The node this store talks to.
+    #[getter]
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The bucket every key lives in.
+    #[getter]
+    fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// True once `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.session
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+    }
+
+    /// Ends the session with the node and frees the staging buffers. Further calls raise
+    /// `yutu.Closed`; closing twice is harmless.
+    fn close(&self, py: Python<'_>) {
+        let session = self
+            .session
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        // Ending the session is a call to the node: without the GIL.
+        py.detach(move || drop(session));
+    }
+
+    /// The bytes stored under `key`; raises `yutu.NotFound`.
+    fn get<'py>(&self, py: Python<'py>, key: String) -> PyResult<Bound<'py, PyBytes>> {
+        let data = self.run(py, |s| Ok(s.s3.get_bytes(&s.bucket, &key)?))?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// The bytes of each key, `None` where it is absent.
+    fn get_batch<'py>(
+        &self,
+        py: Python<'py>,
+        keys: Vec<String>,
+    ) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
+        let data = self.run(py, |s| {
+            keys.iter()
+                .map(|k| not_found_is_none(s.s3.get_bytes(&s.bucket, k)))
+                .collect::<Result<Vec<_>>>()
+        })?;
+        Ok(data
+            .into_iter()
+            .map(|d| d.map(|d| PyBytes::new(py, &d)))
+            .collect())
+    }
+
+    /// Declares `size` bytes at address `ptr` as memory the store may read and write: raw
+    /// pointers passed to the other calls must lie inside a registered range.
+    fn register_buffer(&self, ptr: usize, size: u64) -> PyResult<()> {
+        Ok(self.open()?.registry.register(ptr, size)?)
+    }
+
+    /// Forgets the range registered at `ptr`; False when none was.
+    fn unregister_buffer(&self, ptr: usize) -> PyResult<bool> {
+        Ok(self.open()?.registry.unregister(ptr))
+    }
+
+    /// Stores each `keys[i]` from `sizes[i]` bytes at `ptrs[i]`, which must lie in a
+    /// registered range where `checked[i]` (the Python half resolves objects into spans).
+    #[pyo3(signature = (keys, ptrs, sizes, checked, if_absent))]
+    fn _put_spans(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        ptrs: Vec<usize>,
+        sizes: Vec<u64>,
+        checked: Vec<bool>,
+        if_absent: bool,
+    ) -> PyResult<()> {
+        self.run(py, |s| {
+            let spans = spans(&s.registry, &ptrs, &sizes, &checked)?;
+            s.staging
+                .put_from(&s.kv, &s.bucket, &keys, &spans, mode(if_absent))
+        })
+    }
+
+    /// Reads each `keys[i]` into at most `sizes[i]` bytes at `ptrs[i]` (see `_put_spans`);
+    /// returns each block's length, `None` where the key is absent.
+    fn _get_spans(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        ptrs: Vec<usize>,
+        sizes: Vec<u64>,
+        checked: Vec<bool>,
+    ) -> PyResult<Vec<Option<u64>>> {
+        self.run(py, |s| {
+            let spans = spans(&s.registry, &ptrs, &sizes, &checked)?;
+            s.staging.get_into(&s.kv, &s.bucket, &keys, &spans)
+        })
+    }
+
+    /// Whether `key` is stored.
+    fn is_exist(&self, py: Python<'_>, key: String) -> PyResult<bool> {
+        Ok(self
+            .batch_is_exist(py, vec![key])?
+            .first()
+            .copied()
+            .unwrap_or(false))
+    }
+
+    /// Whether each key is stored.
+    fn batch_is_exist(&self, py: Python<'_>, keys: Vec<String>) -> PyResult<Vec<bool>> {
+        self.run(py, |s| {
+            let mut out = Vec::with_capacity(keys.len());
+            for part in keys.chunks(MAX_BATCH) {
+                out.extend(s.kv.batch_exists(&s.bucket, part)?);
+            }
+            Ok(out)
+        })
+    }
+
+    /// The length of the block stored under `key`; raises `yutu.NotFound`.
+    fn get_size(&self, py: Python<'_>, key: String) -> PyResult<u64> {
+        self.run(py, |s| Ok(s.s3.head_object(&s.bucket, &key)?.size))
+    }
+
+    /// Deletes `key`; False when it was not stored.
+    fn remove(&self, py: Python<'_>, key: String) -> PyResult<bool> {
+        Ok(self
+            .batch_remove(py, vec![key])?
+            .first()
+            .copied()
+            .unwrap_or(false))
+    }
+
+    /// Deletes the keys; True where one was stored.
+    fn batch_remove(&self, py: Python<'_>, keys: Vec<String>) -> PyResult<Vec<bool>> {
+        self.run(py, |s| {
+            let mut out = Vec::with_capacity(keys.len());
+            for part in keys.chunks(MAX_BATCH) {
+                out.extend(s.kv.remove(&s.bucket, part)?);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Every key of the bucket (under `prefix`, when given), in order.
+    #[pyo3(signature = (prefix = None))]
+    fn list_keys(&self, py: Python<'_>, prefix: Option<String>) -> PyResult<Vec<String>> {
+        self.run(py, |s| {
+            let mut keys = Vec::new();
+            for page in s.s3.list_pages(&s.bucket, prefix.as_deref(), None) {
+                keys.extend(page?.objects.into_iter().map(|o| o.key));
+            }
+            Ok(keys)
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "yutu.Store(url={:?}, bucket={:?}{})",
+            self.url,
+            self.bucket,
+            if self.closed() { ", closed" } else { "" }
+        )
+    }
+}
