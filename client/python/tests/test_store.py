@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -304,3 +305,14 @@ def test_a_client_killed_mid_batch_leaves_the_node_serving(node):
         out = np.zeros_like(data)
         assert s.get_into("after", out) == data.nbytes
         assert np.array_equal(data, out)
+
+
+def test_the_engine_example_runs(node):
+    example = Path(__file__).resolve().parents[1] / "examples" / "engine_kv.py"
+    env = dict(os.environ, YUTU_TOKEN=node.admin_token, BLOCKS="32")
+    out = subprocess.run(
+        [sys.executable, str(example), node.url], env=env, capture_output=True, text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "32 of 32 blocks cached and read back byte-exact" in out.stdout

@@ -1,0 +1,506 @@
+"""Mooncake Store's Python API on Yutu: ``MooncakeDistributedStore``, ``ReplicateConfig``,
+``SoftPinAction``.
+
+Code written for ``mooncake.store`` (vLLM's MooncakeStoreConnector, SGLang HiCache's mooncake
+backend, LMCache's mooncakestore backend) runs on a Yutu node by changing one import::
+
+    from yutu.mooncake import MooncakeDistributedStore      # was: from mooncake.store import ...
+
+or, without touching that code, by calling ``yutu.mooncake.install()`` first: it makes
+``import mooncake.store`` resolve to this module.
+
+The methods keep Mooncake's names, argument order and return conventions: ``0`` or a byte
+count on success, Mooncake's negative ``ErrorCode`` values on failure (never an exception for
+a failed operation), ``b""`` for a ``get`` that found nothing, ``1``/``0``/``-1`` from
+``is_exist``. ``setup``'s ``master_server_addr`` names the Yutu node (``http://host:port``, or
+``host:port``, or several separated by commas); ``tenant_id`` is the bucket. The README's
+table lists every Mooncake method: supported, supported differently, or not.
+"""
+
+import enum
+import logging
+import re
+import socket
+import sys
+import types
+
+from . import Store
+from ._errors import (
+    AuthError,
+    Busy,
+    Closed,
+    Error,
+    InvalidArgument,
+    NoSpace,
+    NotFound,
+    TransferError,
+    Unavailable,
+)
+
+log = logging.getLogger("yutu.mooncake")
+
+
+class ErrorCode(enum.IntEnum):
+    """Mooncake's error codes (``mooncake-store/include/types.h``) that Yutu answers with."""
+
+    OK = 0
+    INTERNAL_ERROR = -1
+    BUFFER_OVERFLOW = -10
+    SEGMENT_NOT_FOUND = -101
+    NO_AVAILABLE_HANDLE = -200
+    INVALID_KEY = -400
+    INVALID_PARAMS = -600
+    ILLEGAL_CLIENT = -601
+    INVALID_READ = -701
+    OBJECT_NOT_FOUND = -704
+    OBJECT_ALREADY_EXISTS = -705
+    TRANSFER_FAIL = -800
+    RPC_FAIL = -900
+    RPC_TIMEOUT = -901
+    NOT_SUPPORTED = -1012
+
+
+class SoftPinAction(enum.IntEnum):
+    """What a put does to the soft pin of its object (Mooncake's ``SoftPinAction``)."""
+
+    PRESERVE = 0
+    ENABLE = 1
+    DISABLE = 2
+
+
+class ReplicateConfig:
+    """Mooncake's per-put placement options. Accepted by every put; see the README for what a
+    Yutu node does with each field."""
+
+    def __init__(self):
+        self.replica_num = 1
+        self.with_hard_pin = False
+        self.soft_pin_action = SoftPinAction.PRESERVE
+        self.soft_pin_ttl_ms = 0
+        self.preferred_segment = ""
+        self.preferred_segments = []
+        self.prefer_alloc_in_same_node = False
+        self.preferred_nof_segments = []
+        self.nof_replica_num = 0
+        self.dfs_replica_num = 0
+        self.group_ids = []
+        self.data_type = 0
+
+    def __repr__(self):
+        return (
+            f"ReplicateConfig(replica_num={self.replica_num}, with_hard_pin={self.with_hard_pin}, "
+            f"soft_pin_action={self.soft_pin_action!r}, preferred_segment={self.preferred_segment!r})"
+        )
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)?\s*$", re.IGNORECASE)
+
+
+def parse_size(value):
+    """A size as Mooncake's config takes it: an int, or text like ``"512MB"``/``"4 GiB"``
+    (binary multiples either way, as Mooncake reads them)."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a size: {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"negative size: {value}")
+        return value
+    m = _SIZE.match(str(value))
+    if not m:
+        raise ValueError(f"not a size: {value!r}")
+    scale = 1024 ** " kmgtp".index((m.group(2) or " ").lower())
+    return int(float(m.group(1)) * scale)
+
+
+def _urls(master_server_addr):
+    urls = []
+    for part in str(master_server_addr).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "://" not in part:
+            part = "http://" + part
+        urls.append(part)
+    if not urls:
+        raise ValueError("master_server_addr names no node")
+    return urls
+
+
+def _code(exc):
+    """The Mooncake error code for a failure of a Yutu call."""
+    if isinstance(exc, NotFound):
+        return ErrorCode.OBJECT_NOT_FOUND
+    if isinstance(exc, (InvalidArgument, ValueError, TypeError, OverflowError)):
+        return ErrorCode.INVALID_PARAMS
+    if isinstance(exc, NoSpace):
+        return ErrorCode.NO_AVAILABLE_HANDLE
+    if isinstance(exc, AuthError):
+        return ErrorCode.ILLEGAL_CLIENT
+    if isinstance(exc, Busy):
+        return ErrorCode.RPC_TIMEOUT
+    if isinstance(exc, (Unavailable, Closed)):
+        return ErrorCode.RPC_FAIL
+    if isinstance(exc, TransferError):
+        return ErrorCode.TRANSFER_FAIL
+    return ErrorCode.INTERNAL_ERROR
+
+
+_RECOVERABLE = (Error, ValueError, TypeError, OverflowError)
+
+
+class MooncakeDistributedStore:
+    """A Yutu node behind Mooncake Store's client class."""
+
+    def __init__(self):
+        self._store = None
+        self._hostname = ""
+        self._closed = False
+
+    # --- setup and lifetime ------------------------------------------------------------
+
+    def setup(
+        self,
+        local_hostname=None,
+        metadata_server=None,
+        global_segment_size=16 << 20,
+        local_buffer_size=16 << 20,
+        protocol="tcp",
+        rdma_devices="",
+        master_server_addr="127.0.0.1:9000",
+        engine=None,
+        enable_ssd_offload=False,
+        ssd_offload_path="",
+        tenant_id="default",
+        enable_client_http_server=False,
+        client_http_port=9300,
+        **yutu_options,
+    ):
+        """Connects to the Yutu node ``master_server_addr``; returns 0, or a negative code.
+
+        Also ``setup(config_dict)`` with Mooncake's keys. Yutu reads ``master_server_addr``,
+        ``tenant_id`` (the bucket), ``local_hostname`` (``get_hostname``), and its own keys
+        ``token`` (else ``YUTU_TOKEN``), ``access_key``/``secret_key``. The rest configure
+        Mooncake's client segment and transports, which a Yutu node does not need: they are
+        checked for type and otherwise ignored.
+        """
+        if isinstance(local_hostname, dict):
+            return self.setup(**_config(local_hostname))
+        try:
+            parse_size(global_segment_size)
+            parse_size(local_buffer_size)
+            urls = _urls(master_server_addr)
+            unknown = set(yutu_options) - {"token", "access_key", "secret_key"}
+            if unknown:
+                raise ValueError(f"unknown setup arguments: {sorted(unknown)}")
+            if self._store is not None:
+                self._store.close()
+            self._store = Store(
+                urls,
+                bucket=tenant_id or "default",
+                token=yutu_options.get("token"),
+                access_key=yutu_options.get("access_key"),
+                secret_key=yutu_options.get("secret_key"),
+            )
+        except _RECOVERABLE as e:
+            log.error("setup failed: %s", e)
+            return int(_code(e))
+        self._hostname = local_hostname or socket.gethostname()
+        self._closed = False
+        return 0
+
+    def init_all(self, protocol, device_name, mount_segment_size=16 << 20):
+        """Mooncake's setup with a default configuration file; Yutu has none to read."""
+        return int(ErrorCode.NOT_SUPPORTED)
+
+    def close(self):
+        """Ends the session; returns 0. Calls after it fail."""
+        if self._store is not None:
+            self._store.close()
+        self._closed = True
+        return 0
+
+    def health_check(self):
+        """0: healthy; 1: not set up or closed; 2: the node does not answer."""
+        if self._store is None or self._closed:
+            return 1
+        try:
+            self._store.is_exist("yutu-health-check")
+        except _RECOVERABLE:
+            return 2
+        return 0
+
+    def get_hostname(self):
+        return self._hostname
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def _s(self):
+        if self._store is None:
+            raise Closed("setup() was not called")
+        return self._store
+
+    def _int(self, f):
+        """Runs ``f``; its result, or the error code of its failure."""
+        try:
+            return f()
+        except _RECOVERABLE as e:
+            log.debug("%s", e)
+            return int(_code(e))
+
+    def _each(self, n, f):
+        """Runs a batch ``f``; on failure every key gets the error code."""
+        try:
+            return f()
+        except _RECOVERABLE as e:
+            log.debug("%s", e)
+            return [int(_code(e))] * n
+
+    # --- buffers ------------------------------------------------------------------------
+
+    def register_buffer(self, buffer_ptr, size):
+        """Registers ``size`` bytes at ``buffer_ptr`` for the ``*_from``/``*_into`` calls."""
+        return self._int(lambda: self._s().register_buffer(buffer_ptr, size) or 0)
+
+    def unregister_buffer(self, buffer_ptr):
+        def run():
+            if not self._s().unregister_buffer(buffer_ptr):
+                raise InvalidArgument(f"no buffer registered at {buffer_ptr:#x}")
+            return 0
+
+        return self._int(run)
+
+    # --- puts ---------------------------------------------------------------------------
+
+    def _put(self, keys, buffers, sizes, overwrite):
+        self._s().batch_put_from(keys, buffers, sizes, if_absent=not overwrite)
+        return 0
+
+    def put(self, key, value, config=None):
+        """Stores ``value`` unless ``key`` is stored already (then 0, the old bytes kept)."""
+        return self._int(lambda: self._put([key], [value], None, False))
+
+    def upsert(self, key, value, config=None):
+        """Stores ``value``, replacing what ``key`` held."""
+        return self._int(lambda: self._put([key], [value], None, True))
+
+    def put_batch(self, keys, values, config=None):
+        return self._int(lambda: self._put(list(keys), list(values), None, False))
+
+    def upsert_batch(self, keys, values, config=None):
+        return self._int(lambda: self._put(list(keys), list(values), None, True))
+
+    def put_parts(self, key, *parts, config=None):
+        """Stores the concatenation of ``parts`` under ``key``."""
+        return self._int(lambda: self._put([key], [b"".join(bytes(p) for p in parts)], None, False))
+
+    def upsert_parts(self, key, *parts, config=None):
+        return self._int(lambda: self._put([key], [b"".join(bytes(p) for p in parts)], None, True))
+
+    def put_from(self, key, buffer_ptr, size, config=None):
+        """Stores ``size`` bytes at the registered ``buffer_ptr``; 0 or a negative code."""
+        return self._int(lambda: self._put([key], [buffer_ptr], [size], False))
+
+    def upsert_from(self, key, buffer_ptr, size, config=None):
+        return self._int(lambda: self._put([key], [buffer_ptr], [size], True))
+
+    def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
+        """One code per key: 0, or the batch's error code."""
+        keys = list(keys)
+        return self._each(
+            len(keys), lambda: [self._put(keys, buffer_ptrs, sizes, False)] * len(keys)
+        )
+
+    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
+        keys = list(keys)
+        return self._each(
+            len(keys), lambda: [self._put(keys, buffer_ptrs, sizes, True)] * len(keys)
+        )
+
+    # --- gets ---------------------------------------------------------------------------
+
+    def get(self, key):
+        """The bytes of ``key``; ``b""`` when it is absent or the call fails."""
+        try:
+            return self._s().get(key)
+        except _RECOVERABLE as e:
+            log.debug("%s", e)
+            return b""
+
+    def get_batch(self, keys):
+        try:
+            return [b"" if v is None else v for v in self._s().get_batch(list(keys))]
+        except _RECOVERABLE as e:
+            log.debug("%s", e)
+            return [b""] * len(keys)
+
+    def get_into(self, key, buffer_ptr, size):
+        """Reads ``key`` into the registered buffer; its length, or a negative code."""
+        return self.batch_get_into([key], [buffer_ptr], [size])[0]
+
+    def batch_get_into(self, keys, buffer_ptrs, sizes):
+        """Each key's length, or ``OBJECT_NOT_FOUND``, or the batch's error code."""
+        keys = list(keys)
+
+        def run():
+            got = self._s().batch_get_into(keys, buffer_ptrs, sizes)
+            return [int(ErrorCode.OBJECT_NOT_FOUND) if n is None else n for n in got]
+
+        return self._each(len(keys), run)
+
+    # --- queries and removal ------------------------------------------------------------
+
+    def is_exist(self, key):
+        """1 when stored, 0 when not, -1 when the call fails."""
+        try:
+            return 1 if self._s().is_exist(key) else 0
+        except _RECOVERABLE as e:
+            log.debug("%s", e)
+            return -1
+
+    def batch_is_exist(self, keys):
+        keys = list(keys)
+        try:
+            return [1 if e else 0 for e in self._s().batch_is_exist(keys)]
+        except _RECOVERABLE as e:
+            log.debug("%s", e)
+            return [-1] * len(keys)
+
+    def get_size(self, key):
+        """The length of ``key``'s bytes, or a negative code."""
+        return self._int(lambda: self._s().get_size(key))
+
+    def remove(self, key, force=False):
+        """0 when removed, ``OBJECT_NOT_FOUND`` when absent."""
+
+        def run():
+            if not self._s().remove(key):
+                return int(ErrorCode.OBJECT_NOT_FOUND)
+            return 0
+
+        return self._int(run)
+
+    def batch_remove(self, keys, force=False):
+        keys = list(keys)
+
+        def run():
+            removed = self._s().batch_remove(keys)
+            return [0 if r else int(ErrorCode.OBJECT_NOT_FOUND) for r in removed]
+
+        return self._each(len(keys), run)
+
+    def remove_by_regex(self, regex_pattern, force=False):
+        """How many keys matching ``regex_pattern`` were removed, or a negative code."""
+        return self._int(lambda: self._s().remove_by_regex(regex_pattern))
+
+    def remove_all(self, force=False):
+        """How many keys were removed, or a negative code."""
+        return self._int(lambda: self._s().remove_all())
+
+    def __getattr__(self, name):
+        if name in NOT_SUPPORTED:
+            raise NotImplementedError(
+                f"MooncakeDistributedStore.{name} is not supported by Yutu: {NOT_SUPPORTED[name]}"
+            )
+        raise AttributeError(name)
+
+
+def _config(cfg):
+    """Mooncake's config dict as setup's keyword arguments."""
+    cfg = dict(cfg)
+    known = {
+        "local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
+        "protocol", "rdma_devices", "master_server_addr", "enable_ssd_offload",
+        "ssd_offload_path", "tenant_id", "enable_client_http_server", "client_http_port",
+        "token", "access_key", "secret_key",
+    }
+    # Mooncake's own extra keys, meaningless here.
+    for k in ("ipc_socket_path", "device_name", "engine"):
+        cfg.pop(k, None)
+    unknown = set(cfg) - known
+    if unknown:
+        log.warning("setup: ignoring unknown config keys %s", sorted(unknown))
+        for k in unknown:
+            cfg.pop(k)
+    return cfg
+
+
+_TENSORS = "tensor methods need torch and Mooncake's tensor layout; store tensors as bytes with put_from/get_into"
+_SEGMENTS = "a Yutu node owns its memory and disk; clients do not mount segments"
+NOT_SUPPORTED = {
+    **{
+        name: _TENSORS
+        for name in (
+            "put_tensor", "get_tensor", "batch_put_tensor", "batch_get_tensor",
+            "put_tensor_from", "get_tensor_into", "batch_put_tensor_from", "batch_get_tensor_into",
+            "pub_tensor", "batch_pub_tensor", "upsert_tensor", "batch_upsert_tensor",
+            "upsert_pub_tensor", "batch_upsert_pub_tensor", "upsert_tensor_from",
+            "batch_upsert_tensor_from", "put_tensor_with_tp", "get_tensor_with_tp",
+            "batch_put_tensor_with_tp", "batch_get_tensor_with_tp", "put_tensor_with_tp_from",
+            "get_tensor_with_tp_into", "batch_put_tensor_with_tp_from",
+            "batch_get_tensor_with_tp_into", "pub_tensor_with_tp", "batch_pub_tensor_with_tp",
+            "put_tensor_with_parallelism", "get_tensor_with_parallelism",
+            "batch_put_tensor_with_parallelism", "batch_get_tensor_with_parallelism",
+            "put_tensor_with_parallelism_from", "get_tensor_with_parallelism_into",
+            "batch_put_tensor_with_parallelism_from", "batch_get_tensor_with_parallelism_into",
+            "upsert_tensor_with_parallelism", "batch_upsert_tensor_with_parallelism",
+            "upsert_tensor_with_parallelism_from", "batch_upsert_tensor_with_parallelism_from",
+            "get_tensor_into_cuda", "batch_get_tensor_into_cuda",
+            "load_tensor_from_safetensor", "save_tensor_to_safetensor",
+        )
+    },
+    **{
+        name: _SEGMENTS
+        for name in (
+            "mount_segment", "unmount_segment", "allocate_and_mount_segment",
+            "unmount_and_free_segment", "unmount_local_disk_segment", "setup_dummy",
+            "alloc_from_mem_pool",
+        )
+    },
+    "get_buffer": "use get (bytes) or get_into (a registered buffer)",
+    "batch_get_buffer": "use get_batch (bytes) or batch_get_into (a registered buffer)",
+    "get_into_ranges": "ranged reads of objects are not in Yutu's KV API",
+    "batch_get_into_multi_buffers": "scatter reads are not in Yutu's KV API",
+    "batch_get_into_multi_buffer_ranges": "scatter reads are not in Yutu's KV API",
+    "batch_put_from_multi_buffers": "gather writes are not in Yutu's KV API",
+    "batch_put_from_multi_buffer_ranges": "gather writes are not in Yutu's KV API",
+    "put_from_with_metadata": "objects carry no separate metadata buffer in Yutu",
+    "batch_put_session_start": "Yutu's put-from is one call; put sessions are not exposed",
+    "batch_put_session_end": "Yutu's put-from is one call; put sessions are not exposed",
+    "batch_put_session_revoke": "Yutu's put-from is one call; put sessions are not exposed",
+    "batch_get_session_start": "Yutu's get-into is one call; get sessions are not exposed",
+    "batch_get_session_end": "Yutu's get-into is one call; get sessions are not exposed",
+    "get_replica_desc": "replica descriptors are Mooncake's placement metadata",
+    "batch_get_replica_desc": "replica descriptors are Mooncake's placement metadata",
+    "batch_replica_clear": "replicas are managed by the node",
+    "create_copy_task": "replication tasks need the cluster (issue #13)",
+    "create_move_task": "replication tasks need the cluster (issue #13)",
+    "query_task": "replication tasks need the cluster (issue #13)",
+    "get_offload_rpc_read_count": "no SSD offload RPCs in Yutu (the node tiers to NVMe itself)",
+}
+
+
+def install():
+    """Makes ``import mooncake.store`` (and ``from mooncake.store import
+    MooncakeDistributedStore``) resolve to this module, for code that cannot be edited.
+    Call it before that code imports Mooncake."""
+    this = sys.modules[__name__]
+    pkg = sys.modules.get("mooncake")
+    if pkg is None or getattr(pkg, "__yutu__", False) is False:
+        pkg = types.ModuleType("mooncake")
+        pkg.__path__ = []
+        pkg.__yutu__ = True
+        sys.modules["mooncake"] = pkg
+    pkg.store = this
+    sys.modules["mooncake.store"] = this
+    return this
+
+
+__all__ = [
+    "MooncakeDistributedStore",
+    "ReplicateConfig",
+    "SoftPinAction",
+    "ErrorCode",
+    "install",
+    "parse_size",
+    "NOT_SUPPORTED",
+]

@@ -1,0 +1,161 @@
+"""yutu.mooncake.MooncakeDistributedStore: Mooncake's method names, argument order and return
+codes, against a real node."""
+
+import sys
+
+import numpy as np
+import pytest
+
+import yutu
+from yutu import mooncake
+from yutu.mooncake import ErrorCode, MooncakeDistributedStore, ReplicateConfig, SoftPinAction
+
+NOT_FOUND = int(ErrorCode.OBJECT_NOT_FOUND)
+INVALID = int(ErrorCode.INVALID_PARAMS)
+
+
+@pytest.fixture
+def mc(node, bucket):
+    s = MooncakeDistributedStore()
+    rc = s.setup("127.0.0.1", "http://unused:8080/metadata", 512 << 20, 16 << 20, "tcp", "",
+                 node.url, tenant_id=bucket, token=node.admin_token)
+    assert rc == 0
+    yield s
+    s.close()
+
+
+def test_install_makes_mooncake_store_resolve_to_yutu():
+    saved = {k: sys.modules.get(k) for k in ("mooncake", "mooncake.store")}
+    try:
+        mooncake.install()
+        from mooncake.store import MooncakeDistributedStore as Imported  # noqa: PLC0415
+        import mooncake.store as module  # noqa: PLC0415
+
+        assert Imported is MooncakeDistributedStore
+        assert module.ReplicateConfig is ReplicateConfig
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+
+
+def test_setup_forms(node, bucket, monkeypatch):
+    s = MooncakeDistributedStore()
+    assert s.health_check() == 1
+    monkeypatch.setenv("YUTU_TOKEN", node.admin_token)
+    cfg = {
+        "local_hostname": "engine-7",
+        "metadata_server": "P2PHANDSHAKE",
+        "global_segment_size": "512MB",
+        "local_buffer_size": "16 MiB",
+        "protocol": "tcp",
+        "master_server_addr": node.url.removeprefix("http://"),
+        "tenant_id": bucket,
+        "ipc_socket_path": "/tmp/unused",
+    }
+    assert s.setup(cfg) == 0
+    assert s.get_hostname() == "engine-7"
+    assert s.health_check() == 0
+    assert s.put("k", b"v") == 0
+    assert s.close() == 0
+    assert s.health_check() == 1
+    assert mooncake.parse_size("512MB") == 512 << 20
+    assert mooncake.parse_size("4 GiB") == 4 << 30
+    assert mooncake.parse_size(1234) == 1234
+    with pytest.raises(ValueError):
+        mooncake.parse_size("lots")
+    # A node that does not answer, a bad size, a token that is refused: codes, not exceptions.
+    assert MooncakeDistributedStore().setup("h", "m", 1, 1, "tcp", "", "127.0.0.1:1") < 0
+    assert MooncakeDistributedStore().setup("h", "m", "big", 1, "tcp", "", node.url) == INVALID
+    bad = MooncakeDistributedStore()
+    assert bad.setup("h", "m", 1, 1, "tcp", "", node.url, token="forged") == int(
+        ErrorCode.ILLEGAL_CLIENT
+    )
+
+
+def test_bytes_api_put_keeps_and_upsert_replaces(mc):
+    assert mc.put("a", b"one") == 0
+    assert mc.put("a", b"two") == 0
+    assert mc.get("a") == b"one"
+    assert mc.upsert("a", b"three") == 0
+    assert mc.get("a") == b"three"
+    assert mc.put_batch(["b", "c"], [b"bee", b"sea"]) == 0
+    assert mc.get_batch(["b", "missing", "c"]) == [b"bee", b"", b"sea"]
+    assert mc.upsert_batch(["b"], [b"B"]) == 0
+    assert mc.put_parts("p", b"ab", bytearray(b"cd"), memoryview(b"ef")) == 0
+    assert mc.get("p") == b"abcdef"
+    assert mc.upsert_parts("p", b"x", b"y") == 0
+    assert mc.get("p") == b"xy"
+    assert mc.get("missing") == b""
+    assert mc.put("cfg", b"v", ReplicateConfig()) == 0
+
+
+def test_registered_buffers_and_return_codes(mc):
+    buf = np.zeros(8 << 20, dtype=np.uint8)
+    p = buf.ctypes.data
+    assert mc.register_buffer(p, buf.nbytes) == 0
+    buf[: 1 << 20] = np.random.default_rng(3).integers(0, 256, 1 << 20, dtype=np.uint8)
+    keys = [f"blk{i}" for i in range(256)]
+    cfg = ReplicateConfig()
+    cfg.replica_num = 1
+    cfg.soft_pin_action = SoftPinAction.ENABLE
+    rc = mc.batch_put_from(keys, [p + i * 4096 for i in range(256)], [4096] * 256, cfg)
+    assert rc == [0] * 256
+    got = mc.batch_get_into(keys + ["absent"], [p + (4 << 20) + i * 4096 for i in range(257)],
+                            [4096] * 257)
+    assert got == [4096] * 256 + [NOT_FOUND]
+    assert np.array_equal(buf[: 1 << 20], buf[4 << 20 : 5 << 20])
+    assert mc.put_from("one", p, 100) == 0
+    assert mc.upsert_from("one", p + 1, 50) == 0
+    assert mc.batch_upsert_from(["one"], [p], [60]) == [0]
+    assert mc.get_into("one", p + (7 << 20), 4096) == 60
+    assert mc.get_into("absent", p, 4096) == NOT_FOUND
+    # Too small a destination, an unregistered pointer, lists of different lengths.
+    assert mc.get_into("one", p, 10) < 0
+    assert mc.get_into("one", 4096, 100) == INVALID
+    assert mc.put_from("k", 4096, 100) == INVALID
+    assert mc.batch_put_from(["x", "y"], [p], [1, 2]) == [INVALID, INVALID]
+    assert mc.batch_get_into(["x"], [p, p], [1]) == [INVALID]
+    assert mc.register_buffer(0, 10) == INVALID
+    assert mc.unregister_buffer(p) == 0
+    assert mc.unregister_buffer(p) < 0
+    assert mc.get_into("one", p, 4096) == INVALID
+
+
+def test_exists_size_remove(mc):
+    mc.put_batch(["layer0/a", "layer0/b", "layer1/a", "x"], [b"1", b"22", b"333", b"4444"])
+    assert mc.is_exist("x") == 1
+    assert mc.is_exist("nope") == 0
+    assert mc.batch_is_exist(["x", "nope"]) == [1, 0]
+    assert mc.get_size("layer1/a") == 3
+    assert mc.get_size("nope") == NOT_FOUND
+    assert mc.remove("x") == 0
+    assert mc.remove("x") == NOT_FOUND
+    assert mc.batch_remove(["layer1/a", "nope"]) == [0, NOT_FOUND]
+    assert mc.remove_by_regex("^layer0/") == 2
+    mc.put_batch(["y", "z"], [b"y", b"z"])
+    assert mc.remove_all() == 2
+    assert mc.batch_is_exist(["y", "z"]) == [0, 0]
+
+
+def test_closed_store_answers_codes(mc):
+    mc.close()
+    assert mc.get("k") == b""
+    assert mc.put("k", b"v") < 0
+    assert mc.is_exist("k") == -1
+    assert mc.batch_get_into(["k"], [1 << 20], [10]) == [int(ErrorCode.RPC_FAIL)]
+
+
+def test_unsupported_methods_say_so(mc):
+    with pytest.raises(NotImplementedError, match="not supported by Yutu"):
+        mc.get_tensor("k")
+    with pytest.raises(AttributeError):
+        mc.no_such_method()
+    assert mc.init_all("tcp", "", 1 << 20) == int(ErrorCode.NOT_SUPPORTED)
+
+
+def test_the_native_errors_are_reachable_too():
+    assert issubclass(yutu.InvalidArgument, ValueError)
+    assert issubclass(yutu.BucketNotFound, yutu.NotFound)
