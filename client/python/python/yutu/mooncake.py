@@ -20,7 +20,6 @@ table lists every Mooncake method: supported, supported differently, or not.
 import enum
 import logging
 import re
-import socket
 import sys
 import types
 
@@ -76,20 +75,24 @@ class ReplicateConfig:
         self.replica_num = 1
         self.with_hard_pin = False
         self.soft_pin_action = SoftPinAction.PRESERVE
-        self.soft_pin_ttl_ms = 0
+        self.soft_pin_ttl_ms = None
         self.preferred_segment = ""
         self.preferred_segments = []
         self.prefer_alloc_in_same_node = False
         self.preferred_nof_segments = []
         self.nof_replica_num = 0
         self.dfs_replica_num = 0
-        self.group_ids = []
+        self.group_ids = None
         self.data_type = 0
 
-    def __repr__(self):
+    def __str__(self):
+        ttl = "default" if self.soft_pin_ttl_ms is None else self.soft_pin_ttl_ms
         return (
-            f"ReplicateConfig(replica_num={self.replica_num}, with_hard_pin={self.with_hard_pin}, "
-            f"soft_pin_action={self.soft_pin_action!r}, preferred_segment={self.preferred_segment!r})"
+            f"ReplicateConfig: {{ replica_num: {self.replica_num}, soft_pin_action: "
+            f"{SoftPinAction(self.soft_pin_action).name}, soft_pin_ttl_ms: {ttl}, "
+            f"with_hard_pin: {int(bool(self.with_hard_pin))}, preferred_segments: "
+            f"{list(self.preferred_segments)}, prefer_alloc_in_same_node: "
+            f"{int(bool(self.prefer_alloc_in_same_node))} }}"
         )
 
 
@@ -130,7 +133,8 @@ def _code(exc):
     """The Mooncake error code for a failure of a Yutu call."""
     if isinstance(exc, NotFound):
         return ErrorCode.OBJECT_NOT_FOUND
-    if isinstance(exc, (InvalidArgument, ValueError, TypeError, OverflowError)):
+    if isinstance(exc, (InvalidArgument, Closed, ValueError, TypeError, OverflowError, re.error)):
+        # Closed too: Mooncake's answer for a client that is not set up or was closed.
         return ErrorCode.INVALID_PARAMS
     if isinstance(exc, NoSpace):
         return ErrorCode.NO_AVAILABLE_HANDLE
@@ -138,14 +142,14 @@ def _code(exc):
         return ErrorCode.ILLEGAL_CLIENT
     if isinstance(exc, Busy):
         return ErrorCode.RPC_TIMEOUT
-    if isinstance(exc, (Unavailable, Closed)):
+    if isinstance(exc, Unavailable):
         return ErrorCode.RPC_FAIL
     if isinstance(exc, TransferError):
         return ErrorCode.TRANSFER_FAIL
     return ErrorCode.INTERNAL_ERROR
 
 
-_RECOVERABLE = (Error, ValueError, TypeError, OverflowError)
+_RECOVERABLE = (Error, ValueError, TypeError, OverflowError, re.error)
 
 
 class MooncakeDistributedStore:
@@ -184,7 +188,14 @@ class MooncakeDistributedStore:
         checked for type and otherwise ignored.
         """
         if isinstance(local_hostname, dict):
-            return self.setup(**_config(local_hostname))
+            cfg = _config(local_hostname)
+            if not cfg.get("local_hostname") or not cfg.get("metadata_server"):
+                log.error("setup: local_hostname and metadata_server are required")
+                return int(ErrorCode.INVALID_PARAMS)
+            return self.setup(**cfg)
+        if not local_hostname:
+            log.error("setup: local_hostname is required")
+            return int(ErrorCode.INVALID_PARAMS)
         try:
             parse_size(global_segment_size)
             parse_size(local_buffer_size)
@@ -204,7 +215,7 @@ class MooncakeDistributedStore:
         except _RECOVERABLE as e:
             log.error("setup failed: %s", e)
             return int(_code(e))
-        self._hostname = local_hostname or socket.gethostname()
+        self._hostname = str(local_hostname)
         self._closed = False
         return 0
 
@@ -271,50 +282,82 @@ class MooncakeDistributedStore:
 
     # --- puts ---------------------------------------------------------------------------
 
-    def _put(self, keys, buffers, sizes, overwrite):
-        self._s().batch_put_from(keys, buffers, sizes, if_absent=not overwrite)
+    def _check_config(self, config):
+        if config is not None and getattr(config, "replica_num", 1) < 1:
+            raise InvalidArgument("replica_num must be at least 1")
+
+    def _put(self, keys, values, overwrite, config):
+        """Stores values (bytes-like objects); 0 or a code for the whole batch."""
+        self._check_config(config)
+        if any(len(memoryview(v)) == 0 for v in values):
+            raise InvalidArgument("a value of 0 bytes cannot be stored")
+        self._s().batch_put_from(keys, values, None, if_absent=not overwrite)
         return 0
 
     def put(self, key, value, config=None):
         """Stores ``value`` unless ``key`` is stored already (then 0, the old bytes kept)."""
-        return self._int(lambda: self._put([key], [value], None, False))
+        return self._int(lambda: self._put([key], [value], False, config))
 
     def upsert(self, key, value, config=None):
         """Stores ``value``, replacing what ``key`` held."""
-        return self._int(lambda: self._put([key], [value], None, True))
+        return self._int(lambda: self._put([key], [value], True, config))
 
     def put_batch(self, keys, values, config=None):
-        return self._int(lambda: self._put(list(keys), list(values), None, False))
+        return self._int(lambda: self._put(_same(keys, values), list(values), False, config))
 
     def upsert_batch(self, keys, values, config=None):
-        return self._int(lambda: self._put(list(keys), list(values), None, True))
+        return self._int(lambda: self._put(_same(keys, values), list(values), True, config))
 
     def put_parts(self, key, *parts, config=None):
         """Stores the concatenation of ``parts`` under ``key``."""
-        return self._int(lambda: self._put([key], [b"".join(bytes(p) for p in parts)], None, False))
+        return self._int(lambda: self._put([key], [b"".join(map(bytes, parts))], False, config))
 
     def upsert_parts(self, key, *parts, config=None):
-        return self._int(lambda: self._put([key], [b"".join(bytes(p) for p in parts)], None, True))
+        return self._int(lambda: self._put([key], [b"".join(map(bytes, parts))], True, config))
+
+    def _spans_from(self, keys, ptrs, sizes, overwrite, config):
+        """batch put-from with Mooncake's per-key codes: a bad pointer or a size of 0 fails
+        its key only; a failure of the node's batch fails every key sent, except that an
+        argument error is retried key by key to find the one at fault."""
+        keys, ptrs, sizes = list(keys), list(ptrs), list(sizes)
+        n = len(keys)
+        if len(ptrs) != n or len(sizes) != n:
+            return [int(ErrorCode.INVALID_PARAMS)] * n
+        try:
+            self._check_config(config)
+            store = self._s()
+        except _RECOVERABLE as e:
+            return [int(_code(e))] * n
+        codes = [0] * n
+        todo = [i for i in range(n) if _pointer(ptrs[i], sizes[i])]
+        for i in set(range(n)) - set(todo):
+            codes[i] = int(ErrorCode.INVALID_PARAMS)
+
+        def send(idx):
+            store._put_spans([keys[i] for i in idx], [ptrs[i] for i in idx],
+                             [sizes[i] for i in idx], [False] * len(idx), not overwrite)
+
+        _per_key(todo, send, codes, lambda i, _: 0)
+        return codes
 
     def put_from(self, key, buffer_ptr, size, config=None):
-        """Stores ``size`` bytes at the registered ``buffer_ptr``; 0 or a negative code."""
-        return self._int(lambda: self._put([key], [buffer_ptr], [size], False))
+        """Stores ``size`` bytes at ``buffer_ptr``; 0 or a negative code. A size of 0 stores
+        nothing and answers 0, as Mooncake does."""
+        if isinstance(size, int) and size == 0 and self._store is not None:
+            return 0
+        return self._spans_from([key], [buffer_ptr], [size], False, config)[0]
 
     def upsert_from(self, key, buffer_ptr, size, config=None):
-        return self._int(lambda: self._put([key], [buffer_ptr], [size], True))
+        if isinstance(size, int) and size == 0 and self._store is not None:
+            return 0
+        return self._spans_from([key], [buffer_ptr], [size], True, config)[0]
 
     def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
-        """One code per key: 0, or the batch's error code."""
-        keys = list(keys)
-        return self._each(
-            len(keys), lambda: [self._put(keys, buffer_ptrs, sizes, False)] * len(keys)
-        )
+        """One code per key: 0, or what failed that key."""
+        return self._spans_from(keys, buffer_ptrs, sizes, False, config)
 
     def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
-        keys = list(keys)
-        return self._each(
-            len(keys), lambda: [self._put(keys, buffer_ptrs, sizes, True)] * len(keys)
-        )
+        return self._spans_from(keys, buffer_ptrs, sizes, True, config)
 
     # --- gets ---------------------------------------------------------------------------
 
@@ -327,43 +370,52 @@ class MooncakeDistributedStore:
             return b""
 
     def get_batch(self, keys):
+        keys = list(keys)
         try:
-            return [b"" if v is None else v for v in self._s().get_batch(list(keys))]
+            return [b"" if v is None else v for v in self._s().get_batch(keys)]
         except _RECOVERABLE as e:
             log.debug("%s", e)
             return [b""] * len(keys)
 
     def get_into(self, key, buffer_ptr, size):
-        """Reads ``key`` into the registered buffer; its length, or a negative code."""
+        """Reads ``key`` into ``size`` bytes at ``buffer_ptr``: its length, or a negative code
+        (``INVALID_PARAMS`` when it does not fit)."""
         return self.batch_get_into([key], [buffer_ptr], [size])[0]
 
     def batch_get_into(self, keys, buffer_ptrs, sizes):
-        """Each key's length, or ``OBJECT_NOT_FOUND``, or the batch's error code."""
-        keys = list(keys)
+        """Each key's length, or ``OBJECT_NOT_FOUND``, or what failed that key."""
+        keys, ptrs, sizes = list(keys), list(buffer_ptrs), list(sizes)
+        n = len(keys)
+        if len(ptrs) != n or len(sizes) != n:
+            return [int(ErrorCode.INVALID_PARAMS)] * n
+        try:
+            store = self._s()
+        except _RECOVERABLE as e:
+            return [int(_code(e))] * n
+        codes = [int(ErrorCode.INVALID_PARAMS)] * n
+        todo = [i for i in range(n) if _pointer(ptrs[i], sizes[i]) and sizes[i] > 0]
+        got = {}
 
-        def run():
-            got = self._s().batch_get_into(keys, buffer_ptrs, sizes)
-            return [int(ErrorCode.OBJECT_NOT_FOUND) if n is None else n for n in got]
+        def send(idx):
+            r = store._get_spans([keys[i] for i in idx], [ptrs[i] for i in idx],
+                                 [sizes[i] for i in idx], [False] * len(idx))
+            got.update(zip(idx, r))
 
-        return self._each(len(keys), run)
+        def ok(i, _):
+            return int(ErrorCode.OBJECT_NOT_FOUND) if got[i] is None else got[i]
+
+        _per_key(todo, send, codes, ok)
+        return codes
 
     # --- queries and removal ------------------------------------------------------------
 
     def is_exist(self, key):
-        """1 when stored, 0 when not, -1 when the call fails."""
-        try:
-            return 1 if self._s().is_exist(key) else 0
-        except _RECOVERABLE as e:
-            log.debug("%s", e)
-            return -1
+        """1 when stored, 0 when not, a negative code when the call fails."""
+        return self._int(lambda: 1 if self._s().is_exist(key) else 0)
 
     def batch_is_exist(self, keys):
         keys = list(keys)
-        try:
-            return [1 if e else 0 for e in self._s().batch_is_exist(keys)]
-        except _RECOVERABLE as e:
-            log.debug("%s", e)
-            return [-1] * len(keys)
+        return self._each(len(keys), lambda: [1 if e else 0 for e in self._s().batch_is_exist(keys)])
 
     def get_size(self, key):
         """The length of ``key``'s bytes, or a negative code."""
@@ -402,6 +454,46 @@ class MooncakeDistributedStore:
                 f"MooncakeDistributedStore.{name} is not supported by Yutu: {NOT_SUPPORTED[name]}"
             )
         raise AttributeError(name)
+
+
+def _same(keys, values):
+    keys = list(keys)
+    if len(keys) != len(values):
+        raise InvalidArgument(f"{len(keys)} keys but {len(values)} values")
+    return keys
+
+
+def _pointer(ptr, size):
+    """Whether a pointer and a size are ints a call can use. Mooncake does not check that a
+    pointer was registered over tcp, and programs rely on it: neither does this class (the
+    native ``yutu.Store`` does)."""
+    return (
+        isinstance(ptr, int) and not isinstance(ptr, bool) and ptr > 0
+        and isinstance(size, int) and not isinstance(size, bool) and size > 0
+    )
+
+
+def _per_key(idx, send, codes, ok):
+    """Sends the keys ``idx`` as one batch; ``codes[i] = ok(i, ...)`` for each on success.
+    When the batch fails for its arguments, each key is tried alone so that only the keys
+    at fault get ``INVALID_PARAMS``; any other failure is every key's."""
+    if not idx:
+        return
+    try:
+        send(idx)
+    except InvalidArgument as e:
+        if len(idx) == 1:
+            codes[idx[0]] = int(_code(e))
+            return
+        for i in idx:
+            _per_key([i], send, codes, ok)
+        return
+    except _RECOVERABLE as e:
+        for i in idx:
+            codes[i] = int(_code(e))
+        return
+    for i in idx:
+        codes[i] = ok(i, None)
 
 
 def _config(cfg):
