@@ -25,6 +25,7 @@
 mod address;
 mod bearer;
 mod client;
+mod coalesce;
 mod credentials;
 mod download;
 mod error;

@@ -269,14 +269,19 @@ impl KvClient {
             })?;
             config = config.middleware(bearer);
         }
-        let agent: Agent = config
+        let config = config
             .http_status_as_error(false)
             .max_redirects(0)
             .max_redirects_will_error(false)
             .timeout_connect(Some(CONNECT_TIMEOUT))
             .user_agent(concat!("yutu-client/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
+            .build();
+        // Every KV call is a small JSON request: sent in one write (see `coalesce`).
+        let agent = Agent::with_parts(
+            config,
+            crate::coalesce::CoalescingConnector::chain(),
+            ureq::unversioned::resolver::DefaultResolver::default(),
+        );
         let node = options.node_id.unwrap_or_else(random_node_id);
         let mut cfg = EngineConfig::new(NodeId(node));
         let shm_dir = if options.shm {
