@@ -111,14 +111,6 @@ fn urls_of(url: &Bound<'_, PyAny>) -> Result<Vec<String>> {
         .map_err(|_| Error::invalid("url must be a URL string or a list of them"))
 }
 
-fn not_found_is_none<T>(r: std::result::Result<T, yutu_client::ClientError>) -> Result<Option<T>> {
-    match r {
-        Ok(v) => Ok(Some(v)),
-        Err(e) if e.code() == Some("NoSuchKey") => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
 fn mode(if_absent: bool) -> PutMode {
     if if_absent {
         PutMode::IfAbsent
@@ -216,7 +208,10 @@ impl Store {
 
     /// The bytes stored under `key`; raises `yutu.NotFound`.
     fn get<'py>(&self, py: Python<'py>, key: String) -> PyResult<Bound<'py, PyBytes>> {
-        let data = self.run(py, |s| Ok(s.s3.get_bytes(&s.bucket, &key)?))?;
+        let data = self.run(py, |s| {
+            s.kv.get_bytes(&s.bucket, &key)?
+                .ok_or_else(|| Error::NotFound(format!("The key {key:?} does not exist.")))
+        })?;
         Ok(PyBytes::new(py, &data))
     }
 
@@ -228,7 +223,7 @@ impl Store {
     ) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
         let data = self.run(py, |s| {
             keys.iter()
-                .map(|k| not_found_is_none(s.s3.get_bytes(&s.bucket, k)))
+                .map(|k| Ok(s.kv.get_bytes(&s.bucket, k)?))
                 .collect::<Result<Vec<_>>>()
         })?;
         Ok(data

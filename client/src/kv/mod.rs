@@ -46,6 +46,8 @@ use yutu_transfer::{
 
 pub use yutu_api::block_hash::{BlockHash, BlockHasher};
 
+mod lanes;
+
 use crate::address::encode_key;
 use crate::error::{error_from_response, Resource};
 use crate::ClientError;
@@ -236,6 +238,10 @@ impl Drop for Buffer {
 /// A blocking client for the KV block API of one Yutu server.
 pub struct KvClient {
     agent: Agent,
+    /// What a lane's agent is made with: the ordinary agent's settings, one idle connection.
+    lane_config: ureq::config::Config,
+    /// One connection per shard of the node, when it has several (see `lanes`).
+    lanes: Option<lanes::Lanes>,
     base: String,
     /// The Host header of `base` (signed).
     host: String,
@@ -262,26 +268,30 @@ impl KvClient {
     pub fn new(base_url: &str, options: KvOptions) -> Result<KvClient, KvError> {
         // Checks the URL the same way the S3 client does.
         let base = crate::Client::new(base_url)?.base_url().to_string();
-        let mut config = Agent::config_builder();
-        if let Some(token) = &options.token {
-            let bearer = crate::bearer::Bearer::new(token).ok_or_else(|| {
+        let bearer = match &options.token {
+            Some(token) => Some(crate::bearer::Bearer::new(token).ok_or_else(|| {
                 KvError::InvalidArgument("the token has characters a header cannot".into())
-            })?;
-            config = config.middleware(bearer);
-        }
-        let config = config
-            .http_status_as_error(false)
-            .max_redirects(0)
-            .max_redirects_will_error(false)
-            .timeout_connect(Some(CONNECT_TIMEOUT))
-            .user_agent(concat!("yutu-client/", env!("CARGO_PKG_VERSION")))
-            .build();
-        // Every KV call is a small JSON request: sent in one write (see `coalesce`).
-        let agent = Agent::with_parts(
-            config,
-            crate::coalesce::CoalescingConnector::chain(),
-            ureq::unversioned::resolver::DefaultResolver::default(),
-        );
+            })?),
+            None => None,
+        };
+        let config = |idle_per_host: usize| {
+            let mut config = Agent::config_builder();
+            if let Some(bearer) = &bearer {
+                config = config.middleware(bearer.clone());
+            }
+            config
+                .http_status_as_error(false)
+                .max_redirects(0)
+                .max_redirects_will_error(false)
+                .timeout_connect(Some(CONNECT_TIMEOUT))
+                .max_idle_connections_per_host(idle_per_host)
+                .user_agent(concat!("yutu-client/", env!("CARGO_PKG_VERSION")))
+                .build()
+        };
+        // The ordinary agent keeps ureq's default of idle connections per host; a lane's
+        // agent keeps the one connection that makes it a lane.
+        let agent = kv_agent(config(3));
+        let lane_config = config(1);
         let node = options.node_id.unwrap_or_else(random_node_id);
         let mut cfg = EngineConfig::new(NodeId(node));
         let shm_dir = if options.shm {
@@ -313,7 +323,7 @@ impl KvClient {
         });
         let host = crate::sigv4::host_of(&base);
         let signer = options.credentials.as_ref().map(|c| (c, host.as_str()));
-        let server: NodeAddress = call_get(&agent, &base, ENGINE_PATH, signer)?;
+        let (server, served): (NodeAddress, _) = call_get(&agent, &base, ENGINE_PATH, signer)?;
         if server.node == inner.engine.node() {
             return Err(KvError::InvalidArgument(format!(
                 "node id {} is the server's own; pick another",
@@ -329,6 +339,8 @@ impl KvClient {
         inner.engine.trust(server.node, secret);
         let mut client = KvClient {
             agent,
+            lane_config,
+            lanes: served.and_then(|(_, shards)| lanes::Lanes::new(shards)),
             base,
             host,
             credentials: options.credentials,
@@ -431,7 +443,11 @@ impl KvClient {
             session: self.session.clone(),
             if_absent: mode == PutMode::IfAbsent,
         };
-        let ended: EtagsResponse = self.call_post(&kv_path(bucket, KvOp::PutFrom)?, &body)?;
+        let ended: EtagsResponse = self.call_post_keys(
+            Some((bucket, keys)),
+            &kv_path(bucket, KvOp::PutFrom)?,
+            &body,
+        )?;
         expect_len(ended.etags.len(), keys.len(), "put-from")?;
         Ok(ended.etags)
     }
@@ -463,7 +479,11 @@ impl KvClient {
                 .collect(),
             ttl_ms: self.put_ttl_ms,
         };
-        let started: PutStartResponse = self.call_post(&kv_path(bucket, KvOp::PutStart)?, &body)?;
+        let started: PutStartResponse = self.call_post_keys(
+            Some((bucket, keys)),
+            &kv_path(bucket, KvOp::PutStart)?,
+            &body,
+        )?;
         let put_ids = PutIdsRequest {
             put_ids: started.puts.iter().map(|p| p.put_id).collect(),
         };
@@ -598,7 +618,11 @@ impl KvClient {
         }
         let body =
             GetIntoRequest::into_buffer(keys.to_vec(), buf.whole()?, ranges, self.session.clone());
-        let answer: CopiedResponse = self.call_post(&kv_path(bucket, KvOp::GetInto)?, &body)?;
+        let answer: CopiedResponse = self.call_post_keys(
+            Some((bucket, keys)),
+            &kv_path(bucket, KvOp::GetInto)?,
+            &body,
+        )?;
         if answer.copied.len() != keys.len() {
             return Err(KvError::InvalidResponse(format!(
                 "get-into answered {} results for {} keys",
@@ -625,8 +649,11 @@ impl KvClient {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let answer: ExistsResponse =
-            self.call_post(&kv_path(bucket, KvOp::Exists)?, &keys_request(keys))?;
+        let answer: ExistsResponse = self.call_post_keys(
+            Some((bucket, keys)),
+            &kv_path(bucket, KvOp::Exists)?,
+            &keys_request(keys),
+        )?;
         expect_len(answer.exists.len(), keys.len(), "exists")?;
         Ok(answer.exists)
     }
@@ -637,8 +664,11 @@ impl KvClient {
         if keys.is_empty() {
             return Ok(0);
         }
-        let answer: PrefixResponse =
-            self.call_post(&kv_path(bucket, KvOp::Prefix)?, &keys_request(keys))?;
+        let answer: PrefixResponse = self.call_post_keys(
+            Some((bucket, keys)),
+            &kv_path(bucket, KvOp::Prefix)?,
+            &keys_request(keys),
+        )?;
         match usize::try_from(answer.present) {
             Ok(n) if n <= keys.len() => Ok(n),
             _ => Err(KvError::InvalidResponse(format!(
@@ -655,8 +685,11 @@ impl KvClient {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let answer: RemoveResponse =
-            self.call_post(&kv_path(bucket, KvOp::Remove)?, &keys_request(keys))?;
+        let answer: RemoveResponse = self.call_post_keys(
+            Some((bucket, keys)),
+            &kv_path(bucket, KvOp::Remove)?,
+            &keys_request(keys),
+        )?;
         expect_len(answer.removed.len(), keys.len(), "remove")?;
         Ok(answer.removed)
     }
@@ -693,10 +726,37 @@ impl KvClient {
         path: &str,
         body: &impl Serialize,
     ) -> Result<T, KvError> {
+        self.call_post_keys(None, path, body)
+    }
+
+    /// Opens a connection in search of a lane: a new agent, and the shard its first call
+    /// reached.
+    fn open_lane(&self) -> Option<(Agent, usize)> {
+        let agent = kv_agent(self.lane_config.clone());
+        let signer = self.credentials.as_ref().map(|c| (c, self.host.as_str()));
+        let (_, served): (NodeAddress, _) =
+            call_get(&agent, &self.base, ENGINE_PATH, signer).ok()?;
+        Some((agent, served?.0))
+    }
+
+    /// A POST whose keys (of `keys.0`) are `keys.1`: sent on the lane of the shard that owns
+    /// them all, when there is one.
+    fn call_post_keys<T: DeserializeOwned>(
+        &self,
+        keys: Option<(&str, &[String])>,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<T, KvError> {
         let raw = serde_json::to_vec(body)
             .map_err(|e| KvError::InvalidArgument(format!("cannot encode the request: {e}")))?;
-        let mut req = self
-            .agent
+        let lane = match (&self.lanes, keys) {
+            (Some(lanes), Some((bucket, keys))) => lanes
+                .owner(bucket, keys)
+                .and_then(|s| Some((s, lanes.agent(s, || self.open_lane())?))),
+            _ => None,
+        };
+        let agent = lane.as_ref().map_or(&self.agent, |(_, a)| a);
+        let mut req = agent
             .post(format!("{}{path}", self.base))
             .header("content-type", "application/json");
         if let Some(c) = &self.credentials {
@@ -709,16 +769,66 @@ impl KvClient {
             }
         }
         let resp = req.send(&raw[..]).map_err(ClientError::from)?;
+        if let (Some(lanes), Some((shard, _))) = (&self.lanes, &lane) {
+            lanes.answered(*shard, lanes::served_by(&resp));
+        }
         read_json(resp)
+    }
+
+    /// The bytes of `key` (through the node's S3 GET, on the owning shard's lane), `None`
+    /// when it is absent: for a small read where staging it through a registered buffer
+    /// would cost more than it saves.
+    pub fn get_bytes(&self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        kv_path(bucket, KvOp::Exists)?;
+        if key.is_empty() {
+            return Err(KvError::InvalidArgument("a key cannot be empty".into()));
+        }
+        let path = format!("/{}/{}", encode_key(bucket), encode_key(key));
+        let keys = [key.to_string()];
+        let lane = self.lanes.as_ref().and_then(|lanes| {
+            let s = lanes.owner(bucket, &keys)?;
+            Some((s, lanes.agent(s, || self.open_lane())?))
+        });
+        let agent = lane.as_ref().map_or(&self.agent, |(_, a)| a);
+        let mut req = agent.get(format!("{}{path}", self.base));
+        if let Some(c) = &self.credentials {
+            let now = std::time::SystemTime::now();
+            for (name, value) in c.sign("GET", &self.host, &path, "", b"", now) {
+                req = req.header(name, value);
+            }
+        }
+        let mut resp = req.call().map_err(ClientError::from)?;
+        if let (Some(lanes), Some((shard, _))) = (&self.lanes, &lane) {
+            lanes.answered(*shard, lanes::served_by(&resp));
+        }
+        match check_status(&mut resp, Resource::Object) {
+            Ok(()) => {}
+            Err(e) if e.code() == Some("NoSuchKey") => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let mut out = Vec::new();
+        resp.body_mut()
+            .as_reader()
+            .read_to_end(&mut out)
+            .map_err(ClientError::Io)?;
+        Ok(Some(out))
+    }
+
+    /// How many shards of the node this client holds a connection to (0 for a node of one
+    /// shard): see `lanes`.
+    pub fn shard_lanes(&self) -> usize {
+        self.lanes.as_ref().map_or(0, |l| l.found())
     }
 }
 
+/// A GET of `path`; with the answer, the shard that served it.
+#[allow(clippy::type_complexity)]
 fn call_get<T: DeserializeOwned>(
     agent: &Agent,
     base: &str,
     path: &str,
     signer: Option<(&crate::Credentials, &str)>,
-) -> Result<T, KvError> {
+) -> Result<(T, Option<(usize, usize)>), KvError> {
     let mut req = agent.get(format!("{base}{path}"));
     if let Some((c, host)) = signer {
         let now = std::time::SystemTime::now();
@@ -728,7 +838,18 @@ fn call_get<T: DeserializeOwned>(
         }
     }
     let resp = req.call().map_err(ClientError::from)?;
-    read_json(resp)
+    let served = lanes::served_by(&resp);
+    Ok((read_json(resp)?, served))
+}
+
+/// An agent for KV calls. Every KV call is a small JSON request: sent in one write (see
+/// `coalesce`).
+fn kv_agent(config: ureq::config::Config) -> Agent {
+    Agent::with_parts(
+        config,
+        crate::coalesce::CoalescingConnector::chain(),
+        ureq::unversioned::resolver::DefaultResolver::default(),
+    )
 }
 
 /// The body of exists, prefix and remove.
@@ -752,6 +873,23 @@ fn kv_path(bucket: &str, op: KvOp) -> Result<String, KvError> {
 fn read_json<T: DeserializeOwned>(
     mut resp: ureq::http::Response<ureq::Body>,
 ) -> Result<T, KvError> {
+    check_status(&mut resp, Resource::Bucket)?;
+    let raw = resp
+        .body_mut()
+        .with_config()
+        .limit(JSON_LIMIT)
+        .read_to_vec()
+        .map_err(ClientError::from)?;
+    serde_json::from_slice(&raw)
+        .map_err(|e| KvError::InvalidResponse(format!("malformed KV answer: {e}")))
+}
+
+/// An answer that is not a success as the error it carries (a 404 of `resource`: no such
+/// bucket, or no such key).
+fn check_status(
+    resp: &mut ureq::http::Response<ureq::Body>,
+    resource: Resource,
+) -> Result<(), KvError> {
     let status = resp.status().as_u16();
     if !(200..300).contains(&status) {
         let header = |name: &str| {
@@ -772,18 +910,11 @@ fn read_json<T: DeserializeOwned>(
             &String::from_utf8_lossy(&raw),
             code.as_deref(),
             message.as_deref(),
-            Resource::Bucket,
+            resource,
         )
         .into());
     }
-    let raw = resp
-        .body_mut()
-        .with_config()
-        .limit(JSON_LIMIT)
-        .read_to_vec()
-        .map_err(ClientError::from)?;
-    serde_json::from_slice(&raw)
-        .map_err(|e| KvError::InvalidResponse(format!("malformed KV answer: {e}")))
+    Ok(())
 }
 
 fn same_len(keys: &[String], n: usize, what: &str) -> Result<(), KvError> {

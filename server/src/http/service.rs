@@ -181,6 +181,9 @@ pub async fn handle(
         headers.insert("x-amz-request-id", v);
     }
     headers.insert(header::SERVER, HeaderValue::from_static("Yutu"));
+    if let Ok(v) = HeaderValue::from_str(&format!("{}/{}", shard.id, shard.nshards)) {
+        headers.insert(yutu_api::kv::SHARD_HEADER, v);
+    }
     let status = resp.status().as_u16();
     let elapsed = started.elapsed();
     shard.metrics.record(op, status, elapsed);

@@ -1,0 +1,62 @@
+//! Shard lanes: every answer names the shard that served it, and a KV client keeps one
+//! connection per shard, on which it sends the calls whose keys that shard owns.
+
+use yutu_api::kv::{parse_shard_header, SHARD_HEADER};
+use yutu_api::placement::shard_for;
+use yutu_client::kv::{KvClient, KvOptions};
+use yutu_tests::{pattern, Server};
+
+#[test]
+fn every_answer_names_its_shard() {
+    let server = Server::start(&["--shards", "3"]);
+    let c = server.client();
+    for path in ["/", "/no-such-bucket", "/v1/kv/engine", "/metrics"] {
+        let r = c.get(path);
+        let value = r
+            .header(SHARD_HEADER)
+            .unwrap_or_else(|| panic!("{path}: no shard"));
+        let (shard, shards) = parse_shard_header(value).expect("shard/shards");
+        assert_eq!(shards, 3, "{path}");
+        assert!(shard < 3, "{path}");
+    }
+}
+
+#[test]
+fn single_shard_calls_take_the_owners_lane_and_answer_the_same() {
+    let server = Server::start(&["--shards", "2"]);
+    assert_eq!(server.client().put("/lanes", b"").status, 200);
+    let kv = KvClient::new(&server.url, KvOptions::default()).expect("client");
+    assert_eq!(kv.shard_lanes(), 0, "no lane before a call needs one");
+    // Keys of both shards, one call each: each call looks for its shard's lane.
+    let keys: Vec<String> = (0..64).map(|i| format!("k{i}")).collect();
+    let owned = |s: usize| keys.iter().filter(move |k| shard_for("lanes", k, 2) == s);
+    assert!(owned(0).count() > 0 && owned(1).count() > 0);
+    let buf = kv.register(1 << 20).expect("buffer");
+    for (i, key) in keys.iter().enumerate() {
+        let data = pattern(1000 + i, i as u64);
+        buf.write_at(0, &data).expect("stage");
+        let one = [key.clone()];
+        kv.batch_put_from("lanes", &one, &buf, &[0], &[data.len() as u64])
+            .expect("put");
+        assert_eq!(kv.batch_exists("lanes", &one).expect("exists"), vec![true]);
+        assert_eq!(
+            kv.get_bytes("lanes", key).expect("get"),
+            Some(data),
+            "{key}"
+        );
+    }
+    // The kernel spreads connections over the shards: a few tries find both.
+    assert_eq!(kv.shard_lanes(), 2, "a lane per shard");
+    // Calls that span the shards take the ordinary connection, and answer the same.
+    assert_eq!(
+        kv.batch_exists("lanes", &keys).expect("exists"),
+        vec![true; 64]
+    );
+    assert_eq!(kv.get_bytes("lanes", "absent").expect("get"), None);
+    let removed = kv.remove("lanes", &keys[..1]).expect("remove");
+    assert_eq!(removed, vec![true]);
+    assert_eq!(
+        kv.batch_exists("lanes", &keys[..1]).expect("exists"),
+        vec![false]
+    );
+}
