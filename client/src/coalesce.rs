@@ -6,29 +6,20 @@
 //! the head, parks, and is woken again for the body. On loopback that costs more than the
 //! call itself: measured with a raw socket against a node, an `exists` call answered in a
 //! median 50 µs when sent in one write and 135 µs in two. No ureq option joins them, so this
-//! connector wraps ureq's default one (proxies and TLS unchanged) and does.
+//! connector wraps the KV agent's transports (TLS included) and does.
 //!
 //! Writes are held up to [`HOLD_LIMIT`] bytes; a larger request goes out in pieces as usual,
 //! so the memory this adds per connection is bounded.
 
-use ureq::unversioned::transport::{
-    Buffers, ConnectionDetails, Connector, DefaultConnector, NextTimeout, Transport,
-};
+use ureq::unversioned::transport::{Buffers, ConnectionDetails, Connector, NextTimeout, Transport};
 use ureq::Error;
 
 /// Most bytes held back per connection; larger requests gain nothing from one write.
 const HOLD_LIMIT: usize = 64 * 1024;
 
-/// Wraps the transports of [`DefaultConnector`] in [`Coalescing`].
+/// Wraps the transports of the connectors before it in [`Coalescing`].
 #[derive(Debug, Default)]
 pub(crate) struct CoalescingConnector;
-
-impl CoalescingConnector {
-    /// The whole chain: ureq's default connector, then this one.
-    pub(crate) fn chain() -> impl Connector {
-        DefaultConnector::new().chain(CoalescingConnector)
-    }
-}
 
 impl<In: Transport> Connector<In> for CoalescingConnector {
     type Out = Coalescing<In>;

@@ -34,6 +34,7 @@ mod listing;
 mod object;
 mod paging;
 mod sigv4;
+mod tcp;
 pub mod timestamp;
 mod upload;
 mod xml;

@@ -290,7 +290,8 @@ impl KvClient {
         };
         // The ordinary agent keeps ureq's default of idle connections per host; a lane's
         // agent keeps the one connection that makes it a lane.
-        let agent = kv_agent(config(3));
+        let https = base.starts_with("https://");
+        let agent = kv_agent(config(3), https);
         let lane_config = config(1);
         let node = options.node_id.unwrap_or_else(random_node_id);
         let mut cfg = EngineConfig::new(NodeId(node));
@@ -732,7 +733,7 @@ impl KvClient {
     /// Opens a connection in search of a lane: a new agent, and the shard its first call
     /// reached.
     fn open_lane(&self) -> Option<(Agent, usize)> {
-        let agent = kv_agent(self.lane_config.clone());
+        let agent = kv_agent(self.lane_config.clone(), self.base.starts_with("https://"));
         let signer = self.credentials.as_ref().map(|c| (c, self.host.as_str()));
         let (_, served): (NodeAddress, _) =
             call_get(&agent, &self.base, ENGINE_PATH, signer).ok()?;
@@ -844,12 +845,18 @@ fn call_get<T: DeserializeOwned>(
 
 /// An agent for KV calls. Every KV call is a small JSON request: sent in one write (see
 /// `coalesce`).
-fn kv_agent(config: ureq::config::Config) -> Agent {
-    Agent::with_parts(
-        config,
-        crate::coalesce::CoalescingConnector::chain(),
-        ureq::unversioned::resolver::DefaultResolver::default(),
-    )
+fn kv_agent(config: ureq::config::Config, https: bool) -> Agent {
+    use crate::coalesce::CoalescingConnector;
+    use ureq::unversioned::resolver::DefaultResolver;
+    use ureq::unversioned::transport::{Connector, DefaultConnector};
+    if https {
+        // TLS (and proxies) as ureq does them.
+        let chain = DefaultConnector::new().chain(CoalescingConnector);
+        Agent::with_parts(config, chain, DefaultResolver::default())
+    } else {
+        let chain = ().chain(crate::tcp::KvTcpConnector).chain(CoalescingConnector);
+        Agent::with_parts(config, chain, DefaultResolver::default())
+    }
 }
 
 /// The body of exists, prefix and remove.
