@@ -1,0 +1,853 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark of Mooncake Store and Yutu through the same Python code.
+
+Both systems are driven by the *same* functions calling `MooncakeDistributedStore` methods:
+Mooncake's from `mooncake.store` (PyPI `mooncake-transfer-engine-non-cuda`), Yutu's drop-in
+from `yutu.mooncake` (`client/python`). So a row measures the store, not the harness. The
+script starts everything itself, on free loopback ports and in a scratch directory, and
+tears it all down on exit (also on Ctrl-C or SIGTERM):
+
+  Mooncake: `mooncake_master` with its embedded HTTP metadata server, plus one process that
+            holds the global segment (--memory bytes); clients mount nothing.
+  Yutu:     `yutu-server` with authentication on, --memory of DRAM and no NVMe tier; the
+            first start's admin token (DATA_DIR/auth/admin-token) goes to the clients as
+            YUTU_TOKEN.
+
+Rows (each measured on both systems, in alternating order, median of --reps repetitions):
+  batch_put_from / batch_get_into of 2 MiB blocks in batches of 16      (GB/s)
+  batch_put_from / batch_get_into of 4 KiB blocks in batches of 256     (ops/s)
+  get (bytes API) of a 4 KiB value, p50 and p99                          (us)
+  is_exist of a present key, p50 and p99                                 (us)
+  4 client processes at once, each batch_get_into 2 MiB x 16             (aggregate GB/s)
+Each client owns one numpy array registered with register_buffer. Every case checks the
+bytes once, outside the timing. Before the first put row, each client writes and removes
+--memory/2 of 2 MiB blocks, untimed (not with --quick): neither store prefaults its memory,
+so without this the put rows mostly measure first-touch page faults. Keys are distinct per system and per run. The table's
+ratio is yutu/mooncake for throughputs and mooncake/yutu for latencies, so > 1 always means
+Yutu is ahead.
+
+Setup (scripts/install-bench-deps.sh creates .venv-bench with both packages):
+  cargo build --release -p yutu-server
+  .venv-bench/bin/python benches/python/mooncake_compare.py [--quick] [--json FILE]
+  .venv-bench/bin/python benches/python/mooncake_compare.py --only mooncake   # one side
+
+The clients run as worker processes of this same script (`--worker`), with the interpreter
+running it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+
+REPO = Path(__file__).resolve().parents[2]
+SYSTEMS = ("mooncake", "yutu")
+
+# The two block shapes of the batch rows: (block size, blocks per batch).
+BIG = (2 * MiB, 16)
+SMALL = (4 * KiB, 256)
+LAT_SIZE = 4 * KiB  # value size of the single-key get latency row
+MP_PROCS = 4  # client processes of the multi-process row
+SEED = 20240611  # every client fills its source region from this seed: same bytes everywhere
+
+
+def plan(quick: bool) -> dict:
+    """How much each case does. --quick only checks that everything works end to end."""
+    if quick:
+        return dict(
+            reps=1,
+            big_prepared=2, big_put=2, big_get=4,
+            small_prepared=2, small_put=2, small_get=4,
+            lat_keys=16, lat_iters=200,
+            mp_iters=2,
+        )
+    return dict(
+        reps=5,
+        big_prepared=4, big_put=8, big_get=16,  # 128 MiB read set; 256 MiB written per rep
+        small_prepared=16, small_put=16, small_get=32,  # 4096 keys read set
+        lat_keys=64, lat_iters=2000,
+        mp_iters=8,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Worker side: a client (or Mooncake's segment holder) in its own process, driven over stdin.
+# --------------------------------------------------------------------------------------------
+
+
+class Workload:
+    """One client: the store, its registered buffer, and the operations the cases time."""
+
+    def __init__(self, conf: dict):
+        import numpy as np
+
+        self.np = np
+        self.conf = conf
+        self.system = conf["system"]
+        if self.system == "mooncake":
+            from mooncake.store import MooncakeDistributedStore
+        else:
+            from yutu.mooncake import MooncakeDistributedStore
+        self.store = MooncakeDistributedStore()
+        rc = self.store.setup(
+            "127.0.0.1",
+            conf["metadata_server"],
+            conf["global_segment_size"],
+            conf["local_buffer_size"],
+            "tcp",
+            "",
+            conf["master_server_addr"],
+        )
+        if rc != 0:
+            raise RuntimeError(f"{self.system}: setup returned {rc}")
+        if conf.get("holder"):
+            return
+        # One array per client: [source region | destination region], both BIG[0]*BIG[1].
+        self.region = BIG[0] * BIG[1]
+        self.buf = np.empty(2 * self.region, dtype=np.uint8)
+        self.buf[: self.region] = np.random.default_rng(SEED).integers(
+            0, 256, size=self.region, dtype=np.uint8
+        )
+        self.buf[self.region :] = 0
+        self.base = self.buf.ctypes.data
+        rc = self.store.register_buffer(self.base, self.buf.nbytes)
+        if rc != 0:
+            raise RuntimeError(f"{self.system}: register_buffer returned {rc}")
+        self.prefix = conf["key_prefix"]
+
+    # Keys and pointers. Key j of batch g holds source block (j + g) % batch, so that a
+    # mixed-up key or batch shows up in the check.
+    def keys(self, tag: str, g: int, batch: int) -> list[str]:
+        return [f"{self.prefix}{tag}-{g}-{j}" for j in range(batch)]
+
+    def src_ptrs(self, g: int, size: int, batch: int) -> list[int]:
+        return [self.base + ((j + g) % batch) * size for j in range(batch)]
+
+    def dst_ptrs(self, size: int, batch: int) -> list[int]:
+        return [self.base + self.region + j * size for j in range(batch)]
+
+    def check_batch(self, tag: str, g: int, size: int, batch: int) -> None:
+        """Reads batch g back into the destination region and compares every byte."""
+        dst = self.buf[self.region :]
+        dst[: size * batch] = 0
+        rcs = self.store.batch_get_into(self.keys(tag, g, batch), self.dst_ptrs(size, batch), [size] * batch)
+        if list(rcs) != [size] * batch:
+            raise RuntimeError(f"check of {tag} batch {g}: batch_get_into returned {list(rcs)[:8]}...")
+        for j in range(batch):
+            s = ((j + g) % batch) * size
+            if not self.np.array_equal(dst[j * size : (j + 1) * size], self.buf[s : s + size]):
+                raise RuntimeError(f"check of {tag} batch {g}: block {j} differs from what was put")
+
+    def remove_keys(self, keys: list[str]) -> int:
+        """Removes keys, leases or not (Mooncake leases a key for 10 s after a read)."""
+        try:
+            rcs = self.store.batch_remove(keys, True)
+        except TypeError:
+            rcs = self.store.batch_remove(keys)
+        return sum(1 for r in rcs if r != 0)
+
+    # ---- operations -----------------------------------------------------------------------
+
+    def op_prepare(self, tag: str, size: int, batch: int, batches: int) -> dict:
+        sizes = [size] * batch
+        for g in range(batches):
+            rcs = self.store.batch_put_from(self.keys(tag, g, batch), self.src_ptrs(g, size, batch), sizes)
+            if any(r != 0 for r in rcs):
+                raise RuntimeError(f"prepare {tag}: batch_put_from returned {list(rcs)[:8]}...")
+        self.check_batch(tag, batches - 1, size, batch)
+        return {}
+
+    def op_warm(self, size: int, batch: int, batches: int) -> dict:
+        """Writes and removes `batches` batches, untimed: a store that has not touched its
+        memory yet pays page faults on the first writes, and the put rows should measure the
+        steady state of both systems, not which one prefaults its arena."""
+        sizes = [size] * batch
+        for g in range(batches):
+            keys = self.keys("warm", g, batch)
+            self.store.batch_put_from(keys, self.src_ptrs(g, size, batch), sizes)
+            self.remove_keys(keys)
+        return {}
+
+    def op_put(self, tag: str, size: int, batch: int, batches: int, verify: bool) -> dict:
+        sizes = [size] * batch
+        keys = [self.keys(tag, g, batch) for g in range(batches)]
+        ptrs = [self.src_ptrs(g, size, batch) for g in range(batch)]
+        warm = self.keys(tag + "w", 0, batch)
+        self.store.batch_put_from(warm, ptrs[0], sizes)  # first-touch costs, untimed
+        errors = 0
+        t0 = time.perf_counter()
+        for g in range(batches):
+            rcs = self.store.batch_put_from(keys[g], ptrs[g % batch], sizes)
+            for r in rcs:
+                if r != 0:
+                    errors += 1
+        elapsed = time.perf_counter() - t0
+        if verify:
+            self.check_batch(tag, 0, size, batch)
+        self.remove_keys(warm)
+        for ks in keys:
+            self.remove_keys(ks)
+        return {"elapsed": elapsed, "ops": batches * batch - errors, "bytes": (batches * batch - errors) * size, "errors": errors}
+
+    def op_get(self, tag: str, size: int, batch: int, prepared: int, iters: int, verify: bool,
+               offset: int = 0, start_at: float | None = None, warm: bool = True) -> dict:
+        sizes = [size] * batch
+        keys = [self.keys(tag, g, batch) for g in range(prepared)]
+        dst = self.dst_ptrs(size, batch)
+        if verify:
+            self.check_batch(tag, offset % prepared, size, batch)
+        elif warm:
+            self.store.batch_get_into(keys[offset % prepared], dst, sizes)  # warm-up, untimed
+        if start_at is not None:
+            while time.monotonic() < start_at:
+                time.sleep(min(0.01, max(0.0, start_at - time.monotonic())))
+        errors = 0
+        m0 = time.monotonic()
+        t0 = time.perf_counter()
+        for i in range(iters):
+            rcs = self.store.batch_get_into(keys[(i + offset) % prepared], dst, sizes)
+            for r in rcs:
+                if r != size:
+                    errors += 1
+        elapsed = time.perf_counter() - t0
+        m1 = time.monotonic()
+        ok = iters * batch - errors
+        return {"elapsed": elapsed, "ops": ok, "bytes": ok * size, "errors": errors, "t0": m0, "t1": m1}
+
+    def op_prepare_values(self, tag: str, n: int, size: int) -> dict:
+        for i in range(n):
+            s = (i * size) % (self.region - size)
+            rc = self.store.put(f"{self.prefix}{tag}-{i}", self.buf[s : s + size])
+            if rc != 0:
+                raise RuntimeError(f"prepare {tag}: put returned {rc}")
+        got = self.store.get(f"{self.prefix}{tag}-{n - 1}")
+        s = ((n - 1) * size) % (self.region - size)
+        if bytes(got) != self.buf[s : s + size].tobytes():
+            raise RuntimeError(f"prepare {tag}: get returned {len(got)} bytes that differ from the put")
+        return {}
+
+    def _latency(self, fn, keys: list[str], iters: int, ok) -> dict:
+        clock = time.perf_counter_ns
+        lat = [0] * iters
+        errors = 0
+        for i in range(min(iters, len(keys))):  # warm-up, untimed
+            fn(keys[i])
+        for i in range(iters):
+            k = keys[i % len(keys)]
+            t = clock()
+            v = fn(k)
+            lat[i] = clock() - t
+            if not ok(v):
+                errors += 1
+        lat.sort()
+        return {
+            "p50_us": lat[len(lat) // 2] / 1e3,
+            "p99_us": lat[min(len(lat) - 1, (len(lat) * 99) // 100)] / 1e3,
+            "errors": errors,
+        }
+
+    def op_get_latency(self, tag: str, n: int, size: int, iters: int) -> dict:
+        keys = [f"{self.prefix}{tag}-{i}" for i in range(n)]
+        # The check: every value once, outside the timing.
+        for i, k in enumerate(keys):
+            s = (i * size) % (self.region - size)
+            if bytes(self.store.get(k)) != self.buf[s : s + size].tobytes():
+                raise RuntimeError(f"get({k}) returned bytes that differ from the put")
+        return self._latency(self.store.get, keys, iters, lambda v: len(v) == size)
+
+    def op_exist_latency(self, tag: str, n: int, iters: int) -> dict:
+        keys = [f"{self.prefix}{tag}-{i}" for i in range(n)]
+        rcs = self.store.batch_is_exist(keys)
+        if list(rcs) != [1] * n:
+            raise RuntimeError(f"batch_is_exist of present keys returned {list(rcs)[:8]}...")
+        return self._latency(self.store.is_exist, keys, iters, lambda v: v == 1)
+
+    def close(self) -> None:
+        try:
+            self.store.close()
+        except Exception:
+            pass
+
+
+def worker_main(conf: dict) -> int:
+    # Replies go over the original stdout; anything the native code prints to fd 1 goes to
+    # the log (stderr) instead, so it cannot corrupt the protocol.
+    reply = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the orchestrator decides when we stop
+
+    def send(obj: dict) -> None:
+        reply.write(json.dumps(obj) + "\n")
+        reply.flush()
+
+    try:
+        w = Workload(conf)
+    except BaseException as e:  # noqa: BLE001 - reported to the orchestrator
+        send({"error": f"{type(e).__name__}: {e}"})
+        return 1
+    send({"ready": True})
+    if conf.get("holder"):
+        sys.stdin.read()  # hold the segment until the orchestrator closes our stdin
+        w.close()
+        return 0
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd.pop("op")
+        if op == "quit":
+            break
+        try:
+            send({"ok": getattr(w, "op_" + op)(**cmd)})
+        except BaseException as e:  # noqa: BLE001
+            send({"error": f"{type(e).__name__}: {e}"})
+    w.close()
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Orchestrator side: processes, the case loop, the report.
+# --------------------------------------------------------------------------------------------
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """Runs in each child before exec: SIGKILL it if this script dies without cleaning up."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+class Proc:
+    """A child process with its output in a log file; stopped by stop()."""
+
+    def __init__(self, name: str, argv: list[str], logdir: Path, env: dict | None = None,
+                 stdin=subprocess.DEVNULL, stdout_pipe: bool = False):
+        self.name = name
+        self.log = logdir / f"{name}.log"
+        self._logf = open(self.log, "wb")
+        self.p = subprocess.Popen(
+            argv,
+            stdin=stdin,
+            stdout=subprocess.PIPE if stdout_pipe else self._logf,
+            stderr=self._logf,
+            env=env,
+            start_new_session=True,  # Ctrl-C reaches only us; we stop children in order
+            preexec_fn=_die_with_parent,
+        )
+
+    def alive(self) -> bool:
+        return self.p.poll() is None
+
+    def stop(self, grace: float = 5.0) -> None:
+        if self.p.poll() is None:
+            try:
+                self.p.terminate()
+                self.p.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self._logf.close()
+
+
+class Worker(Proc):
+    """A client process of this script, spoken to in JSON lines."""
+
+    def __init__(self, name: str, conf: dict, logdir: Path, env: dict, timeout: float):
+        argv = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(conf)]
+        super().__init__(name, argv, logdir, env=env, stdin=subprocess.PIPE, stdout_pipe=True)
+        self.timeout = timeout
+        self._buf = b""
+        try:
+            self._expect_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _read_line(self, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        fd = self.p.stdout.fileno()
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"{self.name}: no answer within {timeout:.0f} s; log:\n{tail(self.log)}")
+            r, _, _ = select.select([fd], [], [], min(left, 1.0))
+            if r:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    self.p.wait(5)
+                    raise RuntimeError(f"{self.name}: exited ({self.p.returncode}); log:\n{tail(self.log)}")
+                self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def _expect_ready(self) -> None:
+        msg = self._read_line(120)
+        if "error" in msg:
+            raise RuntimeError(f"{self.name}: {msg['error']}; log:\n{tail(self.log)}")
+
+    def send(self, op: str, **args) -> None:
+        self.p.stdin.write((json.dumps({"op": op, **args}) + "\n").encode())
+        self.p.stdin.flush()
+
+    def recv(self) -> dict:
+        msg = self._read_line(self.timeout)
+        if "error" in msg:
+            raise RuntimeError(f"{self.name}: {msg['error']}")
+        return msg["ok"]
+
+    def call(self, op: str, **args) -> dict:
+        self.send(op, **args)
+        return self.recv()
+
+    def stop(self, grace: float = 5.0) -> None:
+        try:
+            if self.p.poll() is None and not self.p.stdin.closed:
+                self.p.stdin.write(b'{"op": "quit"}\n')
+                self.p.stdin.flush()
+                self.p.stdin.close()
+                self.p.wait(grace)
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            pass
+        super().stop(grace)
+
+
+def wait_port(port: int, proc: Proc, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited ({proc.p.returncode}); log:\n{tail(proc.log)}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{proc.name}: port {port} not open within {timeout:.0f} s; log:\n{tail(proc.log)}")
+
+
+class System:
+    """One store under test: its server processes and how its clients reach it."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.procs: list[Proc] = []
+        self.client_conf: dict = {}
+        self.client_env: dict = dict(os.environ)
+        self.main: Worker | None = None
+        self.failed: str | None = None
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+        self.procs.clear()
+
+
+def start_mooncake(sysm: System, args, tmp: Path, run_id: str, timeout: float) -> None:
+    """Starts the master and the segment holder; each goes into sysm.procs as it starts."""
+    master_bin = args.mooncake_master
+    rpc, http, metrics = free_port(), free_port(), free_port()
+    master = Proc("mooncake-master", [
+        master_bin,
+        f"--rpc_port={rpc}", "--rpc_address=127.0.0.1",
+        "--enable_http_metadata_server=true", "--http_metadata_server_host=127.0.0.1",
+        f"--http_metadata_server_port={http}",
+        f"--metrics_port={metrics}", "--metrics_host=127.0.0.1", "--enable_metric_reporting=false",
+    ], tmp)
+    sysm.procs.append(master)
+    wait_port(rpc, master)
+    wait_port(http, master)
+    # Without MC_TCP_BIND_ADDRESS the transfer engine advertises the first non-loopback
+    # interface's address; glog at WARNING keeps the logs small.
+    env = dict(os.environ, MC_TCP_BIND_ADDRESS="127.0.0.1", GLOG_minloglevel="1")
+    common = {
+        "system": "mooncake",
+        "metadata_server": f"http://127.0.0.1:{http}/metadata",
+        "master_server_addr": f"127.0.0.1:{rpc}",
+    }
+    holder = Worker("mooncake-holder", {**common, "holder": True, "global_segment_size": args.memory_bytes,
+                                        "local_buffer_size": 16 * MiB}, tmp, env, timeout)
+    sysm.procs.append(holder)
+    sysm.client_conf = {**common, "global_segment_size": 0, "local_buffer_size": 64 * MiB,
+                        "key_prefix": f"mcb-{run_id}-mooncake-"}
+    sysm.client_env = env
+
+
+LISTENING = re.compile(r"listening on [\"'= ]*([0-9a-fA-F.:\[\]]+)")
+
+
+def start_yutu(sysm: System, args, tmp: Path, run_id: str) -> None:
+    """Starts yutu-server (into sysm.procs) and reads its address and first admin token."""
+    server_bin = Path(args.yutu_server)
+    data_dir = tmp / "yutu-data"
+    server = Proc("yutu-server", [
+        str(server_bin), "--listen", "127.0.0.1:0", "--data-dir", str(data_dir),
+        "--memory", args.memory, "--nvme-capacity", args.yutu_nvme_capacity,
+    ], tmp, env=dict(os.environ, NO_COLOR="1"))
+    sysm.procs.append(server)
+    deadline = time.monotonic() + 30
+    addr = None
+    while addr is None:
+        if not server.alive():
+            raise RuntimeError(f"yutu-server exited ({server.p.returncode}); log:\n{tail(server.log)}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"yutu-server did not log 'listening on ADDR' within 30 s; log:\n{tail(server.log)}")
+        m = LISTENING.search(server.log.read_text(errors="replace"))
+        if m:
+            addr = m.group(1)
+        else:
+            time.sleep(0.1)
+    token_file = data_dir / "auth" / "admin-token"
+    while not token_file.is_file():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"yutu-server wrote no {token_file}; log:\n{tail(server.log)}")
+        time.sleep(0.1)
+    url = f"http://{addr}"
+    sysm.client_conf = {
+        "system": "yutu",
+        "metadata_server": url,  # ignored by Yutu
+        "master_server_addr": url,
+        "global_segment_size": 0,
+        "local_buffer_size": 64 * MiB,
+        "key_prefix": f"mcb-{run_id}-yutu-",
+    }
+    sysm.client_env = dict(os.environ, YUTU_TOKEN=token_file.read_text().strip())
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+class Row:
+    def __init__(self, name: str, unit: str, lower_is_better: bool = False, mb_per_s: bool = False):
+        self.name, self.unit, self.lower, self.mbps = name, unit, lower_is_better, mb_per_s
+        self.samples: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+        self.mb: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+        self.errors: dict[str, int] = {s: 0 for s in SYSTEMS}
+
+    def value(self, s: str) -> float | None:
+        return median(self.samples[s]) if self.samples[s] else None
+
+    def ratio(self) -> float | None:
+        m, y = self.value("mooncake"), self.value("yutu")
+        if m is None or y is None or m <= 0 or y <= 0:
+            return None
+        return m / y if self.lower else y / m
+
+
+def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) -> list[Row]:
+    bs, bb = BIG
+    ss, sb = SMALL
+    rows = {
+        "put_big": Row(f"batch_put_from_2MiB_x{bb}", "GB/s", mb_per_s=True),
+        "get_big": Row(f"batch_get_into_2MiB_x{bb}", "GB/s", mb_per_s=True),
+        "put_small": Row(f"batch_put_from_4KiB_x{sb}", "ops/s", mb_per_s=True),
+        "get_small": Row(f"batch_get_into_4KiB_x{sb}", "ops/s", mb_per_s=True),
+        "get_p50": Row("get_4KiB_p50", "us", lower_is_better=True),
+        "get_p99": Row("get_4KiB_p99", "us", lower_is_better=True),
+        "exist_p50": Row("is_exist_p50", "us", lower_is_better=True),
+        "exist_p99": Row("is_exist_p99", "us", lower_is_better=True),
+        "mp": Row(f"batch_get_into_2MiB_x{bb}_{MP_PROCS}proc", "GB/s", mb_per_s=True),
+    }
+
+    def live() -> list[System]:
+        return [s for s in systems if s.failed is None]
+
+    def guarded(s: System, what: str, fn):
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - one side failing must not hide the other
+            s.failed = f"{what}: {e}"
+            log(f"!! {s.name} failed in {what}: {e}")
+            return None
+
+    # Clients and the data the read cases read.
+    for s in systems:
+        log(f"[{s.name}] starting the client and writing the read sets")
+        def prep(s=s):
+            s.main = Worker(f"{s.name}-client", s.client_conf, tmp, s.client_env, timeout)
+            s.procs.append(s.main)
+            if pl["warm_bytes"]:
+                s.main.call("warm", size=bs, batch=bb, batches=max(1, pl["warm_bytes"] // (bs * bb)))
+            s.main.call("prepare", tag="big", size=bs, batch=bb, batches=pl["big_prepared"])
+            s.main.call("prepare", tag="small", size=ss, batch=sb, batches=pl["small_prepared"])
+            s.main.call("prepare_values", tag="lat", n=pl["lat_keys"], size=LAT_SIZE)
+        guarded(s, "setup", prep)
+
+    def order(rep: int) -> list[System]:
+        xs = live()
+        return xs if rep % 2 == 0 else list(reversed(xs))
+
+    for rep in range(pl["reps"]):
+        log(f"-- repetition {rep + 1}/{pl['reps']}")
+        for s in order(rep):
+            def puts(s=s):
+                for key, (size, batch, n, tag) in (("put_big", (bs, bb, pl["big_put"], "pb")),
+                                                   ("put_small", (ss, sb, pl["small_put"], "ps"))):
+                    r = s.main.call("put", tag=f"{tag}{rep}", size=size, batch=batch, batches=n, verify=rep == 0)
+                    record(rows[key], s.name, r, size)
+            guarded(s, "batch_put_from", puts)
+        for s in order(rep):
+            def gets(s=s):
+                for key, (size, batch, n, tag, prepared) in (
+                        ("get_big", (bs, bb, pl["big_get"], "big", pl["big_prepared"])),
+                        ("get_small", (ss, sb, pl["small_get"], "small", pl["small_prepared"]))):
+                    r = s.main.call("get", tag=tag, size=size, batch=batch, prepared=prepared,
+                                    iters=n, verify=rep == 0)
+                    record(rows[key], s.name, r, size)
+            guarded(s, "batch_get_into", gets)
+        for s in order(rep):
+            def lats(s=s):
+                r = s.main.call("get_latency", tag="lat", n=pl["lat_keys"], size=LAT_SIZE, iters=pl["lat_iters"])
+                rows["get_p50"].samples[s.name].append(r["p50_us"])
+                rows["get_p99"].samples[s.name].append(r["p99_us"])
+                rows["get_p50"].errors[s.name] += r["errors"]
+                r = s.main.call("exist_latency", tag="lat", n=pl["lat_keys"], iters=pl["lat_iters"])
+                rows["exist_p50"].samples[s.name].append(r["p50_us"])
+                rows["exist_p99"].samples[s.name].append(r["p99_us"])
+                rows["exist_p50"].errors[s.name] += r["errors"]
+            guarded(s, "latency", lats)
+
+    # The multi-process row: MP_PROCS fresh clients per system, started together.
+    for s in live():
+        log(f"[{s.name}] {MP_PROCS} client processes, batch_get_into 2 MiB x {bb}")
+        workers: list[Worker] = []
+        def mp(s=s):
+            for i in range(MP_PROCS):
+                w = Worker(f"{s.name}-mp{i}", s.client_conf, tmp, s.client_env, timeout)
+                workers.append(w)
+                s.procs.append(w)
+            for rep in range(pl["reps"]):
+                # The check (first rep) or a warm-up batch, in every process, before the clock.
+                for i, w in enumerate(workers):
+                    w.send("get", tag="big", size=bs, batch=bb, prepared=pl["big_prepared"],
+                           iters=0, verify=rep == 0, offset=i)
+                for w in workers:
+                    w.recv()
+                # Then all start at the same instant (CLOCK_MONOTONIC is system-wide).
+                start_at = time.monotonic() + 0.2
+                for i, w in enumerate(workers):
+                    w.send("get", tag="big", size=bs, batch=bb, prepared=pl["big_prepared"],
+                           iters=pl["mp_iters"], verify=False, warm=False, offset=i, start_at=start_at)
+                rs = [w.recv() for w in workers]
+                span = max(r["t1"] for r in rs) - min(r["t0"] for r in rs)
+                total = sum(r["bytes"] for r in rs)
+                rows["mp"].samples[s.name].append(total / span / 1e9)
+                rows["mp"].mb[s.name].append(total / span / 1e6)
+                rows["mp"].errors[s.name] += sum(r["errors"] for r in rs)
+        guarded(s, "multi-process", mp)
+        for w in workers:
+            w.stop()
+            if w in s.procs:
+                s.procs.remove(w)
+
+    return list(rows.values())
+
+
+def record(row: Row, system: str, r: dict, size: int) -> None:
+    el = r["elapsed"]
+    if row.unit == "GB/s":
+        row.samples[system].append(r["bytes"] / el / 1e9)
+    else:
+        row.samples[system].append(r["ops"] / el)
+    row.mb[system].append(r["bytes"] / el / 1e6)
+    row.errors[system] += r["errors"]
+
+
+def machine() -> dict:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    try:
+        kernel = Path("/proc/sys/kernel/osrelease").read_text().strip()
+    except OSError:
+        kernel = "unknown"
+    return {"cores": cores, "kernel": kernel}
+
+
+def fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.2f}"
+
+
+def report(rows: list[Row], systems: list[System], args) -> dict:
+    results = []
+    for row in rows:
+        y, m = row.value("yutu"), row.value("mooncake")
+        res: dict = {"name": row.name, "value": y, "unit": row.unit}
+        if row.mbps and row.mb["yutu"]:
+            res["mb_per_s"] = median(row.mb["yutu"])
+        if y is not None:
+            res["errors"] = row.errors["yutu"]
+        if row.lower:
+            res["lower_is_better"] = True  # ratio is reference/value here, so > 1 = Yutu ahead
+        ref = None
+        if m is not None:
+            ref = {"name": f"mooncake_{row.name}", "value": m}
+            if row.mbps and row.mb["mooncake"]:
+                ref["mb_per_s"] = median(row.mb["mooncake"])
+            ref["errors"] = row.errors["mooncake"]
+        res["reference"] = ref
+        res["ratio"] = row.ratio()
+        res["target"] = 1.0
+        results.append(res)
+    out = {"suite": "mooncake", "machine": machine(), "results": results}
+
+    mc = machine()
+    lines = [f"suite mooncake on {mc['cores']} cores, kernel {mc['kernel']}"
+             + ("  (--quick)" if args.quick else "")]
+    table = [["case", "mooncake", "yutu", "unit", "ratio"]]
+    for row in rows:
+        r = row.ratio()
+        cells = [row.name, fmt(row.value("mooncake")), fmt(row.value("yutu")), row.unit,
+                 "-" if r is None else f"{r:.3f}"]
+        errs = [f"{s} errors {row.errors[s]}" for s in SYSTEMS if row.errors[s]]
+        if errs:
+            cells[-1] += "  (" + ", ".join(errs) + ")"
+        table.append(cells)
+    widths = [max(len(t[c]) for t in table) for c in range(4)]
+    for t in table:
+        lines.append("  ".join([t[0].ljust(widths[0]), t[1].rjust(widths[1]), t[2].rjust(widths[2]),
+                                t[3].ljust(widths[3]), t[4]]).rstrip())
+    lines.append("ratio: yutu/mooncake for throughput, mooncake/yutu for latency (> 1: Yutu ahead)")
+    for s in systems:
+        if s.failed:
+            lines.append(f"{s.name} FAILED: {s.failed}")
+    print("\n".join(lines), flush=True)
+    return out
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+)\s*([KMGT]i?B?)?\s*", text, re.I)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 2GiB)")
+    mult = {"": 1, "K": KiB, "M": MiB, "G": GiB, "T": GiB * KiB}[(m.group(2) or "")[:1].upper()]
+    return int(m.group(1)) * mult
+
+
+def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        return worker_main(json.loads(sys.argv[2]))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a short smoke run (small counts), for CI")
+    ap.add_argument("--only", choices=SYSTEMS, help="run one side only")
+    ap.add_argument("--json", metavar="FILE", help="also write the report as JSON (benches/src/report.rs shape)")
+    ap.add_argument("--yutu-server", default=str(REPO / "target" / "release" / "yutu-server"),
+                    help="the yutu-server binary (default: target/release/yutu-server)")
+    ap.add_argument("--yutu-nvme-capacity", default="0",
+                    help="yutu-server --nvme-capacity (default 0: DRAM only, like Mooncake)")
+    ap.add_argument("--mooncake-master", help="the mooncake_master binary (default: on PATH or next to python)")
+    ap.add_argument("--memory", default="2GiB",
+                    help="memory for data on each side: Mooncake's global segment, Yutu's --memory (default 2GiB)")
+    ap.add_argument("--reps", type=int, help="repetitions per case (default 5, --quick 1)")
+    ap.add_argument("--keep-tmp", action="store_true", help="keep the scratch directory (logs) after the run")
+    args = ap.parse_args()
+    args.memory_bytes = parse_size(args.memory)
+    pl = plan(args.quick)
+    if args.reps:
+        pl["reps"] = args.reps
+    pl["warm_bytes"] = 0 if args.quick else args.memory_bytes // 2
+    timeout = 120.0 if args.quick else 600.0
+
+    wanted = [args.only] if args.only else list(SYSTEMS)
+    for name, module in (("mooncake", "mooncake"), ("yutu", "yutu")):
+        if name in wanted:
+            import importlib.util
+
+            if importlib.util.find_spec(module) is None:
+                log(f"python package for {name} ({module}) is not importable from {sys.executable}; "
+                    f"run scripts/install-bench-deps.sh, use .venv-bench/bin/python, or pass --only")
+                return 2
+
+    # The binaries, before anything starts.
+    if "yutu" in wanted and not Path(args.yutu_server).is_file():
+        log(f"{args.yutu_server} not found: cargo build --release -p yutu-server, or pass --yutu-server")
+        return 2
+    if "mooncake" in wanted:
+        args.mooncake_master = (args.mooncake_master or shutil.which("mooncake_master")
+                                or str(Path(sys.executable).parent / "mooncake_master"))
+        if not Path(args.mooncake_master).is_file():
+            log("mooncake_master not found: pass --mooncake-master, or install mooncake-transfer-engine-non-cuda")
+            return 2
+
+    # SIGTERM (and SIGHUP) unwind like Ctrl-C, so the finally below stops every process.
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+
+    tmp = Path(tempfile.mkdtemp(prefix="yutu-mooncake-bench-"))
+    run_id = f"{int(time.time())}{os.getpid()}"
+    systems: list[System] = []
+    rc = 0
+    try:
+        for name in wanted:
+            log(f"[{name}] starting")
+            sysm = System(name)
+            systems.append(sysm)  # before its processes start, so the finally stops them
+            if name == "mooncake":
+                start_mooncake(sysm, args, tmp, run_id, timeout)
+            else:
+                start_yutu(sysm, args, tmp, run_id)
+        rows = run_cases(systems, args, pl, tmp, timeout)
+        out = report(rows, systems, args)
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+            log(f"wrote {args.json}")
+        if any(s.failed for s in systems) or any(row.errors[s] for row in rows for s in SYSTEMS):
+            rc = 1
+    except KeyboardInterrupt:
+        log("interrupted; stopping everything")
+        rc = 130
+    except Exception as e:  # noqa: BLE001
+        log(f"error: {e}")
+        rc = 1
+    finally:
+        for s in systems:
+            s.stop()
+        if args.keep_tmp or rc not in (0, 130):
+            log(f"logs kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
