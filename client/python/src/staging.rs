@@ -59,7 +59,15 @@ impl Lease<'_> {
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
         if let Some(buf) = self.buf.take() {
-            self.pool.lock().free.push(buf);
+            let mut st = self.pool.lock();
+            if buf.len() > self.pool.chunk * 2 {
+                // Grown for one large block: unregistered rather than kept.
+                st.total -= 1;
+                drop(st);
+                drop(buf);
+            } else {
+                st.free.push(buf);
+            }
             self.pool.freed.notify_one();
         }
     }
@@ -87,6 +95,7 @@ impl Staging {
     /// or (when every buffer is lent) the first to come back, replacing a free one that is too
     /// small.
     fn take(&self, kv: &KvClient, len: u64) -> Result<Lease<'_>> {
+        // Buffers of the usual size are pooled and reused; a larger one serves one call.
         let len = len.max(self.chunk * 2);
         let deadline = Instant::now() + TAKE_TIMEOUT;
         let mut st = self.lock();
@@ -153,7 +162,7 @@ impl Staging {
         }
         let chunks = plan(&caps, self.chunk);
         let half = largest_chunk(&caps, &chunks);
-        let lease = self.take(kv, half * 2)?;
+        let lease = self.take(kv, if chunks.len() > 1 { half * 2 } else { half })?;
         let buf = lease.buf();
         let mut out = vec![None; keys.len()];
         std::thread::scope(|s| -> Result<()> {
@@ -203,9 +212,15 @@ impl Staging {
             return Ok(());
         }
         let lens: Vec<u64> = srcs.iter().map(|s| s.len).collect();
+        if let Some(i) = lens.iter().position(|&l| l > MAX_STAGED_BLOCK) {
+            return Err(Error::invalid(format!(
+                "block {i} is {} bytes; a block is at most {MAX_STAGED_BLOCK}",
+                lens[i]
+            )));
+        }
         let chunks = plan(&lens, self.chunk);
         let half = largest_chunk(&lens, &chunks).max(1);
-        let lease = self.take(kv, half * 2)?;
+        let lease = self.take(kv, if chunks.len() > 1 { half * 2 } else { half })?;
         let buf = lease.buf();
         let offsets: Vec<Vec<u64>> = chunks
             .iter()

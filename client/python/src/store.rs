@@ -34,6 +34,24 @@ pub struct Store {
     bucket: String,
 }
 
+/// A store collected without `close()` (Mooncake's users rarely call it): ending the session
+/// is a call to the node, made on a thread of its own so that the collector, which holds the
+/// GIL, never waits for the network.
+impl Drop for Store {
+    fn drop(&mut self) {
+        let session = self
+            .session
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(session) = session {
+            let _ = std::thread::Builder::new()
+                .name("yutu-store-close".into())
+                .spawn(move || drop(session));
+        }
+    }
+}
+
 impl Store {
     fn open(&self) -> Result<Arc<Session>> {
         self.session
@@ -80,16 +98,27 @@ fn connect(
             (Some(t), _) => Client::with_token(url, t)?,
             (None, c) => Client::with_credentials(url, c.clone())?,
         };
-        if !s3.head_bucket(bucket)? {
-            if !create_bucket {
-                return Err(Error::invalid(format!("bucket {bucket:?} does not exist")));
+        match s3.head_bucket(bucket) {
+            Ok(true) => {}
+            Ok(false) if !create_bucket => {
+                return Err(Error::Client(yutu_client::ClientError::S3 {
+                    status: 404,
+                    code: "NoSuchBucket".into(),
+                    message: format!("The bucket {bucket:?} does not exist."),
+                }))
             }
-            match s3.create_bucket(bucket) {
+            Ok(false) => match s3.create_bucket(bucket) {
                 Ok(()) => {}
                 // Another client created it first.
                 Err(e) if matches!(e.code(), Some("BucketAlreadyOwnedByYou")) => {}
                 Err(e) => return Err(e.into()),
+            },
+            // The node answered KvClient::new but not this: try the next one.
+            Err(e @ yutu_client::ClientError::Transport(_)) => {
+                last = Some(e.into());
+                continue;
             }
+            Err(e) => return Err(e.into()),
         }
         let session = Session {
             kv,

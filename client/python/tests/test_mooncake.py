@@ -129,6 +129,9 @@ def test_registered_buffers_and_return_codes(mc):
     # As in Mooncake, a pointer need not be registered (the native yutu.Store insists).
     other = np.arange(64, dtype=np.uint8)
     assert mc.put_from("unreg", other.ctypes.data, 64) == 0
+    # numpy integers are pointers and sizes too, as pybind11 takes them.
+    assert mc.put_from("np", np.uint64(other.ctypes.data), np.int64(64)) == 0
+    assert mc.get_size("np") == 64
     back = np.zeros(64, dtype=np.uint8)
     assert mc.get_into("unreg", back.ctypes.data, 64) == 64 and np.array_equal(other, back)
     assert mc.register_buffer(0, 10) == INVALID
@@ -174,6 +177,8 @@ def test_unsupported_methods_say_so(mc):
         mc.get_tensor("k")
     with pytest.raises(AttributeError):
         mc.no_such_method()
+    assert not hasattr(mc, "batch_get_into_multi_buffers")
+    assert getattr(mc, "get_buffer", None) is None
     assert mc.init_all("tcp", "", 1 << 20) == int(ErrorCode.NOT_SUPPORTED)
 
 

@@ -85,6 +85,9 @@ def test_objects_need_no_registration(store):
     assert store.get_into("ro", view, 15) == 15
     with pytest.raises(yutu.InvalidArgument, match="read-only"):
         store.get_into("ro", b"immutable bytes!")
+    # numpy integers are pointers and sizes.
+    store.register_buffer(out.ctypes.data, out.nbytes)
+    assert store.get_into("f32", np.uint64(out.ctypes.data), np.int64(out.nbytes)) == arr.nbytes
     with pytest.raises(yutu.InvalidArgument, match="not C-contiguous"):
         store.put_from("x", arr[:, ::2])
 
@@ -197,6 +200,9 @@ def test_authentication_errors(node, bucket):
         assert s.get("k") == b"v"
     with pytest.raises(yutu.InvalidArgument):
         yutu.Store(node.url, bucket=bucket, access_key="only-one-half")
+    with pytest.raises(yutu.BucketNotFound) as e:
+        yutu.Store(node.url, bucket="never-made", token=node.admin_token, create_bucket=False)
+    assert e.value.code == "NoSuchBucket"
 
 
 def test_token_from_the_environment(node, bucket, monkeypatch):

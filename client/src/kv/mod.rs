@@ -163,7 +163,12 @@ impl Drop for KvClient {
             return;
         }
         let path = format!("{PEERS_PATH}/{}", self.session);
-        let mut req = self.agent.delete(format!("{}{path}", self.base));
+        let mut req = self
+            .agent
+            .delete(format!("{}{path}", self.base))
+            .config()
+            .timeout_global(Some(Duration::from_secs(2)))
+            .build();
         if let Some(c) = &self.credentials {
             for (name, value) in c.sign(
                 "DELETE",
@@ -274,7 +279,7 @@ impl KvClient {
             })?),
             None => None,
         };
-        let config = |idle_per_host: usize| {
+        let config = |idle_per_host: usize, idle_age: Duration| {
             let mut config = Agent::config_builder();
             if let Some(bearer) = &bearer {
                 config = config.middleware(bearer.clone());
@@ -285,14 +290,20 @@ impl KvClient {
                 .max_redirects_will_error(false)
                 .timeout_connect(Some(CONNECT_TIMEOUT))
                 .max_idle_connections_per_host(idle_per_host)
+                .max_idle_age(idle_age)
+                // A node is reached directly, as its transfer engine is: the environment's
+                // HTTP proxy (if any) is not for KV calls, and the KV chain has no proxy
+                // connector.
+                .proxy(None)
                 .user_agent(concat!("yutu-client/", env!("CARGO_PKG_VERSION")))
                 .build()
         };
         // The ordinary agent keeps ureq's default of idle connections per host; a lane's
         // agent keeps the one connection that makes it a lane.
         let https = base.starts_with("https://");
-        let agent = kv_agent(config(3), https);
-        let lane_config = config(1);
+        let agent = kv_agent(config(3, Duration::from_secs(15)), https);
+        // A lane is worth its connection only while the connection lasts.
+        let lane_config = config(1, Duration::from_secs(600));
         let node = options.node_id.unwrap_or_else(random_node_id);
         let mut cfg = EngineConfig::new(NodeId(node));
         let shm_dir = if options.shm {

@@ -11,6 +11,8 @@ from 3.11, and the package's one wheel serves 3.9 and later.
 """
 
 import ctypes
+import numbers
+import operator
 
 from ._errors import InvalidArgument
 
@@ -76,7 +78,9 @@ def span(obj, size, writable, keep):
     """(pointer, size, must_be_registered) of one memory argument."""
     if isinstance(obj, bool):
         raise InvalidArgument("a pointer must be an int, not a bool")
-    if isinstance(obj, int):
+    if isinstance(obj, numbers.Integral):
+        # An int, or a numpy integer: a pointer.
+        obj = operator.index(obj)
         if size is None:
             raise InvalidArgument("a pointer needs a size")
         if obj < 0:
@@ -107,8 +111,11 @@ def spans(objs, sizes, writable):
     keep = []
     ptrs, lens, checked = [], [], []
     for i, (obj, size) in enumerate(zip(objs, sizes)):
-        if size is not None and not isinstance(size, int):
-            raise InvalidArgument(f"size {i} is not an int")
+        if size is not None:
+            try:
+                size = operator.index(size)
+            except TypeError:
+                raise InvalidArgument(f"size {i} is not an int") from None
         try:
             p, n, c = span(obj, size, writable, keep)
         except InvalidArgument as e:

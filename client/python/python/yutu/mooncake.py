@@ -18,6 +18,9 @@ table lists every Mooncake method: supported, supported differently, or not.
 """
 
 import enum
+import importlib
+import numbers
+import operator
 import logging
 import re
 import sys
@@ -150,6 +153,11 @@ def _code(exc):
 
 
 _RECOVERABLE = (Error, ValueError, TypeError, OverflowError, re.error)
+
+
+class Unsupported(NotImplementedError, AttributeError):
+    """A Mooncake method Yutu does not offer: also an ``AttributeError``, so that
+    ``hasattr(store, name)`` answers False as code probing for optional methods expects."""
 
 
 class MooncakeDistributedStore:
@@ -319,7 +327,7 @@ class MooncakeDistributedStore:
         """batch put-from with Mooncake's per-key codes: a bad pointer or a size of 0 fails
         its key only; a failure of the node's batch fails every key sent, except that an
         argument error is retried key by key to find the one at fault."""
-        keys, ptrs, sizes = list(keys), list(ptrs), list(sizes)
+        keys, ptrs, sizes = list(keys), [_index(p) for p in ptrs], [_index(z) for z in sizes]
         n = len(keys)
         if len(ptrs) != n or len(sizes) != n:
             return [int(ErrorCode.INVALID_PARAMS)] * n
@@ -343,12 +351,12 @@ class MooncakeDistributedStore:
     def put_from(self, key, buffer_ptr, size, config=None):
         """Stores ``size`` bytes at ``buffer_ptr``; 0 or a negative code. A size of 0 stores
         nothing and answers 0, as Mooncake does."""
-        if isinstance(size, int) and size == 0 and self._store is not None:
+        if _index(size) == 0 and self._store is not None:
             return 0
         return self._spans_from([key], [buffer_ptr], [size], False, config)[0]
 
     def upsert_from(self, key, buffer_ptr, size, config=None):
-        if isinstance(size, int) and size == 0 and self._store is not None:
+        if _index(size) == 0 and self._store is not None:
             return 0
         return self._spans_from([key], [buffer_ptr], [size], True, config)[0]
 
@@ -384,7 +392,8 @@ class MooncakeDistributedStore:
 
     def batch_get_into(self, keys, buffer_ptrs, sizes):
         """Each key's length, or ``OBJECT_NOT_FOUND``, or what failed that key."""
-        keys, ptrs, sizes = list(keys), list(buffer_ptrs), list(sizes)
+        keys = list(keys)
+        ptrs, sizes = [_index(p) for p in buffer_ptrs], [_index(z) for z in sizes]
         n = len(keys)
         if len(ptrs) != n or len(sizes) != n:
             return [int(ErrorCode.INVALID_PARAMS)] * n
@@ -450,7 +459,7 @@ class MooncakeDistributedStore:
 
     def __getattr__(self, name):
         if name in NOT_SUPPORTED:
-            raise NotImplementedError(
+            raise Unsupported(
                 f"MooncakeDistributedStore.{name} is not supported by Yutu: {NOT_SUPPORTED[name]}"
             )
         raise AttributeError(name)
@@ -463,14 +472,19 @@ def _same(keys, values):
     return keys
 
 
+def _index(x):
+    """``x`` as an int when it is one (numpy integers too, as pybind11 takes them), else None."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        return None
+    return operator.index(x)
+
+
 def _pointer(ptr, size):
     """Whether a pointer and a size are ints a call can use. Mooncake does not check that a
     pointer was registered over tcp, and programs rely on it: neither does this class (the
     native ``yutu.Store`` does)."""
-    return (
-        isinstance(ptr, int) and not isinstance(ptr, bool) and ptr > 0
-        and isinstance(size, int) and not isinstance(size, bool) and size > 0
-    )
+    ptr, size = _index(ptr), _index(size)
+    return ptr is not None and ptr > 0 and size is not None and size > 0
 
 
 def _per_key(idx, send, codes, ok):
@@ -574,14 +588,18 @@ NOT_SUPPORTED = {
 def install():
     """Makes ``import mooncake.store`` (and ``from mooncake.store import
     MooncakeDistributedStore``) resolve to this module, for code that cannot be edited.
-    Call it before that code imports Mooncake."""
+    Call it before that code imports Mooncake. When the real ``mooncake`` package is
+    installed, only its ``store`` module is replaced (``mooncake.engine`` and the rest stay
+    Mooncake's)."""
     this = sys.modules[__name__]
     pkg = sys.modules.get("mooncake")
-    if pkg is None or getattr(pkg, "__yutu__", False) is False:
-        pkg = types.ModuleType("mooncake")
-        pkg.__path__ = []
-        pkg.__yutu__ = True
-        sys.modules["mooncake"] = pkg
+    if pkg is None:
+        try:
+            pkg = importlib.import_module("mooncake")
+        except ImportError:
+            pkg = types.ModuleType("mooncake")
+            pkg.__path__ = []
+            sys.modules["mooncake"] = pkg
     pkg.store = this
     sys.modules["mooncake.store"] = this
     return this
@@ -595,4 +613,5 @@ __all__ = [
     "install",
     "parse_size",
     "NOT_SUPPORTED",
+    "Unsupported",
 ]
