@@ -85,9 +85,22 @@ pub(crate) struct KvTcp {
     timeout_write: Option<std::time::Duration>,
 }
 
-/// The std timeout for a ureq one: `None` waits forever.
-fn timeout_of(t: &NextTimeout) -> Option<std::time::Duration> {
-    t.not_zero().map(|d| *d)
+/// Fails a timeout that has run out; otherwise sets it on the socket with `set` when it
+/// differs from the one set last (`cached`), which saves a system call per read and write.
+fn apply(
+    timeout: NextTimeout,
+    cached: &mut Option<std::time::Duration>,
+    set: impl FnOnce(Option<std::time::Duration>) -> io::Result<()>,
+) -> Result<NextTimeout, Error> {
+    if timeout.after.is_zero() {
+        return Err(Error::Timeout(timeout.reason));
+    }
+    let wanted = timeout.not_zero().map(|d| *d);
+    if wanted != *cached {
+        set(wanted)?;
+        *cached = wanted;
+    }
+    Ok(timeout)
 }
 
 impl Transport for KvTcp {
@@ -96,15 +109,9 @@ impl Transport for KvTcp {
     }
 
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), Error> {
-        let timeout = timeout.for_write();
-        if timeout.after.is_zero() {
-            return Err(Error::Timeout(timeout.reason));
-        }
-        let wanted = timeout_of(&timeout);
-        if wanted != self.timeout_write {
-            self.stream.set_write_timeout(wanted)?;
-            self.timeout_write = wanted;
-        }
+        let timeout = apply(timeout.for_write(), &mut self.timeout_write, |t| {
+            self.stream.set_write_timeout(t)
+        })?;
         let output = &self.buffers.output()[..amount];
         match (&*self.stream).write_all(output) {
             Ok(()) => Ok(()),
@@ -121,15 +128,9 @@ impl Transport for KvTcp {
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, Error> {
-        let timeout = timeout.for_read();
-        if timeout.after.is_zero() {
-            return Err(Error::Timeout(timeout.reason));
-        }
-        let wanted = timeout_of(&timeout);
-        if wanted != self.timeout_read {
-            self.stream.set_read_timeout(wanted)?;
-            self.timeout_read = wanted;
-        }
+        let timeout = apply(timeout.for_read(), &mut self.timeout_read, |t| {
+            self.stream.set_read_timeout(t)
+        })?;
         let input = self.buffers.input_append_buf();
         let amount = loop {
             match (&*self.stream).read(input) {

@@ -60,3 +60,53 @@ fn single_shard_calls_take_the_owners_lane_and_answer_the_same() {
         vec![false]
     );
 }
+
+/// `yutu_requests_total` of KV calls answered 200 by each of `shards` shards.
+fn kv_calls_per_shard(server: &Server, shards: usize) -> Vec<u64> {
+    let text = server.client().get("/metrics").text();
+    (0..shards)
+        .map(|s| {
+            let prefix = format!("yutu_requests_total{{shard=\"{s}\",op=\"Kv\",status=\"200\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .map_or(0, |v| v.trim().parse().expect("a count"))
+        })
+        .collect()
+}
+
+#[test]
+fn a_single_key_call_is_served_by_the_shard_that_owns_the_key() {
+    let server = Server::start(&["--shards", "2"]);
+    assert_eq!(server.client().put("/owned", b"").status, 200);
+    let kv = KvClient::new(&server.url, KvOptions::default()).expect("client");
+    let key_of = |shard: usize| {
+        (0..)
+            .map(|i| format!("key{i}"))
+            .find(|k| shard_for("owned", k, 2) == shard)
+            .expect("a key")
+    };
+    let (k0, k1) = ([key_of(0)], [key_of(1)]);
+    // Find both lanes first (each call may open connections in search of its lane).
+    for _ in 0..16 {
+        kv.batch_exists("owned", &k0).expect("exists");
+        kv.batch_exists("owned", &k1).expect("exists");
+        if kv.shard_lanes() == 2 {
+            break;
+        }
+    }
+    assert_eq!(kv.shard_lanes(), 2, "both lanes found");
+    // Uneven counts, so that calls sent to the wrong shard could not add up right.
+    let before = kv_calls_per_shard(&server, 2);
+    for _ in 0..30 {
+        kv.batch_exists("owned", &k0).expect("exists");
+    }
+    for _ in 0..10 {
+        kv.batch_exists("owned", &k1).expect("exists");
+    }
+    let after = kv_calls_per_shard(&server, 2);
+    assert_eq!(
+        (after[0] - before[0], after[1] - before[1]),
+        (30, 10),
+        "calls per shard: before {before:?}, after {after:?}"
+    );
+}

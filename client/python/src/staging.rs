@@ -46,6 +46,9 @@ struct PoolState {
 pub struct Lease<'a> {
     pool: &'a Staging,
     buf: Option<Buffer>,
+    /// False once a call on the buffer failed: the node may still be copying into it (a call
+    /// that timed out on this side is not cancelled on the node's), so it is not lent again.
+    reusable: bool,
 }
 
 impl Lease<'_> {
@@ -54,14 +57,22 @@ impl Lease<'_> {
             .as_ref()
             .expect("a lease holds its buffer until dropped")
     }
+
+    /// Keeps the buffer out of the pool when `result` is a failure.
+    fn settle<T>(mut self, result: Result<T>) -> Result<T> {
+        if result.is_err() {
+            self.reusable = false;
+        }
+        result
+    }
 }
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
         if let Some(buf) = self.buf.take() {
             let mut st = self.pool.lock();
-            if buf.len() > self.pool.chunk * 2 {
-                // Grown for one large block: unregistered rather than kept.
+            if !self.reusable || buf.len() > self.pool.chunk * 2 {
+                // Failed, or grown for one large block: unregistered rather than kept.
                 st.total -= 1;
                 drop(st);
                 drop(buf);
@@ -105,6 +116,7 @@ impl Staging {
                 return Ok(Lease {
                     pool: self,
                     buf: Some(buf),
+                    reusable: true,
                 });
             }
             if st.total < self.max_buffers || !st.free.is_empty() {
@@ -119,6 +131,7 @@ impl Staging {
                     Ok(buf) => Ok(Lease {
                         pool: self,
                         buf: Some(buf),
+                        reusable: true,
                     }),
                     Err(e) => {
                         self.lock().total -= 1;
@@ -165,7 +178,7 @@ impl Staging {
         let lease = self.take(kv, if chunks.len() > 1 { half * 2 } else { half })?;
         let buf = lease.buf();
         let mut out = vec![None; keys.len()];
-        std::thread::scope(|s| -> Result<()> {
+        let result = std::thread::scope(|s| -> Result<()> {
             let mut copying = None;
             for (k, r) in chunks.iter().enumerate() {
                 let offsets = offsets_in_half(&caps[r.clone()], k, half);
@@ -194,7 +207,8 @@ impl Staging {
                 }
             }
             Ok(())
-        })?;
+        });
+        lease.settle(result)?;
         Ok(out)
     }
 
@@ -227,28 +241,31 @@ impl Staging {
             .enumerate()
             .map(|(k, r)| offsets_in_half(&lens[r.clone()], k, half))
             .collect();
-        copy_in(buf, &offsets[0], &srcs[chunks[0].clone()])?;
-        std::thread::scope(|s| -> Result<()> {
-            for (k, r) in chunks.iter().enumerate() {
-                let (keys, offs, lens) = (&keys[r.clone()], &offsets[k], &lens[r.clone()]);
-                let put = move || -> Result<()> {
-                    kv.batch_put_from_with(bucket, keys, buf, offs, lens, mode)?;
-                    Ok(())
-                };
-                match chunks.get(k + 1) {
-                    Some(next) => {
-                        // The node reads this chunk's half while the next chunk is copied
-                        // into the other one.
-                        let putting = s.spawn(put);
-                        let copied = copy_in(buf, &offsets[k + 1], &srcs[next.clone()]);
-                        join(putting)?;
-                        copied?;
+        let first = copy_in(buf, &offsets[0], &srcs[chunks[0].clone()]);
+        let result = first.and_then(|()| {
+            std::thread::scope(|s| -> Result<()> {
+                for (k, r) in chunks.iter().enumerate() {
+                    let (keys, offs, lens) = (&keys[r.clone()], &offsets[k], &lens[r.clone()]);
+                    let put = move || -> Result<()> {
+                        kv.batch_put_from_with(bucket, keys, buf, offs, lens, mode)?;
+                        Ok(())
+                    };
+                    match chunks.get(k + 1) {
+                        Some(next) => {
+                            // The node reads this chunk's half while the next chunk is copied
+                            // into the other one.
+                            let putting = s.spawn(put);
+                            let copied = copy_in(buf, &offsets[k + 1], &srcs[next.clone()]);
+                            join(putting)?;
+                            copied?;
+                        }
+                        None => put()?,
                     }
-                    None => put()?,
                 }
-            }
-            Ok(())
-        })
+                Ok(())
+            })
+        });
+        lease.settle(result)
     }
 }
 

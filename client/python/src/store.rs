@@ -140,6 +140,18 @@ fn urls_of(url: &Bound<'_, PyAny>) -> Result<Vec<String>> {
         .map_err(|_| Error::invalid("url must be a URL string or a list of them"))
 }
 
+/// Runs `call` over `keys` in batches the node takes, and joins the answers.
+fn in_batches<T>(
+    keys: &[String],
+    mut call: impl FnMut(&[String]) -> std::result::Result<Vec<T>, yutu_client::KvError>,
+) -> Result<Vec<T>> {
+    let mut out = Vec::with_capacity(keys.len());
+    for part in keys.chunks(MAX_BATCH) {
+        out.extend(call(part)?);
+    }
+    Ok(out)
+}
+
 fn mode(if_absent: bool) -> PutMode {
     if if_absent {
         PutMode::IfAbsent
@@ -319,11 +331,7 @@ impl Store {
     /// Whether each key is stored.
     fn batch_is_exist(&self, py: Python<'_>, keys: Vec<String>) -> PyResult<Vec<bool>> {
         self.run(py, |s| {
-            let mut out = Vec::with_capacity(keys.len());
-            for part in keys.chunks(MAX_BATCH) {
-                out.extend(s.kv.batch_exists(&s.bucket, part)?);
-            }
-            Ok(out)
+            in_batches(&keys, |part| s.kv.batch_exists(&s.bucket, part))
         })
     }
 
@@ -344,11 +352,7 @@ impl Store {
     /// Deletes the keys; True where one was stored.
     fn batch_remove(&self, py: Python<'_>, keys: Vec<String>) -> PyResult<Vec<bool>> {
         self.run(py, |s| {
-            let mut out = Vec::with_capacity(keys.len());
-            for part in keys.chunks(MAX_BATCH) {
-                out.extend(s.kv.remove(&s.bucket, part)?);
-            }
-            Ok(out)
+            in_batches(&keys, |part| s.kv.remove(&s.bucket, part))
         })
     }
 
