@@ -321,11 +321,7 @@ impl Store {
 
     /// Whether `key` is stored.
     fn is_exist(&self, py: Python<'_>, key: String) -> PyResult<bool> {
-        Ok(self
-            .batch_is_exist(py, vec![key])?
-            .first()
-            .copied()
-            .unwrap_or(false))
+        Ok(self.batch_is_exist(py, vec![key])? == [true])
     }
 
     /// Whether each key is stored.
@@ -342,11 +338,7 @@ impl Store {
 
     /// Deletes `key`; False when it was not stored.
     fn remove(&self, py: Python<'_>, key: String) -> PyResult<bool> {
-        Ok(self
-            .batch_remove(py, vec![key])?
-            .first()
-            .copied()
-            .unwrap_or(false))
+        Ok(self.batch_remove(py, vec![key])? == [true])
     }
 
     /// Deletes the keys; True where one was stored.

@@ -761,12 +761,7 @@ impl KvClient {
     ) -> Result<T, KvError> {
         let raw = serde_json::to_vec(body)
             .map_err(|e| KvError::InvalidArgument(format!("cannot encode the request: {e}")))?;
-        let lane = match (&self.lanes, keys) {
-            (Some(lanes), Some((bucket, keys))) => lanes
-                .owner(bucket, keys)
-                .and_then(|s| Some((s, lanes.agent(s, || self.open_lane())?))),
-            _ => None,
-        };
+        let lane = keys.and_then(|(bucket, keys)| self.lane(bucket, keys));
         let agent = lane.as_ref().map_or(&self.agent, |(_, a)| a);
         let mut req = agent
             .post(format!("{}{path}", self.base))
@@ -781,38 +776,39 @@ impl KvClient {
             }
         }
         let resp = req.send(&raw[..]).map_err(ClientError::from)?;
-        if let (Some(lanes), Some((shard, _))) = (&self.lanes, &lane) {
-            lanes.answered(*shard, lanes::served_by(&resp));
-        }
+        self.answered_on(&lane, &resp);
         read_json(resp)
+    }
+
+    /// The lane of the shard that owns all of `keys` (of `bucket`), when there is one: its
+    /// shard and its agent.
+    fn lane(&self, bucket: &str, keys: &[String]) -> Option<(usize, Agent)> {
+        let lanes = self.lanes.as_ref()?;
+        let shard = lanes.owner(bucket, keys)?;
+        Some((shard, lanes.agent(shard, || self.open_lane())?))
+    }
+
+    /// Checks that an answer sent on `lane` came from its shard (`lanes::Lanes::answered`).
+    fn answered_on<B>(&self, lane: &Option<(usize, Agent)>, resp: &ureq::http::Response<B>) {
+        if let (Some(lanes), Some((shard, _))) = (&self.lanes, lane) {
+            lanes.answered(*shard, lanes::served_by(resp));
+        }
     }
 
     /// The bytes of `key` (through the node's S3 GET, on the owning shard's lane), `None`
     /// when it is absent: for a small read where staging it through a registered buffer
     /// would cost more than it saves.
     pub fn get_bytes(&self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
-        kv_path(bucket, KvOp::Exists)?;
+        check_bucket(bucket)?;
         if key.is_empty() {
             return Err(KvError::InvalidArgument("a key cannot be empty".into()));
         }
         let path = format!("/{}/{}", encode_key(bucket), encode_key(key));
-        let keys = [key.to_string()];
-        let lane = self.lanes.as_ref().and_then(|lanes| {
-            let s = lanes.owner(bucket, &keys)?;
-            Some((s, lanes.agent(s, || self.open_lane())?))
-        });
+        let lane = self.lane(bucket, &[key.to_string()]);
         let agent = lane.as_ref().map_or(&self.agent, |(_, a)| a);
-        let mut req = agent.get(format!("{}{path}", self.base));
-        if let Some(c) = &self.credentials {
-            let now = std::time::SystemTime::now();
-            for (name, value) in c.sign("GET", &self.host, &path, "", b"", now) {
-                req = req.header(name, value);
-            }
-        }
-        let mut resp = req.call().map_err(ClientError::from)?;
-        if let (Some(lanes), Some((shard, _))) = (&self.lanes, &lane) {
-            lanes.answered(*shard, lanes::served_by(&resp));
-        }
+        let signer = self.credentials.as_ref().map(|c| (c, self.host.as_str()));
+        let mut resp = signed_get(agent, &self.base, &path, signer)?;
+        self.answered_on(&lane, &resp);
         match check_status(&mut resp, Resource::Object) {
             Ok(()) => {}
             Err(e) if e.code() == Some("NoSuchKey") => return Ok(None),
@@ -841,6 +837,18 @@ fn call_get<T: DeserializeOwned>(
     path: &str,
     signer: Option<(&crate::Credentials, &str)>,
 ) -> Result<(T, Option<(usize, usize)>), KvError> {
+    let resp = signed_get(agent, base, path, signer)?;
+    let served = lanes::served_by(&resp);
+    Ok((read_json(resp)?, served))
+}
+
+/// Sends a GET of `path`, signed when there is a signer.
+fn signed_get(
+    agent: &Agent,
+    base: &str,
+    path: &str,
+    signer: Option<(&crate::Credentials, &str)>,
+) -> Result<ureq::http::Response<ureq::Body>, KvError> {
     let mut req = agent.get(format!("{base}{path}"));
     if let Some((c, host)) = signer {
         let now = std::time::SystemTime::now();
@@ -849,9 +857,7 @@ fn call_get<T: DeserializeOwned>(
             req = req.header(name, value);
         }
     }
-    let resp = req.call().map_err(ClientError::from)?;
-    let served = lanes::served_by(&resp);
-    Ok((read_json(resp)?, served))
+    Ok(req.call().map_err(ClientError::from)?)
 }
 
 /// An agent for KV calls. Every KV call is a small JSON request: sent in one write (see
@@ -880,12 +886,19 @@ fn keys_request(keys: &[String]) -> KeysRequest {
 
 /// `/v1/kv/{bucket}/{op}`, refusing buckets that would address something else.
 fn kv_path(bucket: &str, op: KvOp) -> Result<String, KvError> {
+    check_bucket(bucket)?;
+    Ok(op.path(&encode_key(bucket)))
+}
+
+/// Only what would make a path address something else is refused here; the node checks the
+/// naming rules.
+fn check_bucket(bucket: &str) -> Result<(), KvError> {
     if bucket.is_empty() || bucket.contains('/') {
         return Err(KvError::InvalidArgument(format!(
             "bucket name {bucket:?} must be non-empty and without '/'"
         )));
     }
-    Ok(op.path(&encode_key(bucket)))
+    Ok(())
 }
 
 fn read_json<T: DeserializeOwned>(
