@@ -10,6 +10,7 @@
 
 pub mod block_hash;
 pub mod bucket;
+pub mod cluster;
 pub mod descriptor;
 pub mod error;
 pub mod events;
