@@ -279,7 +279,10 @@ mod tests {
             }
         }
         let share = moved as f64 / KEYS as f64;
-        println!("one node joins 100: {:.4} of keys move (1/101 = 0.0099)", share);
+        println!(
+            "one node joins 100: {:.4} of keys move (1/101 = 0.0099)",
+            share
+        );
         assert!((0.008..0.012).contains(&share), "moved share {share}");
     }
 
@@ -331,7 +334,11 @@ mod tests {
     #[test]
     fn removing_a_node_moves_only_its_keys() {
         let members = nodes(10);
-        let fewer: Vec<Member> = members.iter().filter(|m| m.name != "node-3").cloned().collect();
+        let fewer: Vec<Member> = members
+            .iter()
+            .filter(|m| m.name != "node-3")
+            .cloned()
+            .collect();
         for k in 0..2000 {
             let key = format!("k{k}");
             let a = owners("b", &key, &members, 2);

@@ -110,10 +110,52 @@ pub struct Flags {
     /// N bytes must be in within body-timeout-secs + N / min-body-rate.
     #[arg(long)]
     pub min_body_rate: Option<ByteSize>,
+    /// etcd endpoints (`http://host:2379`, comma-separated): the node joins a cluster. Without
+    /// it the node is a single node and nothing below applies.
+    #[arg(long, value_delimiter = ',')]
+    pub etcd: Vec<String>,
+    /// Name of the cluster in etcd (several clusters can share one etcd; default `yutu`).
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// This node's failure domain: replicas of a key go to distinct zones while there are.
+    #[arg(long)]
+    pub zone: Option<String>,
+    /// Default replica count of new buckets in a cluster (default 1).
+    #[arg(long)]
+    pub replicas: Option<u32>,
+    /// Seconds the node's etcd lease lasts without a keep-alive (default 10): how long a
+    /// killed node stays an owner, and how long a node cut off from etcd keeps accepting
+    /// writes as an owner.
+    #[arg(long)]
+    pub lease_ttl_secs: Option<u64>,
+    /// The cluster's shared HS256 secret (a file of at least 32 bytes, e.g. from
+    /// `openssl rand -hex 32`), the same file on every node: nodes sign their calls to each other with it (kid
+    /// `cluster`), and `yutu token issue --secret-file FILE --kid cluster` signs tokens every
+    /// node accepts. Required in a cluster unless --no-auth.
+    #[arg(long)]
+    pub cluster_key_file: Option<PathBuf>,
     /// TOML file with any of the settings above, and `[[users]]`.
     #[arg(long)]
     pub config: Option<PathBuf>,
 }
+
+/// How the node takes part in a cluster (`--etcd`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSettings {
+    /// etcd endpoints, tried in order.
+    pub etcd: Vec<String>,
+    /// The cluster's name: its state lives under `/yutu/NAME/` in etcd.
+    pub name: String,
+    pub zone: Option<String>,
+    /// Replica count of buckets created without `x-yutu-replicas`.
+    pub replicas: u32,
+    pub lease_ttl: std::time::Duration,
+    /// The shared secret nodes sign their calls to each other with (`None` with --no-auth).
+    pub key: Option<Vec<u8>>,
+}
+
+/// The kid of the cluster's shared key in the keyring.
+pub const CLUSTER_KID: &str = "cluster";
 
 /// How much request-body data the node holds, and how long a body may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,6 +257,12 @@ pub struct FileConfig {
     pub body_budget: Option<ByteSize>,
     pub body_timeout_secs: Option<u64>,
     pub min_body_rate: Option<ByteSize>,
+    pub etcd: Option<Vec<String>>,
+    pub cluster: Option<String>,
+    pub zone: Option<String>,
+    pub replicas: Option<u32>,
+    pub lease_ttl_secs: Option<u64>,
+    pub cluster_key_file: Option<PathBuf>,
     #[serde(default)]
     pub users: Vec<User>,
     #[serde(default)]
@@ -257,6 +305,8 @@ pub struct Settings {
     /// This run of the node, in milliseconds since the Unix epoch: KV events are numbered per
     /// epoch, so the conductor can tell a restart from a gap.
     pub epoch: u64,
+    /// Cluster membership (`--etcd`); `None`: a single node.
+    pub cluster: Option<ClusterSettings>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,6 +352,17 @@ impl Settings {
         let file = match &flags.config {
             Some(path) => load_file(path)?,
             None => FileConfig::default(),
+        };
+        let no_auth = flags.no_auth || file.no_auth.unwrap_or(false);
+        let etcd = if flags.etcd.is_empty() {
+            file.etcd.clone().unwrap_or_default()
+        } else {
+            flags.etcd.clone()
+        };
+        let cluster = if etcd.is_empty() {
+            None
+        } else {
+            Some(cluster_settings(&flags, &file, etcd, no_auth)?)
         };
         let cpus = std::thread::available_parallelism()
             .map(|n| n.get())
@@ -471,6 +532,11 @@ impl Settings {
                 "--max-object-size must be positive".into(),
             ));
         }
+        if let Some(key) = cluster.as_ref().and_then(|c| c.key.as_ref()) {
+            keyring
+                .add_secret(CLUSTER_KID, key)
+                .map_err(|e| ConfigError::Invalid(format!("--cluster-key-file: {e}")))?;
+        }
         Ok(Settings {
             listen: flags.listen.or(file.listen).unwrap_or_else(|| {
                 DEFAULT_LISTEN
@@ -481,7 +547,7 @@ impl Settings {
             memory,
             shards,
             max_object_size,
-            no_auth: flags.no_auth || file.no_auth.unwrap_or(false),
+            no_auth,
             eviction,
             log_format,
             domains,
@@ -518,6 +584,7 @@ impl Settings {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(1),
+            cluster,
         })
     }
 
@@ -525,6 +592,89 @@ impl Settings {
     pub fn shard_memory(&self) -> u64 {
         self.memory / self.shards as u64
     }
+}
+
+/// Checks the cluster flags; adds the cluster key to the keyring.
+fn cluster_settings(
+    flags: &Flags,
+    file: &FileConfig,
+    etcd: Vec<String>,
+    no_auth: bool,
+) -> Result<ClusterSettings, ConfigError> {
+    for url in &etcd {
+        if !url.starts_with("http://") {
+            return Err(ConfigError::Invalid(format!(
+                "--etcd {url:?}: endpoints are http://host:port (etcd's client URL)"
+            )));
+        }
+    }
+    let name = flags
+        .cluster
+        .clone()
+        .or(file.cluster.clone())
+        .unwrap_or_else(|| "yutu".into());
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(ConfigError::Invalid(format!(
+            "--cluster {name:?}: letters, digits, '-' and '_' only"
+        )));
+    }
+    let replicas = flags.replicas.or(file.replicas).unwrap_or(1);
+    if replicas == 0 || replicas > yutu_api::cluster::MAX_REPLICAS {
+        return Err(ConfigError::Invalid(format!(
+            "--replicas must be 1 to {}",
+            yutu_api::cluster::MAX_REPLICAS
+        )));
+    }
+    let ttl = flags.lease_ttl_secs.or(file.lease_ttl_secs).unwrap_or(10);
+    if !(2..=300).contains(&ttl) {
+        return Err(ConfigError::Invalid(
+            "--lease-ttl-secs must be 2 to 300".into(),
+        ));
+    }
+    let key =
+        match flags
+            .cluster_key_file
+            .clone()
+            .or(file.cluster_key_file.clone())
+        {
+            Some(path) => {
+                let raw = std::fs::read(&path).map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                // As `yutu token issue --secret-file` reads it: the bytes, less a final newline.
+                let secret = raw
+                    .strip_suffix(b"\n")
+                    .map(|s| s.strip_suffix(b"\r").unwrap_or(s))
+                    .unwrap_or(&raw)
+                    .to_vec();
+                if secret.len() < 32 {
+                    return Err(ConfigError::Invalid(format!(
+                        "--cluster-key-file {}: the secret must have at least 32 bytes",
+                        path.display()
+                    )));
+                }
+                Some(secret)
+            }
+            None if no_auth => None,
+            None => return Err(ConfigError::Invalid(
+                "a cluster node needs --cluster-key-file (the secret every node of the cluster \
+                 shares; create one with `openssl rand -hex 32 > FILE`) unless --no-auth"
+                    .into(),
+            )),
+        };
+    Ok(ClusterSettings {
+        etcd,
+        name,
+        zone: flags.zone.clone().or(file.zone.clone()),
+        replicas,
+        lease_ttl: std::time::Duration::from_secs(ttl),
+        key,
+    })
 }
 
 fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {

@@ -11,12 +11,14 @@
 //!    write-through); async methods that return their results.
 //! 5. [`node`]: shards, the job mesh between them, the bucket coordinator and catalog, the
 //!    runtime that starts and stops them.
-//! 6. [`auth`], [`events`], [`kv`]: permissions and signatures, KV events for the
-//!    conductor, the KV block operations on the owning shard. They do not import each other.
+//! 6. [`auth`], [`events`], [`kv`], [`cluster`]: permissions and signatures, KV events for
+//!    the conductor, the KV block operations on the owning shard, membership and bucket
+//!    configuration from etcd. They do not import each other.
 //! 7. [`http`]: one endpoint enum and one error type per API.
 //! 8. [`serve`]: assembles a running node from all of the above.
 
 pub mod auth;
+pub mod cluster;
 pub mod config;
 pub mod engine;
 pub mod events;

@@ -19,9 +19,11 @@ pub fn start(settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
         None => None,
     };
     // One verifier (and cache of verified tokens) for all shards.
+    let cluster = crate::cluster::Cluster::new(&settings);
     let listening = Listening {
         tokens: Arc::new(TokenVerifier::new(settings.keyring.clone())),
         tls,
+        cluster: cluster.clone(),
     };
     let serve: Serve = Arc::new(move |shard, listener| {
         let listening = listening.clone();
@@ -46,6 +48,39 @@ pub fn start(settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
                     });
                     crate::events::spawn_pusher(shard.clone(), conductor.clone(), advertise);
                 }
+            }
+            if let (Some(cluster), 0) = (&listening.cluster, shard.id) {
+                let scheme = if settings.tls.is_some() {
+                    "https"
+                } else {
+                    "http"
+                };
+                let url = settings.advertise_url.clone().unwrap_or_else(|| {
+                    format!(
+                        "{scheme}://{}",
+                        listener
+                            .local_addr()
+                            .map(|a| a.to_string())
+                            .unwrap_or_default()
+                    )
+                });
+                let transfer = shard
+                    .transfer
+                    .as_ref()
+                    .and_then(|(engine, _)| engine.address().tcp)
+                    .map(|a| a.to_string());
+                let me = crate::cluster::agent::member(
+                    &shard,
+                    url,
+                    transfer,
+                    cluster.settings.zone.clone(),
+                );
+                glommio::spawn_local(crate::cluster::agent::run(
+                    shard.clone(),
+                    cluster.clone(),
+                    me,
+                ))
+                .detach();
             }
             crate::http::service::accept_loop(shard, listener, listening).await;
         })

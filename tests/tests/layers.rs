@@ -20,7 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["engine"],
     &["tier"],
     &["node"],
-    &["auth", "events", "kv"],
+    &["auth", "events", "kv", "cluster"],
     &["http"],
     &["serve"],
 ];

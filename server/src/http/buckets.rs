@@ -72,9 +72,37 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
                 .msg("x-yutu-durability must be memory or disk.")
         })?,
     };
+    let replicas = match ctx.header(yutu_api::cluster::REPLICAS_HEADER) {
+        None => None,
+        Some(r) => Some(
+            r.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=yutu_api::cluster::MAX_REPLICAS).contains(n))
+                .ok_or_else(|| {
+                    S3Error::new(S3ErrorCode::InvalidArgument).msg(format!(
+                        "{} must be a number from 1 to {}.",
+                        yutu_api::cluster::REPLICAS_HEADER,
+                        yutu_api::cluster::MAX_REPLICAS
+                    ))
+                })?,
+        ),
+    };
     let name = bucket.to_string();
     let owner = ctx.identity().name().to_string();
-    buckets::create(shard, name, owner, durability).await?;
+    match &ctx.cluster {
+        Some(cluster) => {
+            let replicas = replicas.unwrap_or(cluster.settings.replicas);
+            crate::cluster::buckets::create(shard, cluster, &name, &owner, durability, replicas)
+                .await
+                .map_err(super::cluster::bucket_error)?;
+        }
+        None if replicas.is_some_and(|n| n > 1) => {
+            return Err(S3Error::new(S3ErrorCode::InvalidArgument)
+                .msg("More than one replica needs a cluster (start the node with --etcd)."))
+        }
+        None => buckets::create(shard, name, owner, durability).await?,
+    }
     Ok(Response::builder()
         .status(StatusCode::OK)
         .header(header::LOCATION, format!("/{bucket}"))

@@ -17,6 +17,10 @@ pub struct Ctx {
     pub headers: HeaderMap,
     pub target: Target,
     pub auth: RequestAuth,
+    /// The cluster this node is part of (`None`: a single node).
+    pub cluster: Option<std::sync::Arc<crate::cluster::Cluster>>,
+    /// The node that forwarded this request, when it is proved to come from one.
+    pub peer: Option<String>,
 }
 
 impl Ctx {

@@ -3,10 +3,12 @@
 pub mod admin;
 pub mod body;
 pub mod buckets;
+pub mod cluster;
 pub mod copy;
 pub mod ctx;
 pub mod delete_many;
 pub mod error;
+pub mod forward;
 pub mod kv_api;
 pub mod kv_copy;
 pub mod kv_peers;

@@ -71,6 +71,12 @@ pub async fn put(
     let mut meta = req_meta.into_object_meta();
     meta.size = received.data.len() as u64;
     meta.etag = format!("\"{}\"", hex::encode(received.md5));
+    if ctx.peer.is_some() {
+        // A replica keeps its coordinator's ETag (a multipart ETag is no MD5 of the bytes).
+        if let Some(etag) = ctx.header(super::cluster::REPLICA_ETAG_HEADER) {
+            meta.etag = etag.to_string();
+        }
+    }
     meta.checksum = received.checksum;
     let stored = store(ctx, bucket, key, received.data, meta, cond).await?;
     let mut resp = Response::builder()

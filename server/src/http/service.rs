@@ -20,6 +20,7 @@ use super::{admin, buckets, copy, delete_many, kv_api, multipart, objects, Resp}
 use crate::auth::authenticate::authenticate;
 use crate::auth::tokens::TokenVerifier;
 use crate::auth::Action;
+use crate::cluster::Cluster;
 use crate::metrics::{render, Op};
 use crate::net::io::HyperStream;
 use crate::net::timer::GlommioTimer;
@@ -39,6 +40,8 @@ pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 pub struct Listening {
     pub tokens: Arc<TokenVerifier>,
     pub tls: Option<futures_rustls::TlsAcceptor>,
+    /// The cluster the node is part of, if any.
+    pub cluster: Option<Arc<Cluster>>,
 }
 
 /// Serves connections accepted on this shard's listener until the node stops; then closes the
@@ -80,8 +83,9 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, listening: Lis
             let _guard = guard;
             let _count = ConnectionCount(shard.clone());
             let tokens = listening.tokens;
+            let cluster = listening.cluster;
             match listening.tls {
-                None => serve_connection(shard, tokens, stream).await,
+                None => serve_connection(shard, tokens, cluster, stream).await,
                 Some(acceptor) => {
                     let handshake = futures_lite::future::or(
                         async { Some(acceptor.accept(stream).await) },
@@ -92,7 +96,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, listening: Lis
                     )
                     .await;
                     match handshake {
-                        Some(Ok(tls)) => serve_connection(shard, tokens, tls).await,
+                        Some(Ok(tls)) => serve_connection(shard, tokens, cluster, tls).await,
                         Some(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
                         None => tracing::debug!("TLS handshake timed out"),
                     }
@@ -104,12 +108,16 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, listening: Lis
 }
 
 /// Serves HTTP/1.1 on one connection (plain or TLS) until it closes or the node stops.
-async fn serve_connection<S>(shard: Rc<Shard>, tokens: Arc<TokenVerifier>, stream: S)
-where
+async fn serve_connection<S>(
+    shard: Rc<Shard>,
+    tokens: Arc<TokenVerifier>,
+    cluster: Option<Arc<Cluster>>,
+    stream: S,
+) where
     S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + 'static,
 {
     let stop = shard.stop.clone();
-    let svc = service_fn(move |req| handle(shard.clone(), tokens.clone(), req));
+    let svc = service_fn(move |req| handle(shard.clone(), tokens.clone(), cluster.clone(), req));
     let conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
         .timer(GlommioTimer)
@@ -167,6 +175,7 @@ impl Drop for ConnectionCount {
 pub async fn handle(
     shard: Rc<Shard>,
     tokens: Arc<TokenVerifier>,
+    cluster: Option<Arc<Cluster>>,
     req: http::Request<Incoming>,
 ) -> Result<Resp, Infallible> {
     let started = Instant::now();
@@ -174,7 +183,7 @@ pub async fn handle(
     let head = req.method() == Method::HEAD;
     let resource = req.uri().path().to_string();
     let method = req.method().clone();
-    let (op, result) = route(&shard, &tokens, req).await;
+    let (op, result) = route(&shard, &tokens, cluster, req).await;
     let mut resp = result.unwrap_or_else(|e| e.into_response(&resource, &request_id, head));
     let headers = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&request_id) {
@@ -212,6 +221,7 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Resp {
 async fn route(
     shard: &Rc<Shard>,
     tokens: &TokenVerifier,
+    cluster: Option<Arc<Cluster>>,
     req: http::Request<Incoming>,
 ) -> (Op, Result<Resp, S3Error>) {
     if header_section_size(req.headers()) > MAX_HEADER_BYTES {
@@ -240,7 +250,10 @@ async fn route(
                 )
             }
             Some("metrics") => {
-                let body = render(&shard.all_metrics);
+                let mut body = render(&shard.all_metrics);
+                if let Some(c) = &cluster {
+                    body.push_str(&c.render_metrics());
+                }
                 return (
                     Op::Ops,
                     Ok(text(StatusCode::OK, "text/plain; version=0.0.4", body)),
@@ -279,6 +292,15 @@ async fn route(
         Ok(a) => a,
         Err(e) => return (Op::Unsupported, Err(e.into())),
     };
+    let peer = cluster.as_deref().and_then(|c| {
+        super::cluster::from_node(
+            c,
+            shard.settings.no_auth,
+            tokens,
+            &parts.headers,
+            &auth.identity,
+        )
+    });
     let ctx = Ctx {
         shard: shard.clone(),
         method: parts.method,
@@ -286,7 +308,16 @@ async fn route(
         headers: parts.headers,
         target,
         auth,
+        cluster,
+        peer,
     };
+    if method == Method::GET
+        && ctx.target.bucket.as_deref() == Some("v1")
+        && ctx.target.key.as_deref() == Some("cluster")
+        && !ctx.target.virtual_host
+    {
+        return (Op::Admin, super::cluster::membership(&ctx));
+    }
     if ctx.target.bucket.as_deref() == Some("admin") && !ctx.target.virtual_host {
         return (Op::Admin, admin::route(&ctx).await);
     }
@@ -322,10 +353,16 @@ async fn route(
                 _ if t.has("versions") => (Op::ListObjectVersions, Action::List),
                 _ => (Op::ListObjects, Action::List),
             };
+            if let Some(cluster) = &ctx.cluster {
+                super::cluster::know_bucket(&ctx, cluster, &b).await;
+            }
             let r = async {
                 let incarnation = ctx.allow(action, Some(&b))?;
                 match op {
                     Op::CreateBucket => buckets::create(&ctx, body, &b).await,
+                    Op::DeleteBucket if ctx.cluster.is_some() && ctx.peer.is_none() => {
+                        super::cluster::delete_bucket(&ctx, &b).await
+                    }
                     Op::DeleteBucket => buckets::delete(&ctx, &b).await,
                     Op::HeadBucket => buckets::head(&ctx, &b),
                     Op::DeleteObjects => {
@@ -360,8 +397,67 @@ async fn route(
                 _ if t.has("uploadId") => (Op::ListParts, Action::List),
                 _ => (Op::GetObject, Action::Read),
             };
+            let mut body = Some(body);
+            let mut replicate_to = Vec::new();
+            let mut read_fallback = Vec::new();
+            if let Some(cluster) = ctx.cluster.clone() {
+                let prepared = async {
+                    super::cluster::know_bucket(&ctx, &cluster, &b).await;
+                    ctx.allow(action, Some(&b))?;
+                    Ok::<_, S3Error>(())
+                }
+                .await;
+                if let Err(e) = prepared {
+                    return (op, Err(e.bucket(&b).key(&k)));
+                }
+                match super::cluster::plan(&ctx, &cluster, op, &b, &k) {
+                    super::cluster::Plan::Local { replicate_to: to } => replicate_to = to,
+                    super::cluster::Plan::LocalThen(others) => read_fallback = others,
+                    super::cluster::Plan::Remote(owners) if super::cluster::coordinated(op) => {
+                        let Some(incoming) = body.take() else {
+                            return (op, Err(S3Error::new(S3ErrorCode::InternalError)));
+                        };
+                        match super::cluster::forward_write(&ctx, &cluster, &owners, incoming).await
+                        {
+                            super::cluster::Forwarded::Done(r) => {
+                                return (op, r.map_err(|e| e.bucket(&b).key(&k)))
+                            }
+                            super::cluster::Forwarded::Here(incoming) => {
+                                // The owners before this node are down: it coordinates.
+                                body = Some(incoming);
+                                if super::cluster::replicated(op) {
+                                    let me = owners
+                                        .iter()
+                                        .position(|m| m.name == cluster.node)
+                                        .unwrap_or(0);
+                                    replicate_to = owners[me + 1..].to_vec();
+                                }
+                            }
+                        }
+                    }
+                    super::cluster::Plan::Remote(owners) => {
+                        let r = super::cluster::forward_read(&ctx, &cluster, &owners).await;
+                        return (op, r.map_err(|e| e.bucket(&b).key(&k)));
+                    }
+                }
+                if super::cluster::coordinated(op) {
+                    if let Err(e) = cluster.writable() {
+                        crate::cluster::ClusterMetrics::inc(&cluster.metrics.writes_refused);
+                        return (
+                            op,
+                            Err(S3Error::new(S3ErrorCode::ServiceUnavailable)
+                                .msg(format!("{e}."))
+                                .bucket(&b)
+                                .key(&k)),
+                        );
+                    }
+                }
+            }
             let r = async {
                 let incarnation = ctx.allow(action, Some(&b))?;
+                let body = body
+                    .take()
+                    .ok_or_else(|| S3Error::new(S3ErrorCode::InternalError))?;
                 match op {
                     Op::UploadPartCopy => multipart::upload_part_copy(&ctx, &b, &k).await,
                     Op::UploadPart => multipart::upload_part(&ctx, body, &b, &k).await,
@@ -380,9 +476,23 @@ async fn route(
                         .msg("This POST operation on an object is not implemented.")),
                 }
             }
-            .await
-            .map_err(|e| e.bucket(&b).key(&k));
-            (op, r)
+            .await;
+            let r = match (&ctx.cluster, r) {
+                (Some(cluster), Ok(resp))
+                    if !replicate_to.is_empty() && resp.status().is_success() =>
+                {
+                    super::cluster::replicate(&ctx, cluster, op, &b, &k, &replicate_to)
+                        .await
+                        .map(|()| resp)
+                }
+                (Some(cluster), Err(e))
+                    if !read_fallback.is_empty() && e.code == S3ErrorCode::NoSuchKey =>
+                {
+                    super::cluster::forward_read(&ctx, cluster, &read_fallback).await
+                }
+                (_, r) => r,
+            };
+            (op, r.map_err(|e| e.bucket(&b).key(&k)))
         }
     }
 }

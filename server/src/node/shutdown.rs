@@ -84,6 +84,11 @@ impl StopSignal {
         signal
     }
 
+    /// Whether the node is stopping.
+    pub fn is_stopped(&self) -> bool {
+        self.0.stopped.get()
+    }
+
     /// Resolves once the node is stopping.
     pub fn stopped(&self) -> Stopped {
         Stopped {

@@ -1,0 +1,181 @@
+//! The cluster agent, on shard 0: registers the node under an etcd lease, keeps the lease
+//! alive, and reads members and buckets back into the shared [`View`].
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use yutu_api::cluster::{BucketConfig, Member};
+
+use super::etcd::{Etcd, EtcdError};
+use super::{Cluster, ClusterMetrics, View};
+use crate::node::Shard;
+
+/// How often the agent reads the membership and bucket configuration.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// What this node registers (its URLs are known once it listens).
+pub fn member(
+    shard: &Shard,
+    url: String,
+    transfer: Option<String>,
+    zone: Option<String>,
+) -> Member {
+    let s = &shard.settings;
+    Member {
+        name: s.node_name.clone(),
+        url,
+        transfer,
+        zone,
+        memory: s.memory,
+        nvme: s.nvme_capacity,
+        shards: s.shards,
+        started_ms: s.epoch,
+        draining: false,
+    }
+}
+
+fn etcd_failed(cluster: &Cluster, what: &str, e: &EtcdError) {
+    ClusterMetrics::inc(&cluster.metrics.etcd_errors);
+    tracing::warn!(error = %e, "etcd: cannot {what}");
+}
+
+/// Runs until the node stops; then revokes the lease, so the others stop routing here at
+/// once instead of after the TTL.
+pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
+    let mut etcd = Etcd::new(&cluster.settings.etcd);
+    let ttl = cluster.settings.lease_ttl;
+    let member_key = yutu_api::cluster::member_key(&cluster.settings.name, &me.name);
+    let me_json = serde_json::to_vec(&me).unwrap_or_default();
+    let mut lease: Option<i64> = None;
+    let mut next_keep_alive = Instant::now();
+    let mut known_buckets: BTreeMap<String, BucketConfig> = BTreeMap::new();
+    let mut last_revision = -1;
+    loop {
+        if shard.stop.is_stopped() {
+            if let Some(id) = lease {
+                match etcd.revoke(id).await {
+                    Ok(()) => tracing::info!("left the cluster (lease revoked)"),
+                    Err(e) => etcd_failed(&cluster, "revoke the lease", &e),
+                }
+            }
+            return;
+        }
+        let now = Instant::now();
+        match lease {
+            None => {
+                let sent = Instant::now();
+                match etcd.grant(ttl.as_secs()).await {
+                    Ok(id) => match etcd.put(&member_key, &me_json, Some(id)).await {
+                        Ok(()) => {
+                            lease = Some(id);
+                            cluster.with_lease(|l| {
+                                l.id = Some(id);
+                                l.alive_until = Some(sent + ttl);
+                                l.etcd_ok = Some(Instant::now());
+                            });
+                            next_keep_alive = sent + ttl / 3;
+                            tracing::info!(
+                                node = %me.name, cluster = %cluster.settings.name,
+                                lease = id, "joined the cluster"
+                            );
+                        }
+                        Err(e) => etcd_failed(&cluster, "register the node", &e),
+                    },
+                    Err(e) => etcd_failed(&cluster, "grant a lease", &e),
+                }
+            }
+            Some(id) if now >= next_keep_alive => {
+                let sent = Instant::now();
+                match etcd.keep_alive(id).await {
+                    Ok(Some(granted)) => {
+                        cluster.with_lease(|l| {
+                            l.alive_until = Some(sent + Duration::from_secs(granted));
+                            l.etcd_ok = Some(Instant::now());
+                        });
+                        next_keep_alive = sent + ttl / 3;
+                    }
+                    Ok(None) => {
+                        // etcd forgot the lease: the others have dropped this node.
+                        ClusterMetrics::inc(&cluster.metrics.lease_expired);
+                        tracing::warn!(
+                            "the node's etcd lease expired (etcd was out of reach longer than \
+                             the lease TTL); registering again"
+                        );
+                        cluster.with_lease(|l| {
+                            l.id = None;
+                            l.alive_until = None;
+                            l.etcd_ok = Some(Instant::now());
+                        });
+                        lease = None;
+                        continue;
+                    }
+                    Err(e) => {
+                        etcd_failed(&cluster, "keep the lease alive", &e);
+                        // Retry soon, not after another third of the TTL.
+                        next_keep_alive = Instant::now() + POLL_INTERVAL;
+                    }
+                }
+            }
+            Some(_) => {}
+        }
+        match read_view(&mut etcd, &cluster.settings.name).await {
+            Ok(view) => {
+                cluster.with_lease(|l| l.etcd_ok = Some(Instant::now()));
+                if view.revision != last_revision {
+                    last_revision = view.revision;
+                    if view.buckets != known_buckets {
+                        super::buckets::apply(&shard, &known_buckets, &view.buckets).await;
+                        known_buckets = view.buckets.clone();
+                    }
+                    let before = cluster.view();
+                    if before.members != view.members {
+                        let names: Vec<&str> =
+                            view.members.iter().map(|m| m.name.as_str()).collect();
+                        tracing::info!(members = ?names, revision = view.revision, "membership changed");
+                    }
+                    cluster.set_view(view);
+                }
+            }
+            Err(e) => etcd_failed(&cluster, "read the membership", &e),
+        }
+        let _ = futures_lite::future::or(
+            async {
+                glommio::timer::sleep(POLL_INTERVAL).await;
+            },
+            async {
+                shard.stop.stopped().await;
+            },
+        )
+        .await;
+    }
+}
+
+/// Members and buckets under the cluster's prefix, in one read.
+pub async fn read_view(etcd: &mut Etcd, cluster: &str) -> Result<View, EtcdError> {
+    let prefix = yutu_api::cluster::prefix(cluster);
+    let (revision, kvs) = etcd.range_prefix(&prefix).await?;
+    let mut view = View {
+        revision,
+        ..View::default()
+    };
+    for kv in kvs {
+        let rest = &kv.key[prefix.len()..];
+        if let Some(name) = rest.strip_prefix("members/") {
+            match serde_json::from_slice::<Member>(&kv.value) {
+                Ok(m) if m.name == name => view.members.push(m),
+                _ => tracing::warn!(key = %kv.key, "ignoring an unreadable member record"),
+            }
+        } else if let Some(bucket) = rest.strip_prefix("buckets/") {
+            match serde_json::from_slice::<BucketConfig>(&kv.value) {
+                Ok(c) => {
+                    view.buckets.insert(bucket.to_string(), c);
+                }
+                Err(_) => tracing::warn!(key = %kv.key, "ignoring an unreadable bucket record"),
+            }
+        }
+    }
+    view.members.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(view)
+}

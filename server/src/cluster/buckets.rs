@@ -1,0 +1,134 @@
+//! Buckets of a cluster: created and deleted in etcd (one transaction each, so two nodes
+//! creating the same name cannot both win), then mirrored into every node's local bucket list.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use yutu_api::cluster::{bucket_key, BucketConfig};
+
+use super::etcd::{Etcd, EtcdError};
+use super::Cluster;
+use crate::model::Durability;
+use crate::node::{buckets, BucketError, Shard};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterBucketError {
+    #[error(transparent)]
+    Local(#[from] BucketError),
+    #[error("the cluster's bucket configuration cannot be changed now: {0}")]
+    Etcd(#[from] EtcdError),
+}
+
+fn durability_name(d: Durability) -> &'static str {
+    match d {
+        Durability::Memory => "memory",
+        Durability::Disk => "disk",
+    }
+}
+
+/// Creates a bucket cluster-wide: in etcd first (the one transaction that decides who wins
+/// the name), then on this node; the other nodes create it when they read it (or on first
+/// use, [`ensure`]).
+pub async fn create(
+    shard: &Rc<Shard>,
+    cluster: &Cluster,
+    name: &str,
+    owner: &str,
+    durability: Durability,
+    replicas: u32,
+) -> Result<(), ClusterBucketError> {
+    let config = BucketConfig {
+        owner: owner.to_string(),
+        durability: durability_name(durability).to_string(),
+        replicas,
+        created_ms: yutu_api::token::unix_now() * 1000,
+    };
+    let key = bucket_key(&cluster.settings.name, name);
+    let mut etcd = Etcd::new(&cluster.settings.etcd);
+    let value = serde_json::to_vec(&config).unwrap_or_default();
+    if !etcd.create(&key, &value).await? {
+        let existing = etcd
+            .get(&key)
+            .await?
+            .and_then(|v| serde_json::from_slice::<BucketConfig>(&v).ok());
+        return Err(match existing {
+            Some(c) if c.owner == owner => BucketError::AlreadyOwned.into(),
+            _ => BucketError::AlreadyExists.into(),
+        });
+    }
+    match buckets::create(shard, name.to_string(), owner.to_string(), durability).await {
+        Ok(()) | Err(BucketError::AlreadyOwned) => {}
+        Err(e) => return Err(e.into()),
+    }
+    cluster.learn_bucket(name, config);
+    Ok(())
+}
+
+/// Deletes a bucket cluster-wide once the caller has checked that no node holds an object of
+/// it: from etcd, then here; the others drop it when they read the change.
+pub async fn delete(
+    shard: &Rc<Shard>,
+    cluster: &Cluster,
+    name: &str,
+) -> Result<(), ClusterBucketError> {
+    let mut etcd = Etcd::new(&cluster.settings.etcd);
+    if !etcd
+        .delete(&bucket_key(&cluster.settings.name, name))
+        .await?
+    {
+        return Err(BucketError::NoSuchBucket.into());
+    }
+    cluster.forget_bucket(name);
+    match buckets::delete(shard, name.to_string()).await {
+        Ok(()) | Err(BucketError::NoSuchBucket) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Makes a bucket etcd has, and this node does not know yet, known here: a request can reach
+/// a node before its next poll. Whether the bucket exists in the cluster.
+pub async fn ensure(shard: &Rc<Shard>, cluster: &Cluster, name: &str) -> Result<bool, EtcdError> {
+    let mut etcd = Etcd::new(&cluster.settings.etcd);
+    let Some(raw) = etcd.get(&bucket_key(&cluster.settings.name, name)).await? else {
+        return Ok(false);
+    };
+    let Ok(config) = serde_json::from_slice::<BucketConfig>(&raw) else {
+        return Ok(false);
+    };
+    create_local(shard, name, &config).await;
+    cluster.learn_bucket(name, config);
+    Ok(true)
+}
+
+async fn create_local(shard: &Rc<Shard>, name: &str, config: &BucketConfig) {
+    let durability = Durability::parse(&config.durability).unwrap_or_default();
+    match buckets::create(shard, name.to_string(), config.owner.clone(), durability).await {
+        Ok(()) => tracing::info!(bucket = %name, "bucket created (cluster)"),
+        Err(BucketError::AlreadyOwned) => {}
+        Err(e) => tracing::warn!(bucket = %name, error = %e, "cannot create a cluster bucket here"),
+    }
+}
+
+/// Brings the local bucket list in line with etcd's: creates what appeared, deletes what
+/// disappeared (only buckets this node saw in etcd before, so a node's own local buckets
+/// from before it joined stay).
+pub async fn apply(
+    shard: &Rc<Shard>,
+    before: &BTreeMap<String, BucketConfig>,
+    now: &BTreeMap<String, BucketConfig>,
+) {
+    for (name, config) in now {
+        if !shard.tier.store.borrow().bucket_known(name) {
+            create_local(shard, name, config).await;
+        }
+    }
+    for name in before.keys().filter(|n| !now.contains_key(*n)) {
+        match buckets::delete(shard, name.clone()).await {
+            Ok(()) => tracing::info!(bucket = %name, "bucket deleted (cluster)"),
+            Err(BucketError::NoSuchBucket) => {}
+            Err(e) => {
+                tracing::warn!(bucket = %name, error = %e, "cannot delete a cluster bucket here")
+            }
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! Taking part in a cluster: membership and bucket configuration from etcd, and who owns a key.
+//!
+//! The node registers itself under an etcd lease it keeps alive ([`agent`]) and reads the
+//! cluster's members and buckets back every [`agent::POLL_INTERVAL`]. What it last read is a
+//! [`View`], shared by every shard; placement ([`yutu_api::cluster::owners`]) runs on it, so
+//! there is no metadata service on the data path. When etcd cannot be reached the node keeps
+//! its last view: a running cluster keeps serving known buckets through an etcd outage.
+//!
+//! A node may act as an owner for writes only while its lease is known to be alive
+//! ([`Cluster::writable`]): once the lease may have expired, the other nodes may already have
+//! taken over its keys, and acknowledging a write there would split the brain.
+
+pub mod agent;
+pub mod buckets;
+pub mod etcd;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use yutu_api::cluster::{BucketConfig, BucketReplicas, Member, Membership};
+use yutu_api::token::{issue, Claims, SigningKey};
+
+use crate::config::{ClusterSettings, Settings, CLUSTER_KID};
+
+/// The cluster as this node last read it from etcd.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    /// etcd revision of the read (0 before the first).
+    pub revision: i64,
+    /// Live members, sorted by name.
+    pub members: Vec<Member>,
+    pub buckets: BTreeMap<String, BucketConfig>,
+}
+
+impl View {
+    /// The owners of (`bucket`, `key`), best first, or `None` when the bucket is not a
+    /// cluster bucket (a node-local bucket from before the node joined).
+    pub fn owners(&self, bucket: &str, key: &str) -> Option<Vec<&Member>> {
+        let config = self.buckets.get(bucket)?;
+        let idx = yutu_api::cluster::owners(bucket, key, &self.members, config.replicas as usize);
+        Some(idx.into_iter().map(|i| &self.members[i]).collect())
+    }
+
+    pub fn member(&self, name: &str) -> Option<&Member> {
+        self.members.iter().find(|m| m.name == name)
+    }
+}
+
+/// Why this node refuses to act as an owner for a write.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotWritable {
+    #[error("this node has not joined the cluster yet (no etcd lease)")]
+    NotJoined,
+    #[error(
+        "this node's etcd lease may have expired ({0} s without a keep-alive): other nodes may \
+         own its keys now, so it does not acknowledge writes until it is back in etcd"
+    )]
+    LeaseLost(u64),
+}
+
+/// Counters of the cluster layer, rendered after the shards' metrics.
+#[derive(Debug, Default)]
+pub struct ClusterMetrics {
+    pub etcd_errors: AtomicU64,
+    pub lease_expired: AtomicU64,
+    pub forwarded: AtomicU64,
+    pub forward_failures: AtomicU64,
+    pub replicated: AtomicU64,
+    pub replication_failures: AtomicU64,
+    pub writes_refused: AtomicU64,
+}
+
+impl ClusterMetrics {
+    pub fn inc(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The lease as the agent last knew it.
+#[derive(Debug, Default)]
+struct Lease {
+    id: Option<i64>,
+    /// Until when the lease is surely alive: send time of the last successful keep-alive plus
+    /// the TTL etcd granted.
+    alive_until: Option<Instant>,
+    /// When etcd last answered.
+    etcd_ok: Option<Instant>,
+}
+
+/// The node's part in the cluster, shared by every shard.
+pub struct Cluster {
+    pub settings: ClusterSettings,
+    /// This node's name (`--node-name`).
+    pub node: String,
+    view: RwLock<Arc<View>>,
+    lease: Mutex<Lease>,
+    pub metrics: ClusterMetrics,
+    /// The token this node sends to the others, and its expiry (seconds since the epoch).
+    token: Mutex<Option<(String, u64)>>,
+}
+
+/// How long a node token lives; a fresh one is signed when less than half is left.
+const NODE_TOKEN_TTL: Duration = Duration::from_secs(3600);
+
+impl Cluster {
+    pub fn new(settings: &Settings) -> Option<Arc<Cluster>> {
+        let c = settings.cluster.clone()?;
+        Some(Arc::new(Cluster {
+            settings: c,
+            node: settings.node_name.clone(),
+            view: RwLock::new(Arc::new(View::default())),
+            lease: Mutex::new(Lease::default()),
+            metrics: ClusterMetrics::default(),
+            token: Mutex::new(None),
+        }))
+    }
+
+    /// The last view read from etcd.
+    pub fn view(&self) -> Arc<View> {
+        match self.view.read() {
+            Ok(v) => v.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn set_view(&self, view: View) {
+        let view = Arc::new(view);
+        match self.view.write() {
+            Ok(mut v) => *v = view,
+            Err(p) => *p.into_inner() = view,
+        }
+    }
+
+    /// Adds one bucket to the current view (created here, or just read from etcd), so that
+    /// this node routes it before the next poll.
+    pub fn learn_bucket(&self, name: &str, config: BucketConfig) {
+        let mut view = (*self.view()).clone();
+        view.buckets.insert(name.to_string(), config);
+        self.set_view(view);
+    }
+
+    /// Drops one bucket from the current view.
+    pub fn forget_bucket(&self, name: &str) {
+        let mut view = (*self.view()).clone();
+        view.buckets.remove(name);
+        self.set_view(view);
+    }
+
+    fn with_lease<T>(&self, f: impl FnOnce(&mut Lease) -> T) -> T {
+        match self.lease.lock() {
+            Ok(mut l) => f(&mut l),
+            Err(p) => f(&mut p.into_inner()),
+        }
+    }
+
+    /// Whether this node may acknowledge a write as an owner now.
+    pub fn writable(&self) -> Result<(), NotWritable> {
+        self.with_lease(|l| match (l.id, l.alive_until) {
+            (Some(_), Some(until)) if Instant::now() < until => Ok(()),
+            (Some(_), Some(until)) => Err(NotWritable::LeaseLost(
+                (Instant::now() - until + self.settings.lease_ttl).as_secs(),
+            )),
+            _ => Err(NotWritable::NotJoined),
+        })
+    }
+
+    /// Whether etcd answered within the last lease TTL.
+    pub fn etcd_reachable(&self) -> bool {
+        self.with_lease(|l| {
+            l.etcd_ok
+                .is_some_and(|t| t.elapsed() < self.settings.lease_ttl)
+        })
+    }
+
+    /// The membership document (`GET /v1/cluster`).
+    pub fn membership(&self) -> Membership {
+        let view = self.view();
+        Membership {
+            cluster: self.settings.name.clone(),
+            revision: view.revision,
+            node: self.node.clone(),
+            members: view.members.clone(),
+            buckets: view
+                .buckets
+                .iter()
+                .map(|(b, c)| BucketReplicas {
+                    bucket: b.clone(),
+                    replicas: c.replicas,
+                })
+                .collect(),
+        }
+    }
+
+    /// The bearer token this node presents to the other nodes (an admin token for
+    /// `node:NAME`, signed with the cluster key); `None` without a key (--no-auth).
+    pub fn node_token(&self) -> Option<String> {
+        let key = self.settings.key.as_ref()?;
+        let now = yutu_api::token::unix_now();
+        let mut slot = match self.token.lock() {
+            Ok(t) => t,
+            Err(p) => p.into_inner(),
+        };
+        if let Some((token, exp)) = slot.as_ref() {
+            if *exp > now + NODE_TOKEN_TTL.as_secs() / 2 {
+                return Some(token.clone());
+            }
+        }
+        let claims = Claims {
+            admin: true,
+            ..Claims::new(
+                &format!("{NODE_SUBJECT_PREFIX}{}", self.node),
+                NODE_TOKEN_TTL,
+            )
+        };
+        match issue(&claims, CLUSTER_KID, &SigningKey::Secret(key.clone())) {
+            Ok(token) => {
+                *slot = Some((token.clone(), claims.exp));
+                Some(token)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot sign a node token");
+                None
+            }
+        }
+    }
+
+    /// Prometheus text of the cluster's gauges and counters.
+    pub fn render_metrics(&self) -> String {
+        let view = self.view();
+        let writable = self.writable().is_ok() as u8;
+        let m = &self.metrics;
+        let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        format!(
+            "# HELP yutu_cluster_members Live members in this node's view of the cluster.\n\
+             # TYPE yutu_cluster_members gauge\nyutu_cluster_members {}\n\
+             # HELP yutu_cluster_revision etcd revision of this node's view.\n\
+             # TYPE yutu_cluster_revision gauge\nyutu_cluster_revision {}\n\
+             # HELP yutu_cluster_writable 1 while this node's lease is alive and it acknowledges writes as an owner.\n\
+             # TYPE yutu_cluster_writable gauge\nyutu_cluster_writable {writable}\n\
+             # HELP yutu_cluster_etcd_reachable 1 while etcd answered within the lease TTL.\n\
+             # TYPE yutu_cluster_etcd_reachable gauge\nyutu_cluster_etcd_reachable {}\n\
+             # HELP yutu_cluster_etcd_errors_total Failed calls to etcd.\n\
+             # TYPE yutu_cluster_etcd_errors_total counter\nyutu_cluster_etcd_errors_total {}\n\
+             # HELP yutu_cluster_lease_expired_total Times this node found its lease expired and registered again.\n\
+             # TYPE yutu_cluster_lease_expired_total counter\nyutu_cluster_lease_expired_total {}\n\
+             # HELP yutu_cluster_forwarded_total Requests forwarded to the key's owner.\n\
+             # TYPE yutu_cluster_forwarded_total counter\nyutu_cluster_forwarded_total {}\n\
+             # HELP yutu_cluster_forward_failures_total Owners that could not be reached (the next owner was tried).\n\
+             # TYPE yutu_cluster_forward_failures_total counter\nyutu_cluster_forward_failures_total {}\n\
+             # HELP yutu_cluster_replicated_total Replica writes sent to other owners.\n\
+             # TYPE yutu_cluster_replicated_total counter\nyutu_cluster_replicated_total {}\n\
+             # HELP yutu_cluster_replication_failures_total Replica writes that failed (the client's write failed with them).\n\
+             # TYPE yutu_cluster_replication_failures_total counter\nyutu_cluster_replication_failures_total {}\n\
+             # HELP yutu_cluster_writes_refused_total Writes refused because this node's lease may have expired.\n\
+             # TYPE yutu_cluster_writes_refused_total counter\nyutu_cluster_writes_refused_total {}\n",
+            view.members.len(),
+            view.revision,
+            self.etcd_reachable() as u8,
+            c(&m.etcd_errors),
+            c(&m.lease_expired),
+            c(&m.forwarded),
+            c(&m.forward_failures),
+            c(&m.replicated),
+            c(&m.replication_failures),
+            c(&m.writes_refused),
+        )
+    }
+}
+
+/// Subjects of node tokens start with this; users cannot be named so (a token's `sub` is the
+/// issuer's choice, but only a holder of the cluster key can sign one).
+pub const NODE_SUBJECT_PREFIX: &str = "node:";

@@ -1,0 +1,543 @@
+//! Object requests in a cluster: which node serves them, forwarding to it, and replicating
+//! writes to the other owners before they are acknowledged.
+//!
+//! Every node accepts every request. For a key of a cluster bucket the owners are the first N
+//! members by rendezvous hashing ([`crate::cluster::View::owners`]):
+//! - a write (and every multipart step, whose upload lives on one node) goes to the first
+//!   owner that accepts a connection, the *coordinator*; it applies the write and then sends
+//!   the object (or the delete) to the other owners, and answers the client only when all of
+//!   them have it. An owner that cannot be reached fails the write (503, retryable): the write
+//!   is never acknowledged with fewer than N copies.
+//! - a read is served here when this node is an owner, otherwise by the first owner that
+//!   answers; a refused connection or a 5xx moves on to the next owner at once, and so does a
+//!   404 (an owner that joined recently may not have the key yet).
+//!
+//! A request from another node (a forward or a replica, proved by a node token signed with the
+//! cluster key) is always served locally, so a request crosses at most one extra hop and
+//! cannot loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode};
+use yutu_api::cluster::{Member, FORWARDED_HEADER, NODE_TOKEN_HEADER, REPLICA_HEADER};
+use yutu_api::S3ErrorCode;
+
+use super::ctx::Ctx;
+use super::error::S3Error;
+use super::forward::{self, ForwardError, ProxyBody};
+use super::Resp;
+use crate::auth::tokens::TokenVerifier;
+use crate::auth::Identity;
+use crate::cluster::{Cluster, ClusterMetrics, NODE_SUBJECT_PREFIX};
+use crate::metrics::Op;
+use crate::model::conditions::ReadConditions;
+
+/// Header with which a replica keeps the coordinator's ETag (a multipart object's ETag is not
+/// the MD5 of its bytes, so the replica could not compute it).
+pub const REPLICA_ETAG_HEADER: &str = "x-yutu-replica-etag";
+
+/// The name of the node that sent this request, when it proves to be one of the cluster's.
+pub fn from_node(
+    cluster: &Cluster,
+    no_auth: bool,
+    tokens: &TokenVerifier,
+    headers: &HeaderMap,
+    identity: &Identity,
+) -> Option<String> {
+    let claimed = headers.get(FORWARDED_HEADER)?.to_str().ok()?.to_string();
+    if no_auth {
+        // Nothing is checked on an open node; the header only stops loops.
+        return Some(claimed);
+    }
+    let is_node = |sub: &str, admin: bool| admin && sub.starts_with(NODE_SUBJECT_PREFIX);
+    if let Identity::Token(c) = identity {
+        if is_node(&c.sub, c.admin) {
+            return Some(claimed);
+        }
+    }
+    let token = headers.get(NODE_TOKEN_HEADER)?.to_str().ok()?;
+    let claims = tokens.verify(token.trim()).ok()?;
+    is_node(&claims.sub, claims.admin)
+        .then_some(claimed)
+        .filter(|_| cluster.settings.key.is_some())
+}
+
+/// Operations that change the key, and those that must reach the node holding the key's
+/// multipart uploads: all go to the coordinator.
+pub fn coordinated(op: Op) -> bool {
+    matches!(
+        op,
+        Op::PutObject
+            | Op::CopyObject
+            | Op::DeleteObject
+            | Op::CreateMultipartUpload
+            | Op::UploadPart
+            | Op::UploadPartCopy
+            | Op::CompleteMultipartUpload
+            | Op::AbortMultipartUpload
+            | Op::ListParts
+    )
+}
+
+/// Writes whose result the coordinator copies to the other owners.
+pub fn replicated(op: Op) -> bool {
+    matches!(
+        op,
+        Op::PutObject | Op::CopyObject | Op::DeleteObject | Op::CompleteMultipartUpload
+    )
+}
+
+/// What to do with one object request.
+pub enum Plan {
+    /// Serve it here; then, for a replicated write, copy it to these owners.
+    Local { replicate_to: Vec<Member> },
+    /// Serve it here, and for a read that finds nothing try these owners.
+    LocalThen(Vec<Member>),
+    /// Send it to the first of these that can be reached (this node may be among them, for
+    /// writes, when the owners before it are down).
+    Remote(Vec<Member>),
+}
+
+pub fn plan(ctx: &Ctx, cluster: &Cluster, op: Op, bucket: &str, key: &str) -> Plan {
+    let local = Plan::Local {
+        replicate_to: Vec::new(),
+    };
+    if ctx.peer.is_some() {
+        if ctx.headers.contains_key(REPLICA_HEADER) || !replicated(op) {
+            return local;
+        }
+        // Forwarded to this node as the coordinator.
+        let view = cluster.view();
+        let others = view
+            .owners(bucket, key)
+            .map(|o| {
+                o.into_iter()
+                    .filter(|m| m.name != cluster.node)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        return Plan::Local {
+            replicate_to: others,
+        };
+    }
+    let view = cluster.view();
+    let Some(owners) = view.owners(bucket, key) else {
+        return local;
+    };
+    let me = owners.iter().position(|m| m.name == cluster.node);
+    if coordinated(op) {
+        if me == Some(0) {
+            let others = owners[1..].iter().map(|m| (*m).clone()).collect();
+            return if replicated(op) {
+                Plan::Local {
+                    replicate_to: others,
+                }
+            } else {
+                local
+            };
+        }
+        return Plan::Remote(owners.into_iter().cloned().collect());
+    }
+    match me {
+        Some(i) => Plan::LocalThen(
+            owners
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, m)| (*m).clone())
+                .collect(),
+        ),
+        None => Plan::Remote(owners.into_iter().cloned().collect()),
+    }
+}
+
+/// What became of a forwarded request.
+pub enum Forwarded {
+    Done(Result<Resp, S3Error>),
+    /// The owners before this node could not be reached: serve it here (with its body).
+    Here(hyper::body::Incoming),
+}
+
+fn unavailable(msg: String) -> S3Error {
+    S3Error::new(S3ErrorCode::ServiceUnavailable).msg(msg)
+}
+
+/// How long an exchange with a peer may take: the client's body at the slowest allowed rate,
+/// plus the peer's own work.
+fn exchange_timeout(ctx: &Ctx) -> Duration {
+    let len = ctx
+        .header("content-length")
+        .and_then(|l| l.parse::<u64>().ok())
+        .unwrap_or(0);
+    ctx.shard.settings.body.deadline(len) + Duration::from_secs(30)
+}
+
+fn reply_limit(ctx: &Ctx) -> u64 {
+    ctx.shard.settings.max_object_size + (1 << 20)
+}
+
+/// The request as it goes to an owner: the client's method, target and headers (its signature
+/// stays valid: the owner checks it itself) plus this node's name and token.
+fn outgoing(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    body: ProxyBody,
+) -> Result<http::Request<ProxyBody>, S3Error> {
+    let target = ctx
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    let mut req = http::Request::builder()
+        .method(ctx.method.clone())
+        .uri(target)
+        .body(body)
+        .map_err(|e| S3Error::new(S3ErrorCode::InternalError).msg(e.to_string()))?;
+    let headers = req.headers_mut();
+    *headers = forward::end_to_end(&ctx.headers);
+    forward::set(headers, FORWARDED_HEADER, &cluster.node);
+    if let Some(token) = cluster.node_token() {
+        forward::set(headers, NODE_TOKEN_HEADER, &token);
+    }
+    Ok(req)
+}
+
+/// Forwards a write (or a multipart step) to the first owner that accepts a connection.
+pub async fn forward_write(
+    ctx: &Ctx,
+    cluster: &Arc<Cluster>,
+    owners: &[Member],
+    body: hyper::body::Incoming,
+) -> Forwarded {
+    let mut failures = Vec::new();
+    for owner in owners {
+        if owner.name == cluster.node {
+            return Forwarded::Here(body);
+        }
+        let Some(peer) = forward::authority(&owner.url) else {
+            failures.push(format!("{}: URL {} is not http://", owner.name, owner.url));
+            continue;
+        };
+        let sender = match forward::connect(peer).await {
+            Ok(s) => s,
+            Err(e) => {
+                ClusterMetrics::inc(&cluster.metrics.forward_failures);
+                tracing::debug!(owner = %owner.name, error = %e, "owner unreachable; trying the next");
+                failures.push(e.to_string());
+                continue;
+            }
+        };
+        ClusterMetrics::inc(&cluster.metrics.forwarded);
+        let req = match outgoing(ctx, cluster, forward::incoming_body(body)) {
+            Ok(r) => r,
+            Err(e) => return Forwarded::Done(Err(e)),
+        };
+        let result =
+            forward::exchange(peer, sender, req, exchange_timeout(ctx), reply_limit(ctx)).await;
+        return Forwarded::Done(result.map_err(|e| {
+            ClusterMetrics::inc(&cluster.metrics.forward_failures);
+            unavailable(format!(
+                "The owner of this key failed during the request ({e}); it may or may not have been applied. Retry it."
+            ))
+        }));
+    }
+    Forwarded::Done(Err(unavailable(format!(
+        "No owner of this key can be reached: {}.",
+        failures.join("; ")
+    ))))
+}
+
+/// Forwards a read to the owners in turn until one has the object.
+pub async fn forward_read(
+    ctx: &Ctx,
+    cluster: &Arc<Cluster>,
+    owners: &[Member],
+) -> Result<Resp, S3Error> {
+    let mut last: Option<Resp> = None;
+    let mut failures = Vec::new();
+    for owner in owners.iter().filter(|m| m.name != cluster.node) {
+        let Some(peer) = forward::authority(&owner.url) else {
+            continue;
+        };
+        let sender = match forward::connect(peer).await {
+            Ok(s) => s,
+            Err(e) => {
+                ClusterMetrics::inc(&cluster.metrics.forward_failures);
+                failures.push(e.to_string());
+                continue;
+            }
+        };
+        ClusterMetrics::inc(&cluster.metrics.forwarded);
+        let req = outgoing(ctx, cluster, forward::empty_body())?;
+        match forward::exchange(peer, sender, req, exchange_timeout(ctx), reply_limit(ctx)).await {
+            Ok(resp)
+                if resp.status().is_server_error() || resp.status() == StatusCode::NOT_FOUND =>
+            {
+                last = Some(resp);
+            }
+            Ok(resp) => return Ok(resp),
+            Err(e) => {
+                ClusterMetrics::inc(&cluster.metrics.forward_failures);
+                failures.push(e.to_string());
+            }
+        }
+    }
+    match last {
+        Some(resp) => Ok(resp),
+        None => Err(unavailable(format!(
+            "No owner of this key can be reached: {}.",
+            failures.join("; ")
+        ))),
+    }
+}
+
+/// Copies the result of a write the coordinator has just applied to the other owners; fails
+/// if any of them does not confirm.
+pub async fn replicate(
+    ctx: &Ctx,
+    cluster: &Arc<Cluster>,
+    op: Op,
+    bucket: &str,
+    key: &str,
+    to: &[Member],
+) -> Result<(), S3Error> {
+    if to.is_empty() {
+        return Ok(());
+    }
+    let path = format!(
+        "/{}/{}",
+        percent_encoding::utf8_percent_encode(bucket, PATH),
+        percent_encoding::utf8_percent_encode(key, PATH)
+    );
+    let (method, headers, data) = if op == Op::DeleteObject {
+        (Method::DELETE, HeaderMap::new(), Bytes::new())
+    } else {
+        let (b, k) = (bucket.to_string(), key.to_string());
+        let found = ctx
+            .shard
+            .run_step(ctx.shard.owner(bucket, key), move |s| {
+                s.tier.get(b, k, None, false, ReadConditions::default())
+            })
+            .await?;
+        let (meta, _, data) = match found {
+            Ok(x) => x,
+            // Deleted again meanwhile: the later delete replicates itself.
+            Err(crate::model::StoreError::NoSuchKey) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let shown = super::meta::to_response(http::Response::builder(), &meta, true, false);
+        let mut headers = HeaderMap::new();
+        if let Some(h) = shown.headers_ref() {
+            for (name, value) in h {
+                let n = name.as_str();
+                if n.starts_with("x-amz-meta-")
+                    || n.starts_with("x-amz-checksum-")
+                    || matches!(
+                        n,
+                        "content-type"
+                            | "content-encoding"
+                            | "content-disposition"
+                            | "content-language"
+                            | "cache-control"
+                            | "expires"
+                    )
+                {
+                    headers.append(name.clone(), value.clone());
+                }
+            }
+        }
+        forward::set(&mut headers, REPLICA_ETAG_HEADER, &meta.etag);
+        (Method::PUT, headers, data)
+    };
+    let sends = to.iter().map(|owner| {
+        let (method, mut headers, data, path) =
+            (method.clone(), headers.clone(), data.clone(), path.clone());
+        async move {
+            let peer = forward::authority(&owner.url).ok_or_else(|| ForwardError::Unreachable {
+                peer: owner.name.clone(),
+                reason: format!("URL {} is not http://", owner.url),
+            })?;
+            forward::set(&mut headers, FORWARDED_HEADER, &cluster.node);
+            forward::set(&mut headers, REPLICA_HEADER, "1");
+            if let Some(token) = cluster.node_token() {
+                forward::set(&mut headers, "authorization", &format!("Bearer {token}"));
+            }
+            headers.insert(
+                http::header::HOST,
+                http::HeaderValue::from_str(peer)
+                    .unwrap_or(http::HeaderValue::from_static("localhost")),
+            );
+            headers.insert(http::header::CONTENT_LENGTH, data.len().into());
+            let mut req = http::Request::builder()
+                .method(method)
+                .uri(path)
+                .body(forward::bytes_body(data))
+                .map_err(|e| ForwardError::Failed {
+                    peer: owner.name.clone(),
+                    reason: e.to_string(),
+                })?;
+            *req.headers_mut() = headers;
+            let sender = forward::connect(peer).await?;
+            let (resp, body) =
+                forward::exchange_raw(peer, sender, req, Duration::from_secs(60), 1 << 20).await?;
+            if resp.status.is_success()
+                || (resp.status == StatusCode::NOT_FOUND && op == Op::DeleteObject)
+            {
+                Ok(())
+            } else {
+                Err(ForwardError::Failed {
+                    peer: owner.name.clone(),
+                    reason: format!(
+                        "answered {}: {}",
+                        resp.status,
+                        String::from_utf8_lossy(&body)
+                            .chars()
+                            .take(200)
+                            .collect::<String>()
+                    ),
+                })
+            }
+        }
+    });
+    let results = futures::future::join_all(sends).await;
+    let failed: Vec<String> = results
+        .into_iter()
+        .zip(to)
+        .filter_map(|(r, m)| r.err().map(|e| format!("{}: {e}", m.name)))
+        .collect();
+    let sent = to.len() - failed.len();
+    cluster
+        .metrics
+        .replicated
+        .fetch_add(sent as u64, std::sync::atomic::Ordering::Relaxed);
+    if failed.is_empty() {
+        return Ok(());
+    }
+    cluster
+        .metrics
+        .replication_failures
+        .fetch_add(failed.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    tracing::warn!(bucket, key, failed = ?failed, "replication failed; the write is not acknowledged");
+    Err(unavailable(format!(
+        "The write reached this node but not every replica ({}); it is not acknowledged. Retry it.",
+        failed.join("; ")
+    )))
+}
+
+/// Bytes of a path segment that are sent percent-encoded (everything but unreserved and `/`).
+const PATH: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
+
+fn json_response(value: &impl serde::Serialize) -> Result<Resp, S3Error> {
+    let body = serde_json::to_vec(value)
+        .map_err(|e| S3Error::new(S3ErrorCode::InternalError).msg(e.to_string()))?;
+    Ok(http::Response::builder()
+        .status(StatusCode::OK)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(http_body_util::Full::new(Bytes::from(body)))
+        .unwrap_or_default())
+}
+
+/// `GET /v1/cluster`: the membership a client routes itself with (any authenticated caller;
+/// it names the nodes and their URLs, nothing stored on them). A single node answers with no
+/// members: the client talks to it directly.
+pub fn membership(ctx: &Ctx) -> Result<Resp, S3Error> {
+    match &ctx.cluster {
+        Some(c) => json_response(&c.membership()),
+        None => json_response(&yutu_api::cluster::Membership {
+            node: ctx.shard.settings.node_name.clone(),
+            ..Default::default()
+        }),
+    }
+}
+
+/// Makes sure this node knows a cluster bucket created through another node moments ago.
+pub async fn know_bucket(ctx: &Ctx, cluster: &Arc<Cluster>, bucket: &str) {
+    if ctx.shard.tier.store.borrow().bucket_known(bucket) {
+        return;
+    }
+    if let Err(e) = crate::cluster::buckets::ensure(&ctx.shard, cluster, bucket).await {
+        tracing::warn!(bucket, error = %e, "cannot look the bucket up in etcd");
+    }
+}
+
+/// DeleteBucket in a cluster: refused while any member holds an object of the bucket, then
+/// deleted in etcd (every node drops it when it reads the change).
+pub async fn delete_bucket(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
+    let Some(cluster) = ctx.cluster.clone() else {
+        return Err(S3Error::new(S3ErrorCode::InternalError));
+    };
+    let view = cluster.view();
+    if !view.buckets.contains_key(bucket) {
+        // A bucket of this node alone (from before it joined).
+        return super::buckets::delete(ctx, bucket).await;
+    }
+    let path = format!(
+        "/{}?list-type=2&max-keys=1",
+        percent_encoding::utf8_percent_encode(bucket, PATH)
+    );
+    for member in &view.members {
+        let peer = forward::authority(&member.url)
+            .ok_or_else(|| unavailable(format!("Member {} has no http:// URL.", member.name)))?;
+        let mut req = http::Request::builder()
+            .method(Method::GET)
+            .uri(&path)
+            .body(forward::empty_body())
+            .map_err(|e| S3Error::new(S3ErrorCode::InternalError).msg(e.to_string()))?;
+        let h = req.headers_mut();
+        forward::set(h, "host", peer);
+        forward::set(h, FORWARDED_HEADER, &cluster.node);
+        if let Some(token) = cluster.node_token() {
+            forward::set(h, "authorization", &format!("Bearer {token}"));
+        }
+        let answer = async {
+            let sender = forward::connect(peer).await?;
+            forward::exchange_raw(peer, sender, req, Duration::from_secs(10), 1 << 20).await
+        }
+        .await
+        .map_err(|e| {
+            unavailable(format!(
+                "Cannot check that member {} holds nothing of the bucket ({e}); nothing was deleted.",
+                member.name
+            ))
+        })?;
+        let (head, body) = answer;
+        if head.status == StatusCode::NOT_FOUND {
+            continue;
+        }
+        if !head.status.is_success() {
+            return Err(unavailable(format!(
+                "Member {} answered {} to the emptiness check; nothing was deleted.",
+                member.name, head.status
+            )));
+        }
+        if memchr_contains(&body, b"<Key>") {
+            return Err(S3Error::new(S3ErrorCode::BucketNotEmpty));
+        }
+    }
+    crate::cluster::buckets::delete(&ctx.shard, &cluster, bucket)
+        .await
+        .map_err(bucket_error)?;
+    Ok(super::objects::empty(StatusCode::NO_CONTENT))
+}
+
+fn memchr_contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The S3 error of a cluster bucket operation.
+pub fn bucket_error(e: crate::cluster::buckets::ClusterBucketError) -> S3Error {
+    match e {
+        crate::cluster::buckets::ClusterBucketError::Local(e) => e.into(),
+        crate::cluster::buckets::ClusterBucketError::Etcd(e) => unavailable(format!(
+            "The cluster's configuration store (etcd) cannot be reached, so buckets cannot be created or deleted now: {e}."
+        )),
+    }
+}
