@@ -96,6 +96,12 @@ pub struct Membership {
     pub members: Vec<Member>,
     /// Replica count of each bucket the cluster knows.
     pub buckets: Vec<BucketReplicas>,
+    /// Whether the answering node reached etcd within its lease TTL. A node cut off from
+    /// etcd asks its peers: if they reach etcd, it is the one partitioned away (and stops
+    /// acknowledging writes); if none does, etcd itself is down and the cluster carries on
+    /// with the membership it last read.
+    #[serde(default)]
+    pub etcd_reachable: bool,
 }
 
 /// One bucket's replica count, in the membership document.

@@ -104,6 +104,26 @@ impl Client {
         Some(status)
     }
 
+    /// A GET that reports a transport failure (nothing listening yet, a killed server) as
+    /// `None` instead of failing.
+    pub fn try_get(&self, path: &str, headers: &[(&str, &str)]) -> Option<Reply> {
+        let mut builder = http::Request::builder()
+            .method("GET")
+            .uri(format!("{}{}", self.base, path));
+        for (k, v) in headers {
+            builder = builder.header(*k, *v);
+        }
+        let resp = self.agent.run(builder.body(()).ok()?).ok()?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp.into_body().read_to_vec().ok()?;
+        Some(Reply {
+            status,
+            headers,
+            body,
+        })
+    }
+
     pub fn get(&self, path: &str) -> Reply {
         self.send("GET", path, &[], None)
     }

@@ -7,6 +7,8 @@
 //! The binaries are looked up next to the test executable (`target/<profile>/`), or in
 //! `$YUTU_BIN_DIR`; the test command builds them first (`cargo build --workspace --bins`).
 
+pub mod cluster;
+pub mod etcd;
 pub mod http;
 pub mod imports;
 pub mod kv;

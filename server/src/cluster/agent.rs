@@ -1,7 +1,6 @@
 //! The cluster agent, on shard 0: registers the node under an etcd lease, keeps the lease
 //! alive, and reads members and buckets back into the shared [`View`].
 
-use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,8 +49,8 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
     let me_json = serde_json::to_vec(&me).unwrap_or_default();
     let mut lease: Option<i64> = None;
     let mut next_keep_alive = Instant::now();
-    let mut known_buckets: BTreeMap<String, BucketConfig> = BTreeMap::new();
     let mut last_revision = -1;
+    let mut next_probe = Instant::now();
     loop {
         if shard.stop.is_stopped() {
             if let Some(id) = lease {
@@ -120,15 +119,28 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
             }
             Some(_) => {}
         }
-        match read_view(&mut etcd, &cluster.settings.name).await {
+        let read = read_view(&mut etcd, &cluster.settings.name).await;
+        if read.is_err() && lease.is_some() && !cluster.lease_alive() {
+            // Cut off from etcd past the lease: partitioned, or is etcd down for everyone?
+            if Instant::now() >= next_probe {
+                next_probe = Instant::now() + PROBE_INTERVAL;
+                let verdict = probe_peers(&cluster).await;
+                if verdict == Verdict::Partitioned && !cluster.in_outage() {
+                    tracing::warn!(
+                        "cut off from etcd while peers reach it: this node's lease has expired \
+                         for them, so it stops acknowledging writes as an owner"
+                    );
+                }
+                cluster.set_outage(verdict == Verdict::Outage);
+            }
+        }
+        match read {
             Ok(view) => {
+                cluster.set_outage(false);
                 cluster.with_lease(|l| l.etcd_ok = Some(Instant::now()));
                 if view.revision != last_revision {
                     last_revision = view.revision;
-                    if view.buckets != known_buckets {
-                        super::buckets::apply(&shard, &known_buckets, &view.buckets).await;
-                        known_buckets = view.buckets.clone();
-                    }
+                    super::buckets::apply(&shard, &cluster, &view.buckets).await;
                     let before = cluster.view();
                     if before.members != view.members {
                         let names: Vec<&str> =
@@ -149,6 +161,54 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
             },
         )
         .await;
+    }
+}
+
+/// How often a node cut off from etcd asks its peers whether they reach it.
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// A peer reaches etcd: this node is the one cut off.
+    Partitioned,
+    /// Peers answered and none reaches etcd: etcd is down.
+    Outage,
+    /// No peer answered: this node is cut off from everything.
+    Alone,
+}
+
+async fn probe_peers(cluster: &Cluster) -> Verdict {
+    let view = cluster.view();
+    let mut answered = 0;
+    for m in view.members.iter().filter(|m| m.name != cluster.node) {
+        let Ok(client) = crate::net::client::Client::new(&m.url, PROBE_INTERVAL) else {
+            continue;
+        };
+        let mut client = match cluster.node_token() {
+            Some(t) => match client.with_bearer(&t) {
+                Ok(c) => c,
+                Err(_) => continue,
+            },
+            None => client,
+        };
+        let Ok(reply) = client
+            .send(http::Method::GET, yutu_api::cluster::MEMBERSHIP_PATH, None)
+            .await
+        else {
+            continue;
+        };
+        let Ok(doc) = serde_json::from_slice::<yutu_api::cluster::Membership>(&reply.body) else {
+            continue;
+        };
+        answered += 1;
+        if doc.etcd_reachable {
+            return Verdict::Partitioned;
+        }
+    }
+    if answered > 0 {
+        Verdict::Outage
+    } else {
+        Verdict::Alone
     }
 }
 

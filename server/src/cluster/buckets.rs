@@ -56,6 +56,7 @@ pub async fn create(
             _ => BucketError::AlreadyExists.into(),
         });
     }
+    cluster.mark_mirrored(name);
     match buckets::create(shard, name.to_string(), owner.to_string(), durability).await {
         Ok(()) | Err(BucketError::AlreadyOwned) => {}
         Err(e) => return Err(e.into()),
@@ -95,12 +96,13 @@ pub async fn ensure(shard: &Rc<Shard>, cluster: &Cluster, name: &str) -> Result<
     let Ok(config) = serde_json::from_slice::<BucketConfig>(&raw) else {
         return Ok(false);
     };
-    create_local(shard, name, &config).await;
+    create_local(shard, cluster, name, &config).await;
     cluster.learn_bucket(name, config);
     Ok(true)
 }
 
-async fn create_local(shard: &Rc<Shard>, name: &str, config: &BucketConfig) {
+async fn create_local(shard: &Rc<Shard>, cluster: &Cluster, name: &str, config: &BucketConfig) {
+    cluster.mark_mirrored(name);
     let durability = Durability::parse(&config.durability).unwrap_or_default();
     match buckets::create(shard, name.to_string(), config.owner.clone(), durability).await {
         Ok(()) => tracing::info!(bucket = %name, "bucket created (cluster)"),
@@ -110,19 +112,17 @@ async fn create_local(shard: &Rc<Shard>, name: &str, config: &BucketConfig) {
 }
 
 /// Brings the local bucket list in line with etcd's: creates what appeared, deletes what
-/// disappeared (only buckets this node saw in etcd before, so a node's own local buckets
+/// disappeared (only buckets this node mirrored from etcd, so a node's own local buckets
 /// from before it joined stay).
-pub async fn apply(
-    shard: &Rc<Shard>,
-    before: &BTreeMap<String, BucketConfig>,
-    now: &BTreeMap<String, BucketConfig>,
-) {
+pub async fn apply(shard: &Rc<Shard>, cluster: &Cluster, now: &BTreeMap<String, BucketConfig>) {
     for (name, config) in now {
         if !shard.tier.store.borrow().bucket_known(name) {
-            create_local(shard, name, config).await;
+            create_local(shard, cluster, name, config).await;
+        } else {
+            cluster.mark_mirrored(name);
         }
     }
-    for name in before.keys().filter(|n| !now.contains_key(*n)) {
+    for name in cluster.take_vanished(now) {
         match buckets::delete(shard, name.clone()).await {
             Ok(()) => tracing::info!(bucket = %name, "bucket deleted (cluster)"),
             Err(BucketError::NoSuchBucket) => {}

@@ -15,7 +15,7 @@ pub mod buckets;
 pub mod etcd;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -99,6 +99,12 @@ pub struct Cluster {
     pub metrics: ClusterMetrics,
     /// The token this node sends to the others, and its expiry (seconds since the epoch).
     token: Mutex<Option<(String, u64)>>,
+    /// Set while etcd is out of reach of this node *and* of every peer that answered: etcd
+    /// is down, nobody can change the membership, and the last view stays authoritative.
+    outage: AtomicBool,
+    /// Buckets this node holds because etcd has them (created here or mirrored): the ones it
+    /// drops when they disappear from etcd.
+    mirrored: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// How long a node token lives; a fresh one is signed when less than half is left.
@@ -114,6 +120,8 @@ impl Cluster {
             lease: Mutex::new(Lease::default()),
             metrics: ClusterMetrics::default(),
             token: Mutex::new(None),
+            outage: AtomicBool::new(false),
+            mirrored: Mutex::new(Default::default()),
         }))
     }
 
@@ -141,6 +149,33 @@ impl Cluster {
         self.set_view(view);
     }
 
+    fn mirrored<T>(&self, f: impl FnOnce(&mut std::collections::BTreeSet<String>) -> T) -> T {
+        match self.mirrored.lock() {
+            Ok(mut m) => f(&mut m),
+            Err(p) => f(&mut p.into_inner()),
+        }
+    }
+
+    /// Records that this node holds `bucket` because the cluster has it.
+    pub fn mark_mirrored(&self, bucket: &str) {
+        self.mirrored(|m| m.insert(bucket.to_string()));
+    }
+
+    /// The mirrored buckets etcd no longer has (forgetting them).
+    pub fn take_vanished(&self, now: &BTreeMap<String, BucketConfig>) -> Vec<String> {
+        self.mirrored(|m| {
+            let gone: Vec<String> = m
+                .iter()
+                .filter(|b| !now.contains_key(*b))
+                .cloned()
+                .collect();
+            for b in &gone {
+                m.remove(b);
+            }
+            gone
+        })
+    }
+
     /// Drops one bucket from the current view.
     pub fn forget_bucket(&self, name: &str) {
         let mut view = (*self.view()).clone();
@@ -155,10 +190,12 @@ impl Cluster {
         }
     }
 
-    /// Whether this node may acknowledge a write as an owner now.
+    /// Whether this node may acknowledge a write as an owner now: while its lease is surely
+    /// alive, or while etcd is down for the whole cluster (see [`Membership::etcd_reachable`]).
     pub fn writable(&self) -> Result<(), NotWritable> {
         self.with_lease(|l| match (l.id, l.alive_until) {
             (Some(_), Some(until)) if Instant::now() < until => Ok(()),
+            (Some(_), Some(_)) if self.outage.load(Ordering::Relaxed) => Ok(()),
             (Some(_), Some(until)) => Err(NotWritable::LeaseLost(
                 (Instant::now() - until + self.settings.lease_ttl).as_secs(),
             )),
@@ -166,11 +203,36 @@ impl Cluster {
         })
     }
 
-    /// Whether etcd answered within the last lease TTL.
+    /// Whether the lease is surely alive (a keep-alive succeeded within its TTL).
+    pub fn lease_alive(&self) -> bool {
+        self.with_lease(|l| l.alive_until.is_some_and(|u| Instant::now() < u))
+    }
+
+    /// Whether the cluster-wide etcd outage rule applies now.
+    pub fn in_outage(&self) -> bool {
+        self.outage.load(Ordering::Relaxed)
+    }
+
+    fn set_outage(&self, on: bool) {
+        if self.outage.swap(on, Ordering::Relaxed) != on {
+            if on {
+                tracing::warn!(
+                    "etcd is out of reach of this node and of every peer that answered: serving \
+                     with the last membership read until it returns"
+                );
+            } else {
+                tracing::info!("etcd outage over");
+            }
+        }
+    }
+
+    /// Whether etcd answered within the last half lease TTL (a healthy node reads it every
+    /// poll interval; half the TTL lets a peer that lost etcd tell an outage from a partition
+    /// before its own lease runs out).
     pub fn etcd_reachable(&self) -> bool {
         self.with_lease(|l| {
             l.etcd_ok
-                .is_some_and(|t| t.elapsed() < self.settings.lease_ttl)
+                .is_some_and(|t| t.elapsed() < self.settings.lease_ttl / 2)
         })
     }
 
@@ -190,6 +252,7 @@ impl Cluster {
                     replicas: c.replicas,
                 })
                 .collect(),
+            etcd_reachable: self.etcd_reachable(),
         }
     }
 
@@ -239,7 +302,9 @@ impl Cluster {
              # TYPE yutu_cluster_revision gauge\nyutu_cluster_revision {}\n\
              # HELP yutu_cluster_writable 1 while this node's lease is alive and it acknowledges writes as an owner.\n\
              # TYPE yutu_cluster_writable gauge\nyutu_cluster_writable {writable}\n\
-             # HELP yutu_cluster_etcd_reachable 1 while etcd answered within the lease TTL.\n\
+             # HELP yutu_cluster_etcd_outage 1 while etcd is out of reach of this node and of every peer that answered (the last membership stays in force).\n\
+             # TYPE yutu_cluster_etcd_outage gauge\nyutu_cluster_etcd_outage {}\n\
+             # HELP yutu_cluster_etcd_reachable 1 while etcd answered within half the lease TTL.\n\
              # TYPE yutu_cluster_etcd_reachable gauge\nyutu_cluster_etcd_reachable {}\n\
              # HELP yutu_cluster_etcd_errors_total Failed calls to etcd.\n\
              # TYPE yutu_cluster_etcd_errors_total counter\nyutu_cluster_etcd_errors_total {}\n\
@@ -257,6 +322,7 @@ impl Cluster {
              # TYPE yutu_cluster_writes_refused_total counter\nyutu_cluster_writes_refused_total {}\n",
             view.members.len(),
             view.revision,
+            self.in_outage() as u8,
             self.etcd_reachable() as u8,
             c(&m.etcd_errors),
             c(&m.lease_expired),

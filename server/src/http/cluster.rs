@@ -198,6 +198,10 @@ fn outgoing(
         .map_err(|e| S3Error::new(S3ErrorCode::InternalError).msg(e.to_string()))?;
     let headers = req.headers_mut();
     *headers = forward::end_to_end(&ctx.headers);
+    // What a client sent in the cluster's own headers is not passed on as if a node said it.
+    for h in [REPLICA_HEADER, NODE_TOKEN_HEADER, REPLICA_ETAG_HEADER] {
+        headers.remove(h);
+    }
     forward::set(headers, FORWARDED_HEADER, &cluster.node);
     if let Some(token) = cluster.node_token() {
         forward::set(headers, NODE_TOKEN_HEADER, &token);
