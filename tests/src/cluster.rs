@@ -117,10 +117,19 @@ impl TestCluster {
         self.nodes[i] = Some(s);
     }
 
-    /// Replaces node `i` with one started by the caller (e.g. through an etcd proxy).
-    pub fn put_node(&mut self, i: usize, server: Server) {
-        self.kill(i);
-        self.nodes[i] = Some(server);
+    /// Adds a node started by the caller (e.g. one that reaches etcd through a proxy) as
+    /// node `len()`.
+    pub fn push_node(&mut self, server: Server) {
+        self.nodes.push(Some(server));
+    }
+
+    /// The etcd client address, for a proxy in front of it.
+    pub fn etcd_addr(&self) -> std::net::SocketAddr {
+        self.etcd
+            .url
+            .trim_start_matches("http://")
+            .parse()
+            .expect("etcd listens on an IP address")
     }
 
     fn token(sub: &str) -> String {

@@ -13,6 +13,7 @@ pub mod http;
 pub mod imports;
 pub mod kv;
 pub mod pki;
+pub mod proxy;
 pub mod server;
 pub mod users;
 pub mod xml;

@@ -275,3 +275,149 @@ fn acknowledged_writes_survive_a_sigkilled_owner() {
         assert_eq!(c.holders(path), vec![0, 2], "{path}");
     }
 }
+
+fn admin_put(c: &TestCluster, i: usize, path: &str, body: &[u8]) -> yutu_tests::Reply {
+    let auth = format!("Bearer {}", TestCluster::admin_token());
+    c.node(i)
+        .client()
+        .send("PUT", path, &[("authorization", &auth)], Some(body))
+}
+
+fn admin_get(c: &TestCluster, i: usize, path: &str) -> yutu_tests::Reply {
+    let auth = format!("Bearer {}", TestCluster::admin_token());
+    c.node(i)
+        .client()
+        .send("GET", path, &[("authorization", &auth)], None)
+}
+
+/// A node partitioned from etcd (its etcd connection goes through a proxy the test cuts)
+/// while its peers still reach etcd: once its lease is gone the others own its keys, and it
+/// refuses writes as an owner, saying why in its log and metrics. No write is acknowledged by
+/// both sides.
+#[test]
+fn a_node_cut_off_from_etcd_stops_acknowledging_writes() {
+    let mut c = TestCluster::start(2, &[]);
+    let proxy = yutu_tests::proxy::Proxy::start(c.etcd_addr());
+    let s = c.spawn_with_etcd(2, &proxy.url(), &[]);
+    c.push_node(s);
+    for i in 0..3 {
+        c.wait_members(i, &names(&[0, 1, 2]));
+    }
+    assert_eq!(admin_put(&c, 0, "/solo", b"").status, 200);
+    // A key node2 owns alone (one replica).
+    let path = (0..200)
+        .map(|k| format!("/solo/k{k}"))
+        .find(|p| {
+            assert_eq!(admin_put(&c, 0, p, b"before").status, 200);
+            c.holders(p) == vec![2]
+        })
+        .expect("node2 owns some key");
+
+    proxy.cut();
+    c.wait_members(0, &names(&[0, 1]));
+    assert!(
+        wait_until(Duration::from_secs(20), || c
+            .node(2)
+            .metric_sum("yutu_cluster_writable")
+            == 0.0),
+        "node2 still acknowledges writes; log:\n{}",
+        c.node(2).log()
+    );
+    // node2 still believes it owns the key, and refuses to acknowledge a write of it.
+    let r = admin_put(&c, 2, &path, b"split");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("lease"), "{}", r.text());
+    assert!(c.node(2).metric_sum("yutu_cluster_writes_refused_total") >= 1.0);
+    assert_eq!(c.node(2).metric_sum("yutu_cluster_etcd_outage"), 0.0);
+    assert!(
+        c.node(2)
+            .log()
+            .contains("cut off from etcd while peers reach it"),
+        "{}",
+        c.node(2).log()
+    );
+    // The rest of the cluster owns the key now and acknowledges its writes.
+    assert_eq!(admin_put(&c, 0, &path, b"after").status, 200);
+    assert_eq!(admin_get(&c, 1, &path).body, b"after");
+    assert!(c.holders(&path).iter().any(|&h| h != 2));
+
+    // Healed: node2 registers again and acknowledges writes again.
+    proxy.heal();
+    c.wait_members(0, &names(&[0, 1, 2]));
+    assert!(wait_until(Duration::from_secs(20), || c
+        .node(2)
+        .metric_sum("yutu_cluster_writable")
+        == 1.0));
+}
+
+/// etcd frozen (SIGSTOP), then killed: the cluster keeps serving reads and writes of known
+/// buckets with the membership it last read, for longer than the lease TTL, and is whole
+/// again when etcd returns.
+#[test]
+fn an_etcd_outage_does_not_stop_a_running_cluster() {
+    let mut c = TestCluster::start(3, &["--lease-ttl-secs", "4"]);
+    let auth = format!("Bearer {}", TestCluster::admin_token());
+    let r = c.node(0).client().send(
+        "PUT",
+        "/outage",
+        &[("authorization", &auth), ("x-yutu-replicas", "2")],
+        Some(b""),
+    );
+    assert_eq!(r.status, 200);
+    let mut written: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut n = 0u64;
+    let mut step = |c: &TestCluster, written: &mut Vec<(String, Vec<u8>)>, phase: &str| {
+        let path = format!("/outage/k{n}");
+        let body = yutu_tests::pattern(2048, n);
+        let r = admin_put(c, (n % 3) as usize, &path, &body);
+        assert_eq!(r.status, 200, "{phase}: write {path}: {}", r.text());
+        written.push((path, body));
+        let (p, b) = &written[(n as usize * 7) % written.len()];
+        let r = admin_get(c, ((n + 1) % 3) as usize, p);
+        assert_eq!(r.status, 200, "{phase}: read {p}: {}", r.text());
+        assert_eq!(&r.body, b);
+        n += 1;
+    };
+    for _ in 0..20 {
+        step(&c, &mut written, "before");
+    }
+
+    c.etcd.pause();
+    let until = Instant::now() + Duration::from_secs(9);
+    while Instant::now() < until {
+        step(&c, &mut written, "etcd frozen");
+    }
+    for i in 0..3 {
+        assert_eq!(
+            c.node(i).metric_sum("yutu_cluster_etcd_outage"),
+            1.0,
+            "node{i}"
+        );
+        assert_eq!(c.members(i).len(), 3, "node{i} keeps the last membership");
+    }
+    c.etcd.kill();
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        step(&c, &mut written, "etcd killed");
+    }
+
+    c.etcd.restart();
+    for i in 0..3 {
+        assert!(
+            wait_until(Duration::from_secs(30), || {
+                let node = c.node(i);
+                node.metric_sum("yutu_cluster_etcd_outage") == 0.0
+                    && node.metric_sum("yutu_cluster_etcd_reachable") == 1.0
+                    && node.metric_sum("yutu_cluster_writable") == 1.0
+            }),
+            "node{i} did not see etcd return"
+        );
+        c.wait_members(i, &names(&[0, 1, 2]));
+    }
+    for _ in 0..20 {
+        step(&c, &mut written, "after");
+    }
+    for (p, b) in &written {
+        assert_eq!(&admin_get(&c, 2, p).body, b, "{p}");
+    }
+}

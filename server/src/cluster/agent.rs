@@ -43,14 +43,18 @@ fn etcd_failed(cluster: &Cluster, what: &str, e: &EtcdError) {
 /// Runs until the node stops; then revokes the lease, so the others stop routing here at
 /// once instead of after the TTL.
 pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
-    let mut etcd = Etcd::new(&cluster.settings.etcd);
     let ttl = cluster.settings.lease_ttl;
+    // A hung call must not outlast a third of the lease.
+    let mut etcd = Etcd::with_timeout(
+        &cluster.settings.etcd,
+        (ttl / 3).min(super::etcd::CALL_TIMEOUT),
+    );
+    glommio::spawn_local(watch_etcd_reach(shard.clone(), cluster.clone())).detach();
     let member_key = yutu_api::cluster::member_key(&cluster.settings.name, &me.name);
     let me_json = serde_json::to_vec(&me).unwrap_or_default();
     let mut lease: Option<i64> = None;
     let mut next_keep_alive = Instant::now();
     let mut last_revision = -1;
-    let mut next_probe = Instant::now();
     loop {
         if shard.stop.is_stopped() {
             if let Some(id) = lease {
@@ -75,6 +79,7 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
                                 l.etcd_ok = Some(Instant::now());
                             });
                             next_keep_alive = sent + ttl / 3;
+                            cluster.set_outage(false);
                             tracing::info!(
                                 node = %me.name, cluster = %cluster.settings.name,
                                 lease = id, "joined the cluster"
@@ -93,6 +98,8 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
                             l.alive_until = Some(sent + Duration::from_secs(granted));
                             l.etcd_ok = Some(Instant::now());
                         });
+                        // The lease is alive again: the outage rule is not needed any more.
+                        cluster.set_outage(false);
                         next_keep_alive = sent + ttl / 3;
                     }
                     Ok(None) => {
@@ -120,23 +127,8 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
             Some(_) => {}
         }
         let read = read_view(&mut etcd, &cluster.settings.name).await;
-        if read.is_err() && lease.is_some() && !cluster.lease_alive() {
-            // Cut off from etcd past the lease: partitioned, or is etcd down for everyone?
-            if Instant::now() >= next_probe {
-                next_probe = Instant::now() + PROBE_INTERVAL;
-                let verdict = probe_peers(&cluster).await;
-                if verdict == Verdict::Partitioned && !cluster.in_outage() {
-                    tracing::warn!(
-                        "cut off from etcd while peers reach it: this node's lease has expired \
-                         for them, so it stops acknowledging writes as an owner"
-                    );
-                }
-                cluster.set_outage(verdict == Verdict::Outage);
-            }
-        }
         match read {
             Ok(view) => {
-                cluster.set_outage(false);
                 cluster.with_lease(|l| l.etcd_ok = Some(Instant::now()));
                 if view.revision != last_revision {
                     last_revision = view.revision;
@@ -164,8 +156,48 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
     }
 }
 
+/// While etcd does not answer this node, asks the peers every [`PROBE_INTERVAL`] whether they
+/// reach it, and sets the outage rule from their answers. A task of its own, so that calls to
+/// a frozen etcd hanging in the agent do not delay the verdict past the lease.
+async fn watch_etcd_reach(shard: Rc<Shard>, cluster: Arc<Cluster>) {
+    let mut verdict_logged = None;
+    while !shard.stop.is_stopped() {
+        if cluster.etcd_reachable() {
+            // The agent clears the outage rule once the lease is renewed (not before: until
+            // then the lease may have run out).
+            verdict_logged = None;
+        } else if cluster.with_lease(|l| l.id.is_some()) {
+            let verdict = probe_peers(&cluster).await;
+            if verdict_logged.as_ref() != Some(&verdict) {
+                match verdict {
+                    Verdict::Partitioned => tracing::warn!(
+                        "cut off from etcd while peers reach it: once this node's lease runs \
+                         out it stops acknowledging writes as an owner"
+                    ),
+                    Verdict::Alone => tracing::warn!(
+                        "cut off from etcd and from every peer: once this node's lease runs out \
+                         it stops acknowledging writes as an owner"
+                    ),
+                    Verdict::Outage => {}
+                }
+                verdict_logged = Some(verdict);
+            }
+            cluster.set_outage(verdict_logged == Some(Verdict::Outage));
+        }
+        let _ = futures_lite::future::or(
+            async {
+                glommio::timer::sleep(PROBE_INTERVAL).await;
+            },
+            async {
+                shard.stop.stopped().await;
+            },
+        )
+        .await;
+    }
+}
+
 /// How often a node cut off from etcd asks its peers whether they reach it.
-const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
 #[derive(Debug, PartialEq, Eq)]
 enum Verdict {

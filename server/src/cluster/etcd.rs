@@ -14,7 +14,8 @@ use serde_json::{json, Value};
 
 use crate::net::client::{Client, ClientError};
 
-/// Longest one etcd call may take before the next endpoint is tried.
+/// Longest one etcd call may take before the next endpoint is tried (the agent uses less
+/// with a short lease TTL).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
@@ -72,14 +73,20 @@ pub struct Etcd {
     endpoints: Vec<String>,
     clients: Vec<Option<Client>>,
     current: usize,
+    timeout: Duration,
 }
 
 impl Etcd {
     pub fn new(endpoints: &[String]) -> Etcd {
+        Self::with_timeout(endpoints, CALL_TIMEOUT)
+    }
+
+    pub fn with_timeout(endpoints: &[String], timeout: Duration) -> Etcd {
         Etcd {
             endpoints: endpoints.to_vec(),
             clients: endpoints.iter().map(|_| None).collect(),
             current: 0,
+            timeout,
         }
     }
 
@@ -90,7 +97,7 @@ impl Etcd {
             let i = (self.current + attempt) % self.endpoints.len();
             let client = match &mut self.clients[i] {
                 Some(c) => c,
-                slot => match Client::new(&self.endpoints[i], CALL_TIMEOUT) {
+                slot => match Client::new(&self.endpoints[i], self.timeout) {
                     Ok(c) => slot.insert(c),
                     Err(e) => {
                         last = e.to_string();

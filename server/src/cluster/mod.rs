@@ -302,7 +302,7 @@ impl Cluster {
              # TYPE yutu_cluster_revision gauge\nyutu_cluster_revision {}\n\
              # HELP yutu_cluster_writable 1 while this node's lease is alive and it acknowledges writes as an owner.\n\
              # TYPE yutu_cluster_writable gauge\nyutu_cluster_writable {writable}\n\
-             # HELP yutu_cluster_etcd_outage 1 while etcd is out of reach of this node and of every peer that answered (the last membership stays in force).\n\
+             # HELP yutu_cluster_etcd_outage 1 from when etcd is out of reach of this node and of every peer that answered until this node's lease is renewed (the last membership stays in force).\n\
              # TYPE yutu_cluster_etcd_outage gauge\nyutu_cluster_etcd_outage {}\n\
              # HELP yutu_cluster_etcd_reachable 1 while etcd answered within half the lease TTL.\n\
              # TYPE yutu_cluster_etcd_reachable gauge\nyutu_cluster_etcd_reachable {}\n\
