@@ -58,11 +58,17 @@ impl TestCluster {
     pub fn spawn_with_etcd(&self, i: usize, etcd: &str, extra: &[&str]) -> Server {
         let data = self.dir.path().join(format!("node{i}"));
         let given = |flag: &str| self.args.iter().any(|a| a == flag) || extra.contains(&flag);
-        let ttl: &[&str] = if given("--lease-ttl-secs") {
-            &[]
-        } else {
-            &["--lease-ttl-secs", "3"]
-        };
+        // Small nodes unless the test says otherwise.
+        let defaults: Vec<&str> = [
+            ("--nvme-capacity", "0"),
+            ("--shards", "2"),
+            ("--memory", "64MiB"),
+            ("--lease-ttl-secs", "3"),
+        ]
+        .iter()
+        .filter(|(flag, _)| !given(flag))
+        .flat_map(|(flag, value)| [*flag, *value])
+        .collect();
         let mut cmd = Command::new(bin_path("yutu-server"));
         cmd.args(["--listen", "127.0.0.1:0", "--etcd", etcd])
             .args(["--node-name", &format!("node{i}")])
@@ -72,8 +78,7 @@ impl TestCluster {
             .arg(self.dir.path().join("yutu.toml"))
             .arg("--data-dir")
             .arg(&data)
-            .args(["--nvme-capacity", "0", "--shards", "2", "--memory", "64MiB"])
-            .args(ttl)
+            .args(&defaults)
             .args(&self.args)
             .args(extra);
         Server::spawn(cmd, tempfile::tempdir().expect("temp dir"))

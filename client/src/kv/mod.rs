@@ -46,6 +46,7 @@ use yutu_transfer::{
 
 pub use yutu_api::block_hash::{BlockHash, BlockHasher};
 
+mod cluster;
 mod lanes;
 
 use crate::address::encode_key;
@@ -122,6 +123,9 @@ pub struct KvOptions {
     pub credentials: Option<crate::Credentials>,
     /// Or send this bearer token with every call (`yutu token issue`).
     pub token: Option<String>,
+    /// When the node is part of a cluster, route every key to its owners (learned from the
+    /// node's membership) instead of sending everything to this one node.
+    pub route: bool,
 }
 
 impl Default for KvOptions {
@@ -134,6 +138,7 @@ impl Default for KvOptions {
             put_ttl_ms: None,
             credentials: None,
             token: None,
+            route: true,
         }
     }
 }
@@ -256,6 +261,8 @@ pub struct KvClient {
     /// This client's registration with the node (get-into and put-from name it).
     session: String,
     put_ttl_ms: Option<u64>,
+    /// In a cluster: the membership and a client per member, which every call goes through.
+    route: Option<Arc<cluster::Routing>>,
 }
 
 impl std::fmt::Debug for KvClient {
@@ -270,7 +277,40 @@ impl std::fmt::Debug for KvClient {
 
 impl KvClient {
     /// Starts a transfer engine, asks `base_url` for its engine's address and peers with it.
+    /// When the node is part of a cluster (and `options.route`), the client learns the
+    /// membership from it and from then on sends each key to the nodes that own it.
     pub fn new(base_url: &str, options: KvOptions) -> Result<KvClient, KvError> {
+        let mut client = Self::connect_node(base_url, &options, None)?;
+        if options.route {
+            client.route = cluster::Routing::discover(&client, &options)?.map(Arc::new);
+        }
+        Ok(client)
+    }
+
+    /// [`KvClient::new`] on the first of `seeds` (node URLs of one cluster) that answers.
+    pub fn new_cluster(seeds: &[String], options: KvOptions) -> Result<KvClient, KvError> {
+        let mut last = KvError::InvalidArgument("no seed URL given".into());
+        for seed in seeds {
+            match Self::new(seed, options.clone()) {
+                Ok(c) => return Ok(c),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// How many nodes this client routes over (0 when it talks to one node only).
+    pub fn cluster_nodes(&self) -> usize {
+        self.route.as_ref().map_or(0, |r| r.members())
+    }
+
+    /// A client of one node; with `inner`, on an engine that already runs (a cluster's
+    /// clients share one engine, so one registered buffer serves every node).
+    fn connect_node(
+        base_url: &str,
+        options: &KvOptions,
+        shared: Option<Arc<Inner>>,
+    ) -> Result<KvClient, KvError> {
         // Checks the URL the same way the S3 client does.
         let base = crate::Client::new(base_url)?.base_url().to_string();
         let bearer = match &options.token {
@@ -304,6 +344,52 @@ impl KvClient {
         let agent = kv_agent(config(3, Duration::from_secs(15)), https);
         // A lane is worth its connection only while the connection lasts.
         let lane_config = config(1, Duration::from_secs(600));
+        let inner = match shared {
+            Some(inner) => inner,
+            None => Self::start_engine(options)?,
+        };
+        let host = crate::sigv4::host_of(&base);
+        let signer = options.credentials.as_ref().map(|c| (c, host.as_str()));
+        let (server, served): (NodeAddress, _) = call_get(&agent, &base, ENGINE_PATH, signer)?;
+        if server.node == inner.engine.node() {
+            return Err(KvError::InvalidArgument(format!(
+                "node id {} is the server's own; pick another",
+                server.node
+            )));
+        }
+        inner.engine.add_peer(server.clone());
+        // The node reaches this engine only after it proves to be at the address it gives:
+        // the engine answers the node's challenges with a secret only the two share.
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret)
+            .map_err(|e| KvError::InvalidArgument(format!("no randomness for a secret: {e}")))?;
+        inner.engine.trust(server.node, secret);
+        let mut client = KvClient {
+            agent,
+            lane_config,
+            lanes: served.and_then(|(_, shards)| lanes::Lanes::new(shards)),
+            base,
+            host,
+            credentials: options.credentials.clone(),
+            inner,
+            server,
+            session: String::new(),
+            put_ttl_ms: options.put_ttl_ms,
+            route: None,
+        };
+        let registered: PeerResponse = client.call_post(
+            PEERS_PATH,
+            &PeerRequest {
+                client: client.inner.address.clone(),
+                secret: PeerSecret(secret),
+            },
+        )?;
+        client.session = registered.session;
+        Ok(client)
+    }
+
+    /// Starts this client's transfer engine (with its shm directory when asked).
+    fn start_engine(options: &KvOptions) -> Result<Arc<Inner>, KvError> {
         let node = options.node_id.unwrap_or_else(random_node_id);
         let mut cfg = EngineConfig::new(NodeId(node));
         let shm_dir = if options.shm {
@@ -333,43 +419,7 @@ impl KvClient {
             engine,
             shm_dir,
         });
-        let host = crate::sigv4::host_of(&base);
-        let signer = options.credentials.as_ref().map(|c| (c, host.as_str()));
-        let (server, served): (NodeAddress, _) = call_get(&agent, &base, ENGINE_PATH, signer)?;
-        if server.node == inner.engine.node() {
-            return Err(KvError::InvalidArgument(format!(
-                "node id {} is the server's own; pick another",
-                server.node
-            )));
-        }
-        inner.engine.add_peer(server.clone());
-        // The node reaches this engine only after it proves to be at the address it gives:
-        // the engine answers the node's challenges with a secret only the two share.
-        let mut secret = [0u8; 32];
-        getrandom::fill(&mut secret)
-            .map_err(|e| KvError::InvalidArgument(format!("no randomness for a secret: {e}")))?;
-        inner.engine.trust(server.node, secret);
-        let mut client = KvClient {
-            agent,
-            lane_config,
-            lanes: served.and_then(|(_, shards)| lanes::Lanes::new(shards)),
-            base,
-            host,
-            credentials: options.credentials,
-            inner,
-            server,
-            session: String::new(),
-            put_ttl_ms: options.put_ttl_ms,
-        };
-        let registered: PeerResponse = client.call_post(
-            PEERS_PATH,
-            &PeerRequest {
-                client: client.inner.address.clone(),
-                secret: PeerSecret(secret),
-            },
-        )?;
-        client.session = registered.session;
-        Ok(client)
+        Ok(inner)
     }
 
     /// The session the node registered this client's engine under.
@@ -438,6 +488,9 @@ impl KvClient {
         mode: PutMode,
     ) -> Result<Vec<String>, KvError> {
         self.check_put(keys, buf, offsets, lengths)?;
+        if let Some(r) = &self.route {
+            return r.put_from(bucket, keys, buf, offsets, lengths, mode);
+        }
         if keys.is_empty() {
             return Ok(Vec::new());
         }
@@ -477,6 +530,9 @@ impl KvClient {
         lengths: &[u64],
     ) -> Result<Vec<String>, KvError> {
         self.check_put(keys, buf, offsets, lengths)?;
+        if let Some(r) = &self.route {
+            return r.put_two_phase(bucket, keys, buf, offsets, lengths);
+        }
         if keys.is_empty() {
             return Ok(Vec::new());
         }
@@ -625,6 +681,9 @@ impl KvClient {
             }
             ranges.push((off, cap));
         }
+        if let Some(r) = &self.route {
+            return r.get_into(bucket, keys, buf, offsets, capacities);
+        }
         if keys.is_empty() {
             return Ok(Vec::new());
         }
@@ -658,6 +717,9 @@ impl KvClient {
     /// Whether each key is stored (in any tier).
     pub fn batch_exists(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
         check_batch(keys)?;
+        if let Some(r) = &self.route {
+            return r.exists(bucket, keys);
+        }
         if keys.is_empty() {
             return Ok(Vec::new());
         }
@@ -673,6 +735,9 @@ impl KvClient {
     /// How many leading keys of the chain `keys` are stored (the usable cached prefix).
     pub fn prefix(&self, bucket: &str, keys: &[String]) -> Result<usize, KvError> {
         check_batch(keys)?;
+        if let Some(r) = &self.route {
+            return r.prefix(bucket, keys);
+        }
         if keys.is_empty() {
             return Ok(0);
         }
@@ -694,6 +759,9 @@ impl KvClient {
     /// Deletes the keys; `true` where one was there.
     pub fn remove(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
         check_batch(keys)?;
+        if let Some(r) = &self.route {
+            return r.remove(bucket, keys);
+        }
         if keys.is_empty() {
             return Ok(Vec::new());
         }
@@ -802,6 +870,9 @@ impl KvClient {
         check_bucket(bucket)?;
         if key.is_empty() {
             return Err(KvError::InvalidArgument("a key cannot be empty".into()));
+        }
+        if let Some(r) = &self.route {
+            return r.get_bytes(bucket, key);
         }
         let path = format!("/{}/{}", encode_key(bucket), encode_key(key));
         let lane = self.lane(bucket, &[key.to_string()]);

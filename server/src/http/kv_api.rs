@@ -132,6 +132,17 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
         Some(KvOp::Remove) => Action::Delete,
         _ => Action::Write,
     };
+    if let Some(cluster) = &ctx.cluster {
+        super::cluster::know_bucket(ctx, cluster, &bucket).await;
+        // A node whose lease may be gone does not take KV writes either (the clients route
+        // by the membership, which may already have moved its keys elsewhere).
+        if action == Action::Write {
+            if let Err(e) = cluster.writable() {
+                crate::cluster::ClusterMetrics::inc(&cluster.metrics.writes_refused);
+                return Err(S3Error::new(S3ErrorCode::ServiceUnavailable).msg(format!("{e}.")));
+            }
+        }
+    }
     ctx.allow(action, Some(&bucket))?;
     bucket_must_exist(ctx, &bucket).map_err(|e| e.bucket(&bucket))?;
     let Some(op) = op else {

@@ -316,6 +316,12 @@ async fn route(
         && ctx.target.key.as_deref() == Some("cluster")
         && !ctx.target.virtual_host
     {
+        // `?bucket=NAME`: a client routing a bucket this node may not have read from etcd yet.
+        if let (Some(cluster), Some(b)) = (&ctx.cluster, ctx.target.param("bucket")) {
+            if yutu_api::validate_bucket_name(b).is_ok() {
+                super::cluster::know_bucket(&ctx, cluster, b).await;
+            }
+        }
         return (Op::Admin, super::cluster::membership(&ctx));
     }
     if ctx.target.bucket.as_deref() == Some("admin") && !ctx.target.virtual_host {

@@ -1,0 +1,491 @@
+//! Routing a [`KvClient`]'s calls over a cluster: the client learns the membership from a
+//! node (`GET /v1/cluster`), computes each key's owners with the same rendezvous placement
+//! the nodes use ([`yutu_api::cluster::owners`]), and moves the bytes straight to and from
+//! the owning nodes. A put goes to every owner (all must confirm); a get, exists or single
+//! read goes to the first owner and falls over to the next at once when that node cannot be
+//! reached or does not have the key; a remove goes to every owner.
+//!
+//! One transfer engine serves every node (the clients per node share it), so a buffer
+//! registered once is the source and target for all of them. The membership is read again
+//! when it is older than [`REFRESH`] and whenever a node fails, so a client follows nodes
+//! joining and leaving without being told.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use yutu_api::cluster::{Member, Membership, MEMBERSHIP_PATH};
+
+use super::{Buffer, Inner, KvClient, KvError, KvOptions, PutMode};
+
+/// How old the membership may get before a call reads it again.
+const REFRESH: Duration = Duration::from_secs(2);
+
+struct State {
+    membership: Arc<Membership>,
+    read_at: Instant,
+}
+
+pub(super) struct Routing {
+    options: KvOptions,
+    inner: Arc<Inner>,
+    state: RwLock<State>,
+    /// A client per member (by name, with the URL it was made for).
+    nodes: Mutex<HashMap<String, (String, Arc<KvClient>)>>,
+}
+
+/// Whether a failure says the node could not be reached or could not serve (so another owner
+/// may), rather than that the request itself was refused.
+fn node_failed(e: &KvError) -> bool {
+    match e {
+        KvError::Client(crate::ClientError::Transport(_)) => true,
+        KvError::Client(crate::ClientError::Io(_)) => true,
+        KvError::Client(crate::ClientError::S3 { status, .. }) => *status >= 500,
+        KvError::Transfer(_) => true,
+        _ => false,
+    }
+}
+
+impl Routing {
+    /// The routing of a cluster node's client; `None` when the node is alone (or too old to
+    /// say).
+    pub(super) fn discover(
+        seed: &KvClient,
+        options: &KvOptions,
+    ) -> Result<Option<Routing>, KvError> {
+        let Some(membership) = read_membership(seed) else {
+            return Ok(None);
+        };
+        if membership.members.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Routing {
+            options: KvOptions {
+                route: false,
+                ..options.clone()
+            },
+            inner: seed.inner.clone(),
+            state: RwLock::new(State {
+                membership: Arc::new(membership),
+                read_at: Instant::now(),
+            }),
+            nodes: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    pub(super) fn members(&self) -> usize {
+        self.membership().members.len()
+    }
+
+    fn membership(&self) -> Arc<Membership> {
+        let (m, stale) = match self.state.read() {
+            Ok(s) => (s.membership.clone(), s.read_at.elapsed() > REFRESH),
+            Err(p) => {
+                let s = p.into_inner();
+                (s.membership.clone(), true)
+            }
+        };
+        if stale {
+            self.refresh();
+            return match self.state.read() {
+                Ok(s) => s.membership.clone(),
+                Err(p) => p.into_inner().membership.clone(),
+            };
+        }
+        m
+    }
+
+    /// Reads the membership again from the members (first that answers).
+    fn refresh(&self) {
+        let current = match self.state.read() {
+            Ok(s) => s.membership.clone(),
+            Err(p) => p.into_inner().membership.clone(),
+        };
+        for m in &current.members {
+            let Ok(node) = self.node(m) else { continue };
+            if let Some(fresh) = read_membership(&node) {
+                if !fresh.members.is_empty() {
+                    let mut s = match self.state.write() {
+                        Ok(s) => s,
+                        Err(p) => p.into_inner(),
+                    };
+                    if fresh.revision >= s.membership.revision {
+                        s.membership = Arc::new(fresh);
+                    }
+                    s.read_at = Instant::now();
+                    return;
+                }
+            }
+        }
+        // Nobody answered: keep the last view, and do not ask again before REFRESH.
+        if let Ok(mut s) = self.state.write() {
+            s.read_at = Instant::now();
+        }
+    }
+
+    /// The membership as a node answers it after looking `bucket` up in etcd; `None` when no
+    /// node answers. Kept as the current view.
+    fn learn_bucket(&self, current: &Membership, bucket: &str) -> Option<Membership> {
+        let path = format!(
+            "{MEMBERSHIP_PATH}?bucket={}",
+            percent_encoding::utf8_percent_encode(bucket, percent_encoding::NON_ALPHANUMERIC)
+        );
+        for m in &current.members {
+            let Ok(node) = self.node(m) else { continue };
+            if let Some(fresh) = read_membership_at(&node, &path) {
+                if fresh.members.is_empty() {
+                    continue;
+                }
+                if let Ok(mut s) = self.state.write() {
+                    s.membership = Arc::new(fresh.clone());
+                    s.read_at = Instant::now();
+                }
+                return Some(fresh);
+            }
+        }
+        None
+    }
+
+    /// The client of member `m` (connected on first use, again when its URL changed).
+    fn node(&self, m: &Member) -> Result<Arc<KvClient>, KvError> {
+        if let Ok(nodes) = self.nodes.lock() {
+            if let Some((url, c)) = nodes.get(&m.name) {
+                if *url == m.url {
+                    return Ok(c.clone());
+                }
+            }
+        }
+        let client = Arc::new(KvClient::connect_node(
+            &m.url,
+            &self.options,
+            Some(self.inner.clone()),
+        )?);
+        if let Ok(mut nodes) = self.nodes.lock() {
+            nodes.insert(m.name.clone(), (m.url.clone(), client.clone()));
+        }
+        Ok(client)
+    }
+
+    /// The owners of each key, best first (`None` for a bucket the cluster does not know:
+    /// the caller then sends everything to one node).
+    fn owners(
+        &self,
+        membership: &Membership,
+        bucket: &str,
+        keys: &[String],
+    ) -> Option<Vec<Vec<usize>>> {
+        let known = |m: &Membership| {
+            m.buckets
+                .iter()
+                .find(|b| b.bucket == bucket)
+                .map(|b| b.replicas as usize)
+        };
+        let replicas = match known(membership) {
+            Some(r) => r,
+            None => {
+                // Created moments ago through another node? Ask a node to look it up.
+                let fresh = self.learn_bucket(membership, bucket)?;
+                known(&fresh)?
+            }
+        };
+        Some(
+            keys.iter()
+                .map(|k| yutu_api::cluster::owners(bucket, k, &membership.members, replicas))
+                .collect(),
+        )
+    }
+
+    /// Runs `call` once, and once more on a fresh membership when a node failed.
+    fn with_retry<T>(
+        &self,
+        mut call: impl FnMut(&Membership) -> Result<T, KvError>,
+    ) -> Result<T, KvError> {
+        let m = self.membership();
+        match call(&m) {
+            Err(e) if node_failed(&e) => {
+                self.refresh();
+                call(&self.membership())
+            }
+            other => other,
+        }
+    }
+
+    /// The client of the first member, for a bucket the cluster does not know.
+    fn any(&self, m: &Membership) -> Result<Arc<KvClient>, KvError> {
+        let first = m
+            .members
+            .first()
+            .ok_or_else(|| KvError::InvalidResponse("the cluster has no members".into()))?;
+        self.node(first)
+    }
+
+    pub(super) fn put_from(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        lengths: &[u64],
+        mode: PutMode,
+    ) -> Result<Vec<String>, KvError> {
+        self.with_retry(|m| {
+            let Some(owners) = self.owners(m, bucket, keys) else {
+                return self
+                    .any(m)?
+                    .batch_put_from_with(bucket, keys, buf, offsets, lengths, mode);
+            };
+            let mut etags = vec![String::new(); keys.len()];
+            // Every rank of owners: the first owners' ETags are the answer.
+            let ranks = owners.iter().map(Vec::len).max().unwrap_or(0);
+            for rank in 0..ranks {
+                for (node, idx) in group(&owners, rank) {
+                    let client = self.node(&m.members[node])?;
+                    let ks: Vec<String> = idx.iter().map(|&i| keys[i].clone()).collect();
+                    let os: Vec<u64> = idx.iter().map(|&i| offsets[i]).collect();
+                    let ls: Vec<u64> = idx.iter().map(|&i| lengths[i]).collect();
+                    let got = client.batch_put_from_with(bucket, &ks, buf, &os, &ls, mode)?;
+                    if rank == 0 {
+                        for (&i, e) in idx.iter().zip(got) {
+                            etags[i] = e;
+                        }
+                    }
+                }
+            }
+            Ok(etags)
+        })
+    }
+
+    pub(super) fn put_two_phase(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        lengths: &[u64],
+    ) -> Result<Vec<String>, KvError> {
+        self.with_retry(|m| {
+            let Some(owners) = self.owners(m, bucket, keys) else {
+                return self
+                    .any(m)?
+                    .batch_put_two_phase(bucket, keys, buf, offsets, lengths);
+            };
+            let mut etags = vec![String::new(); keys.len()];
+            let ranks = owners.iter().map(Vec::len).max().unwrap_or(0);
+            for rank in 0..ranks {
+                for (node, idx) in group(&owners, rank) {
+                    let client = self.node(&m.members[node])?;
+                    let ks: Vec<String> = idx.iter().map(|&i| keys[i].clone()).collect();
+                    let os: Vec<u64> = idx.iter().map(|&i| offsets[i]).collect();
+                    let ls: Vec<u64> = idx.iter().map(|&i| lengths[i]).collect();
+                    let got = client.batch_put_two_phase(bucket, &ks, buf, &os, &ls)?;
+                    if rank == 0 {
+                        for (&i, e) in idx.iter().zip(got) {
+                            etags[i] = e;
+                        }
+                    }
+                }
+            }
+            Ok(etags)
+        })
+    }
+
+    pub(super) fn get_into(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        capacities: &[u64],
+    ) -> Result<Vec<Option<u64>>, KvError> {
+        self.with_retry(|m| {
+            let Some(owners) = self.owners(m, bucket, keys) else {
+                return self
+                    .any(m)?
+                    .batch_get_into_ranges(bucket, keys, buf, offsets, capacities);
+            };
+            let mut out: Vec<Option<u64>> = vec![None; keys.len()];
+            let mut answered = vec![false; keys.len()];
+            let mut pending: Vec<usize> = (0..keys.len()).collect();
+            let mut failure = None;
+            let ranks = owners.iter().map(Vec::len).max().unwrap_or(0);
+            for rank in 0..ranks {
+                if pending.is_empty() {
+                    break;
+                }
+                let mut next = Vec::new();
+                for (node, idx) in group_of(&owners, rank, &pending) {
+                    let ks: Vec<String> = idx.iter().map(|&i| keys[i].clone()).collect();
+                    let os: Vec<u64> = idx.iter().map(|&i| offsets[i]).collect();
+                    let cs: Vec<u64> = idx.iter().map(|&i| capacities[i]).collect();
+                    let got = self
+                        .node(&m.members[node])
+                        .and_then(|c| c.batch_get_into_ranges(bucket, &ks, buf, &os, &cs));
+                    match got {
+                        Ok(got) => {
+                            for (&i, g) in idx.iter().zip(got) {
+                                answered[i] = true;
+                                match g {
+                                    Some(n) => out[i] = Some(n),
+                                    // Maybe on the next owner (one that joined lately lacks it).
+                                    None => next.push(i),
+                                }
+                            }
+                        }
+                        Err(e) if node_failed(&e) => {
+                            next.extend(idx);
+                            failure = Some(e);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                pending = next;
+            }
+            // A key no owner could be asked about is an error, not a miss.
+            match failure {
+                Some(e) if answered.iter().any(|a| !a) => Err(e),
+                _ => Ok(out),
+            }
+        })
+    }
+
+    pub(super) fn exists(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
+        self.with_retry(|m| {
+            let Some(owners) = self.owners(m, bucket, keys) else {
+                return self.any(m)?.batch_exists(bucket, keys);
+            };
+            let mut out = vec![false; keys.len()];
+            let mut answered = vec![false; keys.len()];
+            let mut pending: Vec<usize> = (0..keys.len()).collect();
+            let mut failure = None;
+            let ranks = owners.iter().map(Vec::len).max().unwrap_or(0);
+            for rank in 0..ranks {
+                if pending.is_empty() {
+                    break;
+                }
+                let mut next = Vec::new();
+                for (node, idx) in group_of(&owners, rank, &pending) {
+                    let ks: Vec<String> = idx.iter().map(|&i| keys[i].clone()).collect();
+                    match self
+                        .node(&m.members[node])
+                        .and_then(|c| c.batch_exists(bucket, &ks))
+                    {
+                        Ok(got) => {
+                            for (&i, g) in idx.iter().zip(got) {
+                                answered[i] = true;
+                                if g {
+                                    out[i] = true;
+                                } else {
+                                    next.push(i);
+                                }
+                            }
+                        }
+                        Err(e) if node_failed(&e) => {
+                            next.extend(idx);
+                            failure = Some(e);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                pending = next;
+            }
+            match failure {
+                Some(e) if answered.iter().any(|a| !a) => Err(e),
+                _ => Ok(out),
+            }
+        })
+    }
+
+    pub(super) fn prefix(&self, bucket: &str, keys: &[String]) -> Result<usize, KvError> {
+        let found = self.exists(bucket, keys)?;
+        Ok(found.iter().take_while(|f| **f).count())
+    }
+
+    pub(super) fn remove(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
+        self.with_retry(|m| {
+            let Some(owners) = self.owners(m, bucket, keys) else {
+                return self.any(m)?.remove(bucket, keys);
+            };
+            let mut out = vec![false; keys.len()];
+            let ranks = owners.iter().map(Vec::len).max().unwrap_or(0);
+            for rank in 0..ranks {
+                for (node, idx) in group(&owners, rank) {
+                    let ks: Vec<String> = idx.iter().map(|&i| keys[i].clone()).collect();
+                    let got = self.node(&m.members[node])?.remove(bucket, &ks)?;
+                    for (&i, g) in idx.iter().zip(got) {
+                        out[i] |= g;
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    pub(super) fn get_bytes(&self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        let keys = [key.to_string()];
+        self.with_retry(|m| {
+            let Some(owners) = self.owners(m, bucket, &keys) else {
+                return self.any(m)?.get_bytes(bucket, key);
+            };
+            let mut failure = None;
+            for &node in &owners[0] {
+                match self
+                    .node(&m.members[node])
+                    .and_then(|c| c.get_bytes(bucket, key))
+                {
+                    Ok(Some(b)) => return Ok(Some(b)),
+                    Ok(None) => {}
+                    Err(e) if node_failed(&e) => failure = Some(e),
+                    Err(e) => return Err(e),
+                }
+            }
+            match failure {
+                Some(e) => Err(e),
+                None => Ok(None),
+            }
+        })
+    }
+}
+
+/// Keys grouped by their owner of rank `rank` (keys with fewer owners are left out).
+fn group(owners: &[Vec<usize>], rank: usize) -> BTreeMap<usize, Vec<usize>> {
+    let all: Vec<usize> = (0..owners.len()).collect();
+    group_of(owners, rank, &all)
+}
+
+/// [`group`] over the keys `among`.
+fn group_of(owners: &[Vec<usize>], rank: usize, among: &[usize]) -> BTreeMap<usize, Vec<usize>> {
+    let mut out: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for &i in among {
+        if let Some(&node) = owners[i].get(rank) {
+            out.entry(node).or_default().push(i);
+        }
+    }
+    out
+}
+
+/// `GET /v1/cluster` of a node; `None` when it does not answer one (a node too old to know).
+fn read_membership(node: &KvClient) -> Option<Membership> {
+    read_membership_at(node, MEMBERSHIP_PATH)
+}
+
+fn read_membership_at(node: &KvClient, target: &str) -> Option<Membership> {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let mut req = node.agent.get(format!("{}{target}", node.base));
+    if let Some(c) = &node.credentials {
+        for (name, value) in c.sign(
+            "GET",
+            &node.host,
+            path,
+            query,
+            b"",
+            std::time::SystemTime::now(),
+        ) {
+            req = req.header(name, value);
+        }
+    }
+    let resp = req.call().ok()?;
+    if resp.status() != 200 {
+        return None;
+    }
+    super::read_json(resp).ok()
+}
