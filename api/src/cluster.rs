@@ -16,6 +16,10 @@ pub const FORWARDED_HEADER: &str = "x-yutu-forwarded";
 /// Header on a replica write from a key's coordinating owner: store it here, do not forward or
 /// replicate it again.
 pub const REPLICA_HEADER: &str = "x-yutu-replica";
+/// Header on a replica write: the coordinator's metadata of the object (base64 of the JSON
+/// record the NVMe tier stores), so every copy has the same ETag, checksum, user metadata
+/// and modification time. Only honoured from a node.
+pub const REPLICA_META_HEADER: &str = "x-yutu-replica-meta";
 /// Header carrying the sending node's bearer token on forwarded requests (the client's own
 /// `Authorization` travels unchanged, so the owner checks the client itself).
 pub const NODE_TOKEN_HEADER: &str = "x-yutu-node-token";
@@ -32,6 +36,12 @@ pub fn prefix(cluster: &str) -> String {
 /// etcd key of a member.
 pub fn member_key(cluster: &str, node: &str) -> String {
     format!("/yutu/{cluster}/members/{node}")
+}
+
+/// etcd key that marks a node as being drained (`yutu admin drain`): placement passes it
+/// over, so its keys move to other nodes.
+pub fn drain_key(cluster: &str, node: &str) -> String {
+    format!("/yutu/{cluster}/drain/{node}")
 }
 
 /// etcd key of a bucket's configuration.

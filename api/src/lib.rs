@@ -8,6 +8,7 @@
 //! (`route`), and bearer tokens (`token`: claims, scopes, signing and verifying).
 //! Both the server and the clients depend on it, so a rule written here holds on both ends.
 
+pub mod admin;
 pub mod block_hash;
 pub mod bucket;
 pub mod cluster;

@@ -134,6 +134,11 @@ pub struct Flags {
     /// node accepts. Required in a cluster unless --no-auth.
     #[arg(long)]
     pub cluster_key_file: Option<PathBuf>,
+    /// Bytes per second this node sends when it copies keys to new owners after a membership
+    /// change (re-replication, hand-off, drain), so that recovery does not starve clients
+    /// (default 256MiB).
+    #[arg(long)]
+    pub rereplicate_rate: Option<ByteSize>,
     /// TOML file with any of the settings above, and `[[users]]`.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -152,6 +157,8 @@ pub struct ClusterSettings {
     pub lease_ttl: std::time::Duration,
     /// The shared secret nodes sign their calls to each other with (`None` with --no-auth).
     pub key: Option<Vec<u8>>,
+    /// Bytes per second re-replication may send.
+    pub rereplicate_rate: u64,
 }
 
 /// The kid of the cluster's shared key in the keyring.
@@ -263,6 +270,7 @@ pub struct FileConfig {
     pub replicas: Option<u32>,
     pub lease_ttl_secs: Option<u64>,
     pub cluster_key_file: Option<PathBuf>,
+    pub rereplicate_rate: Option<ByteSize>,
     #[serde(default)]
     pub users: Vec<User>,
     #[serde(default)]
@@ -674,6 +682,11 @@ fn cluster_settings(
         replicas,
         lease_ttl: std::time::Duration::from_secs(ttl),
         key,
+        rereplicate_rate: flags
+            .rereplicate_rate
+            .or(file.rereplicate_rate)
+            .map_or(256 << 20, |b| b.0)
+            .max(1),
     })
 }
 

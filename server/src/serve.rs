@@ -81,6 +81,11 @@ pub fn start(settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
                     me,
                 ))
                 .detach();
+                glommio::spawn_local(crate::cluster::rebalance::run(
+                    shard.clone(),
+                    cluster.clone(),
+                ))
+                .detach();
             }
             crate::http::service::accept_loop(shard, listener, listening).await;
         })

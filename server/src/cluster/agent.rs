@@ -252,8 +252,13 @@ pub async fn read_view(etcd: &mut Etcd, cluster: &str) -> Result<View, EtcdError
         revision,
         ..View::default()
     };
+    let mut draining = Vec::new();
     for kv in kvs {
         let rest = &kv.key[prefix.len()..];
+        if let Some(name) = rest.strip_prefix("drain/") {
+            draining.push(name.to_string());
+            continue;
+        }
         if let Some(name) = rest.strip_prefix("members/") {
             match serde_json::from_slice::<Member>(&kv.value) {
                 Ok(m) if m.name == name => view.members.push(m),
@@ -269,5 +274,8 @@ pub async fn read_view(etcd: &mut Etcd, cluster: &str) -> Result<View, EtcdError
         }
     }
     view.members.sort_by(|a, b| a.name.cmp(&b.name));
+    for m in &mut view.members {
+        m.draining = draining.contains(&m.name);
+    }
     Ok(view)
 }

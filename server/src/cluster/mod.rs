@@ -13,6 +13,8 @@
 pub mod agent;
 pub mod buckets;
 pub mod etcd;
+pub mod rebalance;
+pub mod replica;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -70,6 +72,15 @@ pub struct ClusterMetrics {
     pub replicated: AtomicU64,
     pub replication_failures: AtomicU64,
     pub writes_refused: AtomicU64,
+    /// 1 while a rebalancing pass runs.
+    pub rebalancing: AtomicU64,
+    pub rereplicated_keys: AtomicU64,
+    pub rereplicated_bytes: AtomicU64,
+    pub rereplication_failures: AtomicU64,
+    /// Copies dropped by a node that is no longer an owner (hand-off, drain).
+    pub handed_off: AtomicU64,
+    /// Keys the last rebalancing pass could not move (an owner unreachable): retried.
+    pub pending_moves: AtomicU64,
 }
 
 impl ClusterMetrics {
@@ -105,6 +116,8 @@ pub struct Cluster {
     /// Buckets this node holds because etcd has them (created here or mirrored): the ones it
     /// drops when they disappear from etcd.
     mirrored: Mutex<std::collections::BTreeSet<String>>,
+    /// Re-replication's token bucket: bytes it may send, and when it was last filled.
+    budget: Mutex<(f64, Instant)>,
 }
 
 /// How long a node token lives; a fresh one is signed when less than half is left.
@@ -122,6 +135,7 @@ impl Cluster {
             token: Mutex::new(None),
             outage: AtomicBool::new(false),
             mirrored: Mutex::new(Default::default()),
+            budget: Mutex::new((0.0, Instant::now())),
         }))
     }
 
@@ -176,6 +190,17 @@ impl Cluster {
         })
     }
 
+    /// Marks `node` draining (or not) in this node's view before the next poll confirms it.
+    pub fn set_draining_locally(&self, node: &str, on: bool) {
+        let mut view = (*self.view()).clone();
+        for m in &mut view.members {
+            if m.name == node {
+                m.draining = on;
+            }
+        }
+        self.set_view(view);
+    }
+
     /// Drops one bucket from the current view.
     pub fn forget_bucket(&self, name: &str) {
         let mut view = (*self.view()).clone();
@@ -201,6 +226,30 @@ impl Cluster {
             )),
             _ => Err(NotWritable::NotJoined),
         })
+    }
+
+    /// Waits until re-replication may send `bytes` more (`--rereplicate-rate`, node-wide).
+    pub async fn throttle(&self, bytes: u64) {
+        let rate = self.settings.rereplicate_rate.max(1) as f64;
+        let wait = {
+            let mut b = match self.budget.lock() {
+                Ok(b) => b,
+                Err(p) => p.into_inner(),
+            };
+            let now = Instant::now();
+            // At most a second's worth saved up.
+            b.0 = (b.0 + now.duration_since(b.1).as_secs_f64() * rate).min(rate);
+            b.1 = now;
+            b.0 -= bytes as f64;
+            if b.0 >= 0.0 {
+                Duration::ZERO
+            } else {
+                Duration::from_secs_f64(-b.0 / rate)
+            }
+        };
+        if !wait.is_zero() {
+            glommio::timer::sleep(wait).await;
+        }
     }
 
     /// Whether the lease is surely alive (a keep-alive succeeded within its TTL).
@@ -319,7 +368,17 @@ impl Cluster {
              # HELP yutu_cluster_replication_failures_total Replica writes that failed (the client's write failed with them).\n\
              # TYPE yutu_cluster_replication_failures_total counter\nyutu_cluster_replication_failures_total {}\n\
              # HELP yutu_cluster_writes_refused_total Writes refused because this node's lease may have expired.\n\
-             # TYPE yutu_cluster_writes_refused_total counter\nyutu_cluster_writes_refused_total {}\n",
+             # TYPE yutu_cluster_writes_refused_total counter\nyutu_cluster_writes_refused_total {}\n\
+             # HELP yutu_cluster_rebalancing 1 while this node moves keys after a membership change.\n\
+             # TYPE yutu_cluster_rebalancing gauge\nyutu_cluster_rebalancing {}\n\
+             # HELP yutu_cluster_rereplicated_keys_total Keys copied to a new owner after a membership change.\n\
+             # TYPE yutu_cluster_rereplicated_keys_total counter\nyutu_cluster_rereplicated_keys_total {}\n\
+             # HELP yutu_cluster_rereplicated_bytes_total Bytes copied to new owners after membership changes.\n\
+             # TYPE yutu_cluster_rereplicated_bytes_total counter\nyutu_cluster_rereplicated_bytes_total {}\n\
+             # HELP yutu_cluster_rereplication_failures_total Copies to a new owner that failed (retried).\n\
+             # TYPE yutu_cluster_rereplication_failures_total counter\nyutu_cluster_rereplication_failures_total {}\n\
+             # HELP yutu_cluster_handed_off_total Copies this node dropped once it no longer owned the key and every owner held it.\n\
+             # TYPE yutu_cluster_handed_off_total counter\nyutu_cluster_handed_off_total {}\n",
             view.members.len(),
             view.revision,
             self.in_outage() as u8,
@@ -331,7 +390,23 @@ impl Cluster {
             c(&m.replicated),
             c(&m.replication_failures),
             c(&m.writes_refused),
+            c(&m.rebalancing),
+            c(&m.rereplicated_keys),
+            c(&m.rereplicated_bytes),
+            c(&m.rereplication_failures),
+            c(&m.handed_off),
         )
+    }
+}
+
+/// Marks `node` as being drained (or no longer, with `on` false) in etcd.
+pub async fn set_draining(cluster: &Cluster, node: &str, on: bool) -> Result<(), etcd::EtcdError> {
+    let mut etcd = etcd::Etcd::new(&cluster.settings.etcd);
+    let key = yutu_api::cluster::drain_key(&cluster.settings.name, node);
+    if on {
+        etcd.put(&key, b"1", None).await
+    } else {
+        etcd.delete(&key).await.map(|_| ())
     }
 }
 

@@ -11,6 +11,7 @@ pub mod eviction;
 pub mod kv;
 pub mod multipart;
 pub mod peers;
+pub mod pinning;
 pub mod store;
 
 pub use store::ShardStore;

@@ -127,6 +127,11 @@ pub struct ShardStore {
     /// Random per store instance: with `next_id`, makes KV ETags unique across shards and
     /// restarts (see `kv::ShardStore::next_kv_etag`).
     pub(crate) etag_salt: u64,
+    /// Keys pinned by the admin API (`pinning`), by name: a pin outlives overwrites.
+    pub(crate) admin_pins: HashMap<(String, String), super::pinning::AdminPin>,
+    /// Entries the policy offered as victims while hard-pinned: out of its order until
+    /// unpinned (then given back), so a pinned entry costs nothing per eviction.
+    pub(crate) pinned_out: std::collections::HashSet<EntryId>,
 }
 
 impl ShardStore {
@@ -156,6 +161,8 @@ impl ShardStore {
             demote_bytes: 0,
             demote_budget: 0,
             etag_salt: random_salt(),
+            admin_pins: HashMap::new(),
+            pinned_out: std::collections::HashSet::new(),
         }
     }
 
@@ -737,6 +744,7 @@ impl ShardStore {
     /// unreachable by key) until the last lease on them ends.
     fn drop_entry(&mut self, entry: Entry) {
         self.ids.remove(&entry.id);
+        self.pinned_out.remove(&entry.id);
         match self.pins.get_mut(&entry.id) {
             Some(pin) => pin.orphan = Some((entry.extent, entry.charge)),
             None => {
@@ -746,44 +754,85 @@ impl ShardStore {
         }
     }
 
-    /// Evicts the policy's victim; `false` when nothing is evictable.
-    fn evict_one(&mut self) -> bool {
+    /// Evicts the policy's victim; `false` when nothing is evictable. Hard-pinned entries are
+    /// never evicted; soft-pinned ones only when nothing else is left (the one whose pin ends
+    /// first).
+    pub(crate) fn evict_one(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        let mut soft: Vec<(std::time::Instant, EntryId)> = Vec::new();
+        let mut evicted = false;
         while let Some(id) = self.policy.pick_victim() {
             let Some((bucket, key)) = self.ids.get(&id).cloned() else {
                 continue;
             };
-            let entry = self
-                .buckets
-                .get_mut(&bucket)
-                .and_then(|b| b.objects.remove(&key));
-            if let Some(entry) = entry {
-                tracing::debug!(bucket, key, size = entry.meta.size, "evicted");
-                let memory = self.durability(&bucket) == Some(Durability::Memory);
-                let tier = if entry.on_nvme {
-                    Some(Tier::Nvme)
-                } else if memory
-                    && self.demote_budget > 0
-                    && self.demote_bytes + entry.meta.size <= self.demote_budget
-                {
-                    let data = Bytes::copy_from_slice(self.arena.bytes(&entry.extent));
-                    self.demote_bytes += entry.meta.size;
-                    self.demoting
-                        .insert((bucket.clone(), key.clone()), (entry.meta.clone(), data));
-                    self.demote_queue.push_back((bucket.clone(), key.clone()));
-                    Some(Tier::Nvme)
-                } else {
-                    if self.demote_budget > 0 && memory {
-                        self.metrics.demotions_dropped.inc();
-                    }
-                    None
-                };
-                self.drop_entry(entry);
-                self.record_tier_event(&bucket, &key, tier);
-                self.metrics.evictions.inc();
-                return true;
+            match self.admin_pins.get(&(bucket.clone(), key.clone())).copied() {
+                Some(super::pinning::AdminPin::Hard) => {
+                    self.pinned_out.insert(id);
+                    continue;
+                }
+                Some(super::pinning::AdminPin::Soft(until)) if until > now => {
+                    soft.push((until, id));
+                    continue;
+                }
+                Some(super::pinning::AdminPin::Soft(_)) => {
+                    self.admin_pins.remove(&(bucket.clone(), key.clone()));
+                }
+                None => {}
+            }
+            if self.evict_entry(bucket, key) {
+                evicted = true;
+                break;
             }
         }
-        false
+        if !evicted {
+            soft.sort_unstable();
+            while !soft.is_empty() && !evicted {
+                let (_, id) = soft.remove(0);
+                if let Some((bucket, key)) = self.ids.get(&id).cloned() {
+                    evicted = self.evict_entry(bucket, key);
+                }
+            }
+        }
+        // The soft-pinned entries passed over go back to the policy.
+        for (_, id) in soft {
+            self.policy.on_insert(id, 0);
+        }
+        evicted
+    }
+
+    /// Evicts `bucket/key` from DRAM (to NVMe when it goes there); whether it was there.
+    fn evict_entry(&mut self, bucket: String, key: String) -> bool {
+        let entry = self
+            .buckets
+            .get_mut(&bucket)
+            .and_then(|b| b.objects.remove(&key));
+        let Some(entry) = entry else {
+            return false;
+        };
+        tracing::debug!(bucket, key, size = entry.meta.size, "evicted");
+        let memory = self.durability(&bucket) == Some(Durability::Memory);
+        let tier = if entry.on_nvme {
+            Some(Tier::Nvme)
+        } else if memory
+            && self.demote_budget > 0
+            && self.demote_bytes + entry.meta.size <= self.demote_budget
+        {
+            let data = Bytes::copy_from_slice(self.arena.bytes(&entry.extent));
+            self.demote_bytes += entry.meta.size;
+            self.demoting
+                .insert((bucket.clone(), key.clone()), (entry.meta.clone(), data));
+            self.demote_queue.push_back((bucket.clone(), key.clone()));
+            Some(Tier::Nvme)
+        } else {
+            if self.demote_budget > 0 && memory {
+                self.metrics.demotions_dropped.inc();
+            }
+            None
+        };
+        self.drop_entry(entry);
+        self.record_tier_event(&bucket, &key, tier);
+        self.metrics.evictions.inc();
+        true
     }
 
     pub(crate) fn publish_gauges(&self) {

@@ -21,22 +21,21 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
-use yutu_api::cluster::{Member, FORWARDED_HEADER, NODE_TOKEN_HEADER, REPLICA_HEADER};
+use yutu_api::cluster::{
+    Member, FORWARDED_HEADER, NODE_TOKEN_HEADER, REPLICA_HEADER, REPLICA_META_HEADER,
+};
 use yutu_api::S3ErrorCode;
 
 use super::ctx::Ctx;
 use super::error::S3Error;
-use super::forward::{self, ForwardError, ProxyBody};
+use super::forward::{self, ProxyBody};
 use super::Resp;
 use crate::auth::tokens::TokenVerifier;
 use crate::auth::Identity;
+use crate::cluster::replica::{self, PATH};
 use crate::cluster::{Cluster, ClusterMetrics, NODE_SUBJECT_PREFIX};
 use crate::metrics::Op;
 use crate::model::conditions::ReadConditions;
-
-/// Header with which a replica keeps the coordinator's ETag (a multipart object's ETag is not
-/// the MD5 of its bytes, so the replica could not compute it).
-pub const REPLICA_ETAG_HEADER: &str = "x-yutu-replica-etag";
 
 /// The name of the node that sent this request, when it proves to be one of the cluster's.
 pub fn from_node(
@@ -199,7 +198,7 @@ fn outgoing(
     let headers = req.headers_mut();
     *headers = forward::end_to_end(&ctx.headers);
     // What a client sent in the cluster's own headers is not passed on as if a node said it.
-    for h in [REPLICA_HEADER, NODE_TOKEN_HEADER, REPLICA_ETAG_HEADER] {
+    for h in [REPLICA_HEADER, NODE_TOKEN_HEADER, REPLICA_META_HEADER] {
         headers.remove(h);
     }
     forward::set(headers, FORWARDED_HEADER, &cluster.node);
@@ -311,13 +310,8 @@ pub async fn replicate(
     if to.is_empty() {
         return Ok(());
     }
-    let path = format!(
-        "/{}/{}",
-        percent_encoding::utf8_percent_encode(bucket, PATH),
-        percent_encoding::utf8_percent_encode(key, PATH)
-    );
-    let (method, headers, data) = if op == Op::DeleteObject {
-        (Method::DELETE, HeaderMap::new(), Bytes::new())
+    let object = if op == Op::DeleteObject {
+        None
     } else {
         let (b, k) = (bucket.to_string(), key.to_string());
         let found = ctx
@@ -326,91 +320,28 @@ pub async fn replicate(
                 s.tier.get(b, k, None, false, ReadConditions::default())
             })
             .await?;
-        let (meta, _, data) = match found {
-            Ok(x) => x,
+        match found {
+            Ok((meta, _, data)) => Some((meta, data)),
             // Deleted again meanwhile: the later delete replicates itself.
             Err(crate::model::StoreError::NoSuchKey) => return Ok(()),
             Err(e) => return Err(e.into()),
-        };
-        let shown = super::meta::to_response(http::Response::builder(), &meta, true, false);
-        let mut headers = HeaderMap::new();
-        if let Some(h) = shown.headers_ref() {
-            for (name, value) in h {
-                let n = name.as_str();
-                if n.starts_with("x-amz-meta-")
-                    || n.starts_with("x-amz-checksum-")
-                    || matches!(
-                        n,
-                        "content-type"
-                            | "content-encoding"
-                            | "content-disposition"
-                            | "content-language"
-                            | "cache-control"
-                            | "expires"
-                    )
-                {
-                    headers.append(name.clone(), value.clone());
-                }
-            }
         }
-        forward::set(&mut headers, REPLICA_ETAG_HEADER, &meta.etag);
-        (Method::PUT, headers, data)
     };
     let sends = to.iter().map(|owner| {
-        let (method, mut headers, data, path) =
-            (method.clone(), headers.clone(), data.clone(), path.clone());
+        let object = object.clone();
         async move {
-            let peer = forward::authority(&owner.url).ok_or_else(|| ForwardError::Unreachable {
-                peer: owner.name.clone(),
-                reason: format!("URL {} is not http://", owner.url),
-            })?;
-            forward::set(&mut headers, FORWARDED_HEADER, &cluster.node);
-            forward::set(&mut headers, REPLICA_HEADER, "1");
-            if let Some(token) = cluster.node_token() {
-                forward::set(&mut headers, "authorization", &format!("Bearer {token}"));
-            }
-            headers.insert(
-                http::header::HOST,
-                http::HeaderValue::from_str(peer)
-                    .unwrap_or(http::HeaderValue::from_static("localhost")),
-            );
-            headers.insert(http::header::CONTENT_LENGTH, data.len().into());
-            let mut req = http::Request::builder()
-                .method(method)
-                .uri(path)
-                .body(forward::bytes_body(data))
-                .map_err(|e| ForwardError::Failed {
-                    peer: owner.name.clone(),
-                    reason: e.to_string(),
-                })?;
-            *req.headers_mut() = headers;
-            let sender = forward::connect(peer).await?;
-            let (resp, body) =
-                forward::exchange_raw(peer, sender, req, Duration::from_secs(60), 1 << 20).await?;
-            if resp.status.is_success()
-                || (resp.status == StatusCode::NOT_FOUND && op == Op::DeleteObject)
-            {
-                Ok(())
-            } else {
-                Err(ForwardError::Failed {
-                    peer: owner.name.clone(),
-                    reason: format!(
-                        "answered {}: {}",
-                        resp.status,
-                        String::from_utf8_lossy(&body)
-                            .chars()
-                            .take(200)
-                            .collect::<String>()
-                    ),
-                })
+            match object {
+                Some((meta, data)) => {
+                    replica::push(cluster, owner, bucket, key, &meta, data, false).await
+                }
+                None => replica::remove(cluster, owner, bucket, key).await,
             }
         }
     });
     let results = futures::future::join_all(sends).await;
     let failed: Vec<String> = results
         .into_iter()
-        .zip(to)
-        .filter_map(|(r, m)| r.err().map(|e| format!("{}: {e}", m.name)))
+        .filter_map(|r| r.err().map(|e| e.to_string()))
         .collect();
     let sent = to.len() - failed.len();
     cluster
@@ -430,14 +361,6 @@ pub async fn replicate(
         failed.join("; ")
     )))
 }
-
-/// Bytes of a path segment that are sent percent-encoded (everything but unreserved and `/`).
-const PATH: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~')
-    .remove(b'/');
 
 fn json_response(value: &impl serde::Serialize) -> Result<Resp, S3Error> {
     let body = serde_json::to_vec(value)

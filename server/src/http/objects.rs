@@ -72,9 +72,13 @@ pub async fn put(
     meta.size = received.data.len() as u64;
     meta.etag = format!("\"{}\"", hex::encode(received.md5));
     if ctx.peer.is_some() {
-        // A replica keeps its coordinator's ETag (a multipart ETag is no MD5 of the bytes).
-        if let Some(etag) = ctx.header(super::cluster::REPLICA_ETAG_HEADER) {
-            meta.etag = etag.to_string();
+        // A replica keeps its coordinator's metadata whole (a multipart ETag is no MD5 of the
+        // bytes; the modification time is the write's, not the copy's).
+        if let Some(m) = ctx.header(yutu_api::cluster::REPLICA_META_HEADER) {
+            meta = crate::cluster::replica::decode_meta(m, meta.size).ok_or_else(|| {
+                S3Error::new(S3ErrorCode::InvalidArgument)
+                    .msg("The replica's metadata header cannot be read.")
+            })?;
         }
     }
     meta.checksum = received.checksum;

@@ -325,7 +325,7 @@ async fn route(
         return (Op::Admin, super::cluster::membership(&ctx));
     }
     if ctx.target.bucket.as_deref() == Some("admin") && !ctx.target.virtual_host {
-        return (Op::Admin, admin::route(&ctx).await);
+        return (Op::Admin, admin::route(&ctx, body).await);
     }
     // `v1` is not a valid bucket name, so the KV control API cannot shadow a bucket.
     if ctx.target.bucket.as_deref() == Some("v1") && !ctx.target.virtual_host {

@@ -103,6 +103,25 @@ impl Client {
         path: &str,
         json: Option<Vec<u8>>,
     ) -> Result<Reply, ClientError> {
+        let mut headers = http::HeaderMap::new();
+        if json.is_some() {
+            headers.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
+        }
+        self.send_with(method, path, headers, Bytes::from(json.unwrap_or_default()))
+            .await
+    }
+
+    /// Sends `method path` with these headers and body, and reads the whole answer.
+    pub async fn send_with(
+        &mut self,
+        method: http::Method,
+        path: &str,
+        headers: http::HeaderMap,
+        body: Bytes,
+    ) -> Result<Reply, ClientError> {
         let mut sender = match self.sender.take() {
             Some(s) if !s.is_closed() => s,
             _ => self.connect().await?,
@@ -111,14 +130,15 @@ impl Client {
             .method(method)
             .uri(format!("{}{path}", self.base_path))
             .header(http::header::HOST, &self.authority);
-        if json.is_some() {
-            req = req.header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(h) = req.headers_mut() {
+            h.extend(headers);
         }
         if let Some(auth) = &self.authorization {
             req = req.header(http::header::AUTHORIZATION, auth.clone());
         }
-        let req = req.body(Full::new(Bytes::from(json.unwrap_or_default())))?;
+        let req = req.body(Full::new(body))?;
         let exchange = async {
+            sender.ready().await?;
             let resp = sender.send_request(req).await?;
             let status = resp.status().as_u16();
             // The conductor's answers are small JSON documents; a peer that sends more is

@@ -1,0 +1,208 @@
+//! Copies between nodes: writing one object onto another node as a replica, deleting it there,
+//! and asking whether a node holds it. Used by a write's coordinator (before it acknowledges)
+//! and by re-replication and hand-off after the membership changes.
+//!
+//! A replica carries the coordinator's metadata whole ([`REPLICA_META_HEADER`]: the record
+//! encoding the NVMe tier stores), so every copy has the same ETag (a multipart ETag is no
+//! MD5 of the bytes), checksum, user metadata and modification time. The calls are signed with
+//! this node's token, and the receiving node serves them locally (never forwards them).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method};
+use yutu_api::cluster::{Member, FORWARDED_HEADER, REPLICA_HEADER, REPLICA_META_HEADER};
+
+use super::Cluster;
+use crate::model::ObjectMeta;
+use crate::net::client::Client;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    #[error("{node} cannot be reached: {reason}")]
+    Unreachable { node: String, reason: String },
+    #[error("{node} answered {status}: {message}")]
+    Refused {
+        node: String,
+        status: u16,
+        message: String,
+    },
+    #[error("cannot encode the object's metadata: {0}")]
+    Meta(String),
+}
+
+/// Bytes of a path segment sent percent-encoded: everything but unreserved characters and `/`.
+pub const PATH: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
+
+/// `/{bucket}/{key}`, encoded.
+pub fn object_path(bucket: &str, key: &str) -> String {
+    format!(
+        "/{}/{}",
+        percent_encoding::utf8_percent_encode(bucket, PATH),
+        percent_encoding::utf8_percent_encode(key, PATH)
+    )
+}
+
+/// Idle connections kept per peer and shard.
+const POOL_PER_PEER: usize = 8;
+
+thread_local! {
+    static POOL: RefCell<HashMap<String, Vec<Client>>> = RefCell::new(HashMap::new());
+}
+
+/// How long one call may take: the bytes at a slow 8 MiB/s, plus the peer's own work.
+fn timeout_for(len: usize) -> Duration {
+    Duration::from_secs(10) + Duration::from_secs(len as u64 / (8 << 20))
+}
+
+async fn call(
+    cluster: &Cluster,
+    to: &Member,
+    method: Method,
+    path: &str,
+    mut headers: HeaderMap,
+    body: Bytes,
+) -> Result<(u16, Bytes), ReplicaError> {
+    let unreachable = |reason: String| ReplicaError::Unreachable {
+        node: to.name.clone(),
+        reason,
+    };
+    let pooled = POOL.with(|p| p.borrow_mut().get_mut(&to.url).and_then(Vec::pop));
+    let mut client = match pooled {
+        Some(c) => c,
+        None => {
+            let c = Client::new(&to.url, timeout_for(body.len()))
+                .map_err(|e| unreachable(e.to_string()))?;
+            match cluster.node_token() {
+                Some(t) => c.with_bearer(&t).map_err(|e| unreachable(e.to_string()))?,
+                None => c,
+            }
+        }
+    };
+    if let Ok(v) = HeaderValue::from_str(&cluster.node) {
+        headers.insert(FORWARDED_HEADER, v);
+    }
+    let reply = client
+        .send_with(method, path, headers, body)
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        let idle = p.entry(to.url.clone()).or_default();
+        if idle.len() < POOL_PER_PEER {
+            idle.push(client);
+        }
+    });
+    Ok((reply.status, reply.body))
+}
+
+fn refused(to: &Member, status: u16, body: &[u8]) -> ReplicaError {
+    ReplicaError::Refused {
+        node: to.name.clone(),
+        status,
+        message: String::from_utf8_lossy(body).chars().take(300).collect(),
+    }
+}
+
+/// Writes `data` with `meta` as `bucket/key` on `to`. With `if_absent` a copy already there
+/// is kept (re-replication must not overwrite a newer write the new owner took meanwhile).
+pub async fn push(
+    cluster: &Cluster,
+    to: &Member,
+    bucket: &str,
+    key: &str,
+    meta: &ObjectMeta,
+    data: Bytes,
+    if_absent: bool,
+) -> Result<(), ReplicaError> {
+    let encoded = crate::tier::record::encode_meta(meta, false)
+        .map_err(|e| ReplicaError::Meta(e.to_string()))?;
+    let mut headers = HeaderMap::new();
+    headers.insert(REPLICA_HEADER, HeaderValue::from_static("1"));
+    if if_absent {
+        headers.insert(http::header::IF_NONE_MATCH, HeaderValue::from_static("*"));
+    }
+    let b64 = base64::engine::general_purpose::STANDARD.encode(encoded);
+    headers.insert(
+        REPLICA_META_HEADER,
+        HeaderValue::from_str(&b64).map_err(|e| ReplicaError::Meta(e.to_string()))?,
+    );
+    let (status, body) = call(
+        cluster,
+        to,
+        Method::PUT,
+        &object_path(bucket, key),
+        headers,
+        data,
+    )
+    .await?;
+    if (200..300).contains(&status) || (if_absent && status == 412) {
+        Ok(())
+    } else {
+        Err(refused(to, status, &body))
+    }
+}
+
+/// Deletes `bucket/key` on `to` (absent counts as done).
+pub async fn remove(
+    cluster: &Cluster,
+    to: &Member,
+    bucket: &str,
+    key: &str,
+) -> Result<(), ReplicaError> {
+    let mut headers = HeaderMap::new();
+    headers.insert(REPLICA_HEADER, HeaderValue::from_static("1"));
+    let (status, body) = call(
+        cluster,
+        to,
+        Method::DELETE,
+        &object_path(bucket, key),
+        headers,
+        Bytes::new(),
+    )
+    .await?;
+    if (200..300).contains(&status) || status == 404 {
+        Ok(())
+    } else {
+        Err(refused(to, status, &body))
+    }
+}
+
+/// Whether `to` holds `bucket/key` itself.
+pub async fn holds(
+    cluster: &Cluster,
+    to: &Member,
+    bucket: &str,
+    key: &str,
+) -> Result<bool, ReplicaError> {
+    let (status, body) = call(
+        cluster,
+        to,
+        Method::HEAD,
+        &object_path(bucket, key),
+        HeaderMap::new(),
+        Bytes::new(),
+    )
+    .await?;
+    match status {
+        200 => Ok(true),
+        404 => Ok(false),
+        _ => Err(refused(to, status, &body)),
+    }
+}
+
+/// Decodes a replica's metadata header for an object of `size` bytes.
+pub fn decode_meta(header: &str, size: u64) -> Option<ObjectMeta> {
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(header.trim())
+        .ok()?;
+    crate::tier::record::decode_meta(&raw, size)
+}

@@ -1,0 +1,323 @@
+//! This node's part of the storage admin calls (`/admin/v1/local/...`): its numbers, and
+//! evicting, pinning and replicating the copies it holds itself.
+
+use std::time::{Duration, Instant};
+
+use yutu_api::admin::{
+    EvictRequest, EvictResponse, NodeState, NodeStats, PinRequest, PinResponse, ReplicateRequest,
+    ReplicateResponse, ShardStats, Usage,
+};
+use yutu_api::S3ErrorCode;
+
+use super::ctx::Ctx;
+use super::error::S3Error;
+use crate::cluster::replica;
+use crate::engine::pinning::{AdminPin, MAX_PINS};
+use crate::model::conditions::ReadConditions;
+use crate::model::listing::{ListItem, ListQuery};
+use crate::model::StoreError;
+use crate::node::Shard;
+
+/// Keys read from the index per step of a prefix walk.
+const PAGE: usize = 512;
+
+/// This node's numbers, per shard.
+pub async fn stats(ctx: &Ctx) -> Result<NodeStats, S3Error> {
+    let shards = ctx
+        .shard
+        .broadcast(|s| {
+            let m = &s.metrics;
+            ShardStats {
+                shard: s.id,
+                dram: Usage {
+                    used: m.dram_used.get(),
+                    capacity: m.dram_capacity.get(),
+                },
+                nvme: Usage {
+                    used: m.nvme_used.get(),
+                    capacity: m.nvme_capacity.get(),
+                },
+                objects: m.objects.get() + m.nvme_objects.get(),
+                dram_hits: m.dram_hits.get(),
+                nvme_hits: m.nvme_hits.get(),
+                misses: m.misses.get(),
+                evictions: m.evictions.get(),
+                demotions: m.demotions.get(),
+                pinned: s.tier.store.borrow_mut().pin_count(),
+            }
+        })
+        .await?;
+    let settings = &ctx.shard.settings;
+    let mut out = NodeStats {
+        name: settings.node_name.clone(),
+        url: settings.advertise_url.clone().unwrap_or_default(),
+        zone: None,
+        state: NodeState::Up,
+        shards,
+        rebalancing: false,
+        rereplicated_keys: 0,
+        rereplicated_bytes: 0,
+        under_replicated: 0,
+        handed_off: 0,
+    };
+    if let Some(cluster) = &ctx.cluster {
+        use std::sync::atomic::Ordering::Relaxed;
+        let view = cluster.view();
+        if let Some(me) = view.member(&cluster.node) {
+            out.url = me.url.clone();
+            out.zone = me.zone.clone();
+            if me.draining {
+                out.state = if out.objects() == 0 {
+                    NodeState::Drained
+                } else {
+                    NodeState::Draining
+                };
+            }
+        }
+        let m = &cluster.metrics;
+        out.rebalancing = m.rebalancing.load(Relaxed) > 0;
+        out.rereplicated_keys = m.rereplicated_keys.load(Relaxed);
+        out.rereplicated_bytes = m.rereplicated_bytes.load(Relaxed);
+        out.under_replicated = m.pending_moves.load(Relaxed);
+        out.handed_off = m.handed_off.load(Relaxed);
+    }
+    Ok(out)
+}
+
+/// Every key of `bucket` under `prefix` that shard `s` holds (DRAM and NVMe), page by page.
+fn page(s: &Shard, bucket: &str, prefix: &str, after: &Option<String>) -> Vec<(String, u64)> {
+    s.tier
+        .list(
+            bucket,
+            &ListQuery {
+                prefix: prefix.to_string(),
+                delimiter: None,
+                after: after.clone(),
+                limit: PAGE,
+            },
+        )
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|i| match i {
+            ListItem::Object { key, size, .. } => Some((key, size)),
+            _ => None,
+        })
+        .collect()
+}
+
+pub async fn evict(ctx: &Ctx, req: EvictRequest) -> Result<EvictResponse, S3Error> {
+    let mut out = EvictResponse::default();
+    if let Some(bytes) = req.free_bytes {
+        let share = bytes.div_ceil(ctx.shard.nshards as u64);
+        let freed = ctx
+            .shard
+            .broadcast(move |s| s.tier.store.borrow_mut().free_bytes(share))
+            .await?;
+        for (objects, b) in freed {
+            out.objects += objects;
+            out.bytes += b;
+        }
+        return Ok(out);
+    }
+    let Some(bucket) = req.bucket else {
+        return Ok(out);
+    };
+    if !ctx.shard.tier.store.borrow().bucket_exists(&bucket) {
+        return Ok(out);
+    }
+    let prefix = req.prefix.unwrap_or_default();
+    for shard in 0..ctx.shard.nshards {
+        if let Some(k) = &req.key {
+            if ctx.shard.owner(&bucket, k) != shard {
+                continue;
+            }
+        }
+        let (b, key, p) = (bucket.clone(), req.key.clone(), prefix.clone());
+        let part = ctx
+            .shard
+            .run_async(shard, move |s| async move {
+                let mut part = EvictResponse::default();
+                let mut after = None;
+                loop {
+                    let keys = match &key {
+                        Some(k) => page(&s, &b, k, &None)
+                            .into_iter()
+                            .filter(|(x, _)| x == k)
+                            .collect(),
+                        None => page(&s, &b, &p, &after),
+                    };
+                    let Some(last) = keys.last() else { break };
+                    after = Some(last.0.clone());
+                    let done = key.is_some() || keys.len() < PAGE;
+                    let (pinned, free): (Vec<_>, Vec<_>) = keys
+                        .into_iter()
+                        .partition(|(k, _)| s.tier.store.borrow().hard_pinned(&b, k));
+                    part.pinned_skipped += pinned.len() as u64;
+                    let names: Vec<String> = free.iter().map(|(k, _)| k.clone()).collect();
+                    if !names.is_empty() {
+                        let removed = s.tier.delete(b.clone(), names).get().await;
+                        if let Ok(removed) = removed {
+                            for ((_, size), r) in free.iter().zip(removed) {
+                                if r {
+                                    part.objects += 1;
+                                    part.bytes += size;
+                                }
+                            }
+                        }
+                    }
+                    if done {
+                        break;
+                    }
+                }
+                part
+            })
+            .await?;
+        out.objects += part.objects;
+        out.bytes += part.bytes;
+        out.pinned_skipped += part.pinned_skipped;
+    }
+    Ok(out)
+}
+
+pub async fn pin(ctx: &Ctx, req: PinRequest, pinning: bool) -> Result<PinResponse, S3Error> {
+    let kind = match req.ttl_secs {
+        Some(secs) => AdminPin::Soft(Instant::now() + Duration::from_secs(secs)),
+        None => AdminPin::Hard,
+    };
+    let mut out = PinResponse::default();
+    for shard in 0..ctx.shard.nshards {
+        if let Some(k) = &req.key {
+            if ctx.shard.owner(&req.bucket, k) != shard {
+                continue;
+            }
+        }
+        let (b, key, prefix) = (req.bucket.clone(), req.key.clone(), req.prefix.clone());
+        let n = ctx
+            .shard
+            .run(shard, move |s| {
+                let mut store = s.tier.store.borrow_mut();
+                let keys = match (&key, &prefix) {
+                    (Some(k), _) => vec![k.clone()],
+                    (None, Some(p)) if pinning => store.dram_keys_with_prefix(&b, p, MAX_PINS),
+                    (None, Some(p)) => store.pinned_with_prefix(&b, p),
+                    (None, None) => Vec::new(),
+                };
+                if pinning {
+                    store.pin_keys(&b, &keys, kind)
+                } else {
+                    Ok(store.unpin_keys(&b, &keys))
+                }
+            })
+            .await?;
+        out.keys += n.map_err(|e: StoreError| {
+            S3Error::new(S3ErrorCode::InvalidRequest).msg(e.to_string())
+        })?;
+    }
+    Ok(out)
+}
+
+pub async fn replicate(ctx: &Ctx, req: ReplicateRequest) -> Result<ReplicateResponse, S3Error> {
+    let Some(cluster) = ctx.cluster.clone() else {
+        return Ok(ReplicateResponse::default());
+    };
+    if !ctx.shard.tier.store.borrow().bucket_exists(&req.bucket) {
+        return Ok(ReplicateResponse::default());
+    }
+    let view = cluster.view();
+    let mut out = ReplicateResponse::default();
+    let prefix = req.prefix.clone().unwrap_or_default();
+    for shard in 0..ctx.shard.nshards {
+        if let Some(k) = &req.key {
+            if ctx.shard.owner(&req.bucket, k) != shard {
+                continue;
+            }
+        }
+        let (req, prefix, cluster, view) =
+            (req.clone(), prefix.clone(), cluster.clone(), view.clone());
+        let part = ctx
+            .shard
+            .run_async(shard, move |s| async move {
+                let mut part = ReplicateResponse::default();
+                let b = &req.bucket;
+                let mut after = None;
+                loop {
+                    let keys: Vec<(String, u64)> = match &req.key {
+                        Some(k) => page(&s, b, k, &None)
+                            .into_iter()
+                            .filter(|(x, _)| x == k)
+                            .collect(),
+                        None => page(&s, b, &prefix, &after),
+                    };
+                    let Some(last) = keys.last() else { break };
+                    after = Some(last.0.clone());
+                    let done = req.key.is_some() || keys.len() < PAGE;
+                    for (key, _) in &keys {
+                        part.keys += 1;
+                        let targets: Vec<usize> = match (&req.node, req.replicas) {
+                            (Some(node), _) => view
+                                .members
+                                .iter()
+                                .position(|m| &m.name == node)
+                                .into_iter()
+                                .collect(),
+                            (None, Some(n)) => {
+                                yutu_api::cluster::owners(b, key, &view.members, view.members.len())
+                                    .into_iter()
+                                    .take(n as usize)
+                                    .collect()
+                            }
+                            (None, None) => Vec::new(),
+                        };
+                        let mut data = None;
+                        for t in targets {
+                            let member = &view.members[t];
+                            if member.name == cluster.node {
+                                continue;
+                            }
+                            if matches!(replica::holds(&cluster, member, b, key).await, Ok(true)) {
+                                continue;
+                            }
+                            if data.is_none() {
+                                let (bb, kk) = (b.clone(), key.clone());
+                                let got = s
+                                    .run_step(s.id, move |s| {
+                                        s.tier.get(bb, kk, None, false, ReadConditions::default())
+                                    })
+                                    .await;
+                                match got {
+                                    Ok(Ok((meta, _, bytes))) => data = Some((meta, bytes)),
+                                    _ => break,
+                                }
+                            }
+                            if let Some((meta, bytes)) = &data {
+                                if replica::push(
+                                    &cluster,
+                                    member,
+                                    b,
+                                    key,
+                                    meta,
+                                    bytes.clone(),
+                                    true,
+                                )
+                                .await
+                                .is_ok()
+                                {
+                                    part.copies += 1;
+                                    part.bytes += bytes.len() as u64;
+                                }
+                            }
+                        }
+                    }
+                    if done {
+                        break;
+                    }
+                }
+                part
+            })
+            .await?;
+        out.keys += part.keys;
+        out.copies += part.copies;
+        out.bytes += part.bytes;
+    }
+    Ok(out)
+}
