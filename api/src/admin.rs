@@ -29,6 +29,9 @@ pub const UNPIN_PATH: &str = "/admin/v1/unpin";
 pub const REPLICATE_PATH: &str = "/admin/v1/replicate";
 pub const DRAIN_PATH: &str = "/admin/v1/drain";
 pub const STATUS_PATH: &str = "/admin/v1/status";
+/// A node's own part of a bucket listing (nodes ask each other when a client lists a cluster
+/// bucket): `POST` a [`LocalListRequest`], answered with [`LocalListEntry`]s.
+pub const LOCAL_LIST_PATH: &str = "/admin/v1/local/list";
 
 /// Bytes used of a tier's capacity.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -254,4 +257,32 @@ pub struct DrainProgress {
     pub state: NodeState,
     /// Objects of cluster buckets the node still holds.
     pub remaining: u64,
+}
+
+/// One page of what a node itself holds of a bucket.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalListRequest {
+    pub bucket: String,
+    #[serde(default)]
+    pub prefix: String,
+    #[serde(default)]
+    pub delimiter: Option<String>,
+    /// Exclusive lower bound (a key or common prefix).
+    #[serde(default)]
+    pub after: Option<String>,
+    pub limit: usize,
+}
+
+/// An entry of a node's page: an object, or a common prefix (`prefix` set, the rest empty).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalListEntry {
+    pub name: String,
+    #[serde(default)]
+    pub prefix: bool,
+    #[serde(default)]
+    pub size: u64,
+    #[serde(default)]
+    pub etag: String,
+    #[serde(default)]
+    pub modified_ms: u64,
 }

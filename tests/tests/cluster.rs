@@ -421,3 +421,112 @@ fn an_etcd_outage_does_not_stop_a_running_cluster() {
         assert_eq!(&admin_get(&c, 2, p).body, b, "{p}");
     }
 }
+
+/// Listings, multi-object deletes and copies of a cluster bucket see the whole cluster, not
+/// the keys of the node that answers.
+#[test]
+fn listing_multi_delete_and_copy_span_the_cluster() {
+    let c = TestCluster::start(3, &[]);
+    assert_eq!(admin_put(&c, 0, "/spread", b"").status, 200);
+    let mut all = Vec::new();
+    for k in 0..40 {
+        let key = format!("{}/obj{k:02}", if k % 2 == 0 { "even" } else { "odd" });
+        assert_eq!(
+            admin_put(&c, k % 3, &format!("/spread/{key}"), key.as_bytes()).status,
+            200
+        );
+        all.push(key);
+    }
+    all.sort();
+    // The keys really are spread over the nodes.
+    let spread: std::collections::BTreeSet<usize> = all
+        .iter()
+        .flat_map(|k| c.holders(&format!("/spread/{k}")))
+        .collect();
+    assert_eq!(spread.len(), 3);
+    // ListObjectsV2, 7 keys a page, through node1: every key once, in order.
+    let auth = format!("Bearer {}", TestCluster::admin_token());
+    let mut listed = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut path = "/spread?list-type=2&max-keys=7".to_string();
+        if let Some(t) = &token {
+            path.push_str(&format!("&continuation-token={}", percent_encode(t)));
+        }
+        let r = c
+            .node(1)
+            .client()
+            .send("GET", &path, &[("authorization", &auth)], None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let text = r.text();
+        listed.extend(yutu_tests::xml::values(&text, "Key"));
+        match yutu_tests::xml::values(&text, "NextContinuationToken").first() {
+            Some(t) => token = Some(t.clone()),
+            None => break,
+        }
+    }
+    assert_eq!(listed, all);
+    // With a delimiter: the two "folders".
+    let r = c.node(2).client().send(
+        "GET",
+        "/spread?delimiter=/",
+        &[("authorization", &auth)],
+        None,
+    );
+    assert_eq!(
+        yutu_tests::xml::values(&r.text(), "Prefix"),
+        vec!["even/", "odd/"]
+    );
+
+    // DeleteObjects through node0 removes every copy.
+    let doomed: Vec<&String> = all.iter().take(10).collect();
+    let body = format!(
+        "<Delete>{}</Delete>",
+        doomed
+            .iter()
+            .map(|k| format!("<Object><Key>{k}</Key></Object>"))
+            .collect::<String>()
+    );
+    let r = c.node(0).client().send(
+        "POST",
+        "/spread?delete",
+        &[("authorization", &auth)],
+        Some(body.as_bytes()),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(yutu_tests::xml::values(&r.text(), "Deleted").len(), 10);
+    for k in &doomed {
+        assert!(c.holders(&format!("/spread/{k}")).is_empty(), "{k}");
+    }
+
+    // CopyObject whose source lives on another node than the destination's owner.
+    let src = all
+        .iter()
+        .skip(10)
+        .find(|k| c.holders(&format!("/spread/{k}")) != c.holders("/spread/copied"))
+        .expect("a source on another node")
+        .clone();
+    let r = c.node(2).client().send(
+        "PUT",
+        "/spread/copied",
+        &[
+            ("authorization", &auth),
+            ("x-amz-copy-source", &format!("/spread/{src}")),
+        ],
+        Some(b""),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(admin_get(&c, 0, "/spread/copied").body, src.as_bytes());
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}

@@ -105,6 +105,8 @@ pub struct Cluster {
     pub settings: ClusterSettings,
     /// This node's name (`--node-name`).
     pub node: String,
+    /// The largest object (`--max-object-size`): the most a copy between nodes reads.
+    pub max_object: u64,
     view: RwLock<Arc<View>>,
     lease: Mutex<Lease>,
     pub metrics: ClusterMetrics,
@@ -129,6 +131,7 @@ impl Cluster {
         Some(Arc::new(Cluster {
             settings: c,
             node: settings.node_name.clone(),
+            max_object: settings.max_object_size,
             view: RwLock::new(Arc::new(View::default())),
             lease: Mutex::new(Lease::default()),
             metrics: ClusterMetrics::default(),

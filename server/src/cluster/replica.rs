@@ -68,9 +68,21 @@ async fn call(
     to: &Member,
     method: Method,
     path: &str,
-    mut headers: HeaderMap,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Result<(u16, Bytes), ReplicaError> {
+    let (status, _, body) = call_full(cluster, to, method, path, headers, body).await?;
+    Ok((status, body))
+}
+
+async fn call_full(
+    cluster: &Cluster,
+    to: &Member,
+    method: Method,
+    path: &str,
+    mut headers: HeaderMap,
+    body: Bytes,
+) -> Result<(u16, HeaderMap, Bytes), ReplicaError> {
     let unreachable = |reason: String| ReplicaError::Unreachable {
         node: to.name.clone(),
         reason,
@@ -79,8 +91,12 @@ async fn call(
     let mut client = match pooled {
         Some(c) => c,
         None => {
-            let c = Client::new(&to.url, timeout_for(body.len()))
-                .map_err(|e| unreachable(e.to_string()))?;
+            let c = Client::new(
+                &to.url,
+                timeout_for(body.len().max(cluster.max_object as usize)),
+            )
+            .map_err(|e| unreachable(e.to_string()))?
+            .with_max_reply(cluster.max_object.saturating_add(1 << 20) as usize);
             match cluster.node_token() {
                 Some(t) => c.with_bearer(&t).map_err(|e| unreachable(e.to_string()))?,
                 None => c,
@@ -101,7 +117,7 @@ async fn call(
             idle.push(client);
         }
     });
-    Ok((reply.status, reply.body))
+    Ok((reply.status, reply.headers, reply.body))
 }
 
 fn refused(to: &Member, status: u16, body: &[u8]) -> ReplicaError {
@@ -205,4 +221,42 @@ pub fn decode_meta(header: &str, size: u64) -> Option<ObjectMeta> {
         .decode(header.trim())
         .ok()?;
     crate::tier::record::decode_meta(&raw, size)
+}
+
+/// The object `bucket/key` as `to` holds it (metadata whole), or `None` when it does not.
+pub async fn fetch(
+    cluster: &Cluster,
+    to: &Member,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<(ObjectMeta, Bytes)>, ReplicaError> {
+    let (status, headers, body) = call_full(
+        cluster,
+        to,
+        Method::GET,
+        &object_path(bucket, key),
+        HeaderMap::new(),
+        Bytes::new(),
+    )
+    .await?;
+    match status {
+        200 => {
+            let meta = headers
+                .get(REPLICA_META_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| decode_meta(v, body.len() as u64))
+                .ok_or_else(|| {
+                    ReplicaError::Meta(format!("{} sent no object metadata", to.name))
+                })?;
+            Ok(Some((meta, body)))
+        }
+        404 => Ok(None),
+        _ => Err(refused(to, status, &body)),
+    }
+}
+
+/// Encodes an object's metadata for [`REPLICA_META_HEADER`].
+pub fn encode_meta_header(meta: &ObjectMeta) -> Option<HeaderValue> {
+    let raw = crate::tier::record::encode_meta(meta, false).ok()?;
+    HeaderValue::from_str(&base64::engine::general_purpose::STANDARD.encode(raw)).ok()
 }

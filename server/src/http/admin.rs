@@ -108,12 +108,13 @@ async fn local_call(ctx: &Ctx, call: &str, body: Incoming) -> Result<Resp, S3Err
         ("/replicate", &Method::POST) => {
             json(&local::replicate(ctx, parse(ctx, body).await?).await?)
         }
+        ("/list", &Method::POST) => json(&local::list(ctx, parse(ctx, body).await?).await?),
         _ => Err(S3Error::new(S3ErrorCode::InvalidRequest).msg("Unknown admin endpoint.")),
     }
 }
 
 /// Sends `method LOCAL_PREFIX/call` with `body` to `member`, as this node.
-async fn ask<T: DeserializeOwned>(
+pub(super) async fn ask<T: DeserializeOwned>(
     cluster: &Cluster,
     member: &Member,
     method: Method,

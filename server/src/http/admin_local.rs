@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use yutu_api::admin::{
-    EvictRequest, EvictResponse, NodeState, NodeStats, PinRequest, PinResponse, ReplicateRequest,
-    ReplicateResponse, ShardStats, Usage,
+    EvictRequest, EvictResponse, LocalListEntry, LocalListRequest, NodeState, NodeStats,
+    PinRequest, PinResponse, ReplicateRequest, ReplicateResponse, ShardStats, Usage,
 };
 use yutu_api::S3ErrorCode;
 
@@ -320,4 +320,49 @@ pub async fn replicate(ctx: &Ctx, req: ReplicateRequest) -> Result<ReplicateResp
         out.bytes += part.bytes;
     }
     Ok(out)
+}
+
+/// This node's page of a bucket listing.
+pub async fn list(ctx: &Ctx, req: LocalListRequest) -> Result<Vec<LocalListEntry>, S3Error> {
+    if !ctx.shard.tier.store.borrow().bucket_exists(&req.bucket) {
+        return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
+    }
+    let query = ListQuery {
+        prefix: req.prefix,
+        delimiter: req.delimiter,
+        after: req.after,
+        limit: req.limit.min(super::buckets::MAX_KEYS),
+    };
+    let limit = query.limit;
+    let bucket = req.bucket;
+    let pages = ctx
+        .shard
+        .broadcast(move |s| s.tier.list(&bucket, &query))
+        .await?;
+    let pages = pages.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let (items, _) = crate::model::listing::merge(pages, limit + 1);
+    Ok(items
+        .into_iter()
+        .map(|i| match i {
+            ListItem::Object {
+                key,
+                size,
+                etag,
+                last_modified,
+            } => LocalListEntry {
+                name: key,
+                prefix: false,
+                size,
+                etag,
+                modified_ms: last_modified
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+            },
+            ListItem::Prefix(p) => LocalListEntry {
+                name: p,
+                prefix: true,
+                ..LocalListEntry::default()
+            },
+        })
+        .collect())
 }

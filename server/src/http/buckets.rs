@@ -1,8 +1,6 @@
 //! Bucket operations: ListBuckets, CreateBucket, DeleteBucket, HeadBucket, GetBucketLocation,
 //! ListObjects (v1) and ListObjectsV2.
 
-use std::rc::Rc;
-
 use bytes::Bytes;
 use http::{header, Response, StatusCode};
 use http_body_util::Full;
@@ -21,7 +19,7 @@ use super::{body, xml_response, Resp};
 use crate::auth::can_see;
 use crate::model::listing::{merge, ListItem, ListQuery};
 use crate::model::Durability;
-use crate::node::{buckets, Shard};
+use crate::node::buckets;
 
 /// Most keys one listing page returns, and the default (S3's).
 pub const MAX_KEYS: usize = 1000;
@@ -185,13 +183,15 @@ fn list_params(t: &Target) -> Result<ListParams, S3Error> {
     })
 }
 
-/// One page of a bucket's entries after `after`, merged across shards.
+/// One page of a bucket's entries after `after`, merged across shards (and, for a cluster
+/// bucket, across the members: every node holds part of it).
 async fn page(
-    shard: &Rc<Shard>,
+    ctx: &Ctx,
     bucket: &str,
     p: &ListParams,
     after: Option<String>,
 ) -> Result<(Vec<ListItem>, bool), S3Error> {
+    let shard = &ctx.shard;
     if !shard.tier.store.borrow().bucket_exists(bucket) {
         return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
     }
@@ -204,13 +204,20 @@ async fn page(
         after,
         limit: p.max_keys,
     };
+    let remote = match (&ctx.cluster, &ctx.peer) {
+        (Some(cluster), None) if cluster.view().buckets.contains_key(bucket) => {
+            super::cluster::member_pages(cluster, bucket, &query).await
+        }
+        _ => Vec::new(),
+    };
     let pages = shard
         .broadcast({
             let bucket = bucket.to_string();
             move |s| s.tier.list(&bucket, &query)
         })
         .await?;
-    let pages = pages.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let mut pages = pages.into_iter().collect::<Result<Vec<_>, _>>()?;
+    pages.extend(remote);
     Ok(merge(pages, p.max_keys))
 }
 
@@ -256,7 +263,7 @@ pub async fn list_versions(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
     let p = list_params(&ctx.target)?;
     let key_marker = ctx.target.param("key-marker").unwrap_or("").to_string();
     let after = (!key_marker.is_empty()).then(|| key_marker.clone());
-    let (items, truncated) = page(&ctx.shard, bucket, &p, after).await?;
+    let (items, truncated) = page(ctx, bucket, &p, after).await?;
     let enc = encoder(p.url_encode);
     let last = items.last().map(|i| i.name().to_string());
     let (objects, common_prefixes) = split(items, &enc);
@@ -296,7 +303,6 @@ pub async fn list_versions(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
 
 /// ListObjectsV2 when `list-type=2`, ListObjects (v1) otherwise.
 pub async fn list_objects(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
-    let shard = &ctx.shard;
     let t = &ctx.target;
     let v2 = match t.param("list-type") {
         None => false,
@@ -320,7 +326,7 @@ pub async fn list_objects(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
     } else {
         t.param("marker").map(str::to_string)
     };
-    let (items, truncated) = page(shard, bucket, &p, after).await?;
+    let (items, truncated) = page(ctx, bucket, &p, after).await?;
 
     let enc = encoder(url_encode);
     let last = items.last().map(|i| i.name().to_string());

@@ -468,3 +468,170 @@ pub fn bucket_error(e: crate::cluster::buckets::ClusterBucketError) -> S3Error {
         )),
     }
 }
+
+/// The other members' pages of a cluster bucket's listing. A member that does not answer is
+/// left out (its keys are on their other owners when the bucket has replicas) and logged.
+pub async fn member_pages(
+    cluster: &Arc<Cluster>,
+    bucket: &str,
+    query: &crate::model::listing::ListQuery,
+) -> Vec<Vec<crate::model::listing::ListItem>> {
+    use crate::model::listing::ListItem;
+    use yutu_api::admin::{LocalListEntry, LocalListRequest};
+    let req = LocalListRequest {
+        bucket: bucket.to_string(),
+        prefix: query.prefix.clone(),
+        delimiter: query.delimiter.clone(),
+        after: query.after.clone(),
+        limit: query.limit,
+    };
+    let Ok(body) = serde_json::to_vec(&req) else {
+        return Vec::new();
+    };
+    let view = cluster.view();
+    let others: Vec<&Member> = view
+        .members
+        .iter()
+        .filter(|m| m.name != cluster.node)
+        .collect();
+    let calls = others.iter().map(|m| {
+        super::admin::ask::<Vec<LocalListEntry>>(
+            cluster,
+            m,
+            Method::POST,
+            "/list",
+            Some(body.clone()),
+        )
+    });
+    let answers = futures::future::join_all(calls).await;
+    let mut pages = Vec::new();
+    for (m, a) in others.iter().zip(answers) {
+        match a {
+            Ok(entries) => pages.push(
+                entries
+                    .into_iter()
+                    .map(|e| {
+                        if e.prefix {
+                            ListItem::Prefix(e.name)
+                        } else {
+                            ListItem::Object {
+                                key: e.name,
+                                size: e.size,
+                                etag: e.etag,
+                                last_modified: std::time::UNIX_EPOCH
+                                    + Duration::from_millis(e.modified_ms),
+                            }
+                        }
+                    })
+                    .collect(),
+            ),
+            Err(e) => {
+                ClusterMetrics::inc(&cluster.metrics.forward_failures);
+                tracing::warn!(node = %m.name, error = %e, "a member did not answer a listing; it is left out");
+            }
+        }
+    }
+    pages
+}
+
+/// Deletes `keys` (grouped by local shard) on every other owner, for DeleteObjects; the keys
+/// some owner could not delete are moved to `errors` and left out of the answer.
+pub async fn delete_elsewhere(
+    cluster: &Arc<Cluster>,
+    bucket: &str,
+    by_shard: std::collections::BTreeMap<usize, Vec<String>>,
+    errors: &mut Vec<yutu_api::xml::DeleteError>,
+) -> std::collections::BTreeMap<usize, Vec<String>> {
+    let view = cluster.view();
+    if !view.buckets.contains_key(bucket) {
+        return by_shard;
+    }
+    let mut kept = std::collections::BTreeMap::new();
+    for (shard, keys) in by_shard {
+        let mut ok_keys = Vec::new();
+        for chunk in keys.chunks(32) {
+            let calls = chunk.iter().map(|key| {
+                let owners: Vec<Member> = view
+                    .owners(bucket, key)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|m| m.name != cluster.node)
+                    .cloned()
+                    .collect();
+                async move {
+                    for o in &owners {
+                        replica::remove(cluster, o, bucket, key).await?;
+                    }
+                    Ok::<(), replica::ReplicaError>(())
+                }
+            });
+            let results = futures::future::join_all(calls).await;
+            for (key, r) in chunk.iter().zip(results) {
+                match r {
+                    Ok(()) => ok_keys.push(key.clone()),
+                    Err(e) => errors.push(yutu_api::xml::DeleteError {
+                        key: key.clone(),
+                        code: "ServiceUnavailable".into(),
+                        message: format!("An owner of the key could not delete it: {e}."),
+                    }),
+                }
+            }
+        }
+        kept.insert(shard, ok_keys);
+    }
+    kept
+}
+
+/// A copy source this node does not hold, read from its owners (whole, then cut to `range`,
+/// with the copy-source conditions checked here), as the local read would answer it.
+pub async fn fetch_source(
+    cluster: &Arc<Cluster>,
+    bucket: &str,
+    key: &str,
+    range: Option<yutu_api::RangeSpec>,
+    cond: &ReadConditions,
+) -> Result<crate::model::GetResult, S3Error> {
+    use crate::model::StoreError;
+    let view = cluster.view();
+    let Some(owners) = view.owners(bucket, key) else {
+        return Ok(Err(StoreError::NoSuchKey));
+    };
+    let mut failure = None;
+    for owner in owners.into_iter().filter(|m| m.name != cluster.node) {
+        match replica::fetch(cluster, owner, bucket, key).await {
+            Ok(Some((meta, data))) => {
+                if let Err(f) = cond.check(&meta.etag, meta.last_modified) {
+                    return Ok(Err(match f {
+                        crate::model::conditions::Failed::NotModified => {
+                            StoreError::NotModified(Arc::new(meta))
+                        }
+                        crate::model::conditions::Failed::Precondition => {
+                            StoreError::PreconditionFailed
+                        }
+                    }));
+                }
+                let size = data.len() as u64;
+                let resolved = match range {
+                    None => None,
+                    Some(r) => match r.resolve(size) {
+                        Some(b) => Some(b),
+                        None => return Ok(Err(StoreError::InvalidRange { size })),
+                    },
+                };
+                let data = match resolved {
+                    Some(b) => data.slice(b.start as usize..b.end as usize),
+                    None => data,
+                };
+                return Ok(Ok((Arc::new(meta), resolved, data)));
+            }
+            Ok(None) => {}
+            Err(e) => failure = Some(e),
+        }
+    }
+    match failure {
+        Some(e) => Err(unavailable(format!(
+            "The copy source is on other nodes, and none could be read: {e}."
+        ))),
+        None => Ok(Err(StoreError::NoSuchKey)),
+    }
+}

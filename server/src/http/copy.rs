@@ -59,10 +59,19 @@ pub async fn fetch_source(
     let cond = ReadConditions::from_headers(&ctx.headers, "x-amz-copy-source-");
     let owner = ctx.shard.owner(&sb, &sk);
     let (bucket, key) = (sb.clone(), sk.clone());
-    let (meta, _, data) = ctx
+    let c = cond.clone();
+    let local = ctx
         .shard
-        .run_step(owner, move |s| s.tier.get(bucket, key, range, false, cond))
-        .await?
+        .run_step(owner, move |s| s.tier.get(bucket, key, range, false, c))
+        .await?;
+    let local = match (local, &ctx.cluster) {
+        // In a cluster the source may live on other nodes.
+        (Err(StoreError::NoSuchKey), Some(cluster)) => {
+            super::cluster::fetch_source(cluster, &sb, &sk, range, &cond).await?
+        }
+        (other, _) => other,
+    };
+    let (meta, _, data) = local
         .map_err(|e| match e {
             StoreError::NotModified(_) => S3Error::new(S3ErrorCode::PreconditionFailed),
             StoreError::InvalidRange { .. } => S3Error::new(S3ErrorCode::InvalidArgument)

@@ -64,6 +64,14 @@ pub async fn delete_objects(
                 .push(o.key.clone()),
         }
     }
+    // In a cluster the copies on the other owners go first: a key is reported deleted only
+    // once no owner holds it.
+    let by_shard = match (&ctx.cluster, &ctx.peer) {
+        (Some(cluster), None) => {
+            super::cluster::delete_elsewhere(cluster, bucket, by_shard, &mut result.error).await
+        }
+        _ => by_shard,
+    };
     for (shard, keys) in by_shard {
         let (b, k) = (bucket.to_string(), keys.clone());
         match ctx

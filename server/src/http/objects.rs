@@ -157,6 +157,13 @@ pub async fn get(ctx: &Ctx, bucket: &str, key: &str, head_only: bool) -> Result<
         resp = resp.header("content-range", r.content_range(meta.size));
     }
     resp = meta::to_response(resp, &meta, checksum_mode, range.is_some());
+    if ctx.peer.is_some() {
+        // Another node reading a copy (a copy source, a re-replication) gets the metadata
+        // whole.
+        if let Some(v) = crate::cluster::replica::encode_meta_header(&meta) {
+            resp = resp.header(yutu_api::cluster::REPLICA_META_HEADER, v);
+        }
+    }
     // `response-*` query parameters override headers of this one response (S3's GetObject).
     for (param, header) in [
         ("response-content-type", "content-type"),

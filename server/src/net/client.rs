@@ -26,7 +26,7 @@ pub enum ClientError {
     Timeout,
     #[error("cannot build the request: {0}")]
     Request(#[from] http::Error),
-    #[error("the answer could not be read within {MAX_REPLY_BYTES} bytes: {0}")]
+    #[error("the answer could not be read within the size limit: {0}")]
     TooLarge(String),
 }
 
@@ -36,6 +36,7 @@ pub const MAX_REPLY_BYTES: usize = 1 << 20;
 /// A response, fully read.
 pub struct Reply {
     pub status: u16,
+    pub headers: http::HeaderMap,
     pub body: Bytes,
 }
 
@@ -47,6 +48,8 @@ pub struct Client {
     timeout: Duration,
     /// `Authorization` sent with every request (a bearer token), if any.
     authorization: Option<http::HeaderValue>,
+    /// The most of an answer's body read ([`MAX_REPLY_BYTES`] unless raised).
+    max_reply: usize,
 }
 
 impl Client {
@@ -67,7 +70,14 @@ impl Client {
             sender: None,
             timeout,
             authorization: None,
+            max_reply: MAX_REPLY_BYTES,
         })
+    }
+
+    /// Reads answers of up to `bytes` (objects copied between nodes).
+    pub fn with_max_reply(mut self, bytes: usize) -> Client {
+        self.max_reply = bytes;
+        self
     }
 
     /// Sends `token` as `Authorization: Bearer` with every request.
@@ -137,18 +147,24 @@ impl Client {
             req = req.header(http::header::AUTHORIZATION, auth.clone());
         }
         let req = req.body(Full::new(body))?;
+        let max_reply = self.max_reply;
         let exchange = async {
             sender.ready().await?;
             let resp = sender.send_request(req).await?;
             let status = resp.status().as_u16();
+            let (parts, body) = resp.into_parts();
             // The conductor's answers are small JSON documents; a peer that sends more is
             // broken (or not the conductor), and is not read into memory.
-            let body = http_body_util::Limited::new(resp.into_body(), MAX_REPLY_BYTES)
+            let body = http_body_util::Limited::new(body, max_reply)
                 .collect()
                 .await
                 .map_err(|e| ClientError::TooLarge(e.to_string()))?
                 .to_bytes();
-            Ok::<_, ClientError>(Reply { status, body })
+            Ok::<_, ClientError>(Reply {
+                status,
+                headers: parts.headers,
+                body,
+            })
         };
         let reply = glommio::timer::timeout(self.timeout, async {
             exchange.await.map_err(|e| {
