@@ -14,6 +14,7 @@ use crate::feed::{BatchOutcome, FeedSink, ResyncNeeded, SnapshotOutcome};
 use crate::hot::HotTracker;
 use crate::ids::{BucketId, Buckets, InstanceId, NodeId};
 use crate::index::{PrefixIndex, PrefixMatch};
+use crate::membership::{Change, Roster};
 use crate::metrics::Stats;
 use crate::nodes::NodeTable;
 use crate::registry::{Registry, RegistryError};
@@ -29,6 +30,21 @@ pub enum IngestError {
     WrongNode { expected: String, got: String },
     #[error("unknown node id")]
     UnknownNode,
+}
+
+/// What one read of the etcd membership changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MembershipUpdate {
+    /// Members not in the previous read (new, or back after leaving).
+    pub joined: Vec<String>,
+    /// Members listed with a new run (`started_ms`) without having left in between.
+    pub restarted: Vec<String>,
+    /// Members gone from the read: what they held is no longer routed to.
+    pub left: Vec<String>,
+    /// Resyncs to serve: (node, generation).
+    pub resyncs: Vec<(NodeId, u64)>,
+    /// Members that could not be added as nodes.
+    pub refused: Vec<(String, RegistryError)>,
 }
 
 /// What one pushed batch did.
@@ -61,6 +77,8 @@ pub struct Conductor {
     pub(crate) rr_prefill: usize,
     pub(crate) rr_decode: usize,
     pub(crate) scratch: Scratch,
+    /// The etcd membership last read (empty without etcd).
+    pub(crate) roster: Roster,
 }
 
 /// Applies one node's feed decisions to the index.
@@ -141,6 +159,7 @@ impl Conductor {
             rr_prefill: 0,
             rr_decode: 0,
             scratch: Scratch::default(),
+            roster: Roster::default(),
             cfg,
         }
     }
@@ -335,6 +354,7 @@ impl Conductor {
         stats.event_duplicates += out.duplicates as u64;
         stats.events_buffered += out.buffered as u64;
         stats.stale_batches += u64::from(out.stale);
+        stats.departed_batches += u64::from(out.departed);
         if let Some(r) = out.resync {
             stats.resync(r.reason);
         }
@@ -405,6 +425,103 @@ impl Conductor {
         Ok(out)
     }
 
+    /// The etcd membership last read.
+    pub fn roster(&self) -> &Roster {
+        &self.roster
+    }
+
+    /// Applies one read of the etcd membership (`members` at `revision`; `complete` false
+    /// when the read was cut at its limit, so that absence means nothing): members are
+    /// registered with their URLs, a departed member is forgotten, and one that is back or
+    /// runs anew is resynced (see [`crate::feed::Feed::on_member`]). The caller serves the
+    /// resyncs returned. Not calling it (etcd unreachable) keeps the last membership.
+    pub fn apply_membership(
+        &mut self,
+        revision: i64,
+        members: &[yutu_api::cluster::Member],
+        complete: bool,
+    ) -> MembershipUpdate {
+        let mut out = MembershipUpdate::default();
+        for change in self.roster.update(revision, members, complete) {
+            let (member, new_run) = match change {
+                Change::Left(name) => {
+                    self.depart(&name);
+                    self.stats.member_left += 1;
+                    out.left.push(name);
+                    continue;
+                }
+                Change::Joined(m) => {
+                    self.stats.member_joined += 1;
+                    out.joined.push(m.name.clone());
+                    (m, true)
+                }
+                Change::Restarted { member, .. } => {
+                    self.stats.member_restarted += 1;
+                    out.restarted.push(member.name.clone());
+                    (member, true)
+                }
+                // Same run: only the URL, which the next snapshot fetch uses.
+                Change::Moved(m) => (m, false),
+            };
+            let (id, pending) = match self.register_node(&member.name, Some(&member.url)) {
+                Ok(r) => r,
+                Err(e) => {
+                    out.refused.push((member.name.clone(), e));
+                    continue;
+                }
+            };
+            let Conductor {
+                nodes,
+                index,
+                buckets,
+                stats,
+                ..
+            } = self;
+            let Some(node) = nodes.node_mut(id) else {
+                continue;
+            };
+            let mut sink = IndexSink {
+                index,
+                buckets,
+                node: id,
+            };
+            let need = if new_run {
+                node.feed.on_member(member.started_ms, &mut sink)
+            } else {
+                None
+            };
+            if let Some(r) = need {
+                stats.resync(r.reason);
+            }
+            // A new resync supersedes one that was waiting for the URL.
+            if let Some(generation) = need.map(|r| r.generation).or(pending) {
+                out.resyncs.push((id, generation));
+            }
+        }
+        out
+    }
+
+    /// A member left: drop what it held and ignore its events until it is back.
+    fn depart(&mut self, name: &str) {
+        let Some(id) = self.nodes.get(name) else {
+            return;
+        };
+        let Conductor {
+            nodes,
+            index,
+            buckets,
+            ..
+        } = self;
+        if let Some(node) = nodes.node_mut(id) {
+            let mut sink = IndexSink {
+                index,
+                buckets,
+                node: id,
+            };
+            node.feed.depart(&mut sink);
+        }
+    }
+
     /// Storage nodes with their feed position, for `GET /v1/nodes`.
     pub fn node_status(&self) -> Vec<NodeStatus> {
         self.nodes
@@ -415,6 +532,7 @@ impl Conductor {
                 epoch: n.feed.epoch(),
                 seq: n.feed.last_seq(),
                 resyncing: n.feed.resyncing().is_some(),
+                departed: n.feed.departed(),
                 blocks: self.index.confirmed_on(id),
             })
             .collect()
@@ -430,6 +548,10 @@ pub struct NodeStatus {
     /// The last event applied.
     pub seq: u64,
     pub resyncing: bool,
+    /// Out of the etcd membership: nothing it held is routed to, its events are ignored until
+    /// it is back.
+    #[serde(default)]
+    pub departed: bool,
     /// Confirmed blocks held.
     pub blocks: u64,
 }
@@ -513,6 +635,61 @@ mod tests {
         assert_eq!(status[0].seq, 3);
         assert!(!status[0].resyncing);
         assert_eq!(c.stats().snapshots_applied, 1);
+    }
+
+    #[test]
+    fn etcd_membership_registers_drops_and_resyncs_nodes() {
+        let member = |started_ms: u64, port: u16| yutu_api::cluster::Member {
+            name: "a".into(),
+            url: format!("http://127.0.0.1:{port}/"),
+            transfer: None,
+            zone: None,
+            memory: 0,
+            nvme: 0,
+            shards: 1,
+            started_ms,
+            draining: false,
+        };
+        let mut c = Conductor::new(ConductorConfig::default());
+        let out = c.apply_membership(1, &[member(7, 1)], true);
+        assert_eq!((out.joined.len(), out.resyncs.len()), (1, 0));
+        let a = c.node_id("a").expect("registered from etcd");
+        assert_eq!(c.node_url(a), Some("http://127.0.0.1:1"));
+        c.ingest(&batch(vec![stored(1, 0..4)])).expect("valid");
+        assert_eq!(c.index().confirmed_on(a), 4);
+        // Same run on another port: the URL follows, nothing is dropped.
+        let out = c.apply_membership(2, &[member(7, 2)], true);
+        assert!(out.resyncs.is_empty() && out.joined.is_empty());
+        assert_eq!(c.node_url(a), Some("http://127.0.0.1:2"));
+        assert_eq!(c.index().confirmed_on(a), 4);
+        // etcd lists run 8 before its events: run 7's blocks go at once, a resync is due.
+        let out = c.apply_membership(3, &[member(8, 3)], true);
+        assert_eq!(out.restarted, ["a"]);
+        assert_eq!(c.index().confirmed_on(a), 0);
+        let (node, generation) = out.resyncs[0];
+        assert_eq!(node, a);
+        let snap = KvSnapshot {
+            node: "a".into(),
+            epoch: 8,
+            seq: 0,
+            groups: vec![SnapshotGroup {
+                bucket: "llama".into(),
+                tier: Tier::Nvme,
+                blocks: (0..2).map(BlockHash::from_id).collect(),
+            }],
+        };
+        let synced = c.apply_snapshot(a, generation, &snap).expect("valid");
+        assert_eq!(synced, SnapshotOutcome::Synced { replayed: 0 });
+        assert_eq!(c.index().confirmed_on(a), 2);
+        // It leaves: dropped, its pushes ignored.
+        let out = c.apply_membership(4, &[], true);
+        assert_eq!(out.left, ["a"]);
+        assert_eq!(c.index().confirmed_on(a), 0);
+        let mut late = batch(vec![stored(1, 0..4)]);
+        late.epoch = 8;
+        assert!(c.ingest(&late).expect("valid").batch.departed);
+        assert_eq!(c.index().confirmed_on(a), 0);
+        assert_eq!(c.stats().departed_batches, 1);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! Every field is a key of the TOML file given with `--config` (unknown keys are an error);
 //! the most used ones are also flags. The cost model is the `[cost]` table (see
-//! [`crate::cost`]), replication hints the `[hot]` table.
+//! [`crate::cost`]), replication hints the `[hot]` table, the etcd membership the `[cluster]`
+//! table.
 //!
 //! ```toml
 //! policy = "global-cache-aware"
@@ -14,6 +15,9 @@
 //! decode_step = "20 + 0.1*b + 2e-5*t"
 //! [hot]
 //! threshold = 4
+//! [cluster]
+//! etcd = ["http://10.0.0.2:2379", "http://10.0.0.3:2379"]
+//! name = "yutu"
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -70,6 +74,50 @@ pub struct ConductorConfig {
     pub hot: HotConfig,
     /// Who may call the service (`[auth]`, `[[auth.token_keys]]`).
     pub auth: AuthConfig,
+    /// Where the storage nodes are listed (`[cluster]`): etcd, when they form a cluster.
+    pub cluster: ClusterConfig,
+}
+
+/// The cluster membership in etcd. With endpoints, the conductor reads the members the storage
+/// nodes register under their leases, so it knows every node (and its URL, for snapshots)
+/// without waiting for it to register, stops routing to a node whose lease is gone, and
+/// resyncs one that comes back. Without endpoints, nodes are known only from their own
+/// registrations and events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// etcd client URLs (`http://host:2379`), tried in turn; empty: no etcd.
+    pub etcd: Vec<String>,
+    /// The cluster's name, as given to the nodes (`--cluster`): members are read under
+    /// `/yutu/<name>/members/`.
+    pub name: String,
+    /// How often the membership is read. Two reads per second notice a node whose lease
+    /// expired well within a second of etcd noticing it, at a cost etcd does not feel.
+    pub poll_ms: u64,
+    /// Longest one etcd call may take before the next endpoint is tried: a frozen etcd must
+    /// not stall the reads for longer than this.
+    pub call_timeout_ms: u64,
+    /// Largest membership answer read from etcd, in bytes (an answer is read whole).
+    pub max_answer_bytes: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            etcd: Vec::new(),
+            name: "yutu".to_string(),
+            poll_ms: 500,
+            call_timeout_ms: 1_000,
+            max_answer_bytes: 16 << 20,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Whether the conductor follows an etcd membership.
+    pub fn enabled(&self) -> bool {
+        !self.etcd.is_empty()
+    }
 }
 
 /// The service's authentication: the keys callers' bearer tokens are signed with, and the
@@ -145,6 +193,7 @@ impl Default for ConductorConfig {
             cost: CostModel::default(),
             hot: HotConfig::default(),
             auth: AuthConfig::default(),
+            cluster: ClusterConfig::default(),
         }
     }
 }
@@ -175,6 +224,16 @@ mod tests {
         assert!(!c.rejects());
         assert!(ConductorConfig::default().rejects());
         assert!(toml::from_str::<ConductorConfig>("polcy = \"random\"").is_err());
+        assert!(!c.cluster.enabled());
+        assert_eq!(c.cluster.name, "yutu");
+        let c: ConductorConfig = toml::from_str(
+            "[cluster]\netcd = [\"http://e1:2379\", \"http://e2:2379\"]\nname = \"prod\"",
+        )
+        .expect("parses");
+        assert!(c.cluster.enabled());
+        assert_eq!(c.cluster.etcd.len(), 2);
+        assert_eq!((c.cluster.name.as_str(), c.cluster.poll_ms), ("prod", 500));
+        assert!(toml::from_str::<ConductorConfig>("[cluster]\netc = []").is_err());
         assert!(toml::from_str::<ConductorConfig>("policy = \"fastest\"").is_err());
     }
 }

@@ -15,6 +15,13 @@
 //! - a higher epoch is a restart: the node's DRAM is gone, so its entries are dropped at once,
 //!   then resynced (its NVMe tier may have survived). A lower epoch is a late push from
 //!   before the restart and is ignored.
+//! - with an etcd membership ([`crate::membership`]), a node whose lease is gone has
+//!   *departed*: its entries are dropped and its events ignored (it is not routed to, even if
+//!   it still pushes from the wrong side of a partition) until it is a member again, when it
+//!   is resynced. A member record with a newer run than the events have shown is a restart
+//!   announced by etcd before the node's first push: the node is dropped and resynced at
+//!   once, and when its events of the new run arrive they are taken as the run the resync is
+//!   for, not as a second restart. Either may come first; the node is resynced once.
 //!
 //! Each resync has a *generation* so that a snapshot fetched for an older resync, arriving
 //! late, cannot overwrite a newer state.
@@ -46,6 +53,9 @@ pub enum ResyncReason {
     /// Events buffered during a resync were lost (buffer full) or do not continue the
     /// snapshot: a newer snapshot is needed.
     SnapshotBehind,
+    /// The node is back in the etcd membership after leaving it, or etcd lists a new run of
+    /// it before any of its events did.
+    Rejoin,
 }
 
 impl ResyncReason {
@@ -57,6 +67,7 @@ impl ResyncReason {
             ResyncReason::Restart => "restart",
             ResyncReason::SequenceReset => "sequence_reset",
             ResyncReason::SnapshotBehind => "snapshot_behind",
+            ResyncReason::Rejoin => "rejoin",
         }
     }
 }
@@ -77,6 +88,8 @@ pub struct BatchOutcome {
     pub buffered: usize,
     /// The whole batch belonged to an older epoch and was ignored.
     pub stale: bool,
+    /// The whole batch was ignored: the node is not in the etcd membership.
+    pub departed: bool,
     /// Set when this batch started a resync.
     pub resync: Option<ResyncNeeded>,
 }
@@ -102,7 +115,12 @@ enum State {
         /// The highest seq dropped from a full buffer; a snapshot older than this cannot be
         /// completed by replay.
         dropped_through: u64,
+        /// The resync was started for a new run that etcd announced before the node's
+        /// events: the first batch of a higher epoch is that run, not another restart.
+        new_run: bool,
     },
+    /// Out of the etcd membership: nothing held, events ignored.
+    Departed,
 }
 
 /// The stream state of one node.
@@ -140,8 +158,64 @@ impl Feed {
     /// The generation of the resync in progress, if any.
     pub fn resyncing(&self) -> Option<u64> {
         match self.state {
-            State::Live => None,
+            State::Live | State::Departed => None,
             State::Resyncing { generation, .. } => Some(generation),
+        }
+    }
+
+    /// Whether the node is out of the etcd membership.
+    pub fn departed(&self) -> bool {
+        matches!(self.state, State::Departed)
+    }
+
+    /// The node left the etcd membership (its lease was revoked or expired): forget what it
+    /// held, so nothing is routed to it, and ignore its events until it is back. A resync in
+    /// progress is abandoned (its task sees that it is no longer wanted). Returns whether
+    /// the node was not departed already.
+    pub fn depart(&mut self, sink: &mut impl FeedSink) -> bool {
+        if self.departed() {
+            return false;
+        }
+        sink.forget_node();
+        self.state = State::Departed;
+        true
+    }
+
+    /// The node is a member, in the run that started at `started_ms` (its epoch: a node
+    /// registers its epoch as `started_ms`), after it joined, came back, or restarted. Returns
+    /// the resync to serve, if what the index holds for it cannot be trusted:
+    /// - back after leaving: everything was forgotten when it left, and events were ignored
+    ///   since; only its snapshot says what it holds now (nothing to do if it never sent
+    ///   events: they will start its feed);
+    /// - a run newer than the events have shown: the node restarted and its DRAM is gone, so
+    ///   it is forgotten and resynced now, without waiting for its first push (which may not
+    ///   come soon: a restarted node has nothing to publish about what it recovered).
+    ///
+    /// A run the events already showed (they came first and started the resync) changes
+    /// nothing.
+    pub fn on_member(&mut self, started_ms: u64, sink: &mut impl FeedSink) -> Option<ResyncNeeded> {
+        let newer = self.epoch.is_some_and(|e| started_ms > e);
+        if self.departed() {
+            if self.epoch.is_none() {
+                self.state = State::Live;
+                return None;
+            }
+            let need = self.start_resync(ResyncReason::Rejoin);
+            self.mark_new_run(newer);
+            return Some(need);
+        }
+        if !newer {
+            return None;
+        }
+        sink.forget_node();
+        let need = self.start_resync(ResyncReason::Rejoin);
+        self.mark_new_run(true);
+        Some(need)
+    }
+
+    fn mark_new_run(&mut self, value: bool) {
+        if let State::Resyncing { new_run, .. } = &mut self.state {
+            *new_run = value;
         }
     }
 
@@ -149,6 +223,12 @@ impl Feed {
     /// [`KvEventBatch::validate`] (consecutive seqs from 1 or more).
     pub fn on_batch(&mut self, batch: &KvEventBatch, sink: &mut impl FeedSink) -> BatchOutcome {
         let mut out = BatchOutcome::default();
+        if self.departed() {
+            // Its snapshot will say what it holds when it is a member again; until then it is
+            // not routed to, whatever it publishes.
+            out.departed = true;
+            return out;
+        }
         let epoch = match self.epoch {
             Some(e) if batch.epoch < e => {
                 out.stale = true;
@@ -171,6 +251,25 @@ impl Feed {
             }
         };
         if batch.epoch > epoch {
+            if let State::Resyncing {
+                new_run: true,
+                buffer,
+                buffered_blocks,
+                dropped_through,
+                ..
+            } = &mut self.state
+            {
+                // The run etcd announced: the node was forgotten then and its snapshot is
+                // on its way. What was buffered belongs to the dead run.
+                buffer.clear();
+                *buffered_blocks = 0;
+                *dropped_through = 0;
+                self.mark_new_run(false);
+                self.epoch = Some(batch.epoch);
+                self.last_seq = 0;
+                self.buffer(&batch.events, &mut out);
+                return out;
+            }
             sink.forget_node();
             self.epoch = Some(batch.epoch);
             self.last_seq = 0;
@@ -289,6 +388,7 @@ impl Feed {
             buffer: Vec::new(),
             buffered_blocks: 0,
             dropped_through: 0,
+            new_run: false,
         };
         ResyncNeeded { generation, reason }
     }
@@ -543,6 +643,111 @@ mod tests {
             f.on_snapshot(later.generation, &snapshot(5, 2, &[]), &mut s),
             SnapshotOutcome::Ignored
         );
+    }
+
+    fn generation(need: Option<ResyncNeeded>) -> u64 {
+        need.map(|r| r.generation).expect("a resync")
+    }
+
+    #[test]
+    fn a_departed_node_is_forgotten_ignored_and_resynced_when_back() {
+        let (mut f, mut s) = (Feed::new(100), Held::default());
+        f.on_batch(&batch(1, vec![stored(1, &[1, 2])]), &mut s);
+        assert!(f.depart(&mut s));
+        assert!(!f.depart(&mut s), "once");
+        assert!(s.blocks.is_empty(), "not routed to any more");
+        assert!(f.departed());
+        // Whatever it still pushes (from across a partition, or a new run pushing before
+        // etcd lists it) is ignored.
+        let o = f.on_batch(&batch(1, vec![stored(2, &[3])]), &mut s);
+        assert!(o.departed && o.applied == 0 && o.resync.is_none());
+        let o = f.on_batch(&batch(9, vec![stored(1, &[4])]), &mut s);
+        assert!(o.departed);
+        assert!(s.blocks.is_empty());
+        // Back (same run): resynced from its snapshot, then live.
+        let need = f.on_member(1, &mut s).expect("resync");
+        assert_eq!(need.reason, ResyncReason::Rejoin);
+        assert!(!f.departed());
+        f.on_batch(&batch(1, vec![stored(4, &[4])]), &mut s);
+        let out = f.on_snapshot(need.generation, &snapshot(1, 3, &[1, 2, 3]), &mut s);
+        assert_eq!(out, SnapshotOutcome::Synced { replayed: 1 });
+        assert_eq!(s.blocks, set(&[1, 2, 3, 4]));
+        // A node that never sent events comes back with nothing to resync.
+        let (mut g, mut t) = (Feed::new(100), Held::default());
+        g.depart(&mut t);
+        assert_eq!(g.on_member(5, &mut t), None);
+        assert_eq!(
+            g.on_batch(&batch(5, vec![stored(1, &[1])]), &mut t).applied,
+            1
+        );
+    }
+
+    #[test]
+    fn a_departed_node_back_in_a_new_run_takes_its_new_epoch_once() {
+        let (mut f, mut s) = (Feed::new(100), Held::default());
+        f.on_batch(&batch(1, vec![stored(1, &[1])]), &mut s);
+        f.depart(&mut s);
+        let gen = generation(f.on_member(2, &mut s));
+        // Its first push of run 2 arrives before the snapshot: buffered, no second resync.
+        let o = f.on_batch(&batch(2, vec![stored(1, &[5])]), &mut s);
+        assert_eq!((o.resync, o.buffered), (None, 1));
+        assert_eq!(f.resyncing(), Some(gen));
+        let out = f.on_snapshot(gen, &snapshot(2, 0, &[]), &mut s);
+        assert_eq!(out, SnapshotOutcome::Synced { replayed: 1 });
+        assert_eq!((s.blocks.clone(), f.epoch()), (set(&[5]), Some(2)));
+    }
+
+    #[test]
+    fn a_restart_etcd_announces_first_is_resynced_once() {
+        let (mut f, mut s) = (Feed::new(100), Held::default());
+        f.on_batch(&batch(1, vec![stored(1, &[1, 2])]), &mut s);
+        // Same run: nothing to do.
+        assert_eq!(f.on_member(1, &mut s), None);
+        assert_eq!(f.on_member(0, &mut s), None, "an unknown run");
+        // etcd lists run 2 before any of its events: forgotten and resynced at once.
+        let need = f.on_member(2, &mut s).expect("resync");
+        assert_eq!(need.reason, ResyncReason::Rejoin);
+        assert!(s.blocks.is_empty());
+        // A late push of run 1 is buffered with the resync, then its run 2 events arrive:
+        // the run the resync is for, not another restart. Run 1's events are dropped.
+        f.on_batch(&batch(1, vec![stored(2, &[9])]), &mut s);
+        let o = f.on_batch(&batch(2, vec![stored(1, &[7])]), &mut s);
+        assert_eq!((o.resync, o.buffered, s.forgets), (None, 1, 1));
+        assert_eq!(f.epoch(), Some(2));
+        // A later push of run 1 is stale now.
+        assert!(f.on_batch(&batch(1, vec![stored(3, &[9])]), &mut s).stale);
+        let out = f.on_snapshot(need.generation, &snapshot(2, 0, &[3]), &mut s);
+        assert_eq!(out, SnapshotOutcome::Synced { replayed: 1 });
+        assert_eq!(s.blocks, set(&[3, 7]));
+        // A run 3 seen in events after that is an ordinary restart again.
+        let o = f.on_batch(&batch(3, vec![]), &mut s);
+        assert_eq!(o.resync.map(|r| r.reason), Some(ResyncReason::Restart));
+    }
+
+    #[test]
+    fn a_restart_etcd_announces_first_may_be_answered_by_the_snapshot_alone() {
+        let (mut f, mut s) = (Feed::new(100), Held::default());
+        f.on_batch(&batch(1, vec![stored(1, &[1])]), &mut s);
+        let gen = generation(f.on_member(2, &mut s));
+        // The new run's snapshot comes before any of its events.
+        let out = f.on_snapshot(gen, &snapshot(2, 3, &[4]), &mut s);
+        assert_eq!(out, SnapshotOutcome::Synced { replayed: 0 });
+        assert_eq!((f.epoch(), f.last_seq()), (Some(2), 3));
+        // Then its events: those the snapshot covers are duplicates, the rest apply.
+        let o = f.on_batch(&batch(2, vec![stored(3, &[4]), stored(4, &[5])]), &mut s);
+        assert_eq!((o.applied, o.duplicates, o.resync), (1, 1, None));
+        assert_eq!(s.blocks, set(&[4, 5]));
+    }
+
+    #[test]
+    fn a_restart_the_events_showed_first_is_not_resynced_again() {
+        let (mut f, mut s) = (Feed::new(100), Held::default());
+        f.on_batch(&batch(1, vec![stored(1, &[1])]), &mut s);
+        let gen = generation(f.on_batch(&batch(2, vec![]), &mut s).resync);
+        // etcd's record of run 2 arrives while that resync is under way: nothing more.
+        assert_eq!(f.on_member(2, &mut s), None);
+        assert_eq!(f.resyncing(), Some(gen));
+        assert_eq!(s.forgets, 1);
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //!   at routing time, over [`table`] (one cache line per block); [`feed`]: per-node event
 //!   ordering, gaps, restarts and resyncs;
 //! - [`registry`] and [`load`]: the instances and their load, from the conductor's own
-//!   bookkeeping corrected by the instances' reports;
+//!   bookkeeping corrected by the instances' reports; [`nodes`]: the storage nodes, known
+//!   from their registrations and events or from the cluster's etcd membership
+//!   ([`membership`], read with [`etcd`]);
 //! - [`cost`] (with [`poly`]): configurable prefill, decode-step and transfer time models;
 //! - [`routing`]: the policies ([`policy`]), admission and bookkeeping; [`hot`]: which
 //!   prefixes deserve replication hints;
@@ -27,18 +29,21 @@
 //! state over cores would turn each decision into a cross-core fan-out. Its work is small
 //! (microseconds per request, thousands of requests per second) and latency-bound, not
 //! I/O-bound. So it keeps one state behind one lock, and needs what tokio gives for free:
-//! an HTTP server and client ecosystem (hyper, ureq on the blocking pool for snapshots),
+//! an HTTP server and client ecosystem (hyper, ureq on the blocking pool for snapshots and
+//! etcd),
 //! timers for retries, and it runs anywhere (no io_uring or locked memory requirements,
 //! which matters for a process that is often co-located with inference engines).
 
 pub mod conductor;
 pub mod config;
 pub mod cost;
+pub mod etcd;
 pub mod feed;
 pub mod hot;
 pub mod ids;
 pub mod index;
 pub mod load;
+pub mod membership;
 pub mod metrics;
 pub mod nodes;
 pub mod policy;

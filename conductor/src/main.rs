@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 use yutu_conductor::config::ConductorConfig;
 use yutu_conductor::cost::{decode_poly, prefill_poly};
-use yutu_conductor::service::{self, ServiceAuth, ServiceLimits, Shared};
+use yutu_conductor::service::{self, MembershipWatch, ServiceAuth, ServiceLimits, Shared};
 use yutu_conductor::sim::{self, Eviction, SimConfig, Trace};
 use yutu_conductor::{Conductor, Policy};
 
@@ -89,6 +89,15 @@ struct ServeArgs {
     /// `[auth] node_ca_file`).
     #[arg(long, value_name = "FILE")]
     node_ca_file: Option<PathBuf>,
+    /// etcd client URLs (comma-separated, tried in turn) of the storage nodes' cluster: the
+    /// conductor then learns the nodes from its membership instead of waiting for each to
+    /// register, stops routing to a node whose lease is gone and resyncs one that comes back
+    /// (overrides `[cluster] etcd`).
+    #[arg(long, value_name = "URL[,URL]", value_delimiter = ',')]
+    etcd: Vec<String>,
+    /// The cluster's name, as given to the nodes (overrides `[cluster] name`; default `yutu`).
+    #[arg(long, value_name = "NAME")]
+    cluster: Option<String>,
     #[command(flatten)]
     routing: RoutingArgs,
 }
@@ -266,6 +275,20 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(p) = args.policy {
         cfg.policy = p;
     }
+    if !args.etcd.is_empty() {
+        cfg.cluster.etcd = args.etcd.clone();
+    }
+    if let Some(name) = &args.cluster {
+        cfg.cluster.name = name.clone();
+    }
+    if cfg.cluster.name.is_empty() || cfg.cluster.name.contains('/') {
+        bail!("the cluster name must be non-empty and without '/'");
+    }
+    let watch = if cfg.cluster.enabled() {
+        Some(MembershipWatch::new(&cfg.cluster, cfg.max_nodes).context("--etcd")?)
+    } else {
+        None
+    };
     let auth = service_auth(&args, &cfg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -277,7 +300,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("binding {}", args.listen))?;
         let addr = listener.local_addr()?;
         tracing::info!(policy = %cfg.policy, "starting yutu-conductor {}", env!("CARGO_PKG_VERSION"));
+        let cluster = cfg.cluster.name.clone();
         let shared = Shared::with_auth(Conductor::new(cfg), ServiceLimits::default(), auth);
+        if let Some(watch) = watch {
+            tracing::info!(etcd = ?watch.endpoints(), %cluster, "following the cluster membership in etcd");
+            tokio::spawn(watch.run(shared.clone()));
+        }
         tracing::info!(%addr, "listening on {addr}");
         tokio::select! {
             _ = service::serve(listener, shared) => {}
@@ -349,6 +377,26 @@ fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn etcd_endpoints_are_comma_separated() {
+        let cli = Cli::try_parse_from([
+            "yutu-conductor",
+            "serve",
+            "--etcd",
+            "http://e1:2379,http://e2:2379",
+            "--cluster",
+            "prod",
+        ])
+        .expect("parses");
+        let Some(Command::Serve(args)) = cli.command else {
+            panic!("serve");
+        };
+        assert_eq!(args.etcd, ["http://e1:2379", "http://e2:2379"]);
+        assert_eq!(args.cluster.as_deref(), Some("prod"));
+        let cli = Cli::try_parse_from(["yutu-conductor"]).expect("parses");
+        assert!(cli.serve.etcd.is_empty(), "no etcd unless asked");
+    }
 
     #[test]
     fn counts_accept_suffixes() {

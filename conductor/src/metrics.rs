@@ -26,13 +26,19 @@ const REJECT_REASONS: [RejectReason; 4] = [
     RejectReason::NoDecodeInstance,
 ];
 
-const RESYNC_REASONS: [&str; 5] = [
+const RESYNC_REASONS: [&str; 6] = [
     "first_contact",
     "gap",
     "restart",
     "sequence_reset",
     "snapshot_behind",
+    "rejoin",
 ];
+
+/// Why a read of the etcd membership failed or was not whole: no answer in time from any
+/// endpoint, an error status, an answer that does not parse, a key that is not a usable
+/// member (counted once per key), a read cut at its limit.
+pub const ETCD_ERROR_KINDS: [&str; 5] = ["unreachable", "status", "answer", "member", "truncated"];
 
 /// Everything the conductor counts.
 #[derive(Debug, Clone, Default)]
@@ -50,12 +56,22 @@ pub struct Stats {
     pub events_buffered: u64,
     pub stale_batches: u64,
     pub invalid_batches: u64,
-    resyncs: [u64; 5],
+    resyncs: [u64; 6],
     pub snapshots_applied: u64,
     pub snapshot_failures: u64,
     latency_buckets: [u64; 9],
     latency_sum_s: f64,
     latency_count: u64,
+    /// Batches ignored because their node is out of the etcd membership.
+    pub departed_batches: u64,
+    /// Membership reads applied.
+    pub etcd_reads: u64,
+    etcd_errors: [u64; 5],
+    /// Whether the last membership read succeeded; `None` before the first.
+    pub etcd_reachable: Option<bool>,
+    pub member_joined: u64,
+    pub member_left: u64,
+    pub member_restarted: u64,
 }
 
 impl Stats {
@@ -81,6 +97,21 @@ impl Stats {
     /// Resyncs started, all reasons.
     pub fn resyncs(&self) -> u64 {
         self.resyncs.iter().sum()
+    }
+
+    /// Counts one etcd error of `kind` (one of [`ETCD_ERROR_KINDS`]).
+    pub fn etcd_error(&mut self, kind: &str) {
+        if let Some(i) = ETCD_ERROR_KINDS.iter().position(|k| *k == kind) {
+            self.etcd_errors[i] += 1;
+        }
+    }
+
+    /// etcd errors of `kind`.
+    pub fn etcd_errors(&self, kind: &str) -> u64 {
+        ETCD_ERROR_KINDS
+            .iter()
+            .position(|k| *k == kind)
+            .map_or(0, |i| self.etcd_errors[i])
     }
 
     /// Records how long one routing decision took.
@@ -218,6 +249,61 @@ pub fn render(c: &Conductor, now_ms: f64) -> String {
         MetricType::COUNTER,
         counter(s.snapshot_failures),
     );
+    if c.cfg.cluster.enabled() {
+        add(
+            "departed_batches_total",
+            "Event batches ignored because their node is out of the etcd membership.",
+            MetricType::COUNTER,
+            counter(s.departed_batches),
+        );
+        add(
+            "cluster_members",
+            "Storage nodes in the etcd membership last read.",
+            MetricType::GAUGE,
+            gauge(c.roster.len() as u64),
+        );
+        add(
+            "cluster_revision",
+            "etcd revision of the membership last read.",
+            MetricType::GAUGE,
+            gauge(c.roster.revision().max(0) as u64),
+        );
+        add(
+            "member_changes_total",
+            "Membership changes seen in etcd, by kind.",
+            MetricType::COUNTER,
+            [
+                ("joined", s.member_joined),
+                ("left", s.member_left),
+                ("restarted", s.member_restarted),
+            ]
+            .iter()
+            .map(|(k, n)| value(&[("change", k)], MetricType::COUNTER, *n as f64))
+            .collect(),
+        );
+        add(
+            "etcd_reads_total",
+            "Membership reads from etcd applied.",
+            MetricType::COUNTER,
+            counter(s.etcd_reads),
+        );
+        add(
+            "etcd_errors_total",
+            "Failed or partial membership reads, by kind (the last membership is kept).",
+            MetricType::COUNTER,
+            ETCD_ERROR_KINDS
+                .iter()
+                .zip(s.etcd_errors)
+                .map(|(k, n)| value(&[("kind", k)], MetricType::COUNTER, n as f64))
+                .collect(),
+        );
+        add(
+            "etcd_reachable",
+            "1 if the last membership read succeeded.",
+            MetricType::GAUGE,
+            gauge(u64::from(s.etcd_reachable == Some(true))),
+        );
+    }
     add(
         "index_blocks",
         "Distinct blocks in the index.",
@@ -439,5 +525,46 @@ mod tests {
             );
         }
         assert!(!text.contains("_total_total"), "{text}");
+        assert!(!text.contains("etcd"), "no etcd metrics without etcd");
+    }
+
+    #[test]
+    fn cluster_metrics_render_with_etcd() {
+        let mut cfg = crate::config::ConductorConfig::default();
+        cfg.cluster.etcd = vec!["http://127.0.0.1:2379".into()];
+        let mut c = Conductor::new(cfg);
+        let member = |name: &str| yutu_api::cluster::Member {
+            name: name.into(),
+            url: "http://127.0.0.1:1".into(),
+            transfer: None,
+            zone: None,
+            memory: 0,
+            nvme: 0,
+            shards: 1,
+            started_ms: 1,
+            draining: false,
+        };
+        c.apply_membership(12, &[member("a"), member("b")], true);
+        c.stats.etcd_error("unreachable");
+        c.stats.etcd_error("unreachable");
+        c.stats.etcd_error("no such kind");
+        c.stats.etcd_reachable = Some(false);
+        let text = render(&c, 0.0);
+        for line in [
+            "yutu_conductor_cluster_members 2",
+            "yutu_conductor_cluster_revision 12",
+            "yutu_conductor_member_changes_total{change=\"joined\"} 2",
+            "yutu_conductor_member_changes_total{change=\"left\"} 0",
+            "yutu_conductor_etcd_errors_total{kind=\"unreachable\"} 2",
+            "yutu_conductor_etcd_errors_total{kind=\"status\"} 0",
+            "yutu_conductor_etcd_reachable 0",
+            "yutu_conductor_departed_batches_total 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in:\n{text}"
+            );
+        }
+        assert_eq!(c.stats.etcd_errors("unreachable"), 2);
     }
 }

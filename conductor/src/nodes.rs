@@ -1,9 +1,11 @@
 //! The storage nodes the conductor knows: name, base URL, and event feed.
 //!
 //! A node becomes known when it is registered (`POST /v1/nodes`, or as the node of an
-//! instance) or when it first pushes events; either may come first. The URL is needed only
+//! instance), when it first pushes events, or, with `--etcd`, when it is listed in the
+//! cluster's membership (which also gives its URL); any may come first. The URL is needed only
 //! to fetch a snapshot, so events from a node registered without one are still applied, and
-//! a resync waits until the URL is known.
+//! a resync waits until the URL is known. A node that leaves the membership keeps its id (ids
+//! are never reused); its feed says it departed.
 
 use std::collections::HashMap;
 

@@ -209,6 +209,7 @@ async fn events(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Reply, R
                     "duplicates": o.batch.duplicates,
                     "buffered": o.batch.buffered,
                     "stale": o.batch.stale,
+                    "departed": o.batch.departed,
                     "resync": o.batch.resync.is_some(),
                 }),
             ))

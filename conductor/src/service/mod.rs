@@ -3,9 +3,9 @@
 //! | method and path | body | answer |
 //! |---|---|---|
 //! | `POST /v1/route` | [`yutu_api::route::RouteRequest`] | 200 [`yutu_api::route::RouteDecision`]; 429 (SLO) or 503 (no instance) [`yutu_api::route::Reject`]; 400 |
-//! | `POST /v1/events` | [`yutu_api::events::KvEventBatch`] | 200 `{"applied", "duplicates", "buffered", "stale", "resync"}`; 409 from a node not registered with a URL (register, then push again) |
+//! | `POST /v1/events` | [`yutu_api::events::KvEventBatch`] | 200 `{"applied", "duplicates", "buffered", "stale", "departed", "resync"}`; 409 from a node not registered with a URL (register, then push again) |
 //! | `POST /v1/nodes` | [`yutu_api::route::NodeRegistration`] | 200 |
-//! | `GET /v1/nodes` | | nodes with their feed position |
+//! | `GET /v1/nodes` | | nodes with their feed position, and whether they left the etcd membership |
 //! | `POST /v1/instances` | [`yutu_api::route::InstanceRegistration`] | 200 |
 //! | `GET /v1/instances` | | [`yutu_api::route::InstanceStatus`] rows |
 //! | `DELETE /v1/instances/{id}` | | 204, 404 |
@@ -21,11 +21,12 @@
 //! All state is one [`Conductor`] behind one mutex. A routing decision holds it for
 //! microseconds and LLM requests arrive by the thousand per second at most, so a lock is far
 //! from the bottleneck, and one consistent view of index and load is what makes decisions
-//! right. Nothing slow happens under it: bodies are read and parsed before, snapshots are
-//! fetched on the blocking pool outside it.
+//! right. Nothing slow happens under it: bodies are read and parsed before, snapshots and the
+//! etcd membership are fetched on the blocking pool outside it.
 
 mod auth;
 mod handlers;
+mod members;
 mod resync;
 
 use std::convert::Infallible;
@@ -40,6 +41,7 @@ use tokio::net::TcpListener;
 use crate::conductor::Conductor;
 
 pub use auth::ServiceAuth;
+pub use members::MembershipWatch;
 pub use resync::{fetch_snapshot, SnapshotError};
 
 /// Limits of the service.
