@@ -321,7 +321,24 @@ pub struct PutFromRequest {
     /// other may both store it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub if_absent: bool,
+    /// Pin the blocks on the node that stores them (Mooncake's `ReplicateConfig` pins): a
+    /// hard pin keeps them in DRAM until unpinned (`yutu admin unpin`), a soft pin lets them
+    /// be evicted only when nothing else can be, for its TTL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<BlockPin>,
 }
+
+/// How put blocks are pinned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlockPin {
+    /// Seconds of a soft pin (1 to [`MAX_SOFT_PIN_SECS`]); absent: a hard pin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soft_ttl_secs: Option<u64>,
+}
+
+/// The longest soft pin a put may ask for (30 days).
+pub const MAX_SOFT_PIN_SECS: u64 = 30 * 24 * 3600;
 
 /// Registers the client's transfer engine ([`PEERS_PATH`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -805,6 +822,7 @@ mod tests {
             buffer: desc(4096, 2 << 20),
             session: "s1".into(),
             if_absent: false,
+            pin: None,
         };
         exact(
             &req,
@@ -815,10 +833,21 @@ mod tests {
         exact(
             &PutFromRequest {
                 if_absent: true,
-                ..req
+                ..req.clone()
             },
             &format!(
                 r#"{{"blocks":[{{"key":"k","offset":64,"len":8}}],"buffer":{DESC_JSON},"session":"s1","if_absent":true}}"#
+            ),
+        );
+        exact(
+            &PutFromRequest {
+                pin: Some(BlockPin {
+                    soft_ttl_secs: Some(60),
+                }),
+                ..req
+            },
+            &format!(
+                r#"{{"blocks":[{{"key":"k","offset":64,"len":8}}],"buffer":{DESC_JSON},"session":"s1","pin":{{"soft_ttl_secs":60}}}}"#
             ),
         );
     }

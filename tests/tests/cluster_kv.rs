@@ -182,3 +182,95 @@ fn kv_reads_fail_over_when_an_owner_dies() {
         assert_eq!(c.holders(&format!("/kvha/{k}")).len(), 2, "{k}");
     }
 }
+
+/// Mooncake's `ReplicateConfig` through `KvClient`: more copies than the bucket's, a
+/// preferred node, and a hard pin that survives a flood of the node's DRAM.
+#[test]
+fn kv_put_options_replicas_preferred_node_and_pin() {
+    use yutu_api::kv::BlockPin;
+    use yutu_client::kv::PutOptions;
+    let c = TestCluster::start(3, &["--memory", "8MiB", "--shards", "1"]);
+    create_bucket(&c, "opts", 1);
+    let client = kv(&c, 0);
+    let block = 64u64 << 10;
+    let buf = client.register(64 * block).expect("buffer");
+    buf.write_at(0, &yutu_tests::pattern(block as usize, 1))
+        .expect("fill");
+    let put = |key: &str, options: &PutOptions| {
+        client
+            .batch_put_from_opts("opts", &[key.to_string()], &buf, &[0], &[block], options)
+            .expect("put")
+    };
+    put(
+        "three",
+        &PutOptions {
+            replicas: Some(3),
+            ..PutOptions::default()
+        },
+    );
+    assert_eq!(c.holders("/opts/three"), vec![0, 1, 2]);
+    put(
+        "preferred",
+        &PutOptions {
+            preferred_node: Some("node2".into()),
+            ..PutOptions::default()
+        },
+    );
+    let holders = c.holders("/opts/preferred");
+    assert!(holders.contains(&2), "{holders:?}");
+    put(
+        "pinned",
+        &PutOptions {
+            pin: Some(BlockPin {
+                soft_ttl_secs: None,
+            }),
+            ..PutOptions::default()
+        },
+    );
+    let pinned_on = c.holders("/opts/pinned");
+    assert_eq!(pinned_on.len(), 1);
+    // Flood the bucket: 8 MiB per node, 3 nodes, 40 MiB of unpinned blocks.
+    let keys: Vec<String> = (0..64).map(|i| format!("flood{i}")).collect();
+    let offsets: Vec<u64> = (0..64).map(|i| i * block).collect();
+    for round in 0..10 {
+        let ks: Vec<String> = keys.iter().map(|k| format!("{k}-{round}")).collect();
+        client
+            .batch_put_from("opts", &ks, &buf, &offsets, &vec![block; 64])
+            .expect("flood");
+    }
+    assert!(c.node(pinned_on[0]).metric_sum("yutu_evictions_total") > 0.0);
+    assert_eq!(
+        c.holders("/opts/pinned"),
+        pinned_on,
+        "the pinned block stayed"
+    );
+    // Bad options are refused before anything is sent.
+    let err = client
+        .batch_put_from_opts(
+            "opts",
+            &["x".to_string()],
+            &buf,
+            &[0],
+            &[block],
+            &PutOptions {
+                replicas: Some(0),
+                ..PutOptions::default()
+            },
+        )
+        .expect_err("0 replicas");
+    assert!(err.to_string().contains("replicas"), "{err}");
+    let err = client
+        .batch_put_from_opts(
+            "opts",
+            &["x".to_string()],
+            &buf,
+            &[0],
+            &[block],
+            &PutOptions {
+                preferred_node: Some("nowhere".into()),
+                ..PutOptions::default()
+            },
+        )
+        .expect_err("unknown node");
+    assert!(err.to_string().contains("nowhere"), "{err}");
+}

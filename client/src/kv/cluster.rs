@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use yutu_api::cluster::{Member, Membership, MEMBERSHIP_PATH};
 
-use super::{Buffer, Inner, KvClient, KvError, KvOptions, PutMode};
+use super::{Buffer, Inner, KvClient, KvError, KvOptions, PutOptions};
 
 /// How old the membership may get before a call reads it again.
 const REFRESH: Duration = Duration::from_secs(2);
@@ -226,14 +226,34 @@ impl Routing {
         buf: &Buffer,
         offsets: &[u64],
         lengths: &[u64],
-        mode: PutMode,
+        options: &PutOptions,
     ) -> Result<Vec<String>, KvError> {
         self.with_retry(|m| {
-            let Some(owners) = self.owners(m, bucket, keys) else {
+            let Some(mut owners) = self.owners(m, bucket, keys) else {
                 return self
                     .any(m)?
-                    .batch_put_from_with(bucket, keys, buf, offsets, lengths, mode);
+                    .batch_put_from_opts(bucket, keys, buf, offsets, lengths, options);
             };
+            if let Some(n) = options.replicas {
+                // The placement order beyond the bucket's owners (or short of them).
+                for (o, k) in owners.iter_mut().zip(keys) {
+                    *o = yutu_api::cluster::owners(bucket, k, &m.members, n as usize);
+                }
+            }
+            if let Some(node) = &options.preferred_node {
+                let i = m
+                    .members
+                    .iter()
+                    .position(|x| &x.name == node)
+                    .ok_or_else(|| {
+                        KvError::InvalidArgument(format!("no member is named {node:?}"))
+                    })?;
+                for o in owners.iter_mut() {
+                    if !o.contains(&i) {
+                        o.push(i);
+                    }
+                }
+            }
             let mut etags = vec![String::new(); keys.len()];
             // Every rank of owners: the first owners' ETags are the answer.
             let ranks = owners.iter().map(Vec::len).max().unwrap_or(0);
@@ -243,7 +263,7 @@ impl Routing {
                     let ks: Vec<String> = idx.iter().map(|&i| keys[i].clone()).collect();
                     let os: Vec<u64> = idx.iter().map(|&i| offsets[i]).collect();
                     let ls: Vec<u64> = idx.iter().map(|&i| lengths[i]).collect();
-                    let got = client.batch_put_from_with(bucket, &ks, buf, &os, &ls, mode)?;
+                    let got = client.batch_put_from_opts(bucket, &ks, buf, &os, &ls, options)?;
                     if rank == 0 {
                         for (&i, e) in idx.iter().zip(got) {
                             etags[i] = e;

@@ -104,6 +104,20 @@ pub enum PutMode {
     IfAbsent,
 }
 
+/// Per-put choices (Mooncake's `ReplicateConfig`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PutOptions {
+    pub mode: PutMode,
+    /// Copies in a cluster: the first `replicas` nodes of each key's placement order (the
+    /// bucket's replica count when `None`). Copies beyond the bucket's owners serve reads
+    /// routed to them and last until the next membership change.
+    pub replicas: Option<u32>,
+    /// A node that gets a copy too (by member name), besides the owners.
+    pub preferred_node: Option<String>,
+    /// Pin the blocks where they are stored.
+    pub pin: Option<yutu_api::kv::BlockPin>,
+}
+
 /// How [`KvClient::new`] sets up its transfer engine.
 #[derive(Debug, Clone)]
 pub struct KvOptions {
@@ -487,10 +501,37 @@ impl KvClient {
         lengths: &[u64],
         mode: PutMode,
     ) -> Result<Vec<String>, KvError> {
+        let options = PutOptions {
+            mode,
+            ..PutOptions::default()
+        };
+        self.batch_put_from_opts(bucket, keys, buf, offsets, lengths, &options)
+    }
+
+    /// As [`KvClient::batch_put_from`], with Mooncake's `ReplicateConfig` choices: the mode,
+    /// how many copies (in a cluster), a preferred node, and a pin.
+    pub fn batch_put_from_opts(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        lengths: &[u64],
+        options: &PutOptions,
+    ) -> Result<Vec<String>, KvError> {
         self.check_put(keys, buf, offsets, lengths)?;
-        if let Some(r) = &self.route {
-            return r.put_from(bucket, keys, buf, offsets, lengths, mode);
+        if let Some(r) = options.replicas {
+            if !(1..=yutu_api::cluster::MAX_REPLICAS).contains(&r) {
+                return Err(KvError::InvalidArgument(format!(
+                    "replicas must be 1 to {}",
+                    yutu_api::cluster::MAX_REPLICAS
+                )));
+            }
         }
+        if let Some(r) = &self.route {
+            return r.put_from(bucket, keys, buf, offsets, lengths, options);
+        }
+        let mode = options.mode;
         if keys.is_empty() {
             return Ok(Vec::new());
         }
@@ -507,6 +548,7 @@ impl KvClient {
             buffer: buf.whole()?,
             session: self.session.clone(),
             if_absent: mode == PutMode::IfAbsent,
+            pin: options.pin,
         };
         let ended: EtagsResponse = self.call_post_keys(
             Some((bucket, keys)),

@@ -317,6 +317,41 @@ async fn run_batch(engine: &TransferEngine, requests: Vec<TransferRequest>) -> R
     Ok(())
 }
 
+/// Pins `keys` (by name, before they are stored, so no eviction comes in between).
+async fn pin_blocks(
+    ctx: &Ctx,
+    bucket: &str,
+    keys: &[String],
+    pin: yutu_api::kv::BlockPin,
+) -> Result<(), S3Error> {
+    use crate::engine::pinning::AdminPin;
+    let kind = match pin.soft_ttl_secs {
+        None => AdminPin::Hard,
+        Some(s @ 1..=yutu_api::kv::MAX_SOFT_PIN_SECS) => {
+            AdminPin::Soft(std::time::Instant::now() + std::time::Duration::from_secs(s))
+        }
+        Some(_) => {
+            return Err(super::kv_api::bad(format!(
+                "pin.soft_ttl_secs must be 1 to {}.",
+                yutu_api::kv::MAX_SOFT_PIN_SECS
+            )))
+        }
+    };
+    for (shard, idx) in super::kv_api::by_shard(ctx, bucket, keys) {
+        let (b, ks): (String, Vec<String>) = (
+            bucket.to_string(),
+            idx.iter().map(|&i| keys[i].clone()).collect(),
+        );
+        ctx.shard
+            .run(shard, move |s| {
+                s.tier.store.borrow_mut().pin_keys(&b, &ks, kind)
+            })
+            .await?
+            .map_err(|e| S3Error::new(S3ErrorCode::InvalidRequest).msg(e.to_string()))?;
+    }
+    Ok(())
+}
+
 /// `POST /v1/kv/{bucket}/put-from`.
 pub(super) async fn put_from(
     ctx: &Ctx,
@@ -339,6 +374,12 @@ pub(super) async fn put_from(
     check_lens(ctx, &lens)?;
     let (engine, client) = session_peer(ctx, &req.session)?;
     check_spans(&spans, client.node)?;
+    if let Some(pin) = req.pin {
+        pin_blocks(ctx, bucket, &keys, pin).await?;
+    }
+    if let Some(pin) = req.pin {
+        pin_blocks(ctx, bucket, &keys, pin).await?;
+    }
     // With `if_absent`, the blocks whose key is present are left out here and answer an
     // empty ETag; `wanted` maps the blocks still to store back onto the request.
     let wanted: Vec<usize> = if req.if_absent {
