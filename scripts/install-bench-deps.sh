@@ -48,6 +48,23 @@ if ! command -v fio >/dev/null 2>&1; then
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y fio
 fi
 
+# etcd: the cluster suite's membership store (Debian's etcd-server; its service is not
+# started, the suite runs its own on free ports).
+if ! command -v etcd >/dev/null 2>&1; then
+    ETCD_POLICY=/usr/sbin/policy-rc.d
+    ETCD_POLICY_OURS=""
+    if [ ! -e "$ETCD_POLICY" ]; then
+        printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$ETCD_POLICY" >/dev/null
+        $SUDO chmod 755 "$ETCD_POLICY"
+        ETCD_POLICY_OURS=1
+    fi
+    $SUDO apt-get update
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y etcd-server
+    if [ -n "$ETCD_POLICY_OURS" ]; then
+        $SUDO rm -f "$ETCD_POLICY"
+    fi
+fi
+
 # redis-server, redis-benchmark, memcached: the kv suite's 4 KiB references. Service starts are
 # denied for the install (policy-rc.d, unless one exists) so no system redis/memcached stays up.
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-benchmark >/dev/null 2>&1 \

@@ -84,6 +84,13 @@ impl ChildGuard {
             .join("\n")
     }
 
+    /// SIGKILLs the child's group now and waits for it (a crash, for failover measurements).
+    pub fn kill(&mut self) {
+        self.signal_group(libc::SIGKILL);
+        let _ = self.child.wait();
+        self.exited = true;
+    }
+
     fn signal_group(&self, signal: libc::c_int) {
         let Ok(pgid) = libc::pid_t::try_from(self.child.id()) else {
             return;

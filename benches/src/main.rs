@@ -72,6 +72,9 @@ enum Suite {
     /// Two good clients' KV rate while another tenant attacks the control plane, against the
     /// same clients unloaded.
     Tenants(suites::tenants::TenantsArgs),
+    /// Three nodes on etcd: KV throughput against one node, the cost of a forwarding hop,
+    /// time from a SIGKILL to the first read of an affected key, re-replication MiB/s.
+    Cluster(suites::cluster::ClusterArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -94,6 +97,7 @@ fn main() -> anyhow::Result<()> {
                 Suite::Conductor(args) => suites::conductor::run(args).await,
                 Suite::Kv(args) => suites::kv::run(args).await,
                 Suite::Tenants(args) => suites::tenants::run(args).await,
+                Suite::Cluster(args) => suites::cluster::run(args).await,
             }
         };
         // Ctrl-C drops the suite's future, whose guards stop the servers and remove their files;

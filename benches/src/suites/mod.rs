@@ -1,5 +1,6 @@
 //! One module per suite; each turns its own options into a [`crate::report::Report`].
 
+pub mod cluster;
 pub mod conductor;
 pub mod kv;
 pub mod nvme;

@@ -210,6 +210,53 @@ impl Routing {
         }
     }
 
+    /// Runs `call` for every (node, keys) group, the groups on different nodes in parallel
+    /// (the calling thread takes one); each result with its node and keys.
+    #[allow(clippy::type_complexity)]
+    fn each_node<T: Send>(
+        &self,
+        m: &Membership,
+        groups: BTreeMap<usize, Vec<usize>>,
+        call: impl Fn(&KvClient, &[usize]) -> Result<T, KvError> + Sync,
+    ) -> Vec<(usize, Vec<usize>, Result<T, KvError>)> {
+        let run =
+            |node: usize, idx: &[usize]| self.node(&m.members[node]).and_then(|c| call(&c, idx));
+        if groups.len() <= 1 {
+            return groups
+                .into_iter()
+                .map(|(node, idx)| {
+                    let r = run(node, &idx);
+                    (node, idx, r)
+                })
+                .collect();
+        }
+        let mut groups: Vec<(usize, Vec<usize>)> = groups.into_iter().collect();
+        let (first_node, first_idx) = groups.remove(0);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = groups
+                .into_iter()
+                .map(|(node, idx)| {
+                    let run = &run;
+                    scope.spawn(move || {
+                        let r = run(node, &idx);
+                        (node, idx, r)
+                    })
+                })
+                .collect();
+            let mut out = vec![{
+                let r = run(first_node, &first_idx);
+                (first_node, first_idx, r)
+            }];
+            for h in handles {
+                match h.join() {
+                    Ok(x) => out.push(x),
+                    Err(p) => std::panic::resume_unwind(p),
+                }
+            }
+            out
+        })
+    }
+
     /// The client of the first member, for a bucket the cluster does not know.
     fn any(&self, m: &Membership) -> Result<Arc<KvClient>, KvError> {
         let first = m
@@ -255,19 +302,19 @@ impl Routing {
                 }
             }
             let mut etags = vec![String::new(); keys.len()];
-            // Every rank of owners: the first owners' ETags are the answer.
-            let ranks = owners.iter().map(Vec::len).max().unwrap_or(0);
-            for rank in 0..ranks {
-                for (node, idx) in group(&owners, rank) {
-                    let client = self.node(&m.members[node])?;
-                    let ks: Vec<String> = idx.iter().map(|&i| keys[i].clone()).collect();
-                    let os: Vec<u64> = idx.iter().map(|&i| offsets[i]).collect();
-                    let ls: Vec<u64> = idx.iter().map(|&i| lengths[i]).collect();
-                    let got = client.batch_put_from_opts(bucket, &ks, buf, &os, &ls, options)?;
-                    if rank == 0 {
-                        for (&i, e) in idx.iter().zip(got) {
-                            etags[i] = e;
-                        }
+            // One call per node with every key it owns (at any rank), the nodes in parallel;
+            // the first owners' ETags are the answer.
+            let results = self.each_node(m, by_node(&owners), |client, idx| {
+                let ks: Vec<String> = idx.iter().map(|&i| keys[i].clone()).collect();
+                let os: Vec<u64> = idx.iter().map(|&i| offsets[i]).collect();
+                let ls: Vec<u64> = idx.iter().map(|&i| lengths[i]).collect();
+                client.batch_put_from_opts(bucket, &ks, buf, &os, &ls, options)
+            });
+            for (node, idx, got) in results {
+                let got = got?;
+                for (&i, e) in idx.iter().zip(got) {
+                    if owners[i].first() == Some(&node) {
+                        etags[i] = e;
                     }
                 }
             }
@@ -333,13 +380,13 @@ impl Routing {
                     break;
                 }
                 let mut next = Vec::new();
-                for (node, idx) in group_of(&owners, rank, &pending) {
+                let results = self.each_node(m, group_of(&owners, rank, &pending), |c, idx| {
                     let ks: Vec<String> = idx.iter().map(|&i| keys[i].clone()).collect();
                     let os: Vec<u64> = idx.iter().map(|&i| offsets[i]).collect();
                     let cs: Vec<u64> = idx.iter().map(|&i| capacities[i]).collect();
-                    let got = self
-                        .node(&m.members[node])
-                        .and_then(|c| c.batch_get_into_ranges(bucket, &ks, buf, &os, &cs));
+                    c.batch_get_into_ranges(bucket, &ks, buf, &os, &cs)
+                });
+                for (_, idx, got) in results {
                     match got {
                         Ok(got) => {
                             for (&i, g) in idx.iter().zip(got) {
@@ -464,6 +511,17 @@ impl Routing {
             }
         })
     }
+}
+
+/// Keys grouped by node, whatever their rank among the key's owners.
+fn by_node(owners: &[Vec<usize>]) -> BTreeMap<usize, Vec<usize>> {
+    let mut out: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (i, o) in owners.iter().enumerate() {
+        for &node in o {
+            out.entry(node).or_default().push(i);
+        }
+    }
+    out
 }
 
 /// Keys grouped by their owner of rank `rank` (keys with fewer owners are left out).
