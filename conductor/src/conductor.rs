@@ -17,7 +17,7 @@ use crate::index::{PrefixIndex, PrefixMatch};
 use crate::membership::{Change, Roster};
 use crate::metrics::Stats;
 use crate::nodes::NodeTable;
-use crate::registry::{Registry, RegistryError};
+use crate::registry::{validate_node_url, Registry, RegistryError};
 
 /// Why events or a snapshot were refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -125,21 +125,6 @@ impl FeedSink for IndexSink<'_> {
                 self.index.store(self.node, b, &g.blocks, g.tier);
             }
         }
-    }
-}
-
-/// Checks a node URL: the conductor fetches snapshots from it over HTTP or HTTPS.
-pub fn validate_node_url(url: &str) -> Result<(), RegistryError> {
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"));
-    let ok = rest.is_some_and(|r| !r.is_empty())
-        && url.len() <= 2048
-        && url.bytes().all(|b| b.is_ascii_graphic());
-    if ok {
-        Ok(())
-    } else {
-        Err(RegistryError::BadUrl(url.chars().take(80).collect()))
     }
 }
 

@@ -22,8 +22,8 @@ use std::collections::BTreeMap;
 use yutu_api::cluster::Member;
 use yutu_api::events::validate_node_name;
 
-use crate::conductor::validate_node_url;
 use crate::etcd::KeyValue;
+use crate::registry::validate_node_url;
 
 /// The etcd prefix of a cluster's members.
 pub fn members_prefix(cluster: &str) -> String {

@@ -180,6 +180,21 @@ impl Registry {
     }
 }
 
+/// Checks a node URL: the conductor fetches snapshots from it over HTTP or HTTPS.
+pub fn validate_node_url(url: &str) -> Result<(), RegistryError> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    let ok = rest.is_some_and(|r| !r.is_empty())
+        && url.len() <= 2048
+        && url.bytes().all(|b| b.is_ascii_graphic());
+    if ok {
+        Ok(())
+    } else {
+        Err(RegistryError::BadUrl(url.chars().take(80).collect()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
