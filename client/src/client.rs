@@ -9,8 +9,11 @@
 use std::io::Read;
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use ureq::http::Response;
 use ureq::{Agent, Body, SendBody};
+use yutu_api::cluster::{MAX_REPLICAS, REPLICAS_HEADER};
 
 use crate::address::BaseUrl;
 use crate::download::{range_header, GetObject};
@@ -21,9 +24,16 @@ use crate::sigv4::{Credentials, Signer};
 use crate::upload::ExactLength;
 use crate::xml;
 
+/// Header naming a bucket's durability at creation (`memory` or `disk`).
+const DURABILITY_HEADER: &str = "x-yutu-durability";
+
 /// The largest XML document we read into memory (a listing page of 1000 maximal keys is
 /// about 1.5 MB); a bigger one means a broken or hostile server.
 const XML_LIMIT: u64 = 64 * 1024 * 1024;
+
+/// The largest JSON answer we read into memory (`/admin/v1/stats` of a large cluster is tens
+/// of kilobytes); a bigger one means a broken or hostile server.
+const JSON_LIMIT: u64 = 16 * 1024 * 1024;
 
 /// How much of an error body we read; S3 error documents are a few hundred bytes.
 const ERROR_BODY_LIMIT: u64 = 64 * 1024;
@@ -112,11 +122,31 @@ impl Client {
 
     /// CreateBucket.
     pub fn create_bucket(&self, bucket: &str) -> Result<(), ClientError> {
-        let resp = self
-            .agent
-            .put(self.base.bucket(bucket, &[])?)
-            .send_empty()?;
-        check(resp, Resource::Bucket).map(drop)
+        self.create_bucket_with(bucket, &BucketOptions::default())
+    }
+
+    /// CreateBucket with Yutu's bucket settings, fixed at creation: the replica count
+    /// (`x-yutu-replicas`, a cluster's copies of every object) and the durability
+    /// (`x-yutu-durability`). Unset ones take the node's defaults. The replica count is
+    /// checked here (1 to [`MAX_REPLICAS`]) so that a typo fails before anything is sent.
+    pub fn create_bucket_with(
+        &self,
+        bucket: &str,
+        options: &BucketOptions,
+    ) -> Result<(), ClientError> {
+        let mut req = self.agent.put(self.base.bucket(bucket, &[])?);
+        if let Some(n) = options.replicas {
+            if !(1..=MAX_REPLICAS).contains(&n) {
+                return Err(ClientError::InvalidArgument(format!(
+                    "replicas must be from 1 to {MAX_REPLICAS}, not {n}"
+                )));
+            }
+            req = req.header(REPLICAS_HEADER, n.to_string());
+        }
+        if let Some(d) = options.durability {
+            req = req.header(DURABILITY_HEADER, d.as_str());
+        }
+        check(req.send_empty()?, Resource::Bucket).map(drop)
     }
 
     /// DeleteBucket; S3 refuses (`BucketNotEmpty`) while the bucket holds objects.
@@ -279,6 +309,64 @@ impl Client {
     }
 }
 
+impl Client {
+    /// `GET {base}{path}` of one of Yutu's JSON APIs (`/admin/...`), signed or with the
+    /// bearer token like every other call; the answer is decoded as `T`. Errors of those APIs
+    /// are JSON documents, which [`check`] reads as it reads S3's XML.
+    pub(crate) fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let resp = self.agent.get(self.json_url(path)).call()?;
+        read_json(check(resp, Resource::Service)?)
+    }
+
+    /// `POST {base}{path}` with `body` as JSON; the answer is decoded as `T`.
+    pub(crate) fn post_json<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        let raw = serde_json::to_vec(body)
+            .map_err(|e| ClientError::InvalidArgument(format!("cannot encode the request: {e}")))?;
+        let resp = self
+            .agent
+            .post(self.json_url(path))
+            .header("content-type", "application/json")
+            .send(&raw[..])?;
+        read_json(check(resp, Resource::Service)?)
+    }
+
+    fn json_url(&self, path: &str) -> String {
+        format!("{}{path}", self.base.as_str())
+    }
+}
+
+/// Yutu's bucket settings at creation ([`Client::create_bucket_with`]); `None`: the node's
+/// default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BucketOptions {
+    /// Copies of every object in a cluster (1 to [`MAX_REPLICAS`]); more than 1 needs one.
+    pub replicas: Option<u32>,
+    pub durability: Option<Durability>,
+}
+
+/// Where a bucket's objects must be before a PUT is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// DRAM only: fastest; lost on restart unless demoted to NVMe meanwhile.
+    Memory,
+    /// Written through to NVMe and synced before the PUT is acknowledged: survives kill -9.
+    Disk,
+}
+
+impl Durability {
+    /// The value of `x-yutu-durability`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Memory => "memory",
+            Durability::Disk => "disk",
+        }
+    }
+}
+
 /// The ListObjectsV2 query, in a fixed order with only the parameters that are set.
 fn list_query<'a>(
     prefix: Option<&'a str>,
@@ -322,6 +410,18 @@ fn check(mut resp: Response<Body>, resource: Resource) -> Result<Response<Body>,
         header_message.as_deref(),
         resource,
     ))
+}
+
+/// Reads a JSON answer, refusing absurd sizes; a body that is not the expected document is
+/// [`ClientError::InvalidResponse`] (an older node, or something else at that URL).
+fn read_json<T: DeserializeOwned>(mut resp: Response<Body>) -> Result<T, ClientError> {
+    let raw = resp
+        .body_mut()
+        .with_config()
+        .limit(JSON_LIMIT)
+        .read_to_vec()?;
+    serde_json::from_slice(&raw)
+        .map_err(|e| ClientError::InvalidResponse(format!("unexpected JSON answer: {e}")))
 }
 
 /// Reads an XML answer into a string, refusing absurd sizes.

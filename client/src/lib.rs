@@ -5,7 +5,8 @@
 //! one method per operation on [`Client`], typed results, and S3 errors kept as the server
 //! sent them ([`ClientError::S3`]) so that callers can branch on the code. Object bodies are
 //! streamed both ways, never buffered whole, because KV-cache objects and their batches run
-//! to gigabytes. The `yutu` CLI (`src/bin/yutu/`) is a thin layer over this crate.
+//! to gigabytes. [`AdminClient`] speaks the storage admin API (`/admin/v1`) over the same
+//! client. The `yutu` CLI (`src/bin/yutu/`) is a thin layer over this crate.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), yutu_client::ClientError> {
@@ -23,6 +24,7 @@
 //! ```
 
 mod address;
+mod admin;
 mod bearer;
 mod client;
 mod coalesce;
@@ -40,7 +42,8 @@ mod upload;
 mod xml;
 
 pub use address::encode_key;
-pub use client::Client;
+pub use admin::{AdminClient, AdminError};
+pub use client::{BucketOptions, Client, Durability};
 pub use credentials::{CredentialSource, CredentialsError};
 pub use download::GetObject;
 pub use error::ClientError;

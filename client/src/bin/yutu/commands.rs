@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use yutu_client::Client;
+use yutu_client::{BucketOptions, Client};
 
 use crate::format;
 use crate::progress;
@@ -13,8 +13,8 @@ use crate::sink::{PendingFile, Stdout};
 use crate::spool::spool;
 use crate::target::Target;
 
-pub fn make_bucket(client: &Client, arg: &str) -> Result<()> {
-    Ok(client.create_bucket(&Target::parse_bucket(arg)?)?)
+pub fn make_bucket(client: &Client, arg: &str, options: &BucketOptions) -> Result<()> {
+    Ok(client.create_bucket_with(&Target::parse_bucket(arg)?, options)?)
 }
 
 pub fn remove_bucket(client: &Client, arg: &str) -> Result<()> {

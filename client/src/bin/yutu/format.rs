@@ -47,10 +47,90 @@ pub fn stat_lines(bucket: &str, key: &str, info: &ObjectInfo) -> Vec<String> {
     ]
 }
 
+/// A byte count for people, in binary units with one decimal (`512B`, `1.5KiB`, `64.0MiB`).
+/// No space before the unit, so that a table cell stays one whitespace-separated field.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n}B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1}{}", UNITS[unit])
+}
+
+/// Lines of a table: a header row, then `rows`, every column as wide as its widest cell and
+/// two spaces between columns. Columns whose index is in `right` (numbers) are aligned right.
+/// No line ends with spaces.
+pub fn table(header: &[&str], rows: &[Vec<String>], right: &[usize]) -> Vec<String> {
+    let cols = header.len();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut out = String::new();
+        for (i, cell) in cells.take(cols).enumerate() {
+            if i > 0 {
+                out.push_str("  ");
+            }
+            let pad = widths[i].saturating_sub(cell.chars().count());
+            if right.contains(&i) {
+                out.extend(std::iter::repeat_n(' ', pad));
+                out.push_str(cell);
+            } else {
+                out.push_str(cell);
+                out.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.trim_end().to_string()
+    };
+    let mut lines = vec![line(&mut header.iter().copied())];
+    lines.extend(rows.iter().map(|r| line(&mut r.iter().map(String::as_str))));
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human_bytes(0), "0B");
+        assert_eq!(human_bytes(1023), "1023B");
+        assert_eq!(human_bytes(1024), "1.0KiB");
+        assert_eq!(human_bytes(1536), "1.5KiB");
+        assert_eq!(human_bytes(64 << 20), "64.0MiB");
+        assert_eq!(human_bytes(3 << 29), "1.5GiB");
+        assert_eq!(human_bytes(u64::MAX), "16.0EiB");
+    }
+
+    #[test]
+    fn tables_align() {
+        let rows = vec![
+            vec!["node0".to_string(), "up".to_string(), "7".to_string()],
+            vec!["n1".to_string(), "draining".to_string(), "1234".to_string()],
+        ];
+        let lines = table(&["NAME", "STATE", "OBJECTS"], &rows, &[2]);
+        assert_eq!(
+            lines,
+            vec![
+                "NAME   STATE     OBJECTS",
+                "node0  up              7",
+                "n1     draining     1234",
+            ]
+        );
+        // A left-aligned last column leaves no trailing spaces.
+        let lines = table(&["A", "B"], &[vec!["x".into(), "".into()]], &[]);
+        assert_eq!(lines, vec!["A  B", "x"]);
+    }
 
     fn jan1() -> std::time::SystemTime {
         UNIX_EPOCH + Duration::from_secs(1_767_225_600)

@@ -1,10 +1,13 @@
 //! `yutu`: the command-line client for a Yutu server's S3-like object API.
 //!
-//! Each subcommand is one S3 operation (or a listing walk) through `yutu_client::Client`.
-//! Success is quiet except for what was asked for (listings, `stat`, object bytes on stdout);
+//! Each subcommand is one S3 operation (or a listing walk) through `yutu_client::Client`;
+//! `admin` calls the storage admin API through `yutu_client::AdminClient` (`admin.rs`).
+//! Success is quiet except for what was asked for (listings, `stat`, object bytes, admin
+//! reports on stdout);
 //! a failure prints `yutu: <S3 code>: <message>` (or `yutu: <what went wrong>`) to stderr and
 //! exits with status 1, so scripts can test `$?` and grep the code.
 
+mod admin;
 mod commands;
 mod format;
 mod kv;
@@ -18,7 +21,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use yutu_client::{Client, ClientError, CredentialSource};
+use yutu_client::{AdminClient, BucketOptions, Client, ClientError, CredentialSource, Durability};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -73,6 +76,13 @@ enum Command {
     Mb {
         /// BUCKET (an `s3://` prefix is accepted everywhere).
         bucket: String,
+        /// Copies of every object in a cluster, 1 to 7 (default: the node's --replicas).
+        #[arg(long, value_name = "N")]
+        replicas: Option<u32>,
+        /// Where objects must be before a PUT is acknowledged (default: the node's
+        /// --durability).
+        #[arg(long, value_enum)]
+        durability: Option<DurabilityArg>,
     },
     /// Remove an empty bucket.
     Rb { bucket: String },
@@ -109,11 +119,32 @@ enum Command {
         #[command(subcommand)]
         command: kv::KvCommand,
     },
+    /// The storage admin API (an admin identity only): nodes, stats, evict, pin, unpin,
+    /// replicate, drain, status, for the whole cluster through any node.
+    Admin(admin::AdminArgs),
     /// Bearer tokens: `yutu token issue --data-dir DIR --sub NAME --bucket NAME:rwdl`.
     Token {
         #[command(subcommand)]
         command: token::TokenCommand,
     },
+}
+
+/// `mb --durability`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum DurabilityArg {
+    /// DRAM only: fastest; lost on restart unless demoted to NVMe meanwhile.
+    Memory,
+    /// Written through to NVMe before a PUT is acknowledged.
+    Disk,
+}
+
+impl From<DurabilityArg> for Durability {
+    fn from(d: DurabilityArg) -> Durability {
+        match d {
+            DurabilityArg::Memory => Durability::Memory,
+            DurabilityArg::Disk => Durability::Disk,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -153,7 +184,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         None => Client::with_credentials(&cli.url, credentials.clone())?,
     };
     match cli.command {
-        Command::Mb { bucket } => commands::make_bucket(&client, &bucket),
+        Command::Mb {
+            bucket,
+            replicas,
+            durability,
+        } => {
+            let options = BucketOptions {
+                replicas,
+                durability: durability.map(Durability::from),
+            };
+            commands::make_bucket(&client, &bucket, &options)
+        }
         Command::Rb { bucket } => commands::remove_bucket(&client, &bucket),
         Command::Ls { target, recursive } => commands::list(&client, target.as_deref(), recursive),
         Command::Put {
@@ -165,6 +206,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Rm { target } => commands::remove(&client, &target),
         Command::Stat { target } => commands::stat(&client, &target),
         Command::Kv { command } => kv::run(&cli.url, credentials, cli.token, command),
+        Command::Admin(args) => {
+            let anonymous = cli.token.is_none() && credentials.is_none();
+            admin::run(&AdminClient::new(client), args, anonymous)
+        }
         Command::Token { .. } => unreachable!("handled above"),
     }
 }
@@ -266,5 +311,54 @@ mod tests {
         let cli = Cli::try_parse_from(["yutu", "get", "b/k", "--url", "http://h:2"]).unwrap();
         assert_eq!(cli.url, "http://h:2");
         assert!(Cli::try_parse_from(["yutu", "put", "f"]).is_err());
+    }
+
+    #[test]
+    fn parses_mb_settings_and_admin_commands() {
+        let cli =
+            Cli::try_parse_from(["yutu", "mb", "b", "--replicas", "2", "--durability", "disk"])
+                .unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Mb {
+                replicas: Some(2),
+                durability: Some(DurabilityArg::Disk),
+                ..
+            }
+        ));
+        assert!(Cli::try_parse_from(["yutu", "mb", "b", "--durability", "tape"]).is_err());
+        let parses = |args: &[&str]| {
+            let mut all = vec!["yutu", "admin"];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all).is_ok()
+        };
+        assert!(parses(&["nodes", "--json"]));
+        assert!(parses(&["--json", "stats"]));
+        assert!(parses(&["evict", "b/k"]));
+        assert!(parses(&["evict", "b", "--prefix", "p/"]));
+        assert!(parses(&["evict", "--node", "n", "--free", "512MiB"]));
+        assert!(!parses(&["evict"]), "something to evict");
+        assert!(!parses(&["evict", "--free", "1GiB"]), "--free needs --node");
+        assert!(
+            !parses(&["evict", "b", "--node", "n"]),
+            "--node needs --free"
+        );
+        assert!(!parses(&["evict", "b", "--node", "n", "--free", "1"]));
+        assert!(parses(&["pin", "b/k", "--soft-ttl", "60"]));
+        assert!(parses(&["unpin", "b", "--prefix", "p"]));
+        assert!(parses(&["replicate", "b/k", "--replicas", "3"]));
+        assert!(parses(&["replicate", "b/k", "--node", "node1"]));
+        assert!(!parses(&["replicate", "b/k"]), "replicas or a node");
+        assert!(!parses(&[
+            "replicate",
+            "b/k",
+            "--replicas",
+            "3",
+            "--node",
+            "n"
+        ]));
+        assert!(parses(&["drain", "node2", "--wait", "--timeout", "30"]));
+        assert!(!parses(&["drain", "node2", "--wait", "--cancel"]));
+        assert!(parses(&["status", "--wait"]));
     }
 }
