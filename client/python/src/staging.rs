@@ -16,7 +16,7 @@ use std::ops::Range;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use yutu_client::kv::{Buffer, KvClient, PutMode, MAX_BATCH};
+use yutu_client::kv::{Buffer, KvClient, PutOptions, MAX_BATCH};
 
 use crate::errors::{Error, Result};
 use crate::memory::Span;
@@ -212,14 +212,15 @@ impl Staging {
         Ok(out)
     }
 
-    /// Stores `keys[i]` from `srcs[i]`.
+    /// Stores `keys[i]` from `srcs[i]`, with the put's `options` (mode, replicas, preferred
+    /// node, pin) applied to every chunk.
     pub fn put_from(
         &self,
         kv: &KvClient,
         bucket: &str,
         keys: &[String],
         srcs: &[Span],
-        mode: PutMode,
+        options: &PutOptions,
     ) -> Result<()> {
         check_lens(keys, srcs.len())?;
         if keys.is_empty() {
@@ -247,7 +248,7 @@ impl Staging {
                 for (k, r) in chunks.iter().enumerate() {
                     let (keys, offs, lens) = (&keys[r.clone()], &offsets[k], &lens[r.clone()]);
                     let put = move || -> Result<()> {
-                        kv.batch_put_from_with(bucket, keys, buf, offs, lens, mode)?;
+                        kv.batch_put_from_opts(bucket, keys, buf, offs, lens, options)?;
                         Ok(())
                     };
                     match chunks.get(k + 1) {

@@ -9,8 +9,9 @@
 use std::sync::{Arc, RwLock};
 
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
-use yutu_client::kv::{KvClient, KvOptions, PutMode, MAX_BATCH};
+use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
+use yutu_api::kv::{BlockPin, MAX_SOFT_PIN_SECS};
+use yutu_client::kv::{KvClient, KvOptions, PutMode, PutOptions, MAX_BATCH};
 use yutu_client::{Client, Credentials};
 
 use crate::errors::{Error, Result};
@@ -24,6 +25,16 @@ struct Session {
     bucket: String,
     staging: Staging,
     registry: Registry,
+    /// How the session authenticates, for the package's own calls to the node's JSON
+    /// endpoints (`Store.cluster()`).
+    auth: Auth,
+}
+
+/// The credentials a session was opened with.
+enum Auth {
+    None,
+    Token(String),
+    Keys(Credentials),
 }
 
 /// A connection to one bucket of a Yutu node.
@@ -120,12 +131,18 @@ fn connect(
             }
             Err(e) => return Err(e.into()),
         }
+        let auth = match (&token, &credentials) {
+            (Some(t), _) => Auth::Token(t.trim().to_string()),
+            (None, Some(c)) => Auth::Keys(c.clone()),
+            (None, None) => Auth::None,
+        };
         let session = Session {
             kv,
             s3,
             bucket: bucket.to_string(),
             staging,
             registry: Registry::default(),
+            auth,
         };
         return Ok((url.clone(), session));
     }
@@ -158,6 +175,78 @@ fn mode(if_absent: bool) -> PutMode {
     } else {
         PutMode::Overwrite
     }
+}
+
+/// An integer argument (not a bool, which Python counts as one).
+fn integer(value: &Bound<'_, PyAny>) -> Option<i128> {
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        return None;
+    }
+    value.extract::<i128>().ok()
+}
+
+/// A put's keyword arguments as the client's [`PutOptions`]: `replicas` is 1 to
+/// [`MAX_REPLICAS`](yutu_api::cluster::MAX_REPLICAS) copies, `preferred_node` a member's name,
+/// `pin` either `"hard"` or a soft pin's TTL in whole seconds (1 to [`MAX_SOFT_PIN_SECS`]).
+fn put_options(
+    if_absent: bool,
+    replicas: Option<&Bound<'_, PyAny>>,
+    preferred_node: Option<&Bound<'_, PyAny>>,
+    pin: Option<&Bound<'_, PyAny>>,
+) -> Result<PutOptions> {
+    let max = yutu_api::cluster::MAX_REPLICAS;
+    let replicas = match replicas.filter(|r| !r.is_none()) {
+        None => None,
+        Some(r) => match integer(r) {
+            Some(n) if (1..=i128::from(max)).contains(&n) => Some(n as u32),
+            _ => {
+                return Err(Error::invalid(format!(
+                    "replicas must be an integer from 1 to {max}, not {r:?}"
+                )))
+            }
+        },
+    };
+    let preferred_node = match preferred_node.filter(|n| !n.is_none()) {
+        None => None,
+        Some(n) => match n.cast::<PyString>().ok().map(|s| s.to_string()) {
+            Some(name) if !name.is_empty() => Some(name),
+            _ => {
+                return Err(Error::invalid(format!(
+                    "preferred_node must be a member's name, not {n:?}"
+                )))
+            }
+        },
+    };
+    let pin = match pin.filter(|p| !p.is_none()) {
+        None => None,
+        Some(p) => {
+            let hard = p
+                .cast::<PyString>()
+                .is_ok_and(|s| s.to_string().eq_ignore_ascii_case("hard"));
+            match (hard, integer(p)) {
+                (true, _) => Some(BlockPin {
+                    soft_ttl_secs: None,
+                }),
+                (false, Some(secs)) if (1..=i128::from(MAX_SOFT_PIN_SECS)).contains(&secs) => {
+                    Some(BlockPin {
+                        soft_ttl_secs: Some(secs as u64),
+                    })
+                }
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "pin must be \"hard\" or a soft pin's TTL in seconds (1 to \
+                         {MAX_SOFT_PIN_SECS}), not {p:?}"
+                    )))
+                }
+            }
+        }
+    };
+    Ok(PutOptions {
+        mode: mode(if_absent),
+        replicas,
+        preferred_node,
+        pin,
+    })
 }
 
 #[pymethods]
@@ -286,7 +375,11 @@ impl Store {
 
     /// Stores each `keys[i]` from `sizes[i]` bytes at `ptrs[i]`, which must lie in a
     /// registered range where `checked[i]` (the Python half resolves objects into spans).
-    #[pyo3(signature = (keys, ptrs, sizes, checked, if_absent))]
+    /// `replicas`, `preferred_node` and `pin` are the put's options (see `put_options`),
+    /// checked before anything is sent.
+    #[pyo3(signature = (keys, ptrs, sizes, checked, if_absent, replicas = None,
+        preferred_node = None, pin = None))]
+    #[allow(clippy::too_many_arguments)]
     fn _put_spans(
         &self,
         py: Python<'_>,
@@ -295,11 +388,48 @@ impl Store {
         sizes: Vec<u64>,
         checked: Vec<bool>,
         if_absent: bool,
+        replicas: Option<Bound<'_, PyAny>>,
+        preferred_node: Option<Bound<'_, PyAny>>,
+        pin: Option<Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        let options = put_options(
+            if_absent,
+            replicas.as_ref(),
+            preferred_node.as_ref(),
+            pin.as_ref(),
+        )?;
         self.run(py, |s| {
             let spans = spans(&s.registry, &ptrs, &sizes, &checked)?;
             s.staging
-                .put_from(&s.kv, &s.bucket, &keys, &spans, mode(if_absent))
+                .put_from(&s.kv, &s.bucket, &keys, &spans, &options)
+        })
+    }
+
+    /// How many nodes the store routes its blocks over: the cluster's members, or 0 when its
+    /// node is not in a cluster.
+    fn cluster_nodes(&self) -> PyResult<usize> {
+        Ok(self.open()?.kv.cluster_nodes())
+    }
+
+    /// The headers that authenticate a request to this store's node as its own calls are:
+    /// `method` on `path` (as sent, without the base URL's path prefix) with the raw `query`,
+    /// sent with the Host header `host`. For the package's calls to JSON endpoints.
+    fn _auth_headers(
+        &self,
+        method: &str,
+        host: &str,
+        path: &str,
+        query: &str,
+    ) -> PyResult<Vec<(String, String)>> {
+        let s = self.open()?;
+        Ok(match &s.auth {
+            Auth::None => Vec::new(),
+            Auth::Token(t) => vec![("authorization".into(), format!("Bearer {t}"))],
+            Auth::Keys(c) => c
+                .sign(method, host, path, query, b"", std::time::SystemTime::now())
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
         })
     }
 

@@ -45,6 +45,21 @@ def test_put_if_absent_keeps_the_stored_bytes(store):
     assert store.get_batch(["k", "new"]) == [b"third", b"yy"]
 
 
+def test_a_node_alone_takes_the_put_options(store):
+    # Checked as in a cluster; a node alone stores one copy (test_cluster.py has the rest).
+    assert store.cluster_nodes() == 0
+    doc = store.cluster()
+    assert doc["cluster"] == "" and doc["members"] == []
+    store.put("pinned", b"p", replicas=3, preferred_node="anywhere", pin="hard")
+    store.put_batch(["soft", "soft2"], [b"s", b"t"], pin=60, if_absent=True)
+    assert store.get_batch(["pinned", "soft", "soft2"]) == [b"p", b"s", b"t"]
+    with pytest.raises(yutu.InvalidArgument, match="replicas"):
+        store.put("bad", b"v", replicas=0)
+    with pytest.raises(yutu.InvalidArgument, match="pin"):
+        store.put_from("bad", b"v", pin="forever")
+    assert not store.is_exist("bad")
+
+
 @pytest.mark.parametrize("chunk", [32 * MIB, 3 * MIB])
 def test_registered_pointers_round_trip_byte_exact(node, bucket, chunk):
     # A staging chunk smaller than the batch makes the copies alternate between halves.

@@ -15,7 +15,12 @@ blocks by chained token hashes, the same keys the node's conductor routes by.
         store.batch_get_into(keys, [buf.ctypes.data + i * (1 << 20) for i in range(4)], [1 << 20] * 4)
 """
 
+import http.client
+import json
 import re
+import urllib.error
+import urllib.parse
+import urllib.request
 
 from . import _memory
 from ._errors import (
@@ -66,19 +71,42 @@ class Store(_NativeStore):
     (``yutu token issue``), or an access/secret key pair, or the ``YUTU_TOKEN`` environment
     variable. Memory arguments are registered pointers (``int``, with a size) or objects
     (buffers and CPU tensors, size optional).
+
+    When the node is a member of a cluster, the store routes every key to its owners itself
+    (``cluster_nodes()`` says over how many nodes). Every put takes these keyword arguments,
+    checked before anything is sent (a bad value raises :class:`InvalidArgument`):
+
+    - ``if_absent=False``: with True, keys already stored keep their bytes.
+    - ``replicas=None``: how many nodes get a copy, 1 to 7: the first ``replicas`` nodes of
+      each key's placement order (``None``: the bucket's replica count). Copies beyond the
+      bucket's own owners serve reads and last until the next membership change.
+    - ``preferred_node=None``: a member's name (``--node-name``) that gets a copy besides the
+      owners; a name that is not a member is refused.
+    - ``pin=None``: ``"hard"`` keeps the blocks in the DRAM of every node that stores them
+      until they are unpinned (the admin API's ``POST /admin/v1/unpin``); an integer is a
+      soft pin of that many seconds (1 to 30 days), under which the blocks are evicted only
+      when nothing unpinned is left. Pins are by key and outlive overwrites.
+
+    A node alone stores one copy whatever ``replicas`` and ``preferred_node`` say, and pins it.
     """
 
-    def put(self, key, value, *, if_absent=False):
+    def put(self, key, value, *, if_absent=False, replicas=None, preferred_node=None, pin=None):
         """Stores the bytes of ``value`` (bytes or any buffer) under ``key``."""
-        self.batch_put_from([key], [value], None, if_absent=if_absent)
+        self.batch_put_from([key], [value], None, if_absent=if_absent, replicas=replicas,
+                            preferred_node=preferred_node, pin=pin)
 
-    def put_batch(self, keys, values, *, if_absent=False):
+    def put_batch(self, keys, values, *, if_absent=False, replicas=None, preferred_node=None,
+                  pin=None):
         """Stores ``values[i]`` under ``keys[i]``."""
-        self.batch_put_from(keys, values, None, if_absent=if_absent)
+        self.batch_put_from(keys, values, None, if_absent=if_absent, replicas=replicas,
+                            preferred_node=preferred_node, pin=pin)
 
-    def put_from(self, key, buffer, size=None, *, if_absent=False):
+    def put_from(self, key, buffer, size=None, *, if_absent=False, replicas=None,
+                 preferred_node=None, pin=None):
         """Stores ``size`` bytes of ``buffer`` (a registered pointer, or an object) under ``key``."""
-        self.batch_put_from([key], [buffer], None if size is None else [size], if_absent=if_absent)
+        self.batch_put_from([key], [buffer], None if size is None else [size],
+                            if_absent=if_absent, replicas=replicas,
+                            preferred_node=preferred_node, pin=pin)
 
     def get_into(self, key, buffer, size=None):
         """Reads ``key`` into ``buffer`` (at most ``size`` bytes); returns its length.
@@ -89,14 +117,16 @@ class Store(_NativeStore):
             raise NotFound(f"the key {key!r} does not exist")
         return got[0]
 
-    def batch_put_from(self, keys, buffers, sizes=None, *, if_absent=False):
+    def batch_put_from(self, keys, buffers, sizes=None, *, if_absent=False, replicas=None,
+                       preferred_node=None, pin=None):
         """Stores each ``keys[i]`` from ``buffers[i]`` (``sizes[i]`` bytes).
 
-        With ``if_absent``, keys already stored keep their bytes."""
+        With ``if_absent``, keys already stored keep their bytes; ``replicas``,
+        ``preferred_node`` and ``pin`` as the class describes them."""
         keys = list(keys)
         ptrs, lens, checked, keep = _memory.spans(buffers, sizes, writable=False)
         try:
-            self._put_spans(keys, ptrs, lens, checked, if_absent)
+            self._put_spans(keys, ptrs, lens, checked, if_absent, replicas, preferred_node, pin)
         finally:
             del keep
 
@@ -110,6 +140,13 @@ class Store(_NativeStore):
             return self._get_spans(keys, ptrs, lens, checked)
         finally:
             del keep
+
+    def cluster(self, timeout=5.0):
+        """The node's membership document (``GET /v1/cluster``) as a dict: ``cluster`` (empty
+        for a node alone), ``node``, ``members`` (each with ``name``, ``url``, ``transfer``,
+        ``zone``...), ``buckets`` (replica counts). Raises :class:`Unavailable` when the node
+        does not answer, :class:`AuthError` when it refuses the credentials."""
+        return _http_json(self, "/v1/cluster", timeout)
 
     def remove_by_regex(self, pattern):
         """Deletes every key that ``re.search`` matches; returns how many were deleted."""
@@ -132,3 +169,29 @@ class Store(_NativeStore):
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _http_json(store, path, timeout):
+    """``GET`` of one of the node's JSON endpoints, authenticated as the store's own calls."""
+    base = urllib.parse.urlsplit(store.url)
+    host = base.netloc.rpartition("@")[2]
+    default = {"http": ":80", "https": ":443"}.get(base.scheme, "")
+    if default and host.endswith(default):
+        host = host[: -len(default)]
+    req = urllib.request.Request(store.url.rstrip("/") + path, method="GET")
+    req.add_header("Host", host)
+    for name, value in store._auth_headers("GET", host, path, ""):
+        req.add_header(name, value)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read(16 << 20)
+    except urllib.error.HTTPError as e:
+        body = e.read(64 << 10).decode("utf-8", "replace")
+        cls = AuthError if e.code in (401, 403) else (Busy if e.code in (429, 503) else Error)
+        raise cls(f"GET {path}: {e.code} {body.strip()[:500]}") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+        raise Unavailable(f"GET {path} from {store.url}: {e}") from None
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise Error(f"GET {path}: the answer is not JSON ({e})") from None

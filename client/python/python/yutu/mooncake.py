@@ -19,12 +19,16 @@ table lists every Mooncake method: supported, supported differently, or not.
 
 import enum
 import importlib
+import math
 import numbers
 import operator
 import logging
 import re
 import sys
+import threading
+import time
 import types
+import urllib.parse
 
 from . import Store
 from ._errors import (
@@ -70,9 +74,25 @@ class SoftPinAction(enum.IntEnum):
     DISABLE = 2
 
 
+# Mooncake master's default soft-pin TTL (DEFAULT_KV_SOFT_PIN_TTL_MS in mooncake-store's
+# types.h: 30 minutes), for a ReplicateConfig that enables a soft pin without a TTL.
+DEFAULT_SOFT_PIN_TTL_MS = 30 * 60 * 1000
+# Yutu's limits: copies per put (yutu_api::cluster::MAX_REPLICAS) and the longest soft pin
+# (yutu_api::kv::MAX_SOFT_PIN_SECS).
+MAX_REPLICAS = 7
+MAX_SOFT_PIN_SECS = 30 * 24 * 3600
+# How long a membership read for preferred segments is reused (the Rust client's refresh).
+_MEMBERS_TTL = 2.0
+
+
 class ReplicateConfig:
-    """Mooncake's per-put placement options. Accepted by every put; see the README for what a
-    Yutu node does with each field."""
+    """Mooncake's per-put placement options, accepted by every put. On Yutu: ``replica_num``
+    above 1 is the number of nodes that get a copy (1, Mooncake's default, leaves the bucket's
+    replica count); ``with_hard_pin`` pins the blocks hard; ``soft_pin_action=ENABLE`` pins
+    them soft for ``soft_pin_ttl_ms`` (rounded up to seconds; Mooncake's 30 minutes when
+    None); ``preferred_segments``/``preferred_segment`` naming a cluster member (its name, or
+    its URL's or transfer engine's ``host:port``) give that node a copy too. The rest is
+    accepted and ignored; the README has the details."""
 
     def __init__(self):
         self.replica_num = 1
@@ -167,6 +187,8 @@ class MooncakeDistributedStore:
         self._store = None
         self._hostname = ""
         self._closed = False
+        self._members_lock = threading.Lock()
+        self._members_cache = (0.0, None)
 
     # --- setup and lifetime ------------------------------------------------------------
 
@@ -225,6 +247,8 @@ class MooncakeDistributedStore:
             return int(_code(e))
         self._hostname = str(local_hostname)
         self._closed = False
+        with self._members_lock:
+            self._members_cache = (0.0, None)
         return 0
 
     def init_all(self, protocol, device_name, mount_segment_size=16 << 20):
@@ -290,16 +314,105 @@ class MooncakeDistributedStore:
 
     # --- puts ---------------------------------------------------------------------------
 
-    def _check_config(self, config):
-        if config is not None and getattr(config, "replica_num", 1) < 1:
+    def _options(self, config):
+        """The put's keyword arguments for ``yutu.Store`` from a ``ReplicateConfig``."""
+        if config is None:
+            return {}
+        n = _index(getattr(config, "replica_num", 1))
+        if n is None or n < 1:
             raise InvalidArgument("replica_num must be at least 1")
+        opts = {}
+        # Mooncake's replica_num is a copy count with 1 as its default, the value nearly
+        # every caller leaves: 1 keeps the bucket's own count (so it never undoes a bucket
+        # created with more copies); above it, that many nodes get a copy, at most
+        # MAX_REPLICAS (Mooncake allocates replicas best effort too).
+        if n > 1:
+            opts["replicas"] = min(n, MAX_REPLICAS)
+        if getattr(config, "with_hard_pin", False):
+            opts["pin"] = "hard"
+        elif _soft_pin_action(config) == SoftPinAction.ENABLE:
+            ttl_ms = getattr(config, "soft_pin_ttl_ms", None)
+            if ttl_ms is None:
+                ttl_ms = DEFAULT_SOFT_PIN_TTL_MS
+            ms = _index(ttl_ms)
+            if ms is None or ms <= 0 or math.ceil(ms / 1000) > MAX_SOFT_PIN_SECS:
+                raise InvalidArgument(
+                    f"soft_pin_ttl_ms must be 1 to {MAX_SOFT_PIN_SECS * 1000}, not {ttl_ms!r}"
+                )
+            opts["pin"] = -(-ms // 1000)
+        node = self._preferred_node(config)
+        if node is not None:
+            opts["preferred_node"] = node
+        return opts
+
+    def _preferred_node(self, config):
+        """The member the config's preferred segments name first, or None."""
+        segments = list(getattr(config, "preferred_segments", None) or [])
+        one = getattr(config, "preferred_segment", "")
+        if one:
+            segments.append(one)
+        segments = [str(s).strip() for s in segments if s and str(s).strip()]
+        if not segments:
+            return None
+        members = self._members()
+        for seg in segments:
+            name = members.get(seg) or members.get(seg.lower())
+            if name is not None:
+                return name
+        log.debug("preferred segments %s name no member of the cluster: ignored", segments)
+        return None
+
+    def _members(self):
+        """What names a member: its name, and its URL's and transfer engine's ``host:port``
+        (read from the node at most every ``_MEMBERS_TTL`` seconds; empty when the node is
+        alone or does not answer)."""
+        with self._members_lock:
+            at, names = self._members_cache
+            if names is not None and time.monotonic() - at < _MEMBERS_TTL:
+                return names
+        store = self._s()
+        names = {}
+        if store.cluster_nodes() > 0:
+            try:
+                members = store.cluster().get("members") or []
+            except _RECOVERABLE as e:
+                log.debug("cannot read the cluster's members: %s", e)
+                members = []
+            for m in members:
+                name = m.get("name")
+                if not name:
+                    continue
+                for alias in (_host_port(m.get("url")), m.get("transfer")):
+                    if alias:
+                        names.setdefault(alias.lower(), name)
+            # A member's own name comes first, over another member's address.
+            names.update({m["name"]: m["name"] for m in members if m.get("name")})
+        with self._members_lock:
+            self._members_cache = (time.monotonic(), names)
+        return names
+
+    def _send_put(self, put, opts):
+        """``put(**opts)``; a preferred node that left the cluster since ``_members`` read it
+        is dropped rather than failing the put (Mooncake ignores such a segment)."""
+        try:
+            put(**opts)
+        except InvalidArgument as e:
+            if "preferred_node" not in opts or "no member is named" not in str(e):
+                raise
+            with self._members_lock:
+                self._members_cache = (0.0, None)
+            put(**{k: v for k, v in opts.items() if k != "preferred_node"})
 
     def _put(self, keys, values, overwrite, config):
         """Stores values (bytes-like objects); 0 or a code for the whole batch."""
-        self._check_config(config)
+        opts = self._options(config)
         if any(len(memoryview(v)) == 0 for v in values):
             raise InvalidArgument("a value of 0 bytes cannot be stored")
-        self._s().batch_put_from(keys, values, None, if_absent=not overwrite)
+        store = self._s()
+        self._send_put(
+            lambda **o: store.batch_put_from(keys, values, None, if_absent=not overwrite, **o),
+            opts,
+        )
         return 0
 
     def put(self, key, value, config=None):
@@ -332,7 +445,7 @@ class MooncakeDistributedStore:
         if len(ptrs) != n or len(sizes) != n:
             return [int(ErrorCode.INVALID_PARAMS)] * n
         try:
-            self._check_config(config)
+            opts = self._options(config)
             store = self._s()
         except _RECOVERABLE as e:
             return [int(_code(e))] * n
@@ -342,8 +455,9 @@ class MooncakeDistributedStore:
             codes[i] = int(ErrorCode.INVALID_PARAMS)
 
         def send(idx):
-            store._put_spans([keys[i] for i in idx], [ptrs[i] for i in idx],
-                             [sizes[i] for i in idx], [False] * len(idx), not overwrite)
+            args = ([keys[i] for i in idx], [ptrs[i] for i in idx], [sizes[i] for i in idx],
+                    [False] * len(idx), not overwrite)
+            self._send_put(lambda **o: store._put_spans(*args, **o), opts)
 
         _per_key(todo, send, codes, lambda i, _: 0)
         return codes
@@ -465,6 +579,28 @@ class MooncakeDistributedStore:
         raise AttributeError(name)
 
 
+def _soft_pin_action(config):
+    try:
+        return SoftPinAction(int(getattr(config, "soft_pin_action", SoftPinAction.PRESERVE)))
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"not a SoftPinAction: {config.soft_pin_action!r}") from None
+
+
+def _host_port(url):
+    """``host:port`` of a URL (the scheme's port when it names none), lower case."""
+    if not url:
+        return None
+    try:
+        u = urllib.parse.urlsplit(url)
+        port = u.port or {"http": 80, "https": 443}.get(u.scheme)
+    except ValueError:
+        return None
+    if not u.hostname or port is None:
+        return None
+    host = f"[{u.hostname}]" if ":" in u.hostname else u.hostname
+    return f"{host}:{port}".lower()
+
+
 def _same(keys, values):
     keys = list(keys)
     if len(keys) != len(values):
@@ -532,6 +668,8 @@ def _config(cfg):
 
 _TENSORS = "tensor methods need torch and Mooncake's tensor layout; store tensors as bytes with put_from/get_into"
 _SEGMENTS = "a Yutu node owns its memory and disk; clients do not mount segments"
+_TASKS = ("a cluster's nodes place and restore copies themselves; extra copies of a key are "
+          "the admin API's POST /admin/v1/replicate")
 NOT_SUPPORTED = {
     **{
         name: _TENSORS
@@ -577,10 +715,10 @@ NOT_SUPPORTED = {
     "batch_get_session_end": "Yutu's get-into is one call; get sessions are not exposed",
     "get_replica_desc": "replica descriptors are Mooncake's placement metadata",
     "batch_get_replica_desc": "replica descriptors are Mooncake's placement metadata",
-    "batch_replica_clear": "replicas are managed by the node",
-    "create_copy_task": "replication tasks need the cluster (issue #13)",
-    "create_move_task": "replication tasks need the cluster (issue #13)",
-    "query_task": "replication tasks need the cluster (issue #13)",
+    "batch_replica_clear": "replicas are managed by the nodes",
+    "create_copy_task": _TASKS,
+    "create_move_task": _TASKS,
+    "query_task": _TASKS,
     "get_offload_rpc_read_count": "no SSD offload RPCs in Yutu (the node tiers to NVMe itself)",
 }
 
