@@ -137,6 +137,27 @@ fn drain_empties_a_node_without_losing_an_object() {
     create(&c, "moving", 1);
     let keys = write_keys(&c, "moving", 90);
     assert!(keys.iter().any(|(p, _)| c.holders(p) == vec![1]));
+    // An extra copy on node1 of a key it does not own (made by `replicate`) must not keep
+    // the drain from finishing.
+    let (extra, _) = keys
+        .iter()
+        .find(|(p, _)| !c.holders(p).contains(&1))
+        .expect("a key node1 does not own");
+    let key = extra.trim_start_matches("/moving/").to_string();
+    let r: ReplicateResponse = call(
+        &c,
+        2,
+        "POST",
+        "/admin/v1/replicate",
+        Some(&ReplicateRequest {
+            bucket: "moving".into(),
+            key: Some(key),
+            node: Some("node1".into()),
+            ..ReplicateRequest::default()
+        }),
+    );
+    assert_eq!((r.keys, r.copies), (1, 1), "{r:?}");
+    assert!(c.holders(extra).contains(&1));
     let r: yutu_api::admin::DrainResponse = call(
         &c,
         0,

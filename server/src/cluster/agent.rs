@@ -248,13 +248,21 @@ async fn probe_peers(cluster: &Cluster) -> Verdict {
 pub async fn read_view(etcd: &mut Etcd, cluster: &str) -> Result<View, EtcdError> {
     let prefix = yutu_api::cluster::prefix(cluster);
     let (revision, kvs) = etcd.range_prefix(&prefix).await?;
+    Ok(build_view(&prefix, revision, kvs))
+}
+
+/// The view the keys under `prefix` describe (records that cannot be read are skipped and
+/// logged). Public for the fuzz target.
+pub fn build_view(prefix: &str, revision: i64, kvs: Vec<super::etcd::KeyValue>) -> View {
     let mut view = View {
         revision,
         ..View::default()
     };
     let mut draining = Vec::new();
     for kv in kvs {
-        let rest = &kv.key[prefix.len()..];
+        let Some(rest) = kv.key.strip_prefix(prefix) else {
+            continue;
+        };
         if let Some(name) = rest.strip_prefix("drain/") {
             draining.push(name.to_string());
             continue;
@@ -277,5 +285,5 @@ pub async fn read_view(etcd: &mut Etcd, cluster: &str) -> Result<View, EtcdError
     for m in &mut view.members {
         m.draining = draining.contains(&m.name);
     }
-    Ok(view)
+    view
 }

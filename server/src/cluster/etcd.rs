@@ -67,6 +67,22 @@ pub struct KeyValue {
     pub value: Vec<u8>,
 }
 
+/// A range answer of the gateway: the store's revision and the keys (UTF-8) with their
+/// values. Public for the fuzz target: etcd's bytes are not trusted either.
+pub fn parse_range(v: &Value) -> Result<(i64, Vec<KeyValue>), EtcdError> {
+    let revision = int(v.get("header").and_then(|h| h.get("revision")));
+    let mut out = Vec::new();
+    for kv in v.get("kvs").and_then(Value::as_array).into_iter().flatten() {
+        let key = String::from_utf8(unb64(kv.get("key").unwrap_or(&Value::Null))?)
+            .map_err(|_| EtcdError::Answer("a key is not UTF-8".into()))?;
+        out.push(KeyValue {
+            key,
+            value: unb64(kv.get("value").unwrap_or(&Value::Null))?,
+        });
+    }
+    Ok((revision, out))
+}
+
 /// Clients to each endpoint; a call goes to the one that answered last and moves on to the
 /// next after a failure.
 pub struct Etcd {
@@ -194,17 +210,7 @@ impl Etcd {
                 }),
             )
             .await?;
-        let revision = int(v.get("header").and_then(|h| h.get("revision")));
-        let mut out = Vec::new();
-        for kv in v.get("kvs").and_then(Value::as_array).into_iter().flatten() {
-            let key = String::from_utf8(unb64(&kv["key"])?)
-                .map_err(|_| EtcdError::Answer("a key is not UTF-8".into()))?;
-            out.push(KeyValue {
-                key,
-                value: unb64(&kv["value"])?,
-            });
-        }
-        Ok((revision, out))
+        parse_range(&v)
     }
 
     /// One key's value.

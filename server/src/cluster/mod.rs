@@ -16,7 +16,7 @@ pub mod etcd;
 pub mod rebalance;
 pub mod replica;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -120,7 +120,15 @@ pub struct Cluster {
     mirrored: Mutex<std::collections::BTreeSet<String>>,
     /// Re-replication's token bucket: bytes it may send, and when it was last filled.
     budget: Mutex<(f64, Instant)>,
+    /// Bucket names etcd did not have when last asked, and when: a client naming buckets
+    /// that do not exist must not turn every request into an etcd read.
+    absent: Mutex<HashMap<String, Instant>>,
 }
+
+/// How long a bucket etcd did not have is not asked about again.
+const ABSENT_TTL: Duration = Duration::from_secs(1);
+/// Most names remembered as absent.
+const ABSENT_MAX: usize = 4096;
 
 /// How long a node token lives; a fresh one is signed when less than half is left.
 const NODE_TOKEN_TTL: Duration = Duration::from_secs(3600);
@@ -139,6 +147,7 @@ impl Cluster {
             outage: AtomicBool::new(false),
             mirrored: Mutex::new(Default::default()),
             budget: Mutex::new((0.0, Instant::now())),
+            absent: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -191,6 +200,30 @@ impl Cluster {
             }
             gone
         })
+    }
+
+    /// Whether `bucket` was looked up in etcd and found absent within the last second.
+    pub fn recently_absent(&self, bucket: &str) -> bool {
+        let absent = match self.absent.lock() {
+            Ok(a) => a,
+            Err(p) => p.into_inner(),
+        };
+        absent.get(bucket).is_some_and(|t| t.elapsed() < ABSENT_TTL)
+    }
+
+    /// Remembers that etcd does not have `bucket` (for [`ABSENT_TTL`]).
+    pub fn note_absent(&self, bucket: &str) {
+        let mut absent = match self.absent.lock() {
+            Ok(a) => a,
+            Err(p) => p.into_inner(),
+        };
+        if absent.len() >= ABSENT_MAX {
+            absent.retain(|_, t| t.elapsed() < ABSENT_TTL);
+            if absent.len() >= ABSENT_MAX {
+                absent.clear();
+            }
+        }
+        absent.insert(bucket.to_string(), Instant::now());
     }
 
     /// Marks `node` draining (or not) in this node's view before the next poll confirms it.

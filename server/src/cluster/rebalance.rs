@@ -153,7 +153,10 @@ async fn walk(shard: &Rc<Shard>, cluster: &Cluster, old: &[Member], target: &Vie
                     &yutu_api::cluster::owners(bucket, key, &target.members, n),
                 );
                 let old_o = names(old, &yutu_api::cluster::owners(bucket, key, old, n));
-                if !old.is_empty() && new_o == old_o {
+                // Unchanged owners: nothing to do, unless this node holds a copy it does not
+                // own (an extra copy, or a drain in progress), which goes once the owners
+                // hold the key.
+                if !old.is_empty() && new_o == old_o && new_o.iter().any(|o| o == me) {
                     continue;
                 }
                 if !move_key(shard, cluster, target, bucket, key, me, &old_o, &new_o).await {
@@ -226,7 +229,8 @@ async fn move_key(
         };
         cluster.throttle(bytes.len() as u64).await;
         match replica::push(cluster, member, bucket, key, meta, bytes.clone(), true).await {
-            Ok(()) => {
+            Ok(false) => {}
+            Ok(true) => {
                 cluster
                     .metrics
                     .rereplicated_keys

@@ -128,8 +128,9 @@ fn refused(to: &Member, status: u16, body: &[u8]) -> ReplicaError {
     }
 }
 
-/// Writes `data` with `meta` as `bucket/key` on `to`. With `if_absent` a copy already there
-/// is kept (re-replication must not overwrite a newer write the new owner took meanwhile).
+/// Writes `data` with `meta` as `bucket/key` on `to`; whether a copy was written. With
+/// `if_absent` a copy already there is kept (re-replication must not overwrite a newer write
+/// the new owner took meanwhile) and `false` answered.
 pub async fn push(
     cluster: &Cluster,
     to: &Member,
@@ -138,7 +139,7 @@ pub async fn push(
     meta: &ObjectMeta,
     data: Bytes,
     if_absent: bool,
-) -> Result<(), ReplicaError> {
+) -> Result<bool, ReplicaError> {
     let encoded = crate::tier::record::encode_meta(meta, false)
         .map_err(|e| ReplicaError::Meta(e.to_string()))?;
     let mut headers = HeaderMap::new();
@@ -160,8 +161,10 @@ pub async fn push(
         data,
     )
     .await?;
-    if (200..300).contains(&status) || (if_absent && status == 412) {
-        Ok(())
+    if (200..300).contains(&status) {
+        Ok(true)
+    } else if if_absent && status == 412 {
+        Ok(false)
     } else {
         Err(refused(to, status, &body))
     }

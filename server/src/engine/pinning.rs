@@ -70,8 +70,9 @@ impl ShardStore {
         Ok(present)
     }
 
-    /// Unpins `keys` of `bucket`; how many pins ended. A hard-pinned entry the policy passed
-    /// over is evictable again.
+    /// Unpins `keys` of `bucket`; how many pinned copies held here it freed (as
+    /// [`ShardStore::pin_keys`] counts). A hard-pinned entry the policy passed over is
+    /// evictable again.
     pub fn unpin_keys(&mut self, bucket: &str, keys: &[String]) -> u64 {
         let mut ended = 0;
         for k in keys {
@@ -82,13 +83,13 @@ impl ShardStore {
             {
                 continue;
             }
-            ended += 1;
             let id = self
                 .buckets
                 .get(bucket)
                 .and_then(|b| b.objects.get(k))
                 .map(|e| e.id);
             if let Some(id) = id {
+                ended += 1;
                 if self.pinned_out.remove(&id) {
                     self.policy.on_insert(id, 0);
                 }

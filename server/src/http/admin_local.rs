@@ -252,7 +252,14 @@ pub async fn replicate(ctx: &Ctx, req: ReplicateRequest) -> Result<ReplicateResp
                     after = Some(last.0.clone());
                     let done = req.key.is_some() || keys.len() < PAGE;
                     for (key, _) in &keys {
-                        part.keys += 1;
+                        // A key held on several nodes is counted once: by the first of its
+                        // owners that holds it here (or by any holder when no owner is up).
+                        let order =
+                            yutu_api::cluster::owners(b, key, &view.members, view.members.len());
+                        let first_owner = order.first().map(|&i| view.members[i].name.as_str());
+                        if first_owner == Some(cluster.node.as_str()) || first_owner.is_none() {
+                            part.keys += 1;
+                        }
                         let targets: Vec<usize> = match (&req.node, req.replicas) {
                             (Some(node), _) => view
                                 .members
@@ -290,7 +297,9 @@ pub async fn replicate(ctx: &Ctx, req: ReplicateRequest) -> Result<ReplicateResp
                                 }
                             }
                             if let Some((meta, bytes)) = &data {
-                                if replica::push(
+                                // Counted only where this call made the copy (another holder
+                                // may have made it first).
+                                let made = replica::push(
                                     &cluster,
                                     member,
                                     b,
@@ -299,9 +308,8 @@ pub async fn replicate(ctx: &Ctx, req: ReplicateRequest) -> Result<ReplicateResp
                                     bytes.clone(),
                                     true,
                                 )
-                                .await
-                                .is_ok()
-                                {
+                                .await;
+                                if let Ok(true) = made {
                                     part.copies += 1;
                                     part.bytes += bytes.len() as u64;
                                 }

@@ -332,7 +332,9 @@ pub async fn replicate(
         async move {
             match object {
                 Some((meta, data)) => {
-                    replica::push(cluster, owner, bucket, key, &meta, data, false).await
+                    replica::push(cluster, owner, bucket, key, &meta, data, false)
+                        .await
+                        .map(|_| ())
                 }
                 None => replica::remove(cluster, owner, bucket, key).await,
             }
@@ -387,11 +389,16 @@ pub fn membership(ctx: &Ctx) -> Result<Resp, S3Error> {
 
 /// Makes sure this node knows a cluster bucket created through another node moments ago.
 pub async fn know_bucket(ctx: &Ctx, cluster: &Arc<Cluster>, bucket: &str) {
-    if ctx.shard.tier.store.borrow().bucket_known(bucket) {
+    if ctx.shard.tier.store.borrow().bucket_known(bucket) || cluster.recently_absent(bucket) {
         return;
     }
-    if let Err(e) = crate::cluster::buckets::ensure(&ctx.shard, cluster, bucket).await {
-        tracing::warn!(bucket, error = %e, "cannot look the bucket up in etcd");
+    match crate::cluster::buckets::ensure(&ctx.shard, cluster, bucket).await {
+        Ok(true) => {}
+        Ok(false) => cluster.note_absent(bucket),
+        Err(e) => {
+            cluster.note_absent(bucket);
+            tracing::warn!(bucket, error = %e, "cannot look the bucket up in etcd");
+        }
     }
 }
 

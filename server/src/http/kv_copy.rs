@@ -377,9 +377,6 @@ pub(super) async fn put_from(
     if let Some(pin) = req.pin {
         pin_blocks(ctx, bucket, &keys, pin).await?;
     }
-    if let Some(pin) = req.pin {
-        pin_blocks(ctx, bucket, &keys, pin).await?;
-    }
     // With `if_absent`, the blocks whose key is present are left out here and answer an
     // empty ETag; `wanted` maps the blocks still to store back onto the request.
     let wanted: Vec<usize> = if req.if_absent {

@@ -1,0 +1,42 @@
+//! What crosses the cluster's wires: etcd's range answers and the view built from them, the
+//! membership document clients route by (and placement over it), the admin API's requests,
+//! and a replica's metadata header. None of it may panic, whatever the bytes.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use yutu_api::admin::{
+    DrainRequest, EvictRequest, LocalListEntry, LocalListRequest, PinRequest, ReplicateRequest,
+};
+use yutu_api::cluster::{owners, BucketConfig, Member, Membership};
+use yutu_server::cluster::{agent, etcd, replica};
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) {
+        if let Ok((revision, kvs)) = etcd::parse_range(&v) {
+            let view = agent::build_view("/yutu/c/", revision, kvs);
+            for b in view.buckets.keys() {
+                let _ = view.owners(b, "key");
+            }
+        }
+    }
+    if let Ok(m) = serde_json::from_slice::<Membership>(data) {
+        let n = data.first().copied().unwrap_or(0) as usize;
+        let o = owners("b", "k", &m.members, n);
+        assert!(o.len() <= n.min(m.members.len()));
+        let mut seen = o.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), o.len(), "an owner twice");
+    }
+    let _ = serde_json::from_slice::<Member>(data);
+    let _ = serde_json::from_slice::<BucketConfig>(data);
+    let _ = serde_json::from_slice::<EvictRequest>(data);
+    let _ = serde_json::from_slice::<PinRequest>(data);
+    let _ = serde_json::from_slice::<ReplicateRequest>(data);
+    let _ = serde_json::from_slice::<DrainRequest>(data);
+    let _ = serde_json::from_slice::<LocalListRequest>(data);
+    let _ = serde_json::from_slice::<Vec<LocalListEntry>>(data);
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = replica::decode_meta(text, data.len() as u64);
+    }
+});
