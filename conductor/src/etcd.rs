@@ -62,19 +62,6 @@ pub struct RangeAnswer {
     pub more: bool,
 }
 
-/// The first key after every key starting with `prefix` (etcd's `range_end` for a prefix).
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    // Every byte is 0xff: the range runs to the end of the keyspace.
-    vec![0]
-}
-
 fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
@@ -216,7 +203,7 @@ impl EtcdClient {
     pub fn range_prefix(&self, prefix: &str, limit: u64) -> Result<RangeAnswer, EtcdError> {
         let mut body = serde_json::json!({
             "key": b64(prefix.as_bytes()),
-            "range_end": b64(&prefix_end(prefix.as_bytes())),
+            "range_end": b64(&yutu_api::cluster::etcd_prefix_end(prefix.as_bytes())),
         });
         if limit > 0 {
             body["limit"] = serde_json::json!(limit.to_string());
@@ -276,13 +263,6 @@ impl EtcdClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefix_end_is_the_next_key() {
-        assert_eq!(prefix_end(b"/yutu/"), b"/yutu0".to_vec());
-        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
-        assert_eq!(prefix_end(b"\xff"), vec![0]);
-    }
 
     #[test]
     fn range_answers_parse_with_string_or_number_integers() {

@@ -29,41 +29,33 @@ pub fn start(settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
         let listening = listening.clone();
         Box::pin(async move {
             let settings = shard.settings.clone();
+            // Where the conductor and the other nodes reach this node.
+            let scheme = if settings.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            };
+            let advertise = settings.advertise_url.clone().unwrap_or_else(|| {
+                format!(
+                    "{scheme}://{}",
+                    listener
+                        .local_addr()
+                        .map(|a| a.to_string())
+                        .unwrap_or_default()
+                )
+            });
             if let Some(conductor) = &settings.conductor {
                 crate::events::spawn_flusher(shard.clone());
                 if shard.id == 0 {
-                    let scheme = if settings.tls.is_some() {
-                        "https"
-                    } else {
-                        "http"
-                    };
-                    let advertise = settings.advertise_url.clone().unwrap_or_else(|| {
-                        format!(
-                            "{scheme}://{}",
-                            listener
-                                .local_addr()
-                                .map(|a| a.to_string())
-                                .unwrap_or_default()
-                        )
-                    });
-                    crate::events::spawn_pusher(shard.clone(), conductor.clone(), advertise);
+                    crate::events::spawn_pusher(
+                        shard.clone(),
+                        conductor.clone(),
+                        advertise.clone(),
+                    );
                 }
             }
             if let (Some(cluster), 0) = (&listening.cluster, shard.id) {
-                let scheme = if settings.tls.is_some() {
-                    "https"
-                } else {
-                    "http"
-                };
-                let url = settings.advertise_url.clone().unwrap_or_else(|| {
-                    format!(
-                        "{scheme}://{}",
-                        listener
-                            .local_addr()
-                            .map(|a| a.to_string())
-                            .unwrap_or_default()
-                    )
-                });
+                let url = advertise;
                 let transfer = shard
                     .transfer
                     .as_ref()

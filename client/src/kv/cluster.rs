@@ -370,48 +370,17 @@ impl Routing {
                     .any(m)?
                     .batch_get_into_ranges(bucket, keys, buf, offsets, capacities);
             };
-            let mut out: Vec<Option<u64>> = vec![None; keys.len()];
-            let mut answered = vec![false; keys.len()];
-            let mut pending: Vec<usize> = (0..keys.len()).collect();
-            let mut failure = None;
-            let ranks = owners.iter().map(Vec::len).max().unwrap_or(0);
-            for rank in 0..ranks {
-                if pending.is_empty() {
-                    break;
-                }
-                let mut next = Vec::new();
-                let results = self.each_node(m, group_of(&owners, rank, &pending), |c, idx| {
+            self.first_found(
+                m,
+                &owners,
+                |c, idx| {
                     let ks: Vec<String> = idx.iter().map(|&i| keys[i].clone()).collect();
                     let os: Vec<u64> = idx.iter().map(|&i| offsets[i]).collect();
                     let cs: Vec<u64> = idx.iter().map(|&i| capacities[i]).collect();
                     c.batch_get_into_ranges(bucket, &ks, buf, &os, &cs)
-                });
-                for (_, idx, got) in results {
-                    match got {
-                        Ok(got) => {
-                            for (&i, g) in idx.iter().zip(got) {
-                                answered[i] = true;
-                                match g {
-                                    Some(n) => out[i] = Some(n),
-                                    // Maybe on the next owner (one that joined lately lacks it).
-                                    None => next.push(i),
-                                }
-                            }
-                        }
-                        Err(e) if node_failed(&e) => {
-                            next.extend(idx);
-                            failure = Some(e);
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                pending = next;
-            }
-            // A key no owner could be asked about is an error, not a miss.
-            match failure {
-                Some(e) if answered.iter().any(|a| !a) => Err(e),
-                _ => Ok(out),
-            }
+                },
+                Option::is_some,
+            )
         })
     }
 
@@ -420,46 +389,63 @@ impl Routing {
             let Some(owners) = self.owners(m, bucket, keys) else {
                 return self.any(m)?.batch_exists(bucket, keys);
             };
-            let mut out = vec![false; keys.len()];
-            let mut answered = vec![false; keys.len()];
-            let mut pending: Vec<usize> = (0..keys.len()).collect();
-            let mut failure = None;
-            let ranks = owners.iter().map(Vec::len).max().unwrap_or(0);
-            for rank in 0..ranks {
-                if pending.is_empty() {
-                    break;
-                }
-                let mut next = Vec::new();
-                for (node, idx) in group_of(&owners, rank, &pending) {
+            self.first_found(
+                m,
+                &owners,
+                |c, idx| {
                     let ks: Vec<String> = idx.iter().map(|&i| keys[i].clone()).collect();
-                    match self
-                        .node(&m.members[node])
-                        .and_then(|c| c.batch_exists(bucket, &ks))
-                    {
-                        Ok(got) => {
-                            for (&i, g) in idx.iter().zip(got) {
-                                answered[i] = true;
-                                if g {
-                                    out[i] = true;
-                                } else {
-                                    next.push(i);
-                                }
-                            }
-                        }
-                        Err(e) if node_failed(&e) => {
-                            next.extend(idx);
-                            failure = Some(e);
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                pending = next;
-            }
-            match failure {
-                Some(e) if answered.iter().any(|a| !a) => Err(e),
-                _ => Ok(out),
-            }
+                    c.batch_exists(bucket, &ks)
+                },
+                |f: &bool| *f,
+            )
         })
+    }
+
+    /// Asks each key's owners in turn (the nodes of one rank in parallel) until one `found`
+    /// it: an owner that cannot be reached, or that does not have the key (one that joined
+    /// lately), passes it to the next. A key no owner could be asked about fails the call
+    /// (with the last node failure); one every owner lacks is answered as the last said.
+    fn first_found<T: Send + Clone + Default>(
+        &self,
+        m: &Membership,
+        owners: &[Vec<usize>],
+        call: impl Fn(&KvClient, &[usize]) -> Result<Vec<T>, KvError> + Sync,
+        found: impl Fn(&T) -> bool,
+    ) -> Result<Vec<T>, KvError> {
+        let mut out = vec![T::default(); owners.len()];
+        let mut answered = vec![false; owners.len()];
+        let mut pending: Vec<usize> = (0..owners.len()).collect();
+        let mut failure = None;
+        let ranks = owners.iter().map(Vec::len).max().unwrap_or(0);
+        for rank in 0..ranks {
+            if pending.is_empty() {
+                break;
+            }
+            let mut next = Vec::new();
+            for (_, idx, got) in self.each_node(m, group_of(owners, rank, &pending), &call) {
+                match got {
+                    Ok(got) => {
+                        for (&i, g) in idx.iter().zip(got) {
+                            answered[i] = true;
+                            if !found(&g) {
+                                next.push(i);
+                            }
+                            out[i] = g;
+                        }
+                    }
+                    Err(e) if node_failed(&e) => {
+                        next.extend(idx);
+                        failure = Some(e);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            pending = next;
+        }
+        match failure {
+            Some(e) if answered.iter().any(|a| !a) => Err(e),
+            _ => Ok(out),
+        }
     }
 
     pub(super) fn prefix(&self, bucket: &str, keys: &[String]) -> Result<usize, KvError> {

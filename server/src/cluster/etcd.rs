@@ -48,18 +48,6 @@ fn int(v: Option<&Value>) -> i64 {
     }
 }
 
-/// The first key after every key starting with `prefix` (etcd's `range_end` for a prefix).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
-
 /// One key read from etcd.
 #[derive(Debug, Clone)]
 pub struct KeyValue {
@@ -206,7 +194,7 @@ impl Etcd {
                 "/v3/kv/range",
                 json!({
                     "key": b64(prefix.as_bytes()),
-                    "range_end": b64(&prefix_end(prefix.as_bytes())),
+                    "range_end": b64(&yutu_api::cluster::etcd_prefix_end(prefix.as_bytes())),
                 }),
             )
             .await?;
@@ -255,13 +243,6 @@ impl Etcd {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefix_end_is_the_next_key() {
-        assert_eq!(prefix_end(b"/yutu/"), b"/yutu0".to_vec());
-        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
-        assert_eq!(prefix_end(b"\xff"), vec![0]);
-    }
 
     #[test]
     fn integers_are_strings_or_numbers() {
