@@ -274,3 +274,59 @@ fn kv_put_options_replicas_preferred_node_and_pin() {
         .expect_err("unknown node");
     assert!(err.to_string().contains("nowhere"), "{err}");
 }
+
+/// A client signing with access keys (SigV4) routes a bucket created a moment ago through
+/// another node: the membership call that looks the bucket up (`?bucket=`) is signed with its
+/// query, and the blocks land on their owners.
+#[test]
+fn kv_client_with_access_keys_routes_a_new_bucket() {
+    let c = TestCluster::start(3, &[]);
+    let client = KvClient::new(
+        &c.node(2).url,
+        KvOptions {
+            credentials: Some(yutu_tests::users::alice()),
+            ..KvOptions::default()
+        },
+    )
+    .expect("KV client");
+    assert_eq!(client.cluster_nodes(), 3);
+    // Created after the client read the membership, through another node.
+    let r = c.alice(0, "PUT", "/alicekv", b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let n = 24u64;
+    let block = 4096u64;
+    let buf = client.register(n * block).expect("buffer");
+    let keys: Vec<String> = (0..n).map(|i| format!("a{i}")).collect();
+    let offsets: Vec<u64> = (0..n).map(|i| i * block).collect();
+    client
+        .batch_put_from("alicekv", &keys, &buf, &offsets, &vec![block; n as usize])
+        .expect("put");
+    let mut spread = std::collections::BTreeSet::new();
+    for k in &keys {
+        let holders = c.holders(&format!("/alicekv/{k}"));
+        assert_eq!(holders.len(), 1, "{k} on {holders:?}");
+        spread.extend(holders);
+    }
+    assert!(
+        spread.len() > 1,
+        "routed, not all on the node asked: {spread:?}"
+    );
+    assert!(client
+        .batch_exists("alicekv", &keys)
+        .expect("exists")
+        .iter()
+        .all(|e| *e));
+    // bob's client cannot read alice's blocks through any node.
+    let bob = KvClient::new(
+        &c.node(1).url,
+        KvOptions {
+            credentials: Some(yutu_tests::users::bob()),
+            ..KvOptions::default()
+        },
+    )
+    .expect("bob's client");
+    let err = bob
+        .batch_exists("alicekv", &keys)
+        .expect_err("bob is refused");
+    assert_eq!(err.code(), Some("AccessDenied"), "{err}");
+}
