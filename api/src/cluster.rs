@@ -91,6 +91,11 @@ pub struct Member {
     /// Set while the node is being drained: it owns nothing new.
     #[serde(default)]
     pub draining: bool,
+    /// Random per data directory: a restart of the same node keeps it, and takes its own
+    /// record over at once; another node started under the same name has another, and is
+    /// refused instead of replacing the record.
+    #[serde(default)]
+    pub instance: String,
 }
 
 /// A bucket's cluster-wide configuration, fixed at creation.
@@ -253,6 +258,7 @@ mod tests {
                 shards: 1,
                 started_ms: 0,
                 draining: false,
+                instance: String::new(),
             })
             .collect()
     }

@@ -634,6 +634,7 @@ mod tests {
             shards: 1,
             started_ms,
             draining: false,
+            instance: String::new(),
         };
         let mut c = Conductor::new(ConductorConfig::default());
         let out = c.apply_membership(1, &[member(7, 1)], true);

@@ -206,6 +206,7 @@ mod tests {
             shards: 2,
             started_ms,
             draining: false,
+            instance: String::new(),
         }
     }
 

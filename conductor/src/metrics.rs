@@ -543,6 +543,7 @@ mod tests {
             shards: 1,
             started_ms: 1,
             draining: false,
+            instance: String::new(),
         };
         c.apply_membership(12, &[member("a"), member("b")], true);
         c.stats.etcd_error("unreachable");

@@ -63,6 +63,7 @@ pub fn start(settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
                     .map(|a| a.to_string());
                 let me = crate::cluster::agent::member(
                     &shard,
+                    cluster,
                     url,
                     transfer,
                     cluster.settings.zone.clone(),

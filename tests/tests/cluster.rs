@@ -530,3 +530,67 @@ fn percent_encode(s: &str) -> String {
         })
         .collect()
 }
+
+/// A second node started under a name another node holds (another data directory) does not
+/// take the name over: it says why in its log and metrics and stays out, and the member keeps
+/// its address. The same node restarted on its own data directory takes its record back.
+#[test]
+fn a_name_in_use_is_not_taken_over() {
+    let mut c = TestCluster::start(2, &[]);
+    let before = c.membership(0).expect("membership");
+    let url_of = |m: &yutu_api::cluster::Membership, n: &str| {
+        m.members
+            .iter()
+            .find(|x| x.name == n)
+            .map(|x| x.url.clone())
+    };
+    let original = url_of(&before, "node1");
+    let data = tempfile::tempdir().expect("data dir");
+    let mut cmd = std::process::Command::new(yutu_tests::bin_path("yutu-server"));
+    cmd.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--etcd",
+        &c.etcd.url,
+        "--node-name",
+        "node1",
+    ])
+    .arg("--cluster-key-file")
+    .arg(c.dir().join("cluster.key"))
+    .arg("--config")
+    .arg(c.dir().join("yutu.toml"))
+    .arg("--data-dir")
+    .arg(data.path())
+    .args(["--nvme-capacity", "0", "--shards", "1", "--memory", "32MiB"])
+    .args(["--lease-ttl-secs", "3"]);
+    let impostor = yutu_tests::Server::spawn(cmd, tempfile::tempdir().expect("temp"));
+    assert!(
+        wait_until(Duration::from_secs(20), || impostor
+            .metric_sum("yutu_cluster_name_conflicts_total")
+            >= 1.0),
+        "{}",
+        impostor.log()
+    );
+    assert!(impostor.log().contains("runs under this node's name"));
+    assert_eq!(impostor.metric_sum("yutu_cluster_writable"), 0.0);
+    assert_eq!(
+        url_of(&c.membership(0).expect("membership"), "node1"),
+        original
+    );
+    drop(impostor);
+    // The real node1, SIGKILLed and restarted at once on its own data directory (its old
+    // record still in etcd), takes its record back: it is never refused as a conflict.
+    c.restart(1, &[]);
+    let restarted = c.node(1).url.clone();
+    assert!(wait_until(Duration::from_secs(30), || url_of(
+        &c.membership(0).unwrap_or_default(),
+        "node1"
+    )
+    .as_deref()
+        == Some(restarted.as_str())));
+    assert_eq!(
+        c.node(1).metric_sum("yutu_cluster_name_conflicts_total"),
+        0.0
+    );
+    assert!(!c.node(1).log().contains("runs under this node's name"));
+}

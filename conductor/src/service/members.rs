@@ -216,6 +216,7 @@ mod tests {
                         shards: 1,
                         started_ms: *started_ms,
                         draining: false,
+                        instance: String::new(),
                     })
                     .unwrap_or_default(),
                 })

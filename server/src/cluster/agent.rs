@@ -17,6 +17,7 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// What this node registers (its URLs are known once it listens).
 pub fn member(
     shard: &Shard,
+    cluster: &Cluster,
     url: String,
     transfer: Option<String>,
     zone: Option<String>,
@@ -32,6 +33,7 @@ pub fn member(
         shards: s.shards,
         started_ms: s.epoch,
         draining: false,
+        instance: cluster.instance.clone(),
     }
 }
 
@@ -55,6 +57,7 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
     let mut lease: Option<i64> = None;
     let mut next_keep_alive = Instant::now();
     let mut last_revision = -1;
+    let mut conflict_logged = false;
     loop {
         if shard.stop.is_stopped() {
             if let Some(id) = lease {
@@ -70,8 +73,22 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
             None => {
                 let sent = Instant::now();
                 match etcd.grant(ttl.as_secs()).await {
-                    Ok(id) => match etcd.put(&member_key, &me_json, Some(id)).await {
-                        Ok(()) => {
+                    Ok(id) => match register(&mut etcd, &member_key, &me_json, &me, id).await {
+                        Ok(false) => {
+                            ClusterMetrics::inc(&cluster.name_conflicts);
+                            let _ = etcd.revoke(id).await;
+                            if !conflict_logged {
+                                tracing::error!(
+                                    node = %me.name,
+                                    "another node (another data directory) runs under this \
+                                     node's name; not joining until it is gone: give each \
+                                     node its own --node-name"
+                                );
+                                conflict_logged = true;
+                            }
+                        }
+                        Ok(true) => {
+                            conflict_logged = false;
                             lease = Some(id);
                             cluster.with_lease(|l| {
                                 l.id = Some(id);
@@ -193,6 +210,30 @@ async fn watch_etcd_reach(shard: Rc<Shard>, cluster: Arc<Cluster>) {
             },
         )
         .await;
+    }
+}
+
+/// Registers `me` under `key` with `lease`: written if the name is free, or taken over if the
+/// record there is this node's own (the same instance, from before a restart); `false` when
+/// another node holds the name.
+async fn register(
+    etcd: &mut Etcd,
+    key: &str,
+    json: &[u8],
+    me: &Member,
+    lease: i64,
+) -> Result<bool, EtcdError> {
+    if etcd.create_leased(key, json, lease).await? {
+        return Ok(true);
+    }
+    let existing = etcd
+        .get(key)
+        .await?
+        .and_then(|v| serde_json::from_slice::<Member>(&v).ok());
+    match existing {
+        Some(m) if !m.instance.is_empty() && m.instance != me.instance => Ok(false),
+        // Our own record (or one from a node too old to say): take it over.
+        _ => etcd.put(key, json, Some(lease)).await.map(|()| true),
     }
 }
 

@@ -231,6 +231,29 @@ impl Etcd {
         Ok(v.get("succeeded").and_then(Value::as_bool).unwrap_or(false))
     }
 
+    /// Writes `key` attached to `lease` only if it does not exist (one transaction); whether
+    /// it was written.
+    pub async fn create_leased(
+        &mut self,
+        key: &str,
+        value: &[u8],
+        lease: i64,
+    ) -> Result<bool, EtcdError> {
+        let k = b64(key.as_bytes());
+        let v = self
+            .call(
+                "/v3/kv/txn",
+                json!({
+                    "compare": [{ "key": k, "target": "CREATE", "create_revision": "0" }],
+                    "success": [{ "request_put": {
+                        "key": k, "value": b64(value), "lease": lease.to_string()
+                    } }],
+                }),
+            )
+            .await?;
+        Ok(v.get("succeeded").and_then(Value::as_bool).unwrap_or(false))
+    }
+
     /// Deletes `key`; whether it existed.
     pub async fn delete(&mut self, key: &str) -> Result<bool, EtcdError> {
         let v = self

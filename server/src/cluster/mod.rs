@@ -107,6 +107,8 @@ pub struct Cluster {
     pub node: String,
     /// The largest object (`--max-object-size`): the most a copy between nodes reads.
     pub max_object: u64,
+    /// This data directory's instance id (see [`yutu_api::cluster::Member::instance`]).
+    pub instance: String,
     view: RwLock<Arc<View>>,
     lease: Mutex<Lease>,
     pub metrics: ClusterMetrics,
@@ -118,6 +120,8 @@ pub struct Cluster {
     /// Buckets this node holds because etcd has them (created here or mirrored): the ones it
     /// drops when they disappear from etcd.
     mirrored: Mutex<std::collections::BTreeSet<String>>,
+    /// Registrations refused because another node holds this node's name.
+    pub name_conflicts: AtomicU64,
     /// Re-replication's token bucket: bytes it may send, and when it was last filled.
     budget: Mutex<(f64, Instant)>,
     /// Bucket names etcd did not have when last asked, and when: a client naming buckets
@@ -140,6 +144,7 @@ impl Cluster {
             settings: c,
             node: settings.node_name.clone(),
             max_object: settings.max_object_size,
+            instance: instance_id(&settings.data_dir),
             view: RwLock::new(Arc::new(View::default())),
             lease: Mutex::new(Lease::default()),
             metrics: ClusterMetrics::default(),
@@ -148,6 +153,7 @@ impl Cluster {
             mirrored: Mutex::new(Default::default()),
             budget: Mutex::new((0.0, Instant::now())),
             absent: Mutex::new(HashMap::new()),
+            name_conflicts: AtomicU64::new(0),
         }))
     }
 
@@ -405,6 +411,8 @@ impl Cluster {
              # TYPE yutu_cluster_replication_failures_total counter\nyutu_cluster_replication_failures_total {}\n\
              # HELP yutu_cluster_writes_refused_total Writes refused because this node's lease may have expired.\n\
              # TYPE yutu_cluster_writes_refused_total counter\nyutu_cluster_writes_refused_total {}\n\
+             # HELP yutu_cluster_name_conflicts_total Registrations refused because another node runs under this node's name.\n\
+             # TYPE yutu_cluster_name_conflicts_total counter\nyutu_cluster_name_conflicts_total {}\n\
              # HELP yutu_cluster_rebalancing 1 while this node moves keys after a membership change.\n\
              # TYPE yutu_cluster_rebalancing gauge\nyutu_cluster_rebalancing {}\n\
              # HELP yutu_cluster_rereplicated_keys_total Keys copied to a new owner after a membership change.\n\
@@ -426,6 +434,7 @@ impl Cluster {
             c(&m.replicated),
             c(&m.replication_failures),
             c(&m.writes_refused),
+            c(&self.name_conflicts),
             c(&m.rebalancing),
             c(&m.rereplicated_keys),
             c(&m.rereplicated_bytes),
@@ -433,6 +442,34 @@ impl Cluster {
             c(&m.handed_off),
         )
     }
+}
+
+/// The file in the data directory that keeps the node's instance id.
+const INSTANCE_FILE: &str = "cluster-instance";
+
+/// The instance id kept in `data_dir` (made at the first start in a cluster): what tells a
+/// restart of this node from another node started under its name.
+fn instance_id(data_dir: &std::path::Path) -> String {
+    let path = data_dir.join(INSTANCE_FILE);
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let id = text.trim();
+        if !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return id.to_string();
+        }
+    }
+    let mut raw = [0u8; 16];
+    if getrandom::fill(&mut raw).is_err() {
+        // No randomness: the clock still tells two nodes apart.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        raw = t.to_le_bytes();
+    }
+    let id = hex::encode(raw);
+    if let Err(e) = std::fs::create_dir_all(data_dir).and_then(|()| std::fs::write(&path, &id)) {
+        tracing::warn!(error = %e, path = %path.display(), "cannot keep the node's instance id");
+    }
+    id
 }
 
 /// Marks `node` as being drained (or no longer, with `on` false) in etcd.
