@@ -314,7 +314,10 @@ fn a_node_cut_off_from_etcd_stops_acknowledging_writes() {
         .expect("node2 owns some key");
 
     proxy.cut();
+    // Both others must have read the change: a coordinator whose view still has node2 would
+    // send the write on to it (and fail it, retryably).
     c.wait_members(0, &names(&[0, 1]));
+    c.wait_members(1, &names(&[0, 1]));
     assert!(
         wait_until(Duration::from_secs(20), || c
             .node(2)
