@@ -567,14 +567,16 @@ fn a_name_in_use_is_not_taken_over() {
     .args(["--nvme-capacity", "0", "--shards", "1", "--memory", "32MiB"])
     .args(["--lease-ttl-secs", "3"]);
     let impostor = yutu_tests::Server::spawn(cmd, tempfile::tempdir().expect("temp"));
+    // The log is read from the child's stderr by a thread, so it can trail the metric:
+    // both are waited for.
     assert!(
         wait_until(Duration::from_secs(20), || impostor
             .metric_sum("yutu_cluster_name_conflicts_total")
-            >= 1.0),
+            >= 1.0
+            && impostor.log().contains("runs under this node's name")),
         "{}",
         impostor.log()
     );
-    assert!(impostor.log().contains("runs under this node's name"));
     assert_eq!(impostor.metric_sum("yutu_cluster_writable"), 0.0);
     assert_eq!(
         url_of(&c.membership(0).expect("membership"), "node1"),

@@ -301,7 +301,11 @@ fn the_conductor_follows_the_cluster_membership_in_etcd() {
         1.0
     );
     assert_eq!(conductor.metric("yutu_conductor_cluster_members"), 2.0);
-    assert!(conductor.server.log().contains("node left the cluster"));
+    // The log is read from the child's stderr by a thread, so it can trail the API.
+    assert!(wait_until(WAIT, || conductor
+        .server
+        .log()
+        .contains("node left the cluster")));
 
     // node0 starts again (DRAM only: empty). Its own pushes are ignored while it is out of
     // the membership; its return to etcd is what resyncs it.

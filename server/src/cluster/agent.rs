@@ -75,8 +75,8 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
                 match etcd.grant(ttl.as_secs()).await {
                     Ok(id) => match register(&mut etcd, &member_key, &me_json, &me, id).await {
                         Ok(false) => {
-                            ClusterMetrics::inc(&cluster.name_conflicts);
-                            let _ = etcd.revoke(id).await;
+                            // Logged before the metric moves, so whoever watches the
+                            // counter finds the reason already in the log.
                             if !conflict_logged {
                                 tracing::error!(
                                     node = %me.name,
@@ -86,6 +86,8 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
                                 );
                                 conflict_logged = true;
                             }
+                            ClusterMetrics::inc(&cluster.name_conflicts);
+                            let _ = etcd.revoke(id).await;
                         }
                         Ok(true) => {
                             conflict_logged = false;
