@@ -22,6 +22,18 @@ pub enum BucketNameError {
     Reserved,
 }
 
+/// Header naming a bucket's durability at creation (`memory` or `disk`); HeadBucket answers
+/// with it too.
+pub const DURABILITY_HEADER: &str = "x-yutu-durability";
+
+/// Header setting a bucket's quota at creation: most bytes of objects it may hold, a size
+/// such as `10GiB` or a plain byte count. HeadBucket answers with it (in bytes).
+pub const QUOTA_HEADER: &str = "x-yutu-quota";
+
+/// HeadBucket's answer: the bytes of objects the bucket holds, as the answering node knows
+/// them (in a cluster, a few seconds behind the other nodes' writes).
+pub const USAGE_HEADER: &str = "x-yutu-usage";
+
 /// Path segments the server answers itself (`/admin/...`, `/health`, `/ready`, `/metrics`): a bucket of that
 /// name could never be listed in path style, so creating one is refused.
 pub const RESERVED_NAMES: &[&str] = &["admin", "health", "ready", "metrics"];

@@ -109,6 +109,23 @@ pub struct BucketConfig {
     pub replicas: u32,
     /// Creation time, ms since the Unix epoch.
     pub created_ms: u64,
+    /// Most bytes of objects the bucket may hold, counted once whatever the replica count;
+    /// `None`: no quota. Configurations written before quotas existed have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<u64>,
+}
+
+/// etcd key under which a node publishes the bytes it holds per bucket ([`NodeUsage`]),
+/// under its lease, so that every node can tell how full a bucket with a quota is.
+pub fn usage_key(cluster: &str, node: &str) -> String {
+    format!("/yutu/{cluster}/usage/{node}")
+}
+
+/// What one node holds, per bucket: bytes of objects in DRAM and on NVMe, every copy it
+/// holds counted (a bucket with N replicas is held about N times over the cluster).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeUsage {
+    pub buckets: std::collections::BTreeMap<String, u64>,
 }
 
 /// The membership document (`GET /v1/cluster`): what a client needs to route itself.

@@ -55,6 +55,9 @@ pub enum S3ErrorCode {
     /// A per-user limit (leased or reserved KV bytes, leases) is reached: 429, retry after
     /// releasing. Not an AWS code; AWS says SlowDown with 503 for its own throttling.
     TooManyRequests,
+    /// A write would take a bucket past its quota (`x-yutu-quota`): 403, as Ceph RGW
+    /// answers. Not an AWS code (S3 has no bucket quotas).
+    QuotaExceeded,
 }
 
 impl S3ErrorCode {
@@ -99,6 +102,7 @@ impl S3ErrorCode {
             ConditionalRequestConflict => "ConditionalRequestConflict",
             InsufficientStorage => "InsufficientStorage",
             TooManyRequests => "TooManyRequests",
+            QuotaExceeded => "QuotaExceeded",
             PreconditionFailed => "PreconditionFailed",
             RequestHeaderSectionTooLarge => "RequestHeaderSectionTooLarge",
             ServiceUnavailable => "ServiceUnavailable",
@@ -125,6 +129,7 @@ impl S3ErrorCode {
             SignatureDoesNotMatch => 403,
             XAmzContentSHA256Mismatch => 400,
             InvalidObjectState => 403,
+            QuotaExceeded => 403,
             AccessDenied => 403,
             BucketAlreadyExists
             | BucketAlreadyOwnedByYou
@@ -207,6 +212,7 @@ impl S3ErrorCode {
             ConditionalRequestConflict => "A conflicting operation occurred. If using PutObject you can retry the request.",
             InsufficientStorage => "There is not enough storage space to keep the object durably.",
             TooManyRequests => "A per-user limit is reached; release what you hold and retry.",
+            QuotaExceeded => "The bucket's quota does not leave room for this write.",
         }
     }
 }

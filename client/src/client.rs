@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use ureq::http::Response;
 use ureq::{Agent, Body, SendBody};
+use yutu_api::bucket::{DURABILITY_HEADER, QUOTA_HEADER, USAGE_HEADER};
 use yutu_api::cluster::{MAX_REPLICAS, REPLICAS_HEADER};
 
 use crate::address::BaseUrl;
@@ -24,8 +25,6 @@ use crate::sigv4::{Credentials, Signer};
 use crate::upload::ExactLength;
 use crate::xml;
 
-/// Header naming a bucket's durability at creation (`memory` or `disk`).
-const DURABILITY_HEADER: &str = "x-yutu-durability";
 
 /// The largest XML document we read into memory (a listing page of 1000 maximal keys is
 /// about 1.5 MB); a bigger one means a broken or hostile server.
@@ -146,7 +145,32 @@ impl Client {
         if let Some(d) = options.durability {
             req = req.header(DURABILITY_HEADER, d.as_str());
         }
+        if let Some(q) = options.quota {
+            req = req.header(QUOTA_HEADER, q.to_string());
+        }
         check(req.send_empty()?, Resource::Bucket).map(drop)
+    }
+
+    /// HeadBucket with what Yutu says of the bucket: its durability, quota and the bytes it
+    /// holds. `None` when the bucket does not exist.
+    pub fn bucket_status(&self, bucket: &str) -> Result<Option<BucketStatus>, ClientError> {
+        let resp = self.agent.head(self.base.bucket(bucket, &[])?).call()?;
+        if resp.status().as_u16() == 404 {
+            return Ok(None);
+        }
+        let resp = check(resp, Resource::Bucket)?;
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let number = |name: &str| header(name).and_then(|v| v.parse::<u64>().ok());
+        Ok(Some(BucketStatus {
+            durability: header(DURABILITY_HEADER),
+            quota: number(QUOTA_HEADER),
+            usage: number(USAGE_HEADER),
+        }))
     }
 
     /// DeleteBucket; S3 refuses (`BucketNotEmpty`) while the bucket holds objects.
@@ -346,6 +370,20 @@ pub struct BucketOptions {
     /// Copies of every object in a cluster (1 to [`MAX_REPLICAS`]); more than 1 needs one.
     pub replicas: Option<u32>,
     pub durability: Option<Durability>,
+    /// Most bytes of objects the bucket may hold (`x-yutu-quota`), whatever the replica
+    /// count; writes past it are refused with `QuotaExceeded` (403).
+    pub quota: Option<u64>,
+}
+
+/// What HeadBucket says of a bucket beyond its existence ([`Client::bucket_status`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BucketStatus {
+    /// `memory` or `disk`.
+    pub durability: Option<String>,
+    /// The quota in bytes, if the bucket has one.
+    pub quota: Option<u64>,
+    /// Bytes of objects the bucket holds, as the answering node knows them.
+    pub usage: Option<u64>,
 }
 
 /// Where a bucket's objects must be before a PUT is acknowledged.

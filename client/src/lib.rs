@@ -43,7 +43,7 @@ mod xml;
 
 pub use address::encode_key;
 pub use admin::{AdminClient, AdminError};
-pub use client::{BucketOptions, Client, Durability};
+pub use client::{BucketOptions, BucketStatus, Client, Durability};
 pub use credentials::{CredentialSource, CredentialsError};
 pub use download::GetObject;
 pub use error::ClientError;

@@ -28,9 +28,17 @@ struct Entry {
     meta: Bytes,
 }
 
+/// One bucket's keys, and the sum of their values' lengths (what the bucket holds here, for
+/// quotas), kept as keys come and go so that asking costs nothing.
+#[derive(Default)]
+struct BucketKeys {
+    keys: BTreeMap<Rc<str>, Entry>,
+    value_bytes: u64,
+}
+
 #[derive(Default)]
 pub(crate) struct Index {
-    buckets: BTreeMap<Rc<str>, BTreeMap<Rc<str>, Entry>>,
+    buckets: BTreeMap<Rc<str>, BucketKeys>,
     len: usize,
 }
 
@@ -40,11 +48,16 @@ impl Index {
     }
 
     pub fn get(&self, bucket: &str, key: &str) -> Option<Location> {
-        Some(self.buckets.get(bucket)?.get(key)?.loc)
+        Some(self.buckets.get(bucket)?.keys.get(key)?.loc)
     }
 
     pub fn meta(&self, bucket: &str, key: &str) -> Option<Bytes> {
-        Some(self.buckets.get(bucket)?.get(key)?.meta.clone())
+        Some(self.buckets.get(bucket)?.keys.get(key)?.meta.clone())
+    }
+
+    /// The sum of the value lengths of `bucket`'s live keys.
+    pub fn value_bytes(&self, bucket: &str) -> u64 {
+        self.buckets.get(bucket).map_or(0, |b| b.value_bytes)
     }
 
     /// Points `bucket/key` at `loc`; returns the shared names (for the region's member list)
@@ -61,23 +74,27 @@ impl Index {
             Some((b, _)) => b.clone(),
             None => {
                 let b: Rc<str> = Rc::from(bucket);
-                self.buckets.insert(b.clone(), BTreeMap::new());
+                self.buckets.insert(b.clone(), BucketKeys::default());
                 b
             }
         };
-        let keys = self
+        let part = self
             .buckets
             .get_mut(bucket)
             .expect("bucket map just ensured");
-        match keys.get_key_value(key) {
+        part.value_bytes += u64::from(loc.value_len);
+        match part.keys.get_key_value(key) {
             Some((k, _)) => {
                 let k = k.clone();
-                let old = keys.insert(k.clone(), entry).map(|e| e.loc);
+                let old = part.keys.insert(k.clone(), entry).map(|e| e.loc);
+                if let Some(old) = &old {
+                    part.value_bytes = part.value_bytes.saturating_sub(u64::from(old.value_len));
+                }
                 (b, k, old)
             }
             None => {
                 let k: Rc<str> = Rc::from(key);
-                keys.insert(k.clone(), entry);
+                part.keys.insert(k.clone(), entry);
                 self.len += 1;
                 (b, k, None)
             }
@@ -86,10 +103,11 @@ impl Index {
 
     /// Removes `bucket/key`; returns where it was.
     pub fn remove(&mut self, bucket: &str, key: &str) -> Option<Location> {
-        let keys = self.buckets.get_mut(bucket)?;
-        let old = keys.remove(key)?.loc;
+        let part = self.buckets.get_mut(bucket)?;
+        let old = part.keys.remove(key)?.loc;
+        part.value_bytes = part.value_bytes.saturating_sub(u64::from(old.value_len));
         self.len -= 1;
-        if keys.is_empty() {
+        if part.keys.is_empty() {
             self.buckets.remove(bucket);
         }
         Some(old)
@@ -115,9 +133,10 @@ impl Index {
         start_after: Option<&str>,
         limit: usize,
     ) -> Vec<Listed> {
-        let Some(keys) = self.buckets.get(bucket) else {
+        let Some(part) = self.buckets.get(bucket) else {
             return Vec::new();
         };
+        let keys = &part.keys;
         let lower: Bound<&str> = match start_after {
             Some(after) if after >= prefix => Bound::Excluded(after),
             _ => Bound::Included(prefix),
@@ -137,7 +156,11 @@ impl Index {
     pub fn entries(&self) -> Vec<(Rc<str>, Rc<str>, Location)> {
         self.buckets
             .iter()
-            .flat_map(|(b, keys)| keys.iter().map(move |(k, e)| (b.clone(), k.clone(), e.loc)))
+            .flat_map(|(b, part)| {
+                part.keys
+                    .iter()
+                    .map(move |(k, e)| (b.clone(), k.clone(), e.loc))
+            })
             .collect()
     }
 
@@ -171,10 +194,17 @@ mod tests {
             Some(loc(1))
         );
         assert_eq!(ix.len(), 1);
+        // A replaced value no longer counts; only the live one does.
+        assert_eq!(ix.value_bytes("b"), 10);
+        ix.insert("b", "k2", loc(3), Bytes::new());
+        assert_eq!(ix.value_bytes("b"), 20);
+        assert!(ix.remove_if("b", "k2", &loc(3)));
+        assert_eq!(ix.value_bytes("b"), 10);
         assert_eq!(ix.meta("b", "k").as_deref(), Some(&b"m"[..]));
         assert!(!ix.remove_if("b", "k", &loc(1)));
         assert!(ix.remove_if("b", "k", &loc(2)));
         assert_eq!(ix.len(), 0);
+        assert_eq!(ix.value_bytes("b"), 0);
         assert!(ix.buckets().is_empty());
     }
 

@@ -284,6 +284,11 @@ impl<B: Bdev + 'static> RegionStore<B> {
             .list(bucket, prefix, start_after, limit)
     }
 
+    /// The sum of the value lengths of `bucket`'s live keys: what the bucket holds here.
+    pub fn bucket_bytes(&self, bucket: &str) -> u64 {
+        self.shared.state.borrow().index.value_bytes(bucket)
+    }
+
     /// Buckets with at least one key in this store.
     pub fn buckets(&self) -> Vec<String> {
         self.shared.state.borrow().index.buckets()

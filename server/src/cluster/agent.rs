@@ -5,7 +5,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use yutu_api::cluster::{BucketConfig, Member};
+use yutu_api::cluster::{BucketConfig, Member, NodeUsage};
 
 use super::etcd::{Etcd, EtcdError};
 use super::{Cluster, ClusterMetrics, View};
@@ -58,6 +58,11 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
     let mut next_keep_alive = Instant::now();
     let mut last_revision = -1;
     let mut conflict_logged = false;
+    let usage_key = yutu_api::cluster::usage_key(&cluster.settings.name, &me.name);
+    // What this node last published of its bytes per bucket (under the current lease), and
+    // when it may publish again.
+    let mut published: Option<NodeUsage> = None;
+    let mut next_usage = Instant::now();
     loop {
         if shard.stop.is_stopped() {
             if let Some(id) = lease {
@@ -91,6 +96,7 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
                         }
                         Ok(true) => {
                             conflict_logged = false;
+                            published = None;
                             lease = Some(id);
                             cluster.with_lease(|l| {
                                 l.id = Some(id);
@@ -134,6 +140,7 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
                             l.etcd_ok = Some(Instant::now());
                         });
                         lease = None;
+                        published = None;
                         continue;
                     }
                     Err(e) => {
@@ -144,6 +151,21 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
                 }
             }
             Some(_) => {}
+        }
+        if let Some(id) = lease {
+            if now >= next_usage {
+                let mine = NodeUsage {
+                    buckets: shard.usage.on_node(),
+                };
+                if published.as_ref() != Some(&mine) {
+                    let json = serde_json::to_vec(&mine).unwrap_or_default();
+                    match etcd.put(&usage_key, &json, Some(id)).await {
+                        Ok(()) => published = Some(mine),
+                        Err(e) => etcd_failed(&cluster, "publish the bucket usage", &e),
+                    }
+                    next_usage = Instant::now() + USAGE_INTERVAL;
+                }
+            }
         }
         let read = read_view(&mut etcd, &cluster.settings.name).await;
         match read {
@@ -157,6 +179,10 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
                         let names: Vec<&str> =
                             view.members.iter().map(|m| m.name.as_str()).collect();
                         tracing::info!(members = ?names, revision = view.revision, "membership changed");
+                    }
+                    for (bucket, config) in &view.buckets {
+                        let elsewhere = view.held_elsewhere(&cluster.node, bucket);
+                        shard.usage.set_elsewhere(bucket, elsewhere, config.replicas);
                     }
                     cluster.set_view(view);
                 }
@@ -239,6 +265,10 @@ async fn register(
     }
 }
 
+/// Least time between two publications of a node's bytes per bucket (each is an etcd write,
+/// and a new revision every node reads).
+const USAGE_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How often a node cut off from etcd asks its peers whether they reach it.
 const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -308,6 +338,15 @@ pub fn build_view(prefix: &str, revision: i64, kvs: Vec<super::etcd::KeyValue>) 
         };
         if let Some(name) = rest.strip_prefix("drain/") {
             draining.push(name.to_string());
+            continue;
+        }
+        if let Some(name) = rest.strip_prefix("usage/") {
+            match serde_json::from_slice::<NodeUsage>(&kv.value) {
+                Ok(u) => {
+                    view.usage.insert(name.to_string(), u);
+                }
+                Err(_) => tracing::warn!(key = %kv.key, "ignoring an unreadable usage record"),
+            }
             continue;
         }
         if let Some(name) = rest.strip_prefix("members/") {

@@ -19,13 +19,6 @@ pub enum ClusterBucketError {
     Etcd(#[from] EtcdError),
 }
 
-fn durability_name(d: Durability) -> &'static str {
-    match d {
-        Durability::Memory => "memory",
-        Durability::Disk => "disk",
-    }
-}
-
 /// Creates a bucket cluster-wide: in etcd first (the one transaction that decides who wins
 /// the name), then on this node; the other nodes create it when they read it (or on first
 /// use, [`ensure`]).
@@ -36,12 +29,14 @@ pub async fn create(
     owner: &str,
     durability: Durability,
     replicas: u32,
+    quota: Option<u64>,
 ) -> Result<(), ClusterBucketError> {
     let config = BucketConfig {
         owner: owner.to_string(),
-        durability: durability_name(durability).to_string(),
+        durability: durability.as_str().to_string(),
         replicas,
         created_ms: yutu_api::token::unix_now() * 1000,
+        quota,
     };
     let key = bucket_key(&cluster.settings.name, name);
     let mut etcd = Etcd::new(&cluster.settings.etcd);
@@ -57,7 +52,7 @@ pub async fn create(
         });
     }
     cluster.mark_mirrored(name);
-    match buckets::create(shard, name.to_string(), owner.to_string(), durability).await {
+    match buckets::create(shard, name.to_string(), owner.to_string(), durability, quota).await {
         Ok(()) | Err(BucketError::AlreadyOwned) => {}
         Err(e) => return Err(e.into()),
     }
@@ -104,7 +99,14 @@ pub async fn ensure(shard: &Rc<Shard>, cluster: &Cluster, name: &str) -> Result<
 async fn create_local(shard: &Rc<Shard>, cluster: &Cluster, name: &str, config: &BucketConfig) {
     cluster.mark_mirrored(name);
     let durability = Durability::parse(&config.durability).unwrap_or_default();
-    match buckets::create(shard, name.to_string(), config.owner.clone(), durability).await {
+    let created = buckets::create(
+        shard,
+        name.to_string(),
+        config.owner.clone(),
+        durability,
+        config.quota,
+    );
+    match created.await {
         Ok(()) => tracing::info!(bucket = %name, "bucket created (cluster)"),
         Err(BucketError::AlreadyOwned) => {}
         Err(e) => tracing::warn!(bucket = %name, error = %e, "cannot create a cluster bucket here"),

@@ -34,6 +34,8 @@ pub struct View {
     /// Live members, sorted by name.
     pub members: Vec<Member>,
     pub buckets: BTreeMap<String, BucketConfig>,
+    /// What each node publishes it holds per bucket, by node name (for quotas).
+    pub usage: BTreeMap<String, yutu_api::cluster::NodeUsage>,
 }
 
 impl View {
@@ -47,6 +49,15 @@ impl View {
 
     pub fn member(&self, name: &str) -> Option<&Member> {
         self.members.iter().find(|m| m.name == name)
+    }
+
+    /// Bytes of `bucket` the live members other than `me` hold, every copy counted.
+    pub fn held_elsewhere(&self, me: &str, bucket: &str) -> u64 {
+        self.usage
+            .iter()
+            .filter(|(node, _)| node.as_str() != me && self.member(node).is_some())
+            .filter_map(|(_, u)| u.buckets.get(bucket))
+            .sum()
     }
 }
 

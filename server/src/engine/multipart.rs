@@ -166,6 +166,19 @@ impl ShardStore {
         ids.len()
     }
 
+    /// The size the object completed from `parts` of upload `id` would have (parts it does
+    /// not hold count nothing: completion refuses them anyway).
+    pub fn completed_size(&self, id: &str, parts: &[CompletePart]) -> u64 {
+        let Some(upload) = self.uploads.get(id) else {
+            return 0;
+        };
+        parts
+            .iter()
+            .filter_map(|p| upload.parts.get(&p.number))
+            .map(|p| p.size)
+            .sum()
+    }
+
     pub fn list_parts(
         &mut self,
         id: &str,

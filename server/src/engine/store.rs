@@ -88,6 +88,26 @@ pub(crate) struct BucketPart {
     pub(crate) durability: Durability,
     closing: bool,
     pub(crate) objects: BTreeMap<String, Entry>,
+    /// Most bytes of objects the bucket may hold (node- or cluster-wide); checked on the
+    /// way in by the node (`node::quota`), never here.
+    quota: Option<u64>,
+    /// Bytes of the bucket's objects that only DRAM holds: entries not also on NVMe, and
+    /// evicted ones waiting for demotion. With the NVMe tier's count of the bucket's
+    /// records, the bytes the bucket holds on this shard, each object counted once.
+    held: u64,
+}
+
+impl BucketPart {
+    fn info(&self, name: &str) -> BucketInfo {
+        BucketInfo {
+            name: name.to_string(),
+            created: self.created,
+            owner: self.owner.clone(),
+            durability: self.durability,
+            incarnation: self.incarnation,
+            quota: self.quota,
+        }
+    }
 }
 
 pub struct ShardStore {
@@ -189,6 +209,7 @@ impl ShardStore {
             Some((m, _)) if Arc::ptr_eq(m, meta) => {
                 if let Some((m, _)) = self.demoting.remove(&k) {
                     self.demote_bytes -= m.size;
+                    self.count_held(bucket, 0, m.size);
                 }
                 true
             }
@@ -211,12 +232,29 @@ impl ShardStore {
 
     /// Records that the DRAM version of `bucket/key` is also on NVMe.
     pub fn mark_on_nvme(&mut self, bucket: &str, key: &str) {
-        if let Some(e) = self
-            .buckets
-            .get_mut(bucket)
-            .and_then(|b| b.objects.get_mut(key))
-        {
-            e.on_nvme = true;
+        self.set_on_nvme(bucket, key, true);
+    }
+
+    /// Records that NVMe dropped its copy of `bucket/key` (a reclaimed cache record): the DRAM
+    /// version is the only one again, and is demoted rather than dropped when evicted.
+    pub fn mark_off_nvme(&mut self, bucket: &str, key: &str) {
+        self.set_on_nvme(bucket, key, false);
+    }
+
+    fn set_on_nvme(&mut self, bucket: &str, key: &str, on: bool) {
+        let Some(part) = self.buckets.get_mut(bucket) else {
+            return;
+        };
+        if let Some(e) = part.objects.get_mut(key) {
+            if e.on_nvme != on {
+                e.on_nvme = on;
+                let size = e.meta.size;
+                if on {
+                    part.held = part.held.saturating_sub(size);
+                } else {
+                    part.held += size;
+                }
+            }
         }
     }
 
@@ -309,7 +347,34 @@ impl ShardStore {
                 durability,
                 closing: false,
                 objects: BTreeMap::new(),
+                quota: None,
+                held: 0,
             });
+    }
+
+    /// Sets a bucket's quota (fixed at its creation; given again when it is restored).
+    pub fn set_bucket_quota(&mut self, name: &str, quota: Option<u64>) {
+        if let Some(b) = self.buckets.get_mut(name) {
+            b.quota = quota;
+        }
+    }
+
+    /// A bucket's quota, `None` when it has none or does not exist.
+    pub fn bucket_quota(&self, name: &str) -> Option<u64> {
+        self.buckets.get(name).and_then(|b| b.quota)
+    }
+
+    /// Bytes of the bucket's objects only DRAM holds on this shard (see `BucketPart::held`).
+    pub fn held_in_dram(&self, name: &str) -> u64 {
+        self.buckets.get(name).map_or(0, |b| b.held)
+    }
+
+    /// Moves a bucket's DRAM-only byte count; every change of an entry's `on_nvme`, of the
+    /// index and of the demotion map goes through here.
+    fn count_held(&mut self, bucket: &str, add: u64, sub: u64) {
+        if let Some(b) = self.buckets.get_mut(bucket) {
+            b.held = (b.held + add).saturating_sub(sub);
+        }
     }
 
     /// The owner of a bucket, `None` when it does not exist.
@@ -337,16 +402,15 @@ impl ShardStore {
         let mut out: Vec<BucketInfo> = self
             .buckets
             .iter()
-            .map(|(name, b)| BucketInfo {
-                name: name.clone(),
-                created: b.created,
-                owner: b.owner.clone(),
-                durability: b.durability,
-                incarnation: b.incarnation,
-            })
+            .map(|(name, b)| b.info(name))
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
+    }
+
+    /// One bucket's settings, `None` when it does not exist.
+    pub fn bucket_info(&self, name: &str) -> Option<BucketInfo> {
+        self.buckets.get(name).map(|b| b.info(name))
     }
 
     /// First phase of a bucket delete: stop accepting writes and say whether this shard
@@ -534,6 +598,9 @@ impl ShardStore {
     /// its extent); events and the policy see it removed.
     fn detach_entry(&mut self, bucket: &str, key: &str) -> Option<Entry> {
         let entry = self.buckets.get_mut(bucket)?.objects.remove(key)?;
+        if !entry.on_nvme {
+            self.count_held(bucket, 0, entry.meta.size);
+        }
         self.policy.on_remove(entry.id);
         self.ids.remove(&entry.id);
         if let Some(ev) = self.events.as_mut() {
@@ -588,6 +655,7 @@ impl ShardStore {
         };
         match self.buckets.get_mut(bucket) {
             Some(part) => {
+                part.held += size;
                 part.objects.insert(key.to_string(), entry);
                 self.ids.insert(id, (bucket.to_string(), key.to_string()));
                 self.policy.on_insert(id, size);
@@ -677,6 +745,14 @@ impl ShardStore {
     }
 
     /// An object on its way to NVMe (no allocation when nothing is being demoted).
+    /// The size of the newest version of `bucket/key` in DRAM or the demotion queue.
+    pub fn dram_size(&self, bucket: &str, key: &str) -> Option<u64> {
+        if let Some(e) = self.buckets.get(bucket).and_then(|b| b.objects.get(key)) {
+            return Some(e.meta.size);
+        }
+        self.demoting_get(bucket, key).map(|(m, _)| m.size)
+    }
+
     pub(crate) fn demoting_get(
         &self,
         bucket: &str,
@@ -716,6 +792,7 @@ impl ShardStore {
         let was_demoting = match demoted {
             Some((m, _)) => {
                 self.demote_bytes -= m.size;
+                self.count_held(bucket, 0, m.size);
                 true
             }
             None => false,
@@ -727,6 +804,9 @@ impl ShardStore {
         else {
             return was_demoting;
         };
+        if !entry.on_nvme {
+            self.count_held(bucket, 0, entry.meta.size);
+        }
         self.policy.on_remove(entry.id);
         self.drop_entry(entry);
         if let Some(ev) = self.events.as_mut() {
@@ -827,6 +907,9 @@ impl ShardStore {
             if self.demote_budget > 0 && memory {
                 self.metrics.demotions_dropped.inc();
             }
+            // Gone from the node: DRAM held its only copy. (A demoted entry's bytes stay
+            // counted, now in the demotion map.)
+            self.count_held(&bucket, 0, entry.meta.size);
             None
         };
         self.drop_entry(entry);

@@ -10,7 +10,8 @@ use yutu_api::xml::{
     to_xml, BucketEntry, Buckets, CommonPrefix, ListAllMyBucketsResult, ListBucketResult,
     ListVersionsResult, ObjectEntry, Owner, VersionEntry, S3_NS,
 };
-use yutu_api::{validate_bucket_name, S3ErrorCode};
+use yutu_api::bucket::{DURABILITY_HEADER, QUOTA_HEADER, USAGE_HEADER};
+use yutu_api::{parse_size, validate_bucket_name, S3ErrorCode};
 
 use super::ctx::Ctx;
 use super::error::S3Error;
@@ -63,7 +64,7 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
     // The optional CreateBucketConfiguration names a region; a single-region store accepts
     // any and ignores it, but still reads it (bounded) so the connection stays usable.
     body::read_limited(ctx, body_in, 64 * 1024).await?;
-    let durability = match ctx.header("x-yutu-durability") {
+    let durability = match ctx.header(DURABILITY_HEADER) {
         None => shard.settings.durability,
         Some(d) => Durability::parse(d).ok_or_else(|| {
             S3Error::new(S3ErrorCode::InvalidArgument)
@@ -86,20 +87,29 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
                 })?,
         ),
     };
+    let quota = match ctx.header(QUOTA_HEADER) {
+        None => None,
+        Some(q) => Some(parse_size(q.trim()).ok().filter(|q| *q > 0).ok_or_else(|| {
+            S3Error::new(S3ErrorCode::InvalidArgument).msg(format!(
+                "{QUOTA_HEADER} must be a size above zero, such as 10GiB or 1048576."
+            ))
+        })?),
+    };
     let name = bucket.to_string();
     let owner = ctx.identity().name().to_string();
     match &ctx.cluster {
         Some(cluster) => {
             let replicas = replicas.unwrap_or(cluster.settings.replicas);
-            crate::cluster::buckets::create(shard, cluster, &name, &owner, durability, replicas)
-                .await
-                .map_err(super::cluster::bucket_error)?;
+            let created = crate::cluster::buckets::create(
+                shard, cluster, &name, &owner, durability, replicas, quota,
+            );
+            created.await.map_err(super::cluster::bucket_error)?;
         }
         None if replicas.is_some_and(|n| n > 1) => {
             return Err(S3Error::new(S3ErrorCode::InvalidArgument)
                 .msg("More than one replica needs a cluster (start the node with --etcd)."))
         }
-        None => buckets::create(shard, name, owner, durability).await?,
+        None => buckets::create(shard, name, owner, durability, quota).await?,
     }
     Ok(Response::builder()
         .status(StatusCode::OK)
@@ -118,16 +128,26 @@ pub async fn delete(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
         .unwrap_or_default())
 }
 
+/// HeadBucket, with Yutu's settings of the bucket and the bytes it holds (as this node knows
+/// them: other shards' and nodes' figures are up to a second old).
 pub fn head(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
     let shard = &ctx.shard;
-    if !shard.tier.store.borrow().bucket_exists(bucket) {
+    let store = shard.tier.store.borrow();
+    let Some(info) = store
+        .bucket_info(bucket)
+        .filter(|_| store.bucket_exists(bucket))
+    else {
         return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
-    }
-    Ok(Response::builder()
+    };
+    let mut resp = Response::builder()
         .status(StatusCode::OK)
         .header("x-amz-bucket-region", "us-east-1")
-        .body(Full::new(Bytes::new()))
-        .unwrap_or_default())
+        .header(DURABILITY_HEADER, info.durability.as_str())
+        .header(USAGE_HEADER, shard.usage.used(bucket).to_string());
+    if let Some(q) = info.quota {
+        resp = resp.header(QUOTA_HEADER, q.to_string());
+    }
+    Ok(resp.body(Full::new(Bytes::new())).unwrap_or_default())
 }
 
 pub fn location(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {

@@ -32,6 +32,13 @@ impl Ctx {
         &self.auth.identity
     }
 
+    /// Whether this request is a copy another node (proved by its node token) sends as a
+    /// replica of a write it coordinated, or as re-replication: a copy of what was already
+    /// admitted, which no quota check may refuse.
+    pub fn is_replica_copy(&self) -> bool {
+        self.peer.is_some() && self.headers.contains_key(yutu_api::cluster::REPLICA_HEADER)
+    }
+
     /// The caller's name, as leases and puts record their holder.
     pub fn holder(&self) -> String {
         self.auth.identity.name().to_string()

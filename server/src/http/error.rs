@@ -142,6 +142,9 @@ impl From<StoreError> for S3Error {
                 S3Error::new(S3ErrorCode::InsufficientStorage).msg(m)
             }
             StoreError::UserLimit(m) => S3Error::new(S3ErrorCode::TooManyRequests).msg(m),
+            StoreError::QuotaExceeded { .. } => {
+                S3Error::new(S3ErrorCode::QuotaExceeded).msg(format!("{e}."))
+            }
             StoreError::Device(_) => S3Error::new(S3ErrorCode::InternalError)
                 .msg("The storage device failed or returned a corrupt record; the bytes were not served."),
         }

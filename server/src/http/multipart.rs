@@ -22,6 +22,8 @@ use super::{meta, payload, xml_response, Resp};
 use crate::engine::multipart::{CompletePart, Upload, MAX_PART_NUMBER};
 use crate::model::checksum::{md5, Algorithm};
 use crate::model::conditions::WriteConditions;
+use crate::node::quota::Admitted;
+use crate::tier::Step;
 
 /// Largest part (S3's limit), further bounded by a shard's DRAM.
 pub const MAX_PART_SIZE: u64 = 5 << 30;
@@ -251,10 +253,22 @@ pub async fn complete(
         .collect();
     let cond = WriteConditions::for_bucket(&ctx.headers, incarnation);
     let (b, k) = (bucket.to_string(), key.to_string());
+    let checked = !ctx.is_replica_copy();
     let meta = ctx
         .shard
         .run_step(ctx.shard.owner(bucket, key), move |s| {
-            s.tier.complete_upload(id, b, k, parts, cond)
+            let size = s.tier.store.borrow().completed_size(&id, &parts);
+            let admitted = if checked {
+                match s.admit(&b, &[(&k, size)]) {
+                    Ok(a) => a,
+                    Err(e) => return Step::Done(Err(e)),
+                }
+            } else {
+                Admitted::unchecked()
+            };
+            s.tier
+                .complete_upload(id, b, k, parts, cond)
+                .holding(admitted)
         })
         .await??;
     let doc = CompleteMultipartUploadResult {

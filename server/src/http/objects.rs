@@ -14,6 +14,8 @@ use super::error::S3Error;
 use super::{meta, payload, Resp};
 use crate::model::conditions::{ReadConditions, WriteConditions};
 use crate::model::{ObjectMeta, StoreError};
+use crate::node::quota::Admitted;
+use crate::tier::Step;
 
 pub fn check_key(key: &str) -> Result<(), S3Error> {
     validate_object_key(key).map_err(|e| {
@@ -92,7 +94,8 @@ pub async fn put(
     Ok(resp.body(Full::new(Bytes::new())).unwrap_or_default())
 }
 
-/// Stores an object on the shard that owns it.
+/// Stores an object on the shard that owns it, within the bucket's quota (a replica copy
+/// from its coordinator is not checked again).
 pub async fn store(
     ctx: &Ctx,
     bucket: &str,
@@ -102,10 +105,19 @@ pub async fn store(
     cond: WriteConditions,
 ) -> Result<Arc<ObjectMeta>, S3Error> {
     let (b, k) = (bucket.to_string(), key.to_string());
+    let checked = !ctx.is_replica_copy();
     Ok(ctx
         .shard
         .run_step(ctx.shard.owner(bucket, key), move |s| {
-            s.tier.put(b, k, data, meta, cond)
+            let admitted = if checked {
+                match s.admit(&b, &[(&k, data.len() as u64)]) {
+                    Ok(a) => a,
+                    Err(e) => return Step::Done(Err(e)),
+                }
+            } else {
+                Admitted::unchecked()
+            };
+            s.tier.put(b, k, data, meta, cond).holding(admitted)
         })
         .await??)
 }

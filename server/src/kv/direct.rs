@@ -104,12 +104,20 @@ pub async fn put_from(
 ) -> Vec<PutResult> {
     let mut out = Vec::with_capacity(items.len());
     for (key, source) in items {
+        let admitted = match shard.admit(&bucket, &[(&key, source.len())]) {
+            Ok(a) => a,
+            Err(e) => {
+                out.push(Err(e));
+                continue;
+            }
+        };
         let r = shard
             .tier
             .put_filled(&bucket, &key, source.len(), |dst| {
                 source.read_at(0, dst).is_ok()
             })
             .await;
+        drop(admitted);
         out.push(r);
         glommio::yield_if_needed().await;
     }

@@ -57,6 +57,13 @@ pub fn put_start(
     items: &[(u64, String, u64)],
     ttl: Duration,
 ) -> Result<Vec<SegmentDescriptor>, (usize, StoreError)> {
+    // The bucket's quota is checked for the blocks together now; their bytes count once the
+    // puts end (a put started and not ended holds DRAM, bounded by the per-user KV limits,
+    // not quota).
+    let writes: Vec<(&str, u64)> = items.iter().map(|(_, k, len)| (k.as_str(), *len)).collect();
+    if let Err(e) = shard.admit(bucket, &writes) {
+        return Err((0, e));
+    }
     let mut out = Vec::with_capacity(items.len());
     for (i, (put_id, key, len)) in items.iter().enumerate() {
         let started = shard
@@ -92,11 +99,20 @@ pub async fn put_end(shard: Rc<Shard>, put_ids: Vec<u64>, holder: String) -> Vec
         .map(|id| shard.tier.store.borrow_mut().put_end_by(*id, &holder))
         .collect();
     let mut out = Vec::with_capacity(ended.len());
+    let mut buckets = std::collections::BTreeSet::new();
     for r in ended {
         out.push(match r {
-            Ok((bucket, key, staged)) => shard.tier.publish_staged(&bucket, &key, staged).await,
+            Ok((bucket, key, staged)) => {
+                let r = shard.tier.publish_staged(&bucket, &key, staged).await;
+                buckets.insert(bucket);
+                r
+            }
             Err(e) => Err(e),
         });
+    }
+    // The other shards see these bytes at once, not at the next periodic publication.
+    for b in buckets {
+        shard.note_usage(&b);
     }
     out
 }

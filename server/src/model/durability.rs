@@ -21,4 +21,12 @@ impl Durability {
             _ => None,
         }
     }
+
+    /// The name `parse` reads (`x-yutu-durability`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Memory => "memory",
+            Durability::Disk => "disk",
+        }
+    }
 }

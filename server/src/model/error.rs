@@ -41,6 +41,16 @@ pub enum StoreError {
     /// A per-user KV limit is reached (the message says which).
     #[error("{0}")]
     UserLimit(String),
+    /// A write would take the bucket past its quota.
+    #[error(
+        "the bucket {bucket} holds {used} bytes of its {quota}-byte quota; {size} more do not fit"
+    )]
+    QuotaExceeded {
+        bucket: String,
+        quota: u64,
+        used: u64,
+        size: u64,
+    },
     #[error("NVMe tier: {0}")]
     Device(String),
 }

@@ -63,6 +63,8 @@ pub struct BucketInfo {
     /// Distinguishes this bucket from an earlier one of the same name (deleted and created
     /// again): a request authorised against one incarnation never writes into another.
     pub incarnation: u64,
+    /// Most bytes of objects the bucket may hold; `None`: no quota.
+    pub quota: Option<u64>,
 }
 
 /// Object metadata as a listing sees it (for objects outside the DRAM index).

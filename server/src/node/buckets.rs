@@ -31,16 +31,18 @@ pub enum BucketError {
     Catalog(String),
 }
 
-/// Creates a bucket on every shard, once the catalog has it on disk.
+/// Creates a bucket on every shard, once the catalog has it on disk. `quota`: most bytes of
+/// objects it may hold (see [`super::quota`]).
 pub async fn create(
     shard: &Rc<Shard>,
     name: String,
     owner: String,
     durability: Durability,
+    quota: Option<u64>,
 ) -> Result<(), BucketError> {
     shard
         .run_async(COORDINATOR, move |s| {
-            coordinate_create(s, name, owner, durability)
+            coordinate_create(s, name, owner, durability, quota)
         })
         .await?
 }
@@ -72,6 +74,7 @@ fn catalog_with(
             owner: b.owner,
             durability: b.durability,
             incarnation: b.incarnation,
+            quota: b.quota,
         })
         .collect();
     records.extend(add);
@@ -102,6 +105,7 @@ async fn coordinate_create(
     name: String,
     owner: String,
     durability: Durability,
+    quota: Option<u64>,
 ) -> Result<(), BucketError> {
     let _permit = shard.bucket_lock.acquire_permit(1).await;
     if let Some(current) = shard.tier.store.borrow().bucket_owner(&name) {
@@ -120,15 +124,15 @@ async fn coordinate_create(
         owner: owner.clone(),
         durability,
         incarnation,
+        quota,
     };
     save(&shard, catalog_with(&shard, Some(record), None)).await?;
     let n = name.clone();
     shard
         .broadcast(move |s| {
-            s.tier
-                .store
-                .borrow_mut()
-                .add_bucket(&n, created, &owner, durability, incarnation)
+            let mut store = s.tier.store.borrow_mut();
+            store.add_bucket(&n, created, &owner, durability, incarnation);
+            store.set_bucket_quota(&n, quota);
         })
         .await?;
     tracing::info!(bucket = %name, "bucket created");

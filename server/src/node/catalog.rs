@@ -26,6 +26,9 @@ pub struct BucketRecord {
     /// existed get one derived from the name and creation time.
     #[serde(default)]
     pub incarnation: u64,
+    /// Most bytes of objects the bucket may hold; catalogs written before quotas have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<u64>,
 }
 
 impl BucketRecord {
@@ -147,6 +150,7 @@ mod tests {
             owner: "alice".into(),
             durability: Durability::Disk,
             incarnation: 7,
+            quota: Some(1 << 20),
         }];
         c.save(&recs).unwrap();
         assert_eq!(c.load().unwrap(), recs);

@@ -4,6 +4,7 @@
 pub mod buckets;
 pub mod catalog;
 pub mod publisher;
+pub mod quota;
 pub mod runtime;
 pub mod shard;
 pub mod shutdown;

@@ -15,6 +15,7 @@ use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 
 use super::catalog::{BucketRecord, Catalog};
+use super::quota::{self, BucketUsage};
 use super::shard::{Job, Shard};
 use super::shutdown::{DrainBarrier, StopFlag, StopSignal};
 use crate::config::{EvictionKind, Settings};
@@ -117,6 +118,7 @@ pub fn start(settings: Settings, serve: Serve, stop: StopFlag) -> Result<Node, S
     }
     let engine = start_engine(&settings)?;
     let peers = Arc::new(PeerSessions::default());
+    let usage = Arc::new(BucketUsage::new(settings.shards));
     let body_budget = Arc::new(BodyBudget::new(settings.body.budget));
     let settings = Arc::new(settings);
     let n = settings.shards;
@@ -150,6 +152,7 @@ pub fn start(settings: Settings, serve: Serve, stop: StopFlag) -> Result<Node, S
         let buckets = buckets.clone();
         let engine = engine.clone();
         let peers = peers.clone();
+        let usage = usage.clone();
         let body_budget = body_budget.clone();
         let serve = serve.clone();
         let stop = stop.clone();
@@ -171,6 +174,7 @@ pub fn start(settings: Settings, serve: Serve, stop: StopFlag) -> Result<Node, S
                     buckets,
                     engine,
                     peers,
+                    usage,
                     body_budget,
                     serve,
                     stop,
@@ -208,6 +212,7 @@ struct ShardStart {
     buckets: Vec<BucketRecord>,
     engine: yutu_transfer::TransferEngine,
     peers: Arc<PeerSessions>,
+    usage: Arc<BucketUsage>,
     body_budget: Arc<BodyBudget>,
     serve: Serve,
     stop: StopFlag,
@@ -227,6 +232,7 @@ async fn run_shard(
         buckets,
         engine,
         peers,
+        usage,
         body_budget,
         serve,
         stop,
@@ -278,6 +284,7 @@ async fn run_shard(
             b.durability,
             b.incarnation(),
         );
+        store.set_bucket_quota(&b.name, b.quota);
     }
     if settings.conductor.is_some() {
         store.record_events();
@@ -298,9 +305,11 @@ async fn run_shard(
     );
     shard.transfer = Some((engine, segment));
     shard.peers = peers;
+    shard.usage = usage;
     shard.body_budget = body_budget;
     let shard = Rc::new(shard);
     spawn_kv_expiry(shard.clone());
+    spawn_usage_publisher(shard.clone());
     if id == 0 {
         spawn_peer_expiry(shard.clone());
     }
@@ -404,6 +413,23 @@ fn spawn_kv_expiry(shard: Rc<Shard>) {
                 .expire(std::time::Instant::now());
             if leases + puts > 0 {
                 tracing::debug!(shard = shard.id, leases, puts, "expired KV leases and puts");
+            }
+        }
+    })
+    .detach();
+}
+
+/// Republishes this shard's bytes per bucket (for quotas and HeadBucket) every
+/// [`quota::PUBLISH_EVERY`]: evictions, reclaims and deletes change them without a write.
+/// Shard 0 also forgets deleted buckets.
+fn spawn_usage_publisher(shard: Rc<Shard>) {
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(quota::PUBLISH_EVERY).await;
+            quota::publish_all(&shard.usage, shard.id, &shard.tier);
+            if shard.id == 0 {
+                let store = shard.tier.store.borrow();
+                shard.usage.retain(|b| store.bucket_known(b));
             }
         }
     })

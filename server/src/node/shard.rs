@@ -63,6 +63,8 @@ pub struct Shard {
     pub peers: Arc<crate::engine::peers::PeerSessions>,
     /// Request-body bytes the node holds at once (node-wide, shared).
     pub body_budget: Arc<crate::net::budget::BodyBudget>,
+    /// Every bucket's bytes over the node's shards and the cluster (node-wide, shared).
+    pub usage: Arc<super::quota::BucketUsage>,
     /// Lease and put ids handed out by this shard (the shard is in the top 16 bits).
     kv_seq: Cell<u64>,
     /// Serialises bucket creation and deletion on the coordinator.
@@ -97,6 +99,7 @@ impl Shard {
             publisher,
             transfer: None,
             peers: Arc::default(),
+            usage: Arc::new(super::quota::BucketUsage::new(nshards)),
             body_budget,
             kv_seq: Cell::new(0),
             senders,
@@ -113,6 +116,22 @@ impl Shard {
         let n = self.kv_seq.get() + 1;
         self.kv_seq.set(n);
         ((owner as u64) << 48) | ((self.id as u64 & 0xffff) << 32) | (n & 0xffff_ffff)
+    }
+
+    /// Admits client writes of `(key, size)` into `bucket` stored on this shard, against the
+    /// bucket's quota (see [`super::quota`]); hold the answer until the writes are done.
+    pub fn admit(
+        &self,
+        bucket: &str,
+        writes: &[(&str, u64)],
+    ) -> Result<super::quota::Admitted, StoreError> {
+        super::quota::admit(&self.usage, self.id, &self.tier, bucket, writes)
+    }
+
+    /// Republishes this shard's bytes of `bucket` for the quota checks of the other shards.
+    pub fn note_usage(&self, bucket: &str) {
+        self.usage
+            .set_shard(bucket, self.id, self.tier.bucket_bytes(bucket));
     }
 
     /// The shard that issued a lease or put id.

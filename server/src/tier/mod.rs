@@ -64,6 +64,21 @@ impl<T: 'static> Step<T> {
         Step::Wait(Box::pin(f))
     }
 
+    /// The same step, keeping `guard` alive until it has its answer.
+    pub fn holding<G: 'static>(self, guard: G) -> Step<T> {
+        match self {
+            Step::Done(v) => {
+                drop(guard);
+                Step::Done(v)
+            }
+            Step::Wait(f) => Step::wait(async move {
+                let v = f.await;
+                drop(guard);
+                v
+            }),
+        }
+    }
+
     /// The answer, waiting for it if needed (for callers that are async anyway).
     pub async fn get(self) -> T {
         match self {
@@ -731,6 +746,26 @@ impl TieredStore {
         out
     }
 
+    /// Bytes of `bucket`'s objects this shard holds, DRAM and NVMe together, each object
+    /// counted once. An object replaced in DRAM counts twice until the older NVMe version's
+    /// tombstone is written (moments), never less than once.
+    pub fn bucket_bytes(&self, bucket: &str) -> u64 {
+        let dram = self.store.borrow().held_in_dram(bucket);
+        dram + self.nvme.as_ref().map_or(0, |n| n.bucket_bytes(bucket))
+    }
+
+    /// The size of the newest version of `bucket/key` in either tier, 0 when absent: the
+    /// bytes a write of the key replaces.
+    pub fn stored_size(&self, bucket: &str, key: &str) -> u64 {
+        if let Some(n) = self.store.borrow().dram_size(bucket, key) {
+            return n;
+        }
+        self.nvme
+            .as_ref()
+            .and_then(|n| n.get(bucket, key))
+            .map_or(0, |l| l.value_len())
+    }
+
     /// Objects a region reclamation dropped left the node unless DRAM still has them.
     fn after_reclaim(&self, reclaimed: &[yutu_spdk::Reclaimed]) {
         let mut store = self.store.borrow_mut();
@@ -741,7 +776,9 @@ impl TieredStore {
                     tracing::error!(bucket = %o.bucket, key = %o.key, "NVMe reclamation dropped a durable object");
                     self.metrics.durable_dropped.inc();
                 }
-                if !store.has_key(&o.bucket, &o.key) {
+                if store.has_key(&o.bucket, &o.key) {
+                    store.mark_off_nvme(&o.bucket, &o.key);
+                } else {
                     store.record_tier_event(&o.bucket, &o.key, None);
                 }
             }

@@ -27,10 +27,18 @@ pub fn remove(client: &Client, arg: &str) -> Result<()> {
 }
 
 pub fn stat(client: &Client, arg: &str) -> Result<()> {
-    let t = Target::parse_object(arg)?;
-    let info = client.head_object(&t.bucket, &t.key)?;
+    let t = Target::parse(arg)?;
+    let lines = if t.key.is_empty() {
+        let status = client
+            .bucket_status(&t.bucket)?
+            .with_context(|| format!("bucket {} does not exist", t.bucket))?;
+        format::bucket_stat_lines(&t.bucket, &status)
+    } else {
+        let info = client.head_object(&t.bucket, &t.key)?;
+        format::stat_lines(&t.bucket, &t.key, &info)
+    };
     let mut out = Stdout::new();
-    for line in format::stat_lines(&t.bucket, &t.key, &info) {
+    for line in lines {
         if writeln!(out, "{line}").is_err() && out.closed() {
             return Ok(());
         }

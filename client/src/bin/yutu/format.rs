@@ -5,7 +5,7 @@
 //! counts for the same reason.
 
 use yutu_client::timestamp::format_iso8601;
-use yutu_client::{BucketInfo, ObjectInfo, ObjectSummary};
+use yutu_client::{BucketInfo, BucketStatus, ObjectInfo, ObjectSummary};
 
 /// Width of the size column: fits 999 TB.
 const SIZE_WIDTH: usize = 15;
@@ -44,6 +44,29 @@ pub fn stat_lines(bucket: &str, key: &str, info: &ObjectInfo) -> Vec<String> {
             "Content-Type:  {}",
             info.content_type.as_deref().unwrap_or("-")
         ),
+    ]
+}
+
+/// `yutu stat BUCKET`: what HeadBucket says of the bucket.
+pub fn bucket_stat_lines(bucket: &str, status: &BucketStatus) -> Vec<String> {
+    let bytes = |n: Option<u64>| match n {
+        Some(n) => format!("{n} ({})", human_bytes(n)),
+        None => "-".to_string(),
+    };
+    vec![
+        format!("Bucket:        {bucket}"),
+        format!(
+            "Durability:    {}",
+            status.durability.as_deref().unwrap_or("-")
+        ),
+        format!(
+            "Quota:         {}",
+            match status.quota {
+                Some(_) => bytes(status.quota),
+                None => "none".to_string(),
+            }
+        ),
+        format!("Usage:         {}", bytes(status.usage)),
     ]
 }
 

@@ -83,6 +83,10 @@ enum Command {
         /// --durability).
         #[arg(long, value_enum)]
         durability: Option<DurabilityArg>,
+        /// Most bytes of objects the bucket may hold, whatever the replica count (e.g.
+        /// 10GiB); writes past it are refused with QuotaExceeded. Default: no quota.
+        #[arg(long, value_name = "SIZE")]
+        quota: Option<yutu_api::ByteSize>,
     },
     /// Remove an empty bucket.
     Rb { bucket: String },
@@ -112,7 +116,8 @@ enum Command {
     },
     /// Delete an object.
     Rm { target: String },
-    /// Show an object's size, ETag, last-modified time and content type.
+    /// Show an object's size, ETag, last-modified time and content type; or, for a BUCKET,
+    /// its durability, quota and the bytes it holds.
     Stat { target: String },
     /// KV blocks through the KV API, bytes moved one-sidedly by a transfer engine.
     Kv {
@@ -188,10 +193,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             bucket,
             replicas,
             durability,
+            quota,
         } => {
             let options = BucketOptions {
                 replicas,
                 durability: durability.map(Durability::from),
+                quota: quota.map(|q| q.0),
             };
             commands::make_bucket(&client, &bucket, &options)
         }
@@ -327,6 +334,15 @@ mod tests {
             }
         ));
         assert!(Cli::try_parse_from(["yutu", "mb", "b", "--durability", "tape"]).is_err());
+        let cli = Cli::try_parse_from(["yutu", "mb", "b", "--quota", "2MiB"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Mb {
+                quota: Some(yutu_api::ByteSize(2097152)),
+                ..
+            }
+        ));
+        assert!(Cli::try_parse_from(["yutu", "mb", "b", "--quota", "lots"]).is_err());
         let parses = |args: &[&str]| {
             let mut all = vec!["yutu", "admin"];
             all.extend_from_slice(args);
