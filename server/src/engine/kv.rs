@@ -347,6 +347,11 @@ impl ShardStore {
     }
 
     /// Abandons `holder`'s put; `false` when it is gone or someone else's.
+    /// Whether put `put_id` is started and not yet ended, revoked or expired.
+    pub fn put_pending(&self, put_id: u64) -> bool {
+        self.pending_puts.contains_key(&put_id)
+    }
+
     pub fn put_revoke_by(&mut self, put_id: u64, holder: &str) -> bool {
         if self
             .pending_puts

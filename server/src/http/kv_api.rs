@@ -296,7 +296,7 @@ pub(super) async fn revoke_all(ctx: &Ctx, put_ids: &[u64]) {
         let _ = ctx
             .shard
             .run(shard, move |s| {
-                s.tier.store.borrow_mut().put_revoke_by(put_id, &holder)
+                ops::put_revoke(&s, put_id, &holder)
             })
             .await;
     }
@@ -353,7 +353,7 @@ async fn revoke(ctx: &Ctx, req: PutIdsRequest) -> Result<Resp, S3Error> {
         revoked.push(
             ctx.shard
                 .run(shard, move |s| {
-                    s.tier.store.borrow_mut().put_revoke_by(id, &holder)
+                    ops::put_revoke(&s, id, &holder)
                 })
                 .await?,
         );

@@ -57,15 +57,17 @@ pub fn put_start(
     items: &[(u64, String, u64)],
     ttl: Duration,
 ) -> Result<Vec<SegmentDescriptor>, (usize, StoreError)> {
-    // The bucket's quota is checked for the blocks together now; their bytes count once the
-    // puts end (a put started and not ended holds DRAM, bounded by the per-user KV limits,
-    // not quota).
-    let writes: Vec<(&str, u64)> = items.iter().map(|(_, k, len)| (k.as_str(), *len)).collect();
-    if let Err(e) = shard.admit(bucket, &writes) {
-        return Err((0, e));
-    }
     let mut out = Vec::with_capacity(items.len());
     for (i, (put_id, key, len)) in items.iter().enumerate() {
+        // Each block's quota is held from its start to its end, so that the blocks of one
+        // batch (on this shard and on the others) and of concurrent batches count together.
+        let admitted = match shard.admit(bucket, &[(key, *len)]) {
+            Ok(a) => a,
+            Err(e) => {
+                abandon(shard, &items[..i]);
+                return Err((i, e));
+            }
+        };
         let started = shard
             .tier
             .store
@@ -79,17 +81,46 @@ pub fn put_start(
                 .ok_or(StoreError::Device("no transfer engine".into()))
         });
         match desc {
-            Ok(d) => out.push(d),
-            Err(e) => {
-                let mut store = shard.tier.store.borrow_mut();
-                for (put_id, _, _) in &items[..i] {
-                    store.put_revoke(*put_id);
+            Ok(d) => {
+                out.push(d);
+                if admitted.holds() {
+                    shard.kv_admitted.borrow_mut().insert(*put_id, admitted);
                 }
+            }
+            Err(e) => {
+                abandon(shard, &items[..i]);
                 return Err((i, e));
             }
         }
     }
     Ok(out)
+}
+
+/// Revokes `holder`'s put `put_id` and gives back its quota; whether it was pending.
+pub fn put_revoke(shard: &Shard, put_id: u64, holder: &str) -> bool {
+    let revoked = shard.tier.store.borrow_mut().put_revoke_by(put_id, holder);
+    if revoked {
+        let released = shard.kv_admitted.borrow_mut().remove(&put_id);
+        drop(released);
+    }
+    revoked
+}
+
+/// Revokes the puts of a batch started before one of its blocks failed, and gives back
+/// their quota.
+fn abandon(shard: &Shard, started: &[(u64, String, u64)]) {
+    {
+        let mut store = shard.tier.store.borrow_mut();
+        for (put_id, _, _) in started {
+            store.put_revoke(*put_id);
+        }
+    }
+    // Dropped after the store's borrow ends: an admission reads the store when it goes.
+    let released: Vec<_> = {
+        let mut held = shard.kv_admitted.borrow_mut();
+        started.iter().filter_map(|(id, _, _)| held.remove(id)).collect()
+    };
+    drop(released);
 }
 
 /// Publishes `holder`'s puts; a `disk` bucket's block is on NVMe before this answers.
@@ -99,20 +130,15 @@ pub async fn put_end(shard: Rc<Shard>, put_ids: Vec<u64>, holder: String) -> Vec
         .map(|id| shard.tier.store.borrow_mut().put_end_by(*id, &holder))
         .collect();
     let mut out = Vec::with_capacity(ended.len());
-    let mut buckets = std::collections::BTreeSet::new();
-    for r in ended {
+    for (id, r) in put_ids.iter().zip(ended) {
         out.push(match r {
-            Ok((bucket, key, staged)) => {
-                let r = shard.tier.publish_staged(&bucket, &key, staged).await;
-                buckets.insert(bucket);
-                r
-            }
+            Ok((bucket, key, staged)) => shard.tier.publish_staged(&bucket, &key, staged).await,
             Err(e) => Err(e),
         });
-    }
-    // The other shards see these bytes at once, not at the next periodic publication.
-    for b in buckets {
-        shard.note_usage(&b);
+        // Published (or failed): the bytes count as stored now, or never; dropping the
+        // admission republishes this shard's figure, then gives back the held bytes.
+        let admitted = shard.kv_admitted.borrow_mut().remove(id);
+        drop(admitted);
     }
     out
 }

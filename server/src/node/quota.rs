@@ -155,6 +155,11 @@ impl Admitted {
     pub fn unchecked() -> Admitted {
         Admitted { held: None }
     }
+
+    /// Whether this holds anything (a quota applied).
+    pub fn holds(&self) -> bool {
+        self.held.is_some()
+    }
 }
 
 impl Drop for Admitted {

@@ -294,6 +294,10 @@ async fn run_shard(
         tracing::info!(shard = id, report = ?report, "NVMe tier recovered");
     }
     let tier = Rc::new(TieredStore::new(store, nvme, metrics[id].clone()));
+    let sink_usage = usage.clone();
+    tier.on_usage_change(Box::new(move |bucket, bytes| {
+        sink_usage.set_shard(bucket, id, bytes)
+    }));
     let mut shard = Shard::new(
         id,
         n,
@@ -414,6 +418,19 @@ fn spawn_kv_expiry(shard: Rc<Shard>) {
             if leases + puts > 0 {
                 tracing::debug!(shard = shard.id, leases, puts, "expired KV leases and puts");
             }
+            // Quota held for puts revoked or expired since: given back (dropped once the
+            // maps' borrows end, since an admission reads the store when it goes).
+            let released: Vec<_> = {
+                let store = shard.tier.store.borrow();
+                let mut held = shard.kv_admitted.borrow_mut();
+                let gone: Vec<u64> = held
+                    .keys()
+                    .filter(|id| !store.put_pending(**id))
+                    .copied()
+                    .collect();
+                gone.iter().filter_map(|id| held.remove(id)).collect()
+            };
+            drop(released);
         }
     })
     .detach();

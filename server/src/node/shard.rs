@@ -65,6 +65,9 @@ pub struct Shard {
     pub body_budget: Arc<crate::net::budget::BodyBudget>,
     /// Every bucket's bytes over the node's shards and the cluster (node-wide, shared).
     pub usage: Arc<super::quota::BucketUsage>,
+    /// Quota admitted to two-phase KV puts of this shard, by put id, held until each ends
+    /// (or is revoked or expires: the KV expiry task drops those).
+    pub kv_admitted: std::cell::RefCell<std::collections::HashMap<u64, super::quota::Admitted>>,
     /// Lease and put ids handed out by this shard (the shard is in the top 16 bits).
     kv_seq: Cell<u64>,
     /// Serialises bucket creation and deletion on the coordinator.
@@ -100,6 +103,7 @@ impl Shard {
             transfer: None,
             peers: Arc::default(),
             usage: Arc::new(super::quota::BucketUsage::new(nshards)),
+            kv_admitted: Default::default(),
             body_budget,
             kv_seq: Cell::new(0),
             senders,
@@ -126,12 +130,6 @@ impl Shard {
         writes: &[(&str, u64)],
     ) -> Result<super::quota::Admitted, StoreError> {
         super::quota::admit(&self.usage, self.id, &self.tier, bucket, writes)
-    }
-
-    /// Republishes this shard's bytes of `bucket` for the quota checks of the other shards.
-    pub fn note_usage(&self, bucket: &str) {
-        self.usage
-            .set_shard(bucket, self.id, self.tier.bucket_bytes(bucket));
     }
 
     /// The shard that issued a lease or put id.

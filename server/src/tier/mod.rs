@@ -106,7 +106,13 @@ pub struct TieredStore {
     writing: Flights,
     /// Bytes of live `disk` records on this shard's NVMe, and their limit.
     pub durable: DurableBudget,
+    /// Told a bucket's bytes on this shard after a delete changed them (the node's quota
+    /// accounting, which this layer does not know).
+    usage_sink: RefCell<Option<UsageSink>>,
 }
+
+/// Receives `(bucket, bytes the bucket holds on this shard)`.
+pub type UsageSink = Box<dyn Fn(&str, u64)>;
 
 /// Counts a key in an in-flight map for as long as it lives. Taken before the first await of
 /// an operation, so nothing can run between deciding and marking.
@@ -172,6 +178,18 @@ impl TieredStore {
             deleting: Flights::default(),
             writing: Flights::default(),
             durable,
+            usage_sink: RefCell::new(None),
+        }
+    }
+
+    /// Sets who is told a bucket's bytes on this shard when a delete changes them.
+    pub fn on_usage_change(&self, sink: UsageSink) {
+        *self.usage_sink.borrow_mut() = Some(sink);
+    }
+
+    fn usage_changed(&self, bucket: &str) {
+        if let Some(sink) = self.usage_sink.borrow().as_ref() {
+            sink(bucket, self.bucket_bytes(bucket));
         }
     }
 
@@ -617,6 +635,7 @@ impl TieredStore {
             }
         }
         let r = self.store.borrow_mut().delete_many(&bucket, &keys);
+        self.usage_changed(&bucket);
         let Some(nvme) = self.nvme.clone() else {
             return Step::Done(r);
         };
@@ -657,6 +676,7 @@ impl TieredStore {
                 }
             }
             this.publish_gauges();
+            this.usage_changed(&bucket);
             Ok(existed)
         })
     }
