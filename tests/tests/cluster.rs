@@ -599,3 +599,65 @@ fn a_name_in_use_is_not_taken_over() {
     );
     assert!(!c.node(1).log().contains("runs under this node's name"));
 }
+
+/// A bucket's quota holds over the whole cluster: every node counts each object once whatever
+/// its replica count, from what the others publish through etcd, and refuses what does not
+/// fit through whichever node the write reaches.
+#[test]
+fn a_quota_holds_across_the_cluster() {
+    const OBJECT: usize = 100 * 1024;
+    let c = TestCluster::start(3, &[]);
+    let auth = format!("Bearer {}", TestCluster::admin_token());
+    let send = |i: usize, method: &str, path: &str, extra: &[(&str, &str)], body: &[u8]| {
+        let mut headers = vec![("authorization", auth.as_str())];
+        headers.extend_from_slice(extra);
+        c.node(i).client().send(method, path, &headers, Some(body))
+    };
+    let quota = [("x-yutu-replicas", "2"), ("x-yutu-quota", "1MiB")];
+    let r = send(0, "PUT", "/capped", &quota, b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let usage = |i: usize| -> Option<u64> {
+        let r = c.node(i).client().send("HEAD", "/capped", &[("authorization", &auth)], None);
+        assert_eq!(r.header("x-yutu-quota"), Some("1048576"), "node{i}");
+        r.header("x-yutu-usage")?.parse().ok()
+    };
+    let settles_at = |objects: u64| {
+        for i in 0..3 {
+            assert!(
+                wait_until(Duration::from_secs(15), || usage(i)
+                    == Some(objects * OBJECT as u64)),
+                "node{i} counts {:?}, expected {objects} objects",
+                usage(i)
+            );
+        }
+    };
+    let body = yutu_tests::pattern(OBJECT, 7);
+    for k in 0..5 {
+        let r = send(k % 3, "PUT", &format!("/capped/k{k}"), &[], &body);
+        assert_eq!(r.status, 200, "k{k}: {}", r.text());
+    }
+    // Two copies of each object are held; each counts once.
+    settles_at(5);
+    for k in 5..10 {
+        let r = send(k % 3, "PUT", &format!("/capped/k{k}"), &[], &body);
+        assert_eq!(r.status, 200, "k{k}: {}", r.text());
+    }
+    settles_at(10);
+    // Full: refused through every node, whichever owner coordinates the write.
+    for i in 0..3 {
+        let r = send(i, "PUT", &format!("/capped/over-{i}"), &[], &body);
+        assert_eq!(
+            (r.status, r.code().as_deref()),
+            (403, Some("QuotaExceeded")),
+            "through node{i}: {}",
+            r.text()
+        );
+        assert!(c.holders(&format!("/capped/over-{i}")).is_empty());
+    }
+    // A delete frees room cluster-wide.
+    assert_eq!(send(1, "DELETE", "/capped/k0", &[], b"").status, 204);
+    settles_at(9);
+    let r = send(2, "PUT", "/capped/again", &[], &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(c.holders("/capped/again").len(), 2);
+}
