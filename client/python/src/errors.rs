@@ -77,7 +77,7 @@ fn class_of_code(code: &str) -> &'static str {
     match code {
         "NoSuchKey" => "NotFound",
         "NoSuchBucket" => "BucketNotFound",
-        "InsufficientStorage" => "NoSpace",
+        "InsufficientStorage" | "QuotaExceeded" => "NoSpace",
         "AccessDenied"
         | "InvalidToken"
         | "ExpiredToken"

@@ -337,3 +337,27 @@ def test_the_engine_example_runs(node):
     )
     assert out.returncode == 0, out.stderr
     assert "32 of 32 blocks cached and read back byte-exact" in out.stdout
+
+
+def test_a_bucket_over_its_quota_raises_no_space(node):
+    import urllib.request
+
+    name = fresh_bucket()
+    req = urllib.request.Request(
+        f"{node.url}/{name}",
+        method="PUT",
+        headers={"Authorization": f"Bearer {node.admin_token}", "x-yutu-quota": "64KiB"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 200
+    with yutu.Store(node.url, bucket=name, token=node.admin_token) as s:
+        s.put("a", bytes(40 << 10))
+        with pytest.raises(yutu.NoSpace) as e:
+            s.put("b", bytes(40 << 10))
+        assert e.value.code == "QuotaExceeded"
+        assert "quota" in str(e.value)
+        assert not s.is_exist("b")
+        # Rewriting a key nets out what it replaces; a delete frees room.
+        s.put("a", bytes(50 << 10))
+        s.remove("a")
+        s.put("b", bytes(40 << 10))
