@@ -189,6 +189,8 @@ pub struct ShardMetrics {
     pub durable_limit: Gauge,
     pub durable_refused: Counter,
     pub durable_dropped: Counter,
+    /// Writes refused by a bucket quota.
+    pub quota_refused: Counter,
     /// KV calls refused by a per-user limit, by limit.
     pub kv_limit_leased: Counter,
     pub kv_limit_reserved: Counter,
@@ -235,6 +237,7 @@ impl Default for ShardMetrics {
             durable_limit: Gauge::default(),
             durable_refused: Counter::default(),
             durable_dropped: Counter::default(),
+            quota_refused: Counter::default(),
             kv_limit_leased: Counter::default(),
             kv_limit_reserved: Counter::default(),
             kv_limit_leases: Counter::default(),
@@ -363,7 +366,7 @@ type Reading = (
 /// The families with one series per shard (and per reading).
 fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE};
-    let table: [(&str, MetricType, &str, &[Reading]); 27] = [
+    let table: [(&str, MetricType, &str, &[Reading]); 28] = [
         (
             "yutu_tier_hits_total",
             COUNTER,
@@ -426,6 +429,12 @@ fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
             COUNTER,
             "Durable writes refused because the NVMe tier could not keep them (507).",
             &[(None, |m| m.durable_refused.get())],
+        ),
+        (
+            "yutu_quota_refused_total",
+            COUNTER,
+            "Writes refused because they would take a bucket past its quota (403).",
+            &[(None, |m| m.quota_refused.get())],
         ),
         (
             "yutu_kv_user_limit_refused_total",

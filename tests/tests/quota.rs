@@ -71,6 +71,7 @@ fn writes_past_the_quota_are_refused_and_deletes_free_room() {
     assert!(refused(&r), "{} {}", r.status, r.text());
     assert!(r.text().contains("quota"), "{}", r.text());
     assert_eq!(c.get("/quo/k10").status, 404, "a refused write stores nothing");
+    assert_eq!(server.metric_sum("yutu_quota_refused_total"), 1.0);
     // Rewriting a key nets out what it replaces: the bucket is full, and this still fits.
     let r = c.put("/quo/k3", &pattern(100 * KIB, 2));
     assert_eq!(r.status, 200, "{}", r.text());

@@ -129,7 +129,12 @@ impl Shard {
         bucket: &str,
         writes: &[(&str, u64)],
     ) -> Result<super::quota::Admitted, StoreError> {
-        super::quota::admit(&self.usage, self.id, &self.tier, bucket, writes)
+        let admitted = super::quota::admit(&self.usage, self.id, &self.tier, bucket, writes);
+        if let Err(e) = &admitted {
+            self.metrics.quota_refused.inc();
+            tracing::debug!(error = %e, "write refused by the bucket quota");
+        }
+        admitted
     }
 
     /// The shard that issued a lease or put id.
