@@ -1,13 +1,13 @@
 //! What crosses the cluster's wires: etcd's range answers and the view built from them, the
-//! membership document clients route by (and placement over it), the admin API's requests,
-//! and a replica's metadata header. None of it may panic, whatever the bytes.
+//! membership document clients route by (and placement over it), the nodes' usage records,
+//! the admin API's requests, and a replica's metadata header. None of it may panic, whatever the bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use yutu_api::admin::{
     DrainRequest, EvictRequest, LocalListEntry, LocalListRequest, PinRequest, ReplicateRequest,
 };
-use yutu_api::cluster::{owners, BucketConfig, Member, Membership};
+use yutu_api::cluster::{owners, BucketConfig, Member, Membership, NodeUsage};
 use yutu_server::cluster::{agent, etcd, replica};
 
 fuzz_target!(|data: &[u8]| {
@@ -16,6 +16,7 @@ fuzz_target!(|data: &[u8]| {
             let view = agent::build_view("/yutu/c/", revision, kvs);
             for b in view.buckets.keys() {
                 let _ = view.owners(b, "key");
+                let _ = view.held_elsewhere("n1", b);
             }
         }
     }
@@ -30,6 +31,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = serde_json::from_slice::<Member>(data);
     let _ = serde_json::from_slice::<BucketConfig>(data);
+    let _ = serde_json::from_slice::<NodeUsage>(data);
     let _ = serde_json::from_slice::<EvictRequest>(data);
     let _ = serde_json::from_slice::<PinRequest>(data);
     let _ = serde_json::from_slice::<ReplicateRequest>(data);
