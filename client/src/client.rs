@@ -25,7 +25,6 @@ use crate::sigv4::{Credentials, Signer};
 use crate::upload::ExactLength;
 use crate::xml;
 
-
 /// The largest XML document we read into memory (a listing page of 1000 maximal keys is
 /// about 1.5 MB); a bigger one means a broken or hostile server.
 const XML_LIMIT: u64 = 64 * 1024 * 1024;

@@ -617,7 +617,10 @@ fn a_quota_holds_across_the_cluster() {
     let r = send(0, "PUT", "/capped", &quota, b"");
     assert_eq!(r.status, 200, "{}", r.text());
     let usage = |i: usize| -> Option<u64> {
-        let r = c.node(i).client().send("HEAD", "/capped", &[("authorization", &auth)], None);
+        let r = c
+            .node(i)
+            .client()
+            .send("HEAD", "/capped", &[("authorization", &auth)], None);
         assert_eq!(r.header("x-yutu-quota"), Some("1048576"), "node{i}");
         r.header("x-yutu-usage")?.parse().ok()
     };

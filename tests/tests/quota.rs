@@ -70,7 +70,11 @@ fn writes_past_the_quota_are_refused_and_deletes_free_room() {
     let r = c.put("/quo/k10", &body);
     assert!(refused(&r), "{} {}", r.status, r.text());
     assert!(r.text().contains("quota"), "{}", r.text());
-    assert_eq!(c.get("/quo/k10").status, 404, "a refused write stores nothing");
+    assert_eq!(
+        c.get("/quo/k10").status,
+        404,
+        "a refused write stores nothing"
+    );
     assert_eq!(server.metric_sum("yutu_quota_refused_total"), 1.0);
     // Rewriting a key nets out what it replaces: the bucket is full, and this still fits.
     let r = c.put("/quo/k3", &pattern(100 * KIB, 2));
@@ -78,7 +82,12 @@ fn writes_past_the_quota_are_refused_and_deletes_free_room() {
     assert_eq!(c.get("/quo/k3").body, pattern(100 * KIB, 2));
     // A copy into the bucket is a write like any other.
     assert_eq!(c.put("/free/src", &body).status, 200);
-    let r = c.send("PUT", "/quo/copied", &[("x-amz-copy-source", "/free/src")], None);
+    let r = c.send(
+        "PUT",
+        "/quo/copied",
+        &[("x-amz-copy-source", "/free/src")],
+        None,
+    );
     assert!(refused(&r), "{} {}", r.status, r.text());
     // Other buckets are not limited by it.
     assert_eq!(c.put("/free/big", &pattern(2 * MIB, 3)).status, 200);
@@ -87,12 +96,22 @@ fn writes_past_the_quota_are_refused_and_deletes_free_room() {
     assert_eq!(c.delete("/quo/k0").status, 204);
     assert_eq!(usage(&c, "quo"), 9 * 100 * KIB as u64);
     assert_eq!(c.put("/quo/k10", &body).status, 200);
-    let r = c.send("PUT", "/quo/copied", &[("x-amz-copy-source", "/free/src")], None);
+    let r = c.send(
+        "PUT",
+        "/quo/copied",
+        &[("x-amz-copy-source", "/free/src")],
+        None,
+    );
     assert!(refused(&r), "still full: {} {}", r.status, r.text());
     for k in ["k1", "k2"] {
         assert_eq!(c.delete(&format!("/quo/{k}")).status, 204);
     }
-    let r = c.send("PUT", "/quo/copied", &[("x-amz-copy-source", "/free/src")], None);
+    let r = c.send(
+        "PUT",
+        "/quo/copied",
+        &[("x-amz-copy-source", "/free/src")],
+        None,
+    );
     assert_eq!(r.status, 200, "{}", r.text());
     // Every acknowledged object reads back whole.
     for i in (3..=10).filter(|i| *i != 3) {
@@ -195,7 +214,8 @@ fn usage_counts_both_tiers_once_and_survives_a_restart() {
     let c = server.client();
     assert_eq!(c.head("/disk").header("x-yutu-quota"), Some("4194304"));
     assert!(
-        wait_until(Duration::from_secs(10), || usage(&c, "disk") == 3 * MIB as u64),
+        wait_until(Duration::from_secs(10), || usage(&c, "disk")
+            == 3 * MIB as u64),
         "usage after restart: {}",
         usage(&c, "disk")
     );
@@ -225,7 +245,10 @@ fn objects_evicted_from_a_cache_bucket_free_its_quota() {
     assert_eq!(written, 6);
     c.mb("other");
     for i in 0..8 {
-        assert_eq!(c.put(&format!("/other/k{i}"), &pattern(MIB, 50 + i)).status, 200);
+        assert_eq!(
+            c.put(&format!("/other/k{i}"), &pattern(MIB, 50 + i)).status,
+            200
+        );
     }
     assert!(server.metric_sum("yutu_evictions_total") >= 1.0);
     assert!(
@@ -321,15 +344,27 @@ fn the_cli_sets_and_shows_a_quota() {
             .expect("run yutu")
     };
     let out = yutu(&["mb", "cliq", "--quota", "2KiB"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), pattern(1500, 1)).unwrap();
     let path = file.path().to_str().unwrap();
     let out = yutu(&["put", path, "cliq/a"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = yutu(&["stat", "cliq"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains("Quota:         2048 (2.0KiB)"), "{text}");
     assert!(text.contains("Usage:         1500"), "{text}");
     let out = yutu(&["put", path, "cliq/b"]);

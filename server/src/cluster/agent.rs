@@ -182,7 +182,9 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
                     }
                     for (bucket, config) in &view.buckets {
                         let elsewhere = view.held_elsewhere(&cluster.node, bucket);
-                        shard.usage.set_elsewhere(bucket, elsewhere, config.replicas);
+                        shard
+                            .usage
+                            .set_elsewhere(bucket, elsewhere, config.replicas);
                     }
                     cluster.set_view(view);
                 }

@@ -52,7 +52,15 @@ pub async fn create(
         });
     }
     cluster.mark_mirrored(name);
-    match buckets::create(shard, name.to_string(), owner.to_string(), durability, quota).await {
+    match buckets::create(
+        shard,
+        name.to_string(),
+        owner.to_string(),
+        durability,
+        quota,
+    )
+    .await
+    {
         Ok(()) | Err(BucketError::AlreadyOwned) => {}
         Err(e) => return Err(e.into()),
     }

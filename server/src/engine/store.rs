@@ -399,11 +399,7 @@ impl ShardStore {
     }
 
     pub fn buckets(&self) -> Vec<BucketInfo> {
-        let mut out: Vec<BucketInfo> = self
-            .buckets
-            .iter()
-            .map(|(name, b)| b.info(name))
-            .collect();
+        let mut out: Vec<BucketInfo> = self.buckets.iter().map(|(name, b)| b.info(name)).collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
     }

@@ -6,11 +6,11 @@ use http::{header, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use yutu_api::bucket::{DURABILITY_HEADER, QUOTA_HEADER, USAGE_HEADER};
 use yutu_api::xml::{
     to_xml, BucketEntry, Buckets, CommonPrefix, ListAllMyBucketsResult, ListBucketResult,
     ListVersionsResult, ObjectEntry, Owner, VersionEntry, S3_NS,
 };
-use yutu_api::bucket::{DURABILITY_HEADER, QUOTA_HEADER, USAGE_HEADER};
 use yutu_api::{parse_size, validate_bucket_name, S3ErrorCode};
 
 use super::ctx::Ctx;
@@ -89,11 +89,16 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
     };
     let quota = match ctx.header(QUOTA_HEADER) {
         None => None,
-        Some(q) => Some(parse_size(q.trim()).ok().filter(|q| *q > 0).ok_or_else(|| {
-            S3Error::new(S3ErrorCode::InvalidArgument).msg(format!(
-                "{QUOTA_HEADER} must be a size above zero, such as 10GiB or 1048576."
-            ))
-        })?),
+        Some(q) => Some(
+            parse_size(q.trim())
+                .ok()
+                .filter(|q| *q > 0)
+                .ok_or_else(|| {
+                    S3Error::new(S3ErrorCode::InvalidArgument).msg(format!(
+                        "{QUOTA_HEADER} must be a size above zero, such as 10GiB or 1048576."
+                    ))
+                })?,
+        ),
     };
     let name = bucket.to_string();
     let owner = ctx.identity().name().to_string();

@@ -295,9 +295,7 @@ pub(super) async fn revoke_all(ctx: &Ctx, put_ids: &[u64]) {
         let holder = ctx.holder();
         let _ = ctx
             .shard
-            .run(shard, move |s| {
-                ops::put_revoke(&s, put_id, &holder)
-            })
+            .run(shard, move |s| ops::put_revoke(s, put_id, &holder))
             .await;
     }
 }
@@ -352,9 +350,7 @@ async fn revoke(ctx: &Ctx, req: PutIdsRequest) -> Result<Resp, S3Error> {
         let holder = ctx.holder();
         revoked.push(
             ctx.shard
-                .run(shard, move |s| {
-                    ops::put_revoke(&s, id, &holder)
-                })
+                .run(shard, move |s| ops::put_revoke(s, id, &holder))
                 .await?,
         );
     }

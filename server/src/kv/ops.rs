@@ -118,7 +118,10 @@ fn abandon(shard: &Shard, started: &[(u64, String, u64)]) {
     // Dropped after the store's borrow ends: an admission reads the store when it goes.
     let released: Vec<_> = {
         let mut held = shard.kv_admitted.borrow_mut();
-        started.iter().filter_map(|(id, _, _)| held.remove(id)).collect()
+        started
+            .iter()
+            .filter_map(|(id, _, _)| held.remove(id))
+            .collect()
     };
     drop(released);
 }
