@@ -180,11 +180,13 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
                             view.members.iter().map(|m| m.name.as_str()).collect();
                         tracing::info!(members = ?names, revision = view.revision, "membership changed");
                     }
+                    // With fewer members than a bucket's replica count, each object has
+                    // only as many copies as there are members.
+                    let most = u32::try_from(view.members.len().max(1)).unwrap_or(u32::MAX);
                     for (bucket, config) in &view.buckets {
                         let elsewhere = view.held_elsewhere(&cluster.node, bucket);
-                        shard
-                            .usage
-                            .set_elsewhere(bucket, elsewhere, config.replicas);
+                        let copies = config.replicas.min(most);
+                        shard.usage.set_elsewhere(bucket, elsewhere, copies);
                     }
                     cluster.set_view(view);
                 }
