@@ -113,6 +113,9 @@ pub struct BucketConfig {
     /// `None`: no quota. Configurations written before quotas existed have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<u64>,
+    /// Grants beyond the owner's (PutBucketAcl changes it, the one setting that can change).
+    #[serde(default, skip_serializing_if = "crate::acl::Acl::is_empty")]
+    pub acl: crate::acl::Acl,
 }
 
 /// etcd key under which a node publishes the bytes it holds per bucket ([`NodeUsage`]),

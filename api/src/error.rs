@@ -58,6 +58,10 @@ pub enum S3ErrorCode {
     /// A write would take a bucket past its quota (`x-yutu-quota`): 403, as Ceph RGW
     /// answers. Not an AWS code (S3 has no bucket quotas).
     QuotaExceeded,
+    /// An ACL document or grant that cannot be read: 400.
+    MalformedACLError,
+    /// PutBucketAcl/PutObjectAcl with neither an ACL header nor a document: 400.
+    MissingSecurityHeader,
 }
 
 impl S3ErrorCode {
@@ -103,6 +107,8 @@ impl S3ErrorCode {
             InsufficientStorage => "InsufficientStorage",
             TooManyRequests => "TooManyRequests",
             QuotaExceeded => "QuotaExceeded",
+            MalformedACLError => "MalformedACLError",
+            MissingSecurityHeader => "MissingSecurityHeader",
             PreconditionFailed => "PreconditionFailed",
             RequestHeaderSectionTooLarge => "RequestHeaderSectionTooLarge",
             ServiceUnavailable => "ServiceUnavailable",
@@ -130,6 +136,7 @@ impl S3ErrorCode {
             XAmzContentSHA256Mismatch => 400,
             InvalidObjectState => 403,
             QuotaExceeded => 403,
+            MalformedACLError | MissingSecurityHeader => 400,
             AccessDenied => 403,
             BucketAlreadyExists
             | BucketAlreadyOwnedByYou
@@ -213,6 +220,8 @@ impl S3ErrorCode {
             InsufficientStorage => "There is not enough storage space to keep the object durably.",
             TooManyRequests => "A per-user limit is reached; release what you hold and retry.",
             QuotaExceeded => "The bucket's quota does not leave room for this write.",
+            MalformedACLError => "The XML you provided was not well-formed or did not validate against our published schema.",
+            MissingSecurityHeader => "Your request was missing a required header.",
         }
     }
 }

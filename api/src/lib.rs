@@ -8,6 +8,7 @@
 //! (`route`), and bearer tokens (`token`: claims, scopes, signing and verifying).
 //! Both the server and the clients depend on it, so a rule written here holds on both ends.
 
+pub mod acl;
 pub mod admin;
 pub mod block_hash;
 pub mod bucket;
@@ -24,6 +25,7 @@ pub mod sigv4;
 pub mod size;
 pub mod token;
 pub mod xml;
+pub mod xml_attributes;
 
 pub use bucket::{validate_bucket_name, BucketNameError};
 pub use error::S3ErrorCode;

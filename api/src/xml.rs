@@ -34,7 +34,7 @@ pub struct ErrorDoc<'a> {
     pub request_id: &'a str,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Owner {
     #[serde(rename = "ID")]
@@ -75,6 +75,9 @@ pub struct ObjectEntry {
     #[serde(rename = "ETag")]
     pub etag: String,
     pub size: u64,
+    /// ListObjects (v1) always, ListObjectsV2 with `fetch-owner=true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Owner>,
     pub storage_class: &'static str,
 }
 
@@ -152,6 +155,7 @@ mod tests {
                 last_modified: "2026-01-01T00:00:00.000Z".into(),
                 etag: "\"x\"".into(),
                 size: 3,
+                owner: None,
                 storage_class: "STANDARD",
             }],
             common_prefixes: vec![CommonPrefix {

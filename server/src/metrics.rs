@@ -72,6 +72,11 @@ pub enum Op {
     AbortMultipartUpload,
     ListParts,
     ListMultipartUploads,
+    GetObjectAttributes,
+    GetBucketAcl,
+    PutBucketAcl,
+    GetObjectAcl,
+    PutObjectAcl,
     Admin,
     Kv,
     Ops,
@@ -79,7 +84,7 @@ pub enum Op {
 }
 
 impl Op {
-    pub const ALL: [Op; 24] = [
+    pub const ALL: [Op; 29] = [
         Op::ListBuckets,
         Op::CreateBucket,
         Op::DeleteBucket,
@@ -100,6 +105,11 @@ impl Op {
         Op::AbortMultipartUpload,
         Op::ListParts,
         Op::ListMultipartUploads,
+        Op::GetObjectAttributes,
+        Op::GetBucketAcl,
+        Op::PutBucketAcl,
+        Op::GetObjectAcl,
+        Op::PutObjectAcl,
         Op::Admin,
         Op::Kv,
         Op::Ops,
@@ -128,6 +138,11 @@ impl Op {
             Op::AbortMultipartUpload => "AbortMultipartUpload",
             Op::ListParts => "ListParts",
             Op::ListMultipartUploads => "ListMultipartUploads",
+            Op::GetObjectAttributes => "GetObjectAttributes",
+            Op::GetBucketAcl => "GetBucketAcl",
+            Op::PutBucketAcl => "PutBucketAcl",
+            Op::GetObjectAcl => "GetObjectAcl",
+            Op::PutObjectAcl => "PutObjectAcl",
             Op::Admin => "Admin",
             Op::Kv => "Kv",
             Op::Ops => "Ops",

@@ -101,7 +101,7 @@ fn location_and_unsupported_subresources() {
     assert_eq!(r.status, 200);
     assert!(r.text().contains("LocationConstraint"), "{}", r.text());
     for q in [
-        "/loc?acl",
+        "/loc?cors",
         "/loc?versioning",
         "/loc?policy",
         "/loc/k?tagging",

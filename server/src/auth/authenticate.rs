@@ -197,9 +197,10 @@ pub fn authenticate(
             return Err(denied(S3ErrorCode::AccessDenied, "Request has expired"));
         }
         if signed_at > now + MAX_SKEW {
+            // S3 answers a presigned URL that is not valid yet like an expired one.
             return Err(denied(
-                S3ErrorCode::RequestTimeTooSkewed,
-                "The request was signed in the future.",
+                S3ErrorCode::AccessDenied,
+                "Request is not valid yet",
             ));
         }
         let signed: Vec<String> = get("X-Amz-SignedHeaders")
@@ -217,10 +218,12 @@ pub fn authenticate(
             UNSIGNED_PAYLOAD.to_string(),
         )
     } else {
-        return Err(denied(
-            S3ErrorCode::AccessDenied,
-            "Anonymous access is not allowed; sign the request with SigV4.",
-        ));
+        // No credentials: an anonymous caller, allowed only what ACLs grant everyone.
+        return Ok(RequestAuth {
+            identity: Identity::Anonymous,
+            payload,
+            signer: None,
+        });
     };
 
     let user = user_by_key(settings, &cred.access_key)?;
@@ -575,9 +578,12 @@ mod tests {
             now - MAX_SKEW / 2,
         );
         assert!(check(&req).is_ok());
-        // No signature at all.
+        // No signature at all: an anonymous caller (what it may do is the ACLs' call).
         let anonymous = (m, u, HeaderMap::new());
-        assert_eq!(check(&anonymous).err(), Some(S3ErrorCode::AccessDenied));
+        assert!(matches!(
+            check(&anonymous).map(|a| a.identity),
+            Ok(Identity::Anonymous)
+        ));
     }
 
     #[test]
@@ -662,10 +668,7 @@ mod tests {
         let expired = presigned("/b/k", now - Duration::from_secs(120), 60, SECRET);
         assert_eq!(check(&expired).err(), Some(S3ErrorCode::AccessDenied));
         let future = presigned("/b/k", now + 2 * MAX_SKEW, 60, SECRET);
-        assert_eq!(
-            check(&future).err(),
-            Some(S3ErrorCode::RequestTimeTooSkewed)
-        );
+        assert_eq!(check(&future).err(), Some(S3ErrorCode::AccessDenied));
         let too_long = presigned("/b/k", now, MAX_PRESIGN + 1, SECRET);
         assert_eq!(
             check(&too_long).err(),

@@ -14,7 +14,9 @@ pub mod sigv2;
 pub mod sigv4;
 pub mod tokens;
 
-pub use policy::{authorize, can_see, Action, Identity};
+pub use policy::{
+    authorize, authorize_object, authorize_with_acl, can_see, object_allows, Action, Gate, Identity,
+};
 
 use yutu_api::S3ErrorCode;
 

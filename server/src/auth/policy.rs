@@ -10,9 +10,17 @@
 //! - A **token** owns nothing: it may do exactly what its scopes say, per bucket name or
 //!   prefix (`r`ead, `w`rite, `d`elete, `l`ist), or everything with `admin`. Creating a bucket
 //!   needs `w` on its name, deleting it `d`.
+//! - An **anonymous** request (no credentials, on a node with authentication on) may do only
+//!   what an ACL grants `AllUsers`.
+//! - **ACLs** add to all of the above, never take away: a bucket's grants (`READ`: list,
+//!   `WRITE`: write and delete objects, `READ_ACP`/`WRITE_ACP`: its ACL) to a user by name,
+//!   to `AuthenticatedUsers` (any user or token) or to `AllUsers` (anonymous too). An
+//!   object's grants decide reading it and its ACL when nothing at the bucket level does
+//!   ([`Gate::Object`]): those are checked where the object is, once its metadata is read.
 
 use std::sync::Arc;
 
+use yutu_api::acl::{Acl, Permission, Principal};
 use yutu_api::token::{Access, Claims};
 use yutu_api::S3ErrorCode;
 
@@ -26,15 +34,27 @@ pub enum Identity {
     Open,
     User(Arc<User>),
     Token(Arc<Claims>),
+    /// No credentials, with authentication on: only what ACLs grant `AllUsers`.
+    Anonymous,
 }
 
 impl Identity {
     /// The name recorded as a new bucket's owner and as the holder of leases and puts.
     pub fn name(&self) -> &str {
         match self {
-            Identity::Open => "",
+            Identity::Open | Identity::Anonymous => "",
             Identity::User(u) => &u.name,
             Identity::Token(c) => &c.sub,
+        }
+    }
+
+    /// The caller as ACL grants see it: a user by name; a token only as an authenticated
+    /// caller (it owns nothing, whatever its subject is called).
+    pub fn principal(&self) -> Principal<'_> {
+        match self {
+            Identity::Anonymous => Principal::Anonymous,
+            Identity::User(u) => Principal::User(&u.name),
+            Identity::Open | Identity::Token(_) => Principal::Authenticated,
         }
     }
 
@@ -44,6 +64,7 @@ impl Identity {
             Identity::Open => true,
             Identity::User(u) => u.admin,
             Identity::Token(c) => c.admin,
+            Identity::Anonymous => false,
         }
     }
 }
@@ -62,6 +83,10 @@ pub enum Action {
     Write,
     /// Delete objects or blocks.
     Delete,
+    /// Read a bucket's or an object's ACL.
+    ReadAcl,
+    /// Change a bucket's or an object's ACL.
+    WriteAcl,
 }
 
 impl Action {
@@ -76,10 +101,52 @@ impl Action {
             Action::ListBuckets => None,
             Action::Read => one(|a| a.read = true),
             Action::List => one(|a| a.list = true),
-            Action::Write | Action::CreateBucket => one(|a| a.write = true),
+            Action::Write | Action::CreateBucket | Action::WriteAcl => one(|a| a.write = true),
             Action::Delete | Action::DeleteBucket => one(|a| a.delete = true),
+            Action::ReadAcl => one(|a| a.read = true),
         }
     }
+
+    /// The bucket ACL permission that allows it (`None`: no grant can).
+    fn bucket_permission(self) -> Option<Permission> {
+        match self {
+            Action::List => Some(Permission::Read),
+            Action::Write | Action::Delete => Some(Permission::Write),
+            Action::ReadAcl => Some(Permission::ReadAcp),
+            Action::WriteAcl => Some(Permission::WriteAcp),
+            Action::Read | Action::ListBuckets | Action::CreateBucket | Action::DeleteBucket => {
+                None
+            }
+        }
+    }
+
+    /// The object ACL permission that allows it on an object (`None`: decided at the bucket).
+    fn object_permission(self) -> Option<Permission> {
+        match self {
+            Action::Read => Some(Permission::Read),
+            Action::ReadAcl => Some(Permission::ReadAcp),
+            Action::WriteAcl => Some(Permission::WriteAcp),
+            _ => None,
+        }
+    }
+}
+
+/// The outcome of a check on an object operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Allowed at the bucket level.
+    Open,
+    /// Allowed only if the object's owner is the caller or its ACL grants this permission:
+    /// check with [`object_allows`] once the object's metadata is read, and answer
+    /// AccessDenied (never NoSuchKey) when it does not.
+    Object(Permission),
+}
+
+/// Whether the object (written by `object_owner`, with grants `acl`) lets `who` have
+/// `wanted`, for a [`Gate::Object`].
+pub fn object_allows(who: &Identity, object_owner: &str, acl: &Acl, wanted: Permission) -> bool {
+    let p = who.principal();
+    matches!(p, Principal::User(n) if !n.is_empty() && n == object_owner) || acl.allows(p, wanted)
 }
 
 /// Whether a grant list names `bucket`: exactly, or as a prefix ending in `*` (`*` alone is
@@ -95,6 +162,7 @@ fn granted(list: &[String], bucket: &str) -> bool {
 pub fn can_see(who: &Identity, bucket: &str, owner: &str) -> bool {
     match who {
         Identity::Open => true,
+        Identity::Anonymous => false,
         Identity::User(u) => {
             u.admin || u.name == owner || granted(&u.read, bucket) || granted(&u.write, bucket)
         }
@@ -111,8 +179,58 @@ pub fn authorize(
     bucket: Option<&str>,
     owner: Option<&str>,
 ) -> Result<(), AuthError> {
-    let allowed = match who {
+    authorize_with_acl(who, action, bucket, owner, None)
+}
+
+/// [`authorize`], with the bucket's ACL (`None`: none is known, or the bucket does not
+/// exist).
+pub fn authorize_with_acl(
+    who: &Identity,
+    action: Action,
+    bucket: Option<&str>,
+    owner: Option<&str>,
+    acl: Option<&Acl>,
+) -> Result<(), AuthError> {
+    if allowed(who, action, bucket, owner)
+        || acl
+            .zip(action.bucket_permission())
+            .is_some_and(|(acl, p)| acl.allows(who.principal(), p))
+    {
+        Ok(())
+    } else {
+        Err(AuthError::new(S3ErrorCode::AccessDenied))
+    }
+}
+
+/// The check for an operation on an object: [`Gate::Open`] when the bucket level allows it,
+/// [`Gate::Object`] when only the object's ACL can (reads and ACL operations of an existing
+/// bucket), AccessDenied otherwise.
+pub fn authorize_object(
+    who: &Identity,
+    action: Action,
+    bucket: &str,
+    owner: Option<&str>,
+    acl: Option<&Acl>,
+) -> Result<Gate, AuthError> {
+    match authorize_with_acl(who, action, Some(bucket), owner, acl) {
+        Ok(()) => Ok(Gate::Open),
+        Err(e) => match (owner, action.object_permission()) {
+            (Some(_), Some(p)) => Ok(Gate::Object(p)),
+            _ => Err(e),
+        },
+    }
+}
+
+/// Users' ownership and grants, tokens' scopes: everything but ACLs.
+fn allowed(who: &Identity, action: Action, bucket: Option<&str>, owner: Option<&str>) -> bool {
+    match who {
         Identity::Open => true,
+        // A bucket that does not exist is reported as such by the operation.
+        Identity::Anonymous => {
+            bucket.is_some() && owner.is_none() && action != Action::CreateBucket
+        }
+        // Changing an ACL can open a bucket to everyone: no scope letter covers it.
+        Identity::Token(claims) if action == Action::WriteAcl => claims.admin,
         Identity::Token(claims) => match (action.needs(), bucket) {
             (None, _) => true,
             (Some(need), Some(bucket)) => claims.access(bucket).covers(need),
@@ -138,11 +256,6 @@ pub fn authorize(
                 }
             }
         }
-    };
-    if allowed {
-        Ok(())
-    } else {
-        Err(AuthError::new(S3ErrorCode::AccessDenied))
     }
 }
 

@@ -10,6 +10,7 @@ use super::etcd::{Etcd, EtcdError};
 use super::Cluster;
 use crate::model::Durability;
 use crate::node::{buckets, BucketError, Shard};
+use yutu_api::acl::Acl;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterBucketError {
@@ -21,23 +22,16 @@ pub enum ClusterBucketError {
 
 /// Creates a bucket cluster-wide: in etcd first (the one transaction that decides who wins
 /// the name), then on this node; the other nodes create it when they read it (or on first
-/// use, [`ensure`]).
+/// use, [`ensure`]). `config` is the bucket's settings (its creation time is set here).
 pub async fn create(
     shard: &Rc<Shard>,
     cluster: &Cluster,
     name: &str,
-    owner: &str,
-    durability: Durability,
-    replicas: u32,
-    quota: Option<u64>,
+    mut config: BucketConfig,
 ) -> Result<(), ClusterBucketError> {
-    let config = BucketConfig {
-        owner: owner.to_string(),
-        durability: durability.as_str().to_string(),
-        replicas,
-        created_ms: yutu_api::token::unix_now() * 1000,
-        quota,
-    };
+    config.created_ms = yutu_api::token::unix_now() * 1000;
+    let owner = config.owner.clone();
+    let durability = Durability::parse(&config.durability).unwrap_or_default();
     let key = bucket_key(&cluster.settings.name, name);
     let mut etcd = Etcd::new(&cluster.settings.etcd);
     let value = serde_json::to_vec(&config).unwrap_or_default();
@@ -57,13 +51,49 @@ pub async fn create(
         name.to_string(),
         owner.to_string(),
         durability,
-        quota,
+        config.quota,
+        config.acl.clone(),
     )
     .await
     {
         Ok(()) | Err(BucketError::AlreadyOwned) => {}
         Err(e) => return Err(e.into()),
     }
+    cluster.learn_bucket(name, config);
+    Ok(())
+}
+
+/// Replaces a bucket's ACL cluster-wide: in its etcd record (compare-and-swap, so a
+/// concurrent change or delete is never overwritten), then here; the others apply it when
+/// they read it.
+pub async fn set_acl(
+    shard: &Rc<Shard>,
+    cluster: &Cluster,
+    name: &str,
+    acl: Acl,
+) -> Result<(), ClusterBucketError> {
+    let key = bucket_key(&cluster.settings.name, name);
+    let mut etcd = Etcd::new(&cluster.settings.etcd);
+    let mut config = None;
+    for _ in 0..8 {
+        let Some(raw) = etcd.get(&key).await? else {
+            return Err(BucketError::NoSuchBucket.into());
+        };
+        let Ok(mut c) = serde_json::from_slice::<BucketConfig>(&raw) else {
+            let e = BucketError::Catalog("the bucket's etcd record cannot be read".into());
+            return Err(e.into());
+        };
+        c.acl = acl.clone();
+        let new = serde_json::to_vec(&c).unwrap_or_default();
+        if etcd.replace(&key, &raw, &new).await? {
+            config = Some(c);
+            break;
+        }
+    }
+    let Some(config) = config else {
+        return Err(BucketError::Conflict.into());
+    };
+    buckets::set_acl(shard, name.to_string(), acl).await?;
     cluster.learn_bucket(name, config);
     Ok(())
 }
@@ -113,6 +143,7 @@ async fn create_local(shard: &Rc<Shard>, cluster: &Cluster, name: &str, config: 
         config.owner.clone(),
         durability,
         config.quota,
+        config.acl.clone(),
     );
     match created.await {
         Ok(()) => tracing::info!(bucket = %name, "bucket created (cluster)"),
@@ -126,10 +157,24 @@ async fn create_local(shard: &Rc<Shard>, cluster: &Cluster, name: &str, config: 
 /// from before it joined stay).
 pub async fn apply(shard: &Rc<Shard>, cluster: &Cluster, now: &BTreeMap<String, BucketConfig>) {
     for (name, config) in now {
-        if !shard.tier.store.borrow().bucket_known(name) {
-            create_local(shard, cluster, name, config).await;
-        } else {
-            cluster.mark_mirrored(name);
+        let local_acl = shard
+            .tier
+            .store
+            .borrow()
+            .bucket_access(name)
+            .map(|(_, _, acl)| acl.clone());
+        match local_acl {
+            None => create_local(shard, cluster, name, config).await,
+            Some(acl) => {
+                cluster.mark_mirrored(name);
+                if acl != config.acl {
+                    // Changed through another node (PutBucketAcl).
+                    if let Err(e) = buckets::set_acl(shard, name.clone(), config.acl.clone()).await
+                    {
+                        tracing::warn!(bucket = %name, error = %e, "cannot apply a bucket's new ACL");
+                    }
+                }
+            }
         }
     }
     for name in cluster.take_vanished(now) {

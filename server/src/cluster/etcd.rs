@@ -231,6 +231,22 @@ impl Etcd {
         Ok(v.get("succeeded").and_then(Value::as_bool).unwrap_or(false))
     }
 
+    /// Replaces `key`'s value only if it is still `old` (one transaction); whether it was
+    /// written. A key deleted meanwhile is not written again.
+    pub async fn replace(&mut self, key: &str, old: &[u8], new: &[u8]) -> Result<bool, EtcdError> {
+        let k = b64(key.as_bytes());
+        let v = self
+            .call(
+                "/v3/kv/txn",
+                json!({
+                    "compare": [{ "key": k, "target": "VALUE", "value": b64(old) }],
+                    "success": [{ "request_put": { "key": k, "value": b64(new) } }],
+                }),
+            )
+            .await?;
+        Ok(v.get("succeeded").and_then(Value::as_bool).unwrap_or(false))
+    }
+
     /// Writes `key` attached to `lease` only if it does not exist (one transaction); whether
     /// it was written.
     pub async fn create_leased(

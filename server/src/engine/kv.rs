@@ -592,6 +592,8 @@ mod tests {
             user_meta: vec![],
             checksum: None,
             parts: None,
+            owner: String::new(),
+            acl: Default::default(),
         }
     }
 

@@ -91,6 +91,8 @@ pub(crate) struct BucketPart {
     /// Most bytes of objects the bucket may hold (node- or cluster-wide); checked on the
     /// way in by the node (`node::quota`), never here.
     quota: Option<u64>,
+    /// The bucket's grants beyond its owner's (`x-amz-acl`, PutBucketAcl).
+    acl: yutu_api::acl::Acl,
     /// Bytes of the bucket's objects that only DRAM holds: entries not also on NVMe, and
     /// evicted ones waiting for demotion. With the NVMe tier's count of the bucket's
     /// records, the bytes the bucket holds on this shard, each object counted once.
@@ -106,6 +108,7 @@ impl BucketPart {
             durability: self.durability,
             incarnation: self.incarnation,
             quota: self.quota,
+            acl: self.acl.clone(),
         }
     }
 }
@@ -348,8 +351,24 @@ impl ShardStore {
                 closing: false,
                 objects: BTreeMap::new(),
                 quota: None,
+                acl: Default::default(),
                 held: 0,
             });
+    }
+
+    /// Replaces a bucket's ACL.
+    pub fn set_bucket_acl(&mut self, name: &str, acl: yutu_api::acl::Acl) {
+        if let Some(b) = self.buckets.get_mut(name) {
+            b.acl = acl;
+        }
+    }
+
+    /// What the permission check needs of a bucket: its owner, incarnation and ACL; `None`
+    /// when it does not exist.
+    pub fn bucket_access(&self, name: &str) -> Option<(&str, u64, &yutu_api::acl::Acl)> {
+        self.buckets
+            .get(name)
+            .map(|b| (b.owner.as_str(), b.incarnation, &b.acl))
     }
 
     /// Sets a bucket's quota (fixed at its creation; given again when it is restored).
@@ -945,6 +964,8 @@ mod tests {
             user_meta: vec![],
             checksum: None,
             parts: None,
+            owner: String::new(),
+            acl: Default::default(),
         }
     }
 

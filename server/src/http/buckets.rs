@@ -25,11 +25,26 @@ use crate::node::buckets;
 /// Most keys one listing page returns, and the default (S3's).
 pub const MAX_KEYS: usize = 1000;
 
-fn owner() -> Owner {
+/// An owner as listings show it: a user or token subject by name (S3's canonical id), or
+/// `yutu` for what an open node (`--no-auth`) holds.
+pub fn owner(name: &str) -> Owner {
+    let name = if name.is_empty() { "yutu" } else { name };
     Owner {
-        id: "yutu".into(),
-        display_name: "yutu".into(),
+        id: name.into(),
+        display_name: name.into(),
     }
+}
+
+/// The owner of `bucket` as listings show it.
+fn bucket_owner(ctx: &Ctx, bucket: &str) -> Owner {
+    owner(
+        ctx.shard
+            .tier
+            .store
+            .borrow()
+            .bucket_access(bucket)
+            .map_or("", |(o, _, _)| o),
+    )
 }
 
 pub fn list_buckets(ctx: &Ctx) -> Result<Resp, S3Error> {
@@ -48,7 +63,7 @@ pub fn list_buckets(ctx: &Ctx) -> Result<Resp, S3Error> {
         .collect();
     let doc = ListAllMyBucketsResult {
         xmlns: S3_NS,
-        owner: owner(),
+        owner: owner(ctx.identity().name()),
         buckets: Buckets { bucket },
     };
     Ok(xml_response(
@@ -102,19 +117,26 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
     };
     let name = bucket.to_string();
     let owner = ctx.identity().name().to_string();
+    let acl = super::acl::requested(ctx, &owner, &owner)?.unwrap_or_default();
     match &ctx.cluster {
         Some(cluster) => {
             let replicas = replicas.unwrap_or(cluster.settings.replicas);
-            let created = crate::cluster::buckets::create(
-                shard, cluster, &name, &owner, durability, replicas, quota,
-            );
+            let config = yutu_api::cluster::BucketConfig {
+                owner,
+                durability: durability.as_str().to_string(),
+                replicas,
+                created_ms: 0,
+                quota,
+                acl,
+            };
+            let created = crate::cluster::buckets::create(shard, cluster, &name, config);
             created.await.map_err(super::cluster::bucket_error)?;
         }
         None if replicas.is_some_and(|n| n > 1) => {
             return Err(S3Error::new(S3ErrorCode::InvalidArgument)
                 .msg("More than one replica needs a cluster (start the node with --etcd)."))
         }
-        None => buckets::create(shard, name, owner, durability, quota).await?,
+        None => buckets::create(shard, name, owner, durability, quota, acl).await?,
     }
     Ok(Response::builder()
         .status(StatusCode::OK)
@@ -256,10 +278,12 @@ fn encoder(url_encode: bool) -> impl Fn(&str) -> String {
     }
 }
 
-/// Splits a page into object entries and common prefixes, names encoded by `enc`.
+/// Splits a page into object entries and common prefixes, names encoded by `enc`, each
+/// object shown with `owner` when given.
 fn split(
     items: Vec<ListItem>,
     enc: &dyn Fn(&str) -> String,
+    owner: Option<&Owner>,
 ) -> (Vec<ObjectEntry>, Vec<CommonPrefix>) {
     let mut contents = Vec::new();
     let mut common_prefixes = Vec::new();
@@ -275,6 +299,7 @@ fn split(
                 last_modified: humantime::format_rfc3339_millis(last_modified).to_string(),
                 etag,
                 size,
+                owner: owner.cloned(),
                 storage_class: "STANDARD",
             }),
             ListItem::Prefix(p) => common_prefixes.push(CommonPrefix { prefix: enc(&p) }),
@@ -291,7 +316,8 @@ pub async fn list_versions(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
     let (items, truncated) = page(ctx, bucket, &p, after).await?;
     let enc = encoder(p.url_encode);
     let last = items.last().map(|i| i.name().to_string());
-    let (objects, common_prefixes) = split(items, &enc);
+    let (objects, common_prefixes) = split(items, &enc, None);
+    let owner = bucket_owner(ctx, bucket);
     let version = objects
         .into_iter()
         .map(|o| VersionEntry {
@@ -302,7 +328,7 @@ pub async fn list_versions(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
             etag: o.etag,
             size: o.size,
             storage_class: "STANDARD",
-            owner: owner(),
+            owner: owner.clone(),
         })
         .collect();
     let doc = ListVersionsResult {
@@ -355,7 +381,10 @@ pub async fn list_objects(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
 
     let enc = encoder(url_encode);
     let last = items.last().map(|i| i.name().to_string());
-    let (contents, common_prefixes) = split(items, &enc);
+    // Objects are shown with their bucket's owner: listings do not read each object's.
+    let fetch_owner = !v2 || t.param("fetch-owner") == Some("true");
+    let owner = fetch_owner.then(|| bucket_owner(ctx, bucket));
+    let (contents, common_prefixes) = split(items, &enc, owner.as_ref());
     let mut doc = ListBucketResult {
         xmlns: S3_NS,
         name: bucket.to_string(),

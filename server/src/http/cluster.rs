@@ -77,6 +77,7 @@ pub fn coordinated(op: Op) -> bool {
             | Op::CompleteMultipartUpload
             | Op::AbortMultipartUpload
             | Op::ListParts
+            | Op::PutObjectAcl
     )
 }
 
@@ -84,7 +85,11 @@ pub fn coordinated(op: Op) -> bool {
 pub fn replicated(op: Op) -> bool {
     matches!(
         op,
-        Op::PutObject | Op::CopyObject | Op::DeleteObject | Op::CompleteMultipartUpload
+        Op::PutObject
+            | Op::CopyObject
+            | Op::DeleteObject
+            | Op::CompleteMultipartUpload
+            | Op::PutObjectAcl
     )
 }
 

@@ -11,7 +11,7 @@ use yutu_api::{RangeSpec, S3ErrorCode};
 
 use super::ctx::Ctx;
 use super::error::S3Error;
-use super::objects::{bucket_must_exist, check_key, object_limit, store};
+use super::objects::{bucket_must_exist, check_key, check_write_conditions, object_limit, store};
 use super::{meta, xml_response, Resp};
 use crate::auth::Action;
 use crate::model::checksum::{md5, Algorithm, Checksum};
@@ -46,6 +46,13 @@ pub fn parse_copy_source(v: &str) -> Result<(String, String), S3Error> {
     Ok((bucket.to_string(), key.to_string()))
 }
 
+/// S3's answer to an `x-amz-copy-source-range` that does not lie inside the source object.
+pub fn invalid_source_range(size: u64) -> S3Error {
+    S3Error::new(S3ErrorCode::InvalidArgument).msg(format!(
+        "Range specified is not valid for source object of size: {size}"
+    ))
+}
+
 /// Reads the copy source named by the request, after checking the caller may read it and the
 /// `x-amz-copy-source-if-*` conditions (any failure is a 412, as S3 answers).
 pub async fn fetch_source(
@@ -71,13 +78,13 @@ pub async fn fetch_source(
         }
         (other, _) => other,
     };
-    let (meta, _, data) = local
-        .map_err(|e| match e {
-            StoreError::NotModified(_) => S3Error::new(S3ErrorCode::PreconditionFailed),
-            StoreError::InvalidRange { .. } => S3Error::new(S3ErrorCode::InvalidArgument)
-                .msg("The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy"),
-            e => S3Error::from(e).bucket(&sb).key(&sk),
-        })?;
+    let (meta, _, data) = local.map_err(|e| match e {
+        StoreError::NotModified(_) => S3Error::new(S3ErrorCode::PreconditionFailed),
+        // A copy-source range is never cut to the object as a GET's Range is: S3 refuses
+        // it with the source's size.
+        StoreError::InvalidRange { size } => invalid_source_range(size),
+        e => S3Error::from(e).bucket(&sb).key(&sk),
+    })?;
     Ok((meta, data))
 }
 
@@ -89,6 +96,7 @@ pub async fn copy_object(
     incarnation: Option<u64>,
 ) -> Result<Resp, S3Error> {
     check_key(key)?;
+    check_write_conditions(ctx)?;
     bucket_must_exist(ctx, bucket)?;
     let (src_meta, data) = fetch_source(ctx, None).await?;
     let (limit, what) = object_limit(ctx);
@@ -118,6 +126,9 @@ pub async fn copy_object(
     } else {
         (*src_meta).clone()
     };
+    // The copy is the copier's, with the ACL its request names (private by default), as S3
+    // does: the source's grants do not travel.
+    super::acl::stamp_object(ctx, bucket, &mut new)?;
     new.size = data.len() as u64;
     new.etag = format!("\"{}\"", hex::encode(md5(&data)));
     new.last_modified = SystemTime::now();

@@ -7,7 +7,7 @@ use http::{HeaderMap, Method, Uri};
 use super::error::S3Error;
 use super::target::Target;
 use crate::auth::authenticate::RequestAuth;
-use crate::auth::{authorize, Action, Identity};
+use crate::auth::{authorize_object, authorize_with_acl, Action, Gate, Identity};
 use crate::node::Shard;
 
 pub struct Ctx {
@@ -50,13 +50,33 @@ impl Ctx {
     /// created again meanwhile.
     pub fn allow(&self, action: Action, bucket: Option<&str>) -> Result<Option<u64>, S3Error> {
         let store = self.shard.tier.store.borrow();
-        let found = bucket.and_then(|b| store.bucket_identity(b));
-        authorize(
+        let found = bucket.and_then(|b| store.bucket_access(b));
+        authorize_with_acl(
             &self.auth.identity,
             action,
             bucket,
-            found.map(|(owner, _)| owner),
+            found.map(|(owner, _, _)| owner),
+            found.map(|(_, _, acl)| acl),
         )?;
-        Ok(found.map(|(_, incarnation)| incarnation))
+        Ok(found.map(|(_, incarnation, _)| incarnation))
+    }
+
+    /// [`Ctx::allow`] for an operation on an object of `bucket`: the [`Gate`] says whether
+    /// the object's own ACL is still to be checked, where its metadata is read.
+    pub fn allow_object(
+        &self,
+        action: Action,
+        bucket: &str,
+    ) -> Result<(Option<u64>, Gate), S3Error> {
+        let store = self.shard.tier.store.borrow();
+        let found = store.bucket_access(bucket);
+        let gate = authorize_object(
+            &self.auth.identity,
+            action,
+            bucket,
+            found.map(|(owner, _, _)| owner),
+            found.map(|(_, _, acl)| acl),
+        )?;
+        Ok((found.map(|(_, incarnation, _)| incarnation), gate))
     }
 }

@@ -45,6 +45,8 @@ impl RequestMeta {
             user_meta: self.user_meta,
             checksum: None,
             parts: None,
+            owner: String::new(),
+            acl: Default::default(),
         }
     }
 }

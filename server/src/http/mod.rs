@@ -1,7 +1,9 @@
 //! The HTTP face of a shard: hyper 1.x connections on glommio, S3 routing and handlers.
 
+pub mod acl;
 pub mod admin;
 pub mod admin_local;
+pub mod attributes;
 pub mod body;
 pub mod buckets;
 pub mod cluster;

@@ -14,10 +14,10 @@ use yutu_api::xml::{
 };
 use yutu_api::{parse_range, S3ErrorCode};
 
-use super::copy::fetch_source;
+use super::copy::{fetch_source, invalid_source_range};
 use super::ctx::Ctx;
 use super::error::S3Error;
-use super::objects::{bucket_must_exist, check_key, empty};
+use super::objects::{bucket_must_exist, check_key, check_write_conditions, empty};
 use super::{meta, payload, xml_response, Resp};
 use crate::engine::multipart::{CompletePart, Upload, MAX_PART_NUMBER};
 use crate::model::checksum::{md5, Algorithm};
@@ -91,11 +91,13 @@ pub async fn create(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error>
         None => alg == Some(Algorithm::Crc64Nvme),
     };
     let id = new_upload_id(ctx, bucket, key);
+    let mut template = m.into_object_meta();
+    super::acl::stamp_object(ctx, bucket, &mut template)?;
     let upload = Upload {
         bucket: bucket.to_string(),
         key: key.to_string(),
         initiated: SystemTime::now(),
-        template: m.into_object_meta(),
+        template,
         checksum: alg,
         full_object_checksum: full_object,
         parts: BTreeMap::new(),
@@ -201,7 +203,15 @@ pub async fn upload_part_copy(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp
             invalid("The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy")
         })?),
     };
-    let (_, data) = fetch_source(ctx, range).await?;
+    let (source, data) = fetch_source(ctx, range).await?;
+    // A range whose last byte lies past the end of the source is refused, not cut short (a
+    // client computing part boundaries from a stale size would otherwise build a shorter
+    // object than it meant to without being told).
+    if let Some(yutu_api::RangeSpec::FromTo(_, last)) = range {
+        if last >= source.size {
+            return Err(invalid_source_range(source.size));
+        }
+    }
     if data.len() as u64 > part_limit(ctx) {
         return Err(S3Error::new(S3ErrorCode::EntityTooLarge));
     }
@@ -225,6 +235,7 @@ pub async fn complete(
     incarnation: Option<u64>,
 ) -> Result<Resp, S3Error> {
     check_key(key)?;
+    check_write_conditions(ctx)?;
     let id = upload_id(ctx)?;
     payload::precheck(
         ctx,

@@ -12,6 +12,7 @@ use yutu_api::{parse_range, validate_object_key, KeyError, S3ErrorCode};
 use super::ctx::Ctx;
 use super::error::S3Error;
 use super::{meta, payload, Resp};
+use crate::auth::Gate;
 use crate::model::conditions::{ReadConditions, WriteConditions};
 use crate::model::{ObjectMeta, StoreError};
 use crate::node::quota::Admitted;
@@ -55,6 +56,13 @@ pub fn bucket_must_exist(ctx: &Ctx, bucket: &str) -> Result<(), S3Error> {
     }
 }
 
+/// Refuses write conditions S3 does not implement (`501 NotImplemented`, as S3 answers),
+/// before any of the body is read.
+pub fn check_write_conditions(ctx: &Ctx) -> Result<(), S3Error> {
+    WriteConditions::supported(&ctx.headers)
+        .map_err(|e| S3Error::new(S3ErrorCode::NotImplemented).msg(e.to_string()))
+}
+
 /// PutObject; `incarnation` is the bucket's as the permission check saw it.
 pub async fn put(
     ctx: &Ctx,
@@ -64,6 +72,7 @@ pub async fn put(
     incarnation: Option<u64>,
 ) -> Result<Resp, S3Error> {
     check_key(key)?;
+    check_write_conditions(ctx)?;
     let (limit, what) = object_limit(ctx);
     payload::precheck(ctx, limit, what)?;
     bucket_must_exist(ctx, bucket)?;
@@ -71,6 +80,7 @@ pub async fn put(
     let cond = WriteConditions::for_bucket(&ctx.headers, incarnation);
     let received = payload::receive(ctx, body, limit).await?;
     let mut meta = req_meta.into_object_meta();
+    super::acl::stamp_object(ctx, bucket, &mut meta)?;
     meta.size = received.data.len() as u64;
     meta.etag = format!("\"{}\"", hex::encode(received.md5));
     if ctx.peer.is_some() {
@@ -122,8 +132,30 @@ pub async fn store(
         .await??)
 }
 
-pub async fn get(ctx: &Ctx, bucket: &str, key: &str, head_only: bool) -> Result<Resp, S3Error> {
+/// GetObject/HeadObject. A [`Gate::Object`] request is first checked against the object's
+/// own ACL (and refused with AccessDenied, missing or not), before any condition or range
+/// could tell it something about the object.
+pub async fn get(
+    ctx: &Ctx,
+    bucket: &str,
+    key: &str,
+    head_only: bool,
+    gate: Gate,
+) -> Result<Resp, S3Error> {
     check_key(key)?;
+    if gate != Gate::Open {
+        let (b, k) = (bucket.to_string(), key.to_string());
+        let found = ctx
+            .shard
+            .run_step(ctx.shard.owner(bucket, key), move |s| {
+                s.tier.get(b, k, None, true, ReadConditions::default())
+            })
+            .await?;
+        match found {
+            Ok((meta, _, _)) => super::acl::pass(ctx, gate, &meta)?,
+            Err(e) => return Err(super::acl::missing(gate, e.into())),
+        }
+    }
     if let Some(v) = ctx.target.param("versionId") {
         if v != "null" {
             return Err(

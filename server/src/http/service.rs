@@ -16,10 +16,10 @@ use yutu_api::S3ErrorCode;
 use super::ctx::Ctx;
 use super::error::S3Error;
 use super::target::Target;
-use super::{admin, buckets, copy, delete_many, kv_api, multipart, objects, Resp};
+use super::{admin, attributes, buckets, copy, delete_many, kv_api, multipart, objects, Resp};
 use crate::auth::authenticate::authenticate;
 use crate::auth::tokens::TokenVerifier;
-use crate::auth::Action;
+use crate::auth::{Action, Gate, Identity};
 use crate::cluster::Cluster;
 use crate::metrics::{render, Op};
 use crate::net::io::HyperStream;
@@ -311,6 +311,17 @@ async fn route(
         cluster,
         peer,
     };
+    let own_api = !ctx.target.virtual_host
+        && matches!(ctx.target.bucket.as_deref(), Some("v1") | Some("admin"));
+    if own_api && matches!(ctx.identity(), Identity::Anonymous) {
+        // ACLs open S3 buckets and objects only; the KV, cluster and admin APIs always
+        // need credentials.
+        return (
+            Op::Unsupported,
+            Err(S3Error::new(S3ErrorCode::AccessDenied)
+                .msg("Anonymous access is not allowed here; sign the request or send a token.")),
+        );
+    }
     if method == Method::GET
         && ctx.target.bucket.as_deref() == Some("v1")
         && ctx.target.key.as_deref() == Some("cluster")
@@ -349,6 +360,8 @@ async fn route(
         (Some(b), None) => {
             let t = &ctx.target;
             let (op, action) = match method {
+                Method::PUT if t.has("acl") => (Op::PutBucketAcl, Action::WriteAcl),
+                Method::GET if t.has("acl") => (Op::GetBucketAcl, Action::ReadAcl),
                 Method::PUT => (Op::CreateBucket, Action::CreateBucket),
                 Method::DELETE => (Op::DeleteBucket, Action::DeleteBucket),
                 Method::HEAD => (Op::HeadBucket, Action::List),
@@ -364,8 +377,11 @@ async fn route(
             }
             let r = async {
                 let incarnation = ctx.allow(action, Some(&b))?;
+                super::acl::check_expected_owner(&ctx, &b)?;
                 match op {
                     Op::CreateBucket => buckets::create(&ctx, body, &b).await,
+                    Op::GetBucketAcl => super::acl::get_bucket_acl(&ctx, &b),
+                    Op::PutBucketAcl => super::acl::put_bucket_acl(&ctx, body, &b).await,
                     Op::DeleteBucket if ctx.cluster.is_some() && ctx.peer.is_none() => {
                         super::cluster::delete_bucket(&ctx, &b).await
                     }
@@ -390,6 +406,8 @@ async fn route(
             let t = &ctx.target;
             let copy = ctx.headers.contains_key("x-amz-copy-source");
             let (op, action) = match method {
+                Method::PUT if t.has("acl") => (Op::PutObjectAcl, Action::WriteAcl),
+                Method::GET if t.has("acl") => (Op::GetObjectAcl, Action::ReadAcl),
                 Method::PUT if t.has("uploadId") && copy => (Op::UploadPartCopy, Action::Write),
                 Method::PUT if t.has("uploadId") => (Op::UploadPart, Action::Write),
                 Method::PUT if copy => (Op::CopyObject, Action::Write),
@@ -401,6 +419,8 @@ async fn route(
                 Method::DELETE => (Op::DeleteObject, Action::Delete),
                 Method::HEAD => (Op::HeadObject, Action::Read),
                 _ if t.has("uploadId") => (Op::ListParts, Action::List),
+                // Reads metadata only: the permission of GetObject, as S3 asks for.
+                _ if t.has("attributes") => (Op::GetObjectAttributes, Action::Read),
                 _ => (Op::GetObject, Action::Read),
             };
             let mut body = Some(body);
@@ -409,7 +429,8 @@ async fn route(
             if let Some(cluster) = ctx.cluster.clone() {
                 let prepared = async {
                     super::cluster::know_bucket(&ctx, &cluster, &b).await;
-                    ctx.allow(action, Some(&b))?;
+                    // An object's own ACL is checked where the object is.
+                    ctx.allow_object(action, &b)?;
                     Ok::<_, S3Error>(())
                 }
                 .await;
@@ -460,11 +481,24 @@ async fn route(
                 }
             }
             let r = async {
-                let incarnation = ctx.allow(action, Some(&b))?;
+                let (incarnation, gate) = ctx.allow_object(action, &b)?;
+                let reads_the_acl = matches!(
+                    op,
+                    Op::GetObject | Op::HeadObject | Op::GetObjectAcl | Op::PutObjectAcl
+                );
+                if gate != Gate::Open && !reads_the_acl {
+                    // Only these read the object's ACL before answering.
+                    return Err(S3Error::new(S3ErrorCode::AccessDenied));
+                }
+                super::acl::check_expected_owner(&ctx, &b)?;
                 let body = body
                     .take()
                     .ok_or_else(|| S3Error::new(S3ErrorCode::InternalError))?;
                 match op {
+                    Op::GetObjectAcl => super::acl::get_object_acl(&ctx, &b, &k, gate).await,
+                    Op::PutObjectAcl => {
+                        super::acl::put_object_acl(&ctx, body, &b, &k, gate, incarnation).await
+                    }
                     Op::UploadPartCopy => multipart::upload_part_copy(&ctx, &b, &k).await,
                     Op::UploadPart => multipart::upload_part(&ctx, body, &b, &k).await,
                     Op::CopyObject => copy::copy_object(&ctx, &b, &k, incarnation).await,
@@ -475,9 +509,10 @@ async fn route(
                     }
                     Op::AbortMultipartUpload => multipart::abort(&ctx, &b, &k).await,
                     Op::DeleteObject => objects::delete(&ctx, &b, &k, incarnation).await,
-                    Op::HeadObject => objects::get(&ctx, &b, &k, true).await,
+                    Op::HeadObject => objects::get(&ctx, &b, &k, true, gate).await,
                     Op::ListParts => multipart::list_parts(&ctx, &b, &k).await,
-                    Op::GetObject => objects::get(&ctx, &b, &k, false).await,
+                    Op::GetObject => objects::get(&ctx, &b, &k, false, gate).await,
+                    Op::GetObjectAttributes => attributes::get_attributes(&ctx, &b, &k).await,
                     _ => Err(S3Error::new(S3ErrorCode::NotImplemented)
                         .msg("This POST operation on an object is not implemented.")),
                 }

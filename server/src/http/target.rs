@@ -101,9 +101,7 @@ impl Target {
     pub fn unsupported_subresource(&self) -> Option<&str> {
         const UNSUPPORTED: &[&str] = &[
             "accelerate",
-            "acl",
             "analytics",
-            "attributes",
             "cors",
             "encryption",
             "intelligent-tiering",
@@ -152,8 +150,8 @@ mod tests {
         assert_eq!(t.bucket.as_deref(), Some("b"));
         assert!(t.key.is_none());
         assert!(Target::parse(&"/b/%FF".parse().unwrap()).is_err());
-        let t = Target::parse(&"/b?acl".parse().unwrap()).unwrap();
-        assert_eq!(t.unsupported_subresource(), Some("acl"));
+        let t = Target::parse(&"/b?cors".parse().unwrap()).unwrap();
+        assert_eq!(t.unsupported_subresource(), Some("cors"));
     }
 
     #[test]

@@ -104,7 +104,25 @@ impl ReadConditions {
     }
 }
 
+/// A write condition S3 does not implement, refused before the body is read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnsupportedCondition {
+    /// `If-None-Match` naming an ETag: S3 writes accept only `*` ("expects the '*'
+    /// character") and answer anything else `501 NotImplemented`. Ignoring it would turn a
+    /// conditional write into an unconditional overwrite.
+    #[error("A header you provided implies functionality that is not implemented: If-None-Match on a write accepts only \"*\", not {0}.")]
+    IfNoneMatchEtag(String),
+}
+
 impl WriteConditions {
+    /// Refuses condition headers a write cannot honour (see [`UnsupportedCondition`]).
+    pub fn supported(h: &HeaderMap) -> Result<(), UnsupportedCondition> {
+        match header(h, "if-none-match") {
+            Some(v) if v != "*" => Err(UnsupportedCondition::IfNoneMatchEtag(v)),
+            _ => Ok(()),
+        }
+    }
+
     pub fn from_headers(h: &HeaderMap) -> WriteConditions {
         WriteConditions {
             if_none_match_any: header(h, "if-none-match").as_deref() == Some("*"),
@@ -248,5 +266,18 @@ mod tests {
         assert_eq!(swap.check(Some("\"a\"")), Ok(()));
         assert_eq!(swap.check(Some("\"b\"")), Err(false));
         assert_eq!(swap.check(None), Err(true));
+    }
+
+    #[test]
+    fn a_write_if_none_match_takes_only_the_asterisk() {
+        let mut h = HeaderMap::new();
+        assert_eq!(WriteConditions::supported(&h), Ok(()));
+        h.insert("if-none-match", " * ".parse().unwrap());
+        assert_eq!(WriteConditions::supported(&h), Ok(()));
+        h.insert("if-none-match", "\"abc\"".parse().unwrap());
+        assert_eq!(
+            WriteConditions::supported(&h),
+            Err(UnsupportedCondition::IfNoneMatchEtag("\"abc\"".into()))
+        );
     }
 }

@@ -23,6 +23,11 @@ pub struct ObjectMeta {
     pub checksum: Option<Checksum>,
     /// Number of parts, for an object made by a multipart upload.
     pub parts: Option<u32>,
+    /// Who wrote it (a user or token subject; empty on an open node and for KV blocks): it
+    /// has full control of the object's ACL.
+    pub owner: String,
+    /// The object's grants beyond its owner's (`x-amz-acl`, PutObjectAcl).
+    pub acl: yutu_api::acl::Acl,
 }
 
 impl ObjectMeta {
@@ -38,6 +43,8 @@ impl ObjectMeta {
             user_meta: Vec::new(),
             checksum: None,
             parts: None,
+            owner: String::new(),
+            acl: Default::default(),
         }
     }
 
@@ -65,6 +72,8 @@ pub struct BucketInfo {
     pub incarnation: u64,
     /// Most bytes of objects the bucket may hold; `None`: no quota.
     pub quota: Option<u64>,
+    /// Grants beyond the owner's.
+    pub acl: yutu_api::acl::Acl,
 }
 
 /// Object metadata as a listing sees it (for objects outside the DRAM index).

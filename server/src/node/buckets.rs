@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use super::catalog::{BucketRecord, Catalog};
 use super::shard::{Shard, ShardError};
 use crate::model::Durability;
+use yutu_api::acl::Acl;
 
 /// The shard that coordinates bucket changes.
 const COORDINATOR: usize = 0;
@@ -39,12 +40,37 @@ pub async fn create(
     owner: String,
     durability: Durability,
     quota: Option<u64>,
+    acl: Acl,
 ) -> Result<(), BucketError> {
     shard
         .run_async(COORDINATOR, move |s| {
-            coordinate_create(s, name, owner, durability, quota)
+            coordinate_create(s, name, owner, durability, quota, acl)
         })
         .await?
+}
+
+/// Replaces a bucket's ACL on every shard, once the catalog has it on disk.
+pub async fn set_acl(shard: &Rc<Shard>, name: String, acl: Acl) -> Result<(), BucketError> {
+    shard
+        .run_async(COORDINATOR, move |s| coordinate_set_acl(s, name, acl))
+        .await?
+}
+
+async fn coordinate_set_acl(shard: Rc<Shard>, name: String, acl: Acl) -> Result<(), BucketError> {
+    let _permit = shard.bucket_lock.acquire_permit(1).await;
+    let mut records = catalog_with(&shard, None, None);
+    let Some(record) = records.iter_mut().find(|r| r.name == name) else {
+        return Err(BucketError::NoSuchBucket);
+    };
+    if record.acl == acl {
+        return Ok(());
+    }
+    record.acl = acl.clone();
+    save(&shard, records).await?;
+    shard
+        .broadcast(move |s| s.tier.store.borrow_mut().set_bucket_acl(&name, acl.clone()))
+        .await?;
+    Ok(())
 }
 
 /// Deletes an empty bucket from every shard and the catalog.
@@ -75,6 +101,7 @@ fn catalog_with(
             durability: b.durability,
             incarnation: b.incarnation,
             quota: b.quota,
+            acl: b.acl,
         })
         .collect();
     records.extend(add);
@@ -106,6 +133,7 @@ async fn coordinate_create(
     owner: String,
     durability: Durability,
     quota: Option<u64>,
+    acl: Acl,
 ) -> Result<(), BucketError> {
     let _permit = shard.bucket_lock.acquire_permit(1).await;
     if let Some(current) = shard.tier.store.borrow().bucket_owner(&name) {
@@ -125,6 +153,7 @@ async fn coordinate_create(
         durability,
         incarnation,
         quota,
+        acl: acl.clone(),
     };
     save(&shard, catalog_with(&shard, Some(record), None)).await?;
     let n = name.clone();
@@ -133,6 +162,7 @@ async fn coordinate_create(
             let mut store = s.tier.store.borrow_mut();
             store.add_bucket(&n, created, &owner, durability, incarnation);
             store.set_bucket_quota(&n, quota);
+            store.set_bucket_acl(&n, acl.clone());
         })
         .await?;
     tracing::info!(bucket = %name, "bucket created");

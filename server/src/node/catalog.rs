@@ -29,6 +29,9 @@ pub struct BucketRecord {
     /// Most bytes of objects the bucket may hold; catalogs written before quotas have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<u64>,
+    /// Grants beyond the owner's.
+    #[serde(default, skip_serializing_if = "yutu_api::acl::Acl::is_empty")]
+    pub acl: yutu_api::acl::Acl,
 }
 
 impl BucketRecord {
@@ -151,6 +154,7 @@ mod tests {
             durability: Durability::Disk,
             incarnation: 7,
             quota: Some(1 << 20),
+            acl: yutu_api::acl::Acl::canned(yutu_api::acl::Canned::PublicRead, "alice", "alice"),
         }];
         c.save(&recs).unwrap();
         assert_eq!(c.load().unwrap(), recs);

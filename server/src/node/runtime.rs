@@ -285,6 +285,7 @@ async fn run_shard(
             b.incarnation(),
         );
         store.set_bucket_quota(&b.name, b.quota);
+        store.set_bucket_acl(&b.name, b.acl.clone());
     }
     if settings.conductor.is_some() {
         store.record_events();

@@ -28,6 +28,10 @@ pub(crate) struct StoredMeta {
     /// The object belongs to a `disk` bucket: region reclamation must rewrite it, not drop it.
     #[serde(default)]
     disk: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    owner: String,
+    #[serde(default, skip_serializing_if = "yutu_api::acl::Acl::is_empty")]
+    acl: yutu_api::acl::Acl,
 }
 
 pub fn encode_meta(m: &ObjectMeta, disk: bool) -> Result<Vec<u8>, StoreError> {
@@ -50,6 +54,8 @@ pub fn encode_meta(m: &ObjectMeta, disk: bool) -> Result<Vec<u8>, StoreError> {
         }),
         parts: m.parts,
         disk,
+        owner: m.owner.clone(),
+        acl: m.acl.clone(),
     };
     serde_json::to_vec(&stored)
         .map_err(|e| StoreError::Device(format!("cannot encode the object's metadata: {e}")))
@@ -78,6 +84,8 @@ pub fn decode_meta(blob: &[u8], size: u64) -> Option<ObjectMeta> {
             })
         }),
         parts: s.parts,
+        owner: s.owner,
+        acl: s.acl,
     })
 }
 

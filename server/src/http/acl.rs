@@ -1,0 +1,240 @@
+//! ACLs over HTTP: GetBucketAcl/PutBucketAcl, GetObjectAcl/PutObjectAcl, the ACL a write
+//! sets (`x-amz-acl`, `x-amz-grant-*`), the object check a [`Gate`] leaves for later, and
+//! `x-amz-expected-bucket-owner`.
+//!
+//! What an ACL allows is decided in `auth::policy`, with everything else; this module only
+//! reads, stores and renders ACLs.
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use yutu_api::acl::{parse_policy, Acl, AclError, EXPECTED_OWNER_HEADER};
+use yutu_api::xml::to_xml;
+use yutu_api::S3ErrorCode;
+
+use super::body;
+use super::ctx::Ctx;
+use super::error::S3Error;
+use super::{xml_response, Resp};
+use crate::auth::{object_allows, Gate};
+use crate::model::conditions::{ReadConditions, WriteConditions};
+use crate::model::{ObjectMeta, StoreError};
+
+/// Largest AccessControlPolicy document read (100 grants fit in a fraction of it).
+const MAX_POLICY_BYTES: u64 = 64 * 1024;
+
+fn acl_error(e: AclError) -> S3Error {
+    let code = match e {
+        AclError::Malformed(_)
+        | AclError::NoGrantee
+        | AclError::UnknownPermission(_)
+        | AclError::UnknownGroup(_)
+        | AclError::TooManyGrants => S3ErrorCode::MalformedACLError,
+        AclError::UnknownCanned(_) | AclError::BadGrantHeader(_) | AclError::Ambiguous => {
+            S3ErrorCode::InvalidArgument
+        }
+    };
+    S3Error::new(code).msg(e.to_string())
+}
+
+/// The owner of `bucket` on this shard's copy of the bucket list.
+fn bucket_owner(ctx: &Ctx, bucket: &str) -> Result<String, S3Error> {
+    ctx.shard
+        .tier
+        .store
+        .borrow()
+        .bucket_access(bucket)
+        .map(|(owner, _, _)| owner.to_string())
+        .ok_or_else(|| S3Error::new(S3ErrorCode::NoSuchBucket))
+}
+
+/// The ACL the request's headers set on a resource `owner` creates in a bucket of
+/// `bucket_owner` (`None`: no ACL header, private).
+pub fn requested(ctx: &Ctx, owner: &str, bucket_owner: &str) -> Result<Option<Acl>, S3Error> {
+    Acl::from_headers(|name| ctx.header(name), owner, bucket_owner).map_err(acl_error)
+}
+
+/// Stamps a new object's owner (the writer) and its ACL from the request's headers.
+pub fn stamp_object(ctx: &Ctx, bucket: &str, meta: &mut ObjectMeta) -> Result<(), S3Error> {
+    let owner = ctx.identity().name().to_string();
+    let bucket_owner = bucket_owner(ctx, bucket)?;
+    meta.acl = requested(ctx, &owner, &bucket_owner)?.unwrap_or_default();
+    meta.owner = owner;
+    Ok(())
+}
+
+/// `x-amz-expected-bucket-owner`: the request is refused (403) unless the bucket belongs to
+/// the named owner, so a client never writes into a bucket someone else re-created.
+pub fn check_expected_owner(ctx: &Ctx, bucket: &str) -> Result<(), S3Error> {
+    let Some(expected) = ctx.header(EXPECTED_OWNER_HEADER) else {
+        return Ok(());
+    };
+    let store = ctx.shard.tier.store.borrow();
+    match store.bucket_access(bucket) {
+        Some((owner, _, _)) if owner != expected.trim() => {
+            Err(S3Error::new(S3ErrorCode::AccessDenied)
+                .msg("The bucket belongs to another owner than x-amz-expected-bucket-owner names."))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether a [`Gate`] lets the caller at an object (written by `owner`, with `acl`).
+pub fn pass(ctx: &Ctx, gate: Gate, meta: &ObjectMeta) -> Result<(), S3Error> {
+    match gate {
+        Gate::Open => Ok(()),
+        Gate::Object(p) if object_allows(ctx.identity(), &meta.owner, &meta.acl, p) => Ok(()),
+        Gate::Object(_) => Err(S3Error::new(S3ErrorCode::AccessDenied)),
+    }
+}
+
+/// What a gated request answers for a key that does not exist: AccessDenied, so that a
+/// caller the bucket does not admit learns nothing of its keys.
+pub fn missing(gate: Gate, e: S3Error) -> S3Error {
+    match gate {
+        Gate::Object(_) => S3Error::new(S3ErrorCode::AccessDenied),
+        Gate::Open => e,
+    }
+}
+
+fn policy_response(acl: &Acl, owner: &str) -> Resp {
+    xml_response(
+        StatusCode::OK,
+        to_xml("AccessControlPolicy", &acl.to_policy(owner)),
+    )
+}
+
+fn ok_empty() -> Resp {
+    Response::builder()
+        .status(StatusCode::OK)
+        .body(Full::new(Bytes::new()))
+        .unwrap_or_default()
+}
+
+/// The ACL a PutBucketAcl/PutObjectAcl sets: from its headers or from its body, not both.
+async fn acl_to_set(
+    ctx: &Ctx,
+    body_in: Incoming,
+    owner: &str,
+    bucket_owner: &str,
+) -> Result<Acl, S3Error> {
+    let from_headers = requested(ctx, owner, bucket_owner)?;
+    let body = body::read_limited(ctx, body_in, MAX_POLICY_BYTES).await?;
+    let text = std::str::from_utf8(&body.data).map_err(|_| {
+        S3Error::new(S3ErrorCode::MalformedACLError).msg("The document is not UTF-8.")
+    })?;
+    match (from_headers, text.trim().is_empty()) {
+        (Some(acl), true) => Ok(acl),
+        (Some(_), false) => Err(acl_error(AclError::Ambiguous)),
+        (None, false) => {
+            let doc = parse_policy(text).map_err(acl_error)?;
+            Acl::from_policy(&doc, owner).map_err(acl_error)
+        }
+        (None, true) => Err(S3Error::new(S3ErrorCode::MissingSecurityHeader)
+            .msg("Your request was missing a required header or body: x-amz-acl, x-amz-grant-* or an AccessControlPolicy document.")),
+    }
+}
+
+pub fn get_bucket_acl(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
+    let store = ctx.shard.tier.store.borrow();
+    let (owner, _, acl) = store
+        .bucket_access(bucket)
+        .ok_or_else(|| S3Error::new(S3ErrorCode::NoSuchBucket))?;
+    Ok(policy_response(acl, owner))
+}
+
+pub async fn put_bucket_acl(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, S3Error> {
+    let owner = bucket_owner(ctx, bucket)?;
+    let acl = acl_to_set(ctx, body_in, &owner, &owner).await?;
+    match &ctx.cluster {
+        Some(cluster) => {
+            crate::cluster::buckets::set_acl(&ctx.shard, cluster, bucket, acl)
+                .await
+                .map_err(super::cluster::bucket_error)?;
+        }
+        None => crate::node::buckets::set_acl(&ctx.shard, bucket.to_string(), acl).await?,
+    }
+    Ok(ok_empty())
+}
+
+/// The object's metadata and (unless `head_only`) bytes, read on the shard that owns it.
+async fn read_object(
+    ctx: &Ctx,
+    bucket: &str,
+    key: &str,
+    head_only: bool,
+) -> Result<(std::sync::Arc<ObjectMeta>, Bytes), S3Error> {
+    let (b, k) = (bucket.to_string(), key.to_string());
+    let found = ctx
+        .shard
+        .run_step(ctx.shard.owner(bucket, key), move |s| {
+            s.tier.get(b, k, None, head_only, ReadConditions::default())
+        })
+        .await?;
+    match found {
+        Ok((meta, _, data)) => Ok((meta, data)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub async fn get_object_acl(
+    ctx: &Ctx,
+    bucket: &str,
+    key: &str,
+    gate: Gate,
+) -> Result<Resp, S3Error> {
+    let (meta, _) = read_object(ctx, bucket, key, true)
+        .await
+        .map_err(|e| missing(gate, e))?;
+    pass(ctx, gate, &meta)?;
+    let owner = if meta.owner.is_empty() {
+        bucket_owner(ctx, bucket)?
+    } else {
+        meta.owner.clone()
+    };
+    Ok(policy_response(&meta.acl, &owner))
+}
+
+/// PutObjectAcl: the object is stored again with the new ACL and everything else unchanged
+/// (ETag, modification time, metadata), only if it is still the version read, so a write in
+/// between is never undone.
+pub async fn put_object_acl(
+    ctx: &Ctx,
+    body_in: Incoming,
+    bucket: &str,
+    key: &str,
+    gate: Gate,
+    incarnation: Option<u64>,
+) -> Result<Resp, S3Error> {
+    let (meta, data) = read_object(ctx, bucket, key, false)
+        .await
+        .map_err(|e| missing(gate, e))?;
+    pass(ctx, gate, &meta)?;
+    let owner = if meta.owner.is_empty() {
+        bucket_owner(ctx, bucket)?
+    } else {
+        meta.owner.clone()
+    };
+    let acl = acl_to_set(ctx, body_in, &owner, &bucket_owner(ctx, bucket)?).await?;
+    let mut new = (*meta).clone();
+    new.acl = acl;
+    let cond = WriteConditions {
+        if_match: Some(meta.etag.clone()),
+        incarnation,
+        ..WriteConditions::default()
+    };
+    let (b, k) = (bucket.to_string(), key.to_string());
+    let stored = ctx
+        .shard
+        .run_step(ctx.shard.owner(bucket, key), move |s| {
+            s.tier.put(b, k, data, new, cond)
+        })
+        .await?;
+    match stored {
+        Ok(_) => Ok(ok_empty()),
+        Err(StoreError::PreconditionFailed) => Err(S3Error::new(S3ErrorCode::OperationAborted)
+            .msg("The object was written while its ACL was being changed; try again.")),
+        Err(e) => Err(e.into()),
+    }
+}
