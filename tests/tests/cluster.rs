@@ -664,3 +664,82 @@ fn a_quota_holds_across_the_cluster() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(c.holders("/capped/again").len(), 2);
 }
+
+/// ACLs are cluster-wide: a bucket made public through one node is public on every node, an
+/// object's ACL travels with its copies, and anonymous reads are forwarded like any other.
+#[test]
+fn acls_hold_across_the_cluster() {
+    let c = TestCluster::start(3, &[]);
+    let auth = format!("Bearer {}", TestCluster::admin_token());
+    let send = |i: usize, method: &str, path: &str, extra: &[(&str, &str)], body: &[u8]| {
+        let mut headers = vec![("authorization", auth.as_str())];
+        headers.extend_from_slice(extra);
+        c.node(i).client().send(method, path, &headers, Some(body))
+    };
+    let anon =
+        |i: usize, method: &str, path: &str| c.node(i).client().send(method, path, &[], None);
+    let r = send(0, "PUT", "/opened", &[("x-yutu-replicas", "2")], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    for k in 0..6 {
+        let acl = if k % 2 == 0 { "public-read" } else { "private" };
+        let r = send(
+            k % 3,
+            "PUT",
+            &format!("/opened/k{k}"),
+            &[("x-amz-acl", acl)],
+            b"v",
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    // Objects: readable anonymously through every node exactly when their ACL says so.
+    for i in 0..3 {
+        for k in 0..6 {
+            let want = if k % 2 == 0 { 200 } else { 403 };
+            assert_eq!(
+                anon(i, "GET", &format!("/opened/k{k}")).status,
+                want,
+                "node{i} k{k}"
+            );
+        }
+        assert_eq!(anon(i, "GET", "/opened?list-type=2").status, 403, "node{i}");
+    }
+    // The bucket's ACL, changed through node1, reaches every node.
+    let r = send(
+        1,
+        "PUT",
+        "/opened?acl",
+        &[("x-amz-acl", "public-read")],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    for i in 0..3 {
+        assert!(
+            wait_until(Duration::from_secs(10), || anon(
+                i,
+                "GET",
+                "/opened?list-type=2"
+            )
+            .status
+                == 200),
+            "node{i} still refuses to list"
+        );
+        let acl = send(i, "GET", "/opened?acl", &[], b"");
+        assert!(acl.text().contains("AllUsers"), "node{i}: {}", acl.text());
+    }
+    // An object's ACL changed through a non-owner reaches both of its copies.
+    let r = send(
+        2,
+        "PUT",
+        "/opened/k1?acl",
+        &[("x-amz-acl", "public-read")],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    for owner in c.holders("/opened/k1") {
+        let r = c.local_get(owner, "/opened/k1?acl");
+        assert!(r.text().contains("AllUsers"), "node{owner}: {}", r.text());
+    }
+    assert_eq!(anon(0, "GET", "/opened/k1").status, 200);
+    // Anonymous callers never reach the cluster's own API.
+    assert_eq!(anon(0, "GET", "/v1/cluster").status, 403);
+}
