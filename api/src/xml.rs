@@ -309,6 +309,8 @@ pub struct ListPartsResult {
     pub max_parts: usize,
     pub is_truncated: bool,
     pub part: Vec<PartEntry>,
+    pub initiator: Owner,
+    pub owner: Owner,
     pub storage_class: &'static str,
 }
 
@@ -319,6 +321,8 @@ pub struct UploadEntry {
     pub key: String,
     pub upload_id: String,
     pub initiated: String,
+    pub initiator: Owner,
+    pub owner: Owner,
     pub storage_class: &'static str,
 }
 

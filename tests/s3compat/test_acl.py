@@ -193,3 +193,15 @@ def test_expected_bucket_owner_and_owners_in_listings(server, s3):
     assert s3.list_objects_v2(Bucket=b, FetchOwner=True)["Contents"][0]["Owner"]["ID"] == "alice"
     assert s3.list_buckets()["Owner"]["ID"] == "alice"
     assert s3.list_object_versions(Bucket=b)["Versions"][0]["Owner"]["ID"] == "alice"
+
+
+def test_uploads_and_parts_name_their_initiator(server, s3):
+    bob = server.client(BOB)
+    b = fresh(s3, ACL="public-read-write")
+    up = bob.create_multipart_upload(Bucket=b, Key="big")
+    bob.upload_part(Bucket=b, Key="big", UploadId=up["UploadId"], PartNumber=1, Body=b"x" * 1024)
+    listed = s3.list_multipart_uploads(Bucket=b)["Uploads"][0]
+    assert listed["Initiator"]["ID"] == "bob" and listed["Owner"]["ID"] == "bob"
+    parts = s3.list_parts(Bucket=b, Key="big", UploadId=up["UploadId"])
+    assert parts["Initiator"]["ID"] == "bob" and parts["Owner"]["ID"] == "bob"
+    bob.abort_multipart_upload(Bucket=b, Key="big", UploadId=up["UploadId"])

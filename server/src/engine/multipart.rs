@@ -60,6 +60,8 @@ pub struct UploadInfo {
     pub key: String,
     pub upload_id: String,
     pub initiated: SystemTime,
+    /// Who started it (the object it completes will be theirs).
+    pub owner: String,
 }
 
 /// One part named in CompleteMultipartUpload.
@@ -179,6 +181,11 @@ impl ShardStore {
             .sum()
     }
 
+    /// Who started upload `id` (empty on an open node), `None` when it does not exist.
+    pub fn upload_owner(&self, id: &str) -> Option<String> {
+        self.uploads.get(id).map(|u| u.template.owner.clone())
+    }
+
     pub fn list_parts(
         &mut self,
         id: &str,
@@ -211,6 +218,7 @@ impl ShardStore {
                 key: u.key.clone(),
                 upload_id: id.clone(),
                 initiated: u.initiated,
+                owner: u.template.owner.clone(),
             })
             .collect();
         out.sort_by(|a, b| (&a.key, &a.upload_id).cmp(&(&b.key, &b.upload_id)));

@@ -330,15 +330,15 @@ pub async fn list_parts(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Er
             .min(1000),
     };
     let (b, k, upload) = (bucket.to_string(), key.to_string(), id.clone());
-    let mut parts = ctx
+    let (mut parts, initiator) = ctx
         .shard
         .run(ctx.shard.owner(bucket, key), move |s| {
-            s.tier
-                .store
-                .borrow_mut()
-                .list_parts(&upload, &b, &k, marker, max + 1)
+            let mut store = s.tier.store.borrow_mut();
+            let parts = store.list_parts(&upload, &b, &k, marker, max + 1)?;
+            Ok::<_, crate::model::StoreError>((parts, store.upload_owner(&upload)))
         })
         .await??;
+    let initiator = super::buckets::owner(initiator.as_deref().unwrap_or(""));
     let truncated = parts.len() > max;
     parts.truncate(max);
     let doc = ListPartsResult {
@@ -359,6 +359,8 @@ pub async fn list_parts(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Er
                 size: p.size,
             })
             .collect(),
+        owner: initiator.clone(),
+        initiator,
         storage_class: "STANDARD",
     };
     Ok(xml_response(
@@ -419,6 +421,8 @@ pub async fn list_uploads(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
                 key: u.key,
                 upload_id: u.upload_id,
                 initiated: humantime::format_rfc3339_millis(u.initiated).to_string(),
+                initiator: super::buckets::owner(&u.owner),
+                owner: super::buckets::owner(&u.owner),
                 storage_class: "STANDARD",
             })
             .collect(),
