@@ -38,6 +38,10 @@ pub struct Flags {
     /// Serve every request without authentication.
     #[arg(long)]
     pub no_auth: bool,
+    /// Answer CreateBucket of a bucket the caller already owns with 409
+    /// BucketAlreadyOwnedByYou (as S3 outside us-east-1) instead of 200 (as us-east-1).
+    #[arg(long)]
+    pub bucket_exists_conflict: bool,
     /// Eviction policy of the DRAM tier: `lru`.
     #[arg(long)]
     pub eviction: Option<String>,
@@ -243,6 +247,7 @@ pub struct FileConfig {
     pub shards: Option<usize>,
     pub max_object_size: Option<ByteSize>,
     pub no_auth: Option<bool>,
+    pub bucket_exists_conflict: Option<bool>,
     pub eviction: Option<String>,
     pub log_format: Option<String>,
     pub domains: Option<Vec<String>>,
@@ -286,6 +291,8 @@ pub struct Settings {
     pub shards: usize,
     pub max_object_size: u64,
     pub no_auth: bool,
+    /// CreateBucket of a bucket the caller owns: 409 (true) or 200 (false, us-east-1's way).
+    pub bucket_exists_conflict: bool,
     pub eviction: EvictionKind,
     pub log_format: LogFormat,
     pub domains: Vec<String>,
@@ -556,6 +563,8 @@ impl Settings {
             shards,
             max_object_size,
             no_auth,
+            bucket_exists_conflict: flags.bucket_exists_conflict
+                || file.bucket_exists_conflict.unwrap_or(false),
             eviction,
             log_format,
             domains,

@@ -22,8 +22,16 @@ fn bucket_lifecycle_and_errors() {
     assert_eq!(names, ["alpha", "beta.bucket-2"]);
     assert_eq!(c.head("/alpha").status, 200);
 
-    // Creating it again.
+    // Creating it again: 200, as S3 answers in us-east-1; nothing changes.
+    assert_eq!(c.put("/alpha/kept", b"v").status, 200);
     let r = c.put("/alpha", b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(c.get("/alpha/kept").body, b"v");
+    assert_eq!(c.delete("/alpha/kept").status, 204);
+    // With --bucket-exists-conflict, 409 as S3 answers in other regions.
+    let strict = Server::start(&["--memory", "64MiB", "--bucket-exists-conflict"]);
+    strict.client().mb("alpha");
+    let r = strict.client().put("/alpha", b"");
     assert_eq!(
         (r.status, r.code().as_deref()),
         (409, Some("BucketAlreadyOwnedByYou"))

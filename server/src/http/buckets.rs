@@ -130,13 +130,22 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
                 acl,
             };
             let created = crate::cluster::buckets::create(shard, cluster, &name, config);
-            created.await.map_err(super::cluster::bucket_error)?;
+            match created.await {
+                Err(crate::cluster::buckets::ClusterBucketError::Local(
+                    crate::node::BucketError::AlreadyOwned,
+                )) if !shard.settings.bucket_exists_conflict => {}
+                r => r.map_err(super::cluster::bucket_error)?,
+            }
         }
         None if replicas.is_some_and(|n| n > 1) => {
             return Err(S3Error::new(S3ErrorCode::InvalidArgument)
                 .msg("More than one replica needs a cluster (start the node with --etcd)."))
         }
-        None => buckets::create(shard, name, owner, durability, quota, acl).await?,
+        None => match buckets::create(shard, name, owner, durability, quota, acl).await {
+            // us-east-1's answer: creating a bucket you already own succeeds.
+            Err(buckets::BucketError::AlreadyOwned) if !shard.settings.bucket_exists_conflict => {}
+            r => r?,
+        },
     }
     Ok(Response::builder()
         .status(StatusCode::OK)
