@@ -116,6 +116,9 @@ pub struct BucketConfig {
     /// Grants beyond the owner's (PutBucketAcl changes it, the one setting that can change).
     #[serde(default, skip_serializing_if = "crate::acl::Acl::is_empty")]
     pub acl: crate::acl::Acl,
+    /// The CORS configuration (PutBucketCors), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cors: Option<crate::cors::CorsConfiguration>,
 }
 
 /// etcd key under which a node publishes the bytes it holds per bucket ([`NodeUsage`]),

@@ -62,6 +62,10 @@ pub enum S3ErrorCode {
     MalformedACLError,
     /// PutBucketAcl/PutObjectAcl with neither an ACL header nor a document: 400.
     MissingSecurityHeader,
+    /// GetBucketCors of a bucket without a CORS configuration: 404.
+    NoSuchCORSConfiguration,
+    /// A CORS request (preflight) no rule allows: 403.
+    AccessForbidden,
 }
 
 impl S3ErrorCode {
@@ -109,6 +113,8 @@ impl S3ErrorCode {
             QuotaExceeded => "QuotaExceeded",
             MalformedACLError => "MalformedACLError",
             MissingSecurityHeader => "MissingSecurityHeader",
+            NoSuchCORSConfiguration => "NoSuchCORSConfiguration",
+            AccessForbidden => "AccessForbidden",
             PreconditionFailed => "PreconditionFailed",
             RequestHeaderSectionTooLarge => "RequestHeaderSectionTooLarge",
             ServiceUnavailable => "ServiceUnavailable",
@@ -137,6 +143,8 @@ impl S3ErrorCode {
             InvalidObjectState => 403,
             QuotaExceeded => 403,
             MalformedACLError | MissingSecurityHeader => 400,
+            NoSuchCORSConfiguration => 404,
+            AccessForbidden => 403,
             AccessDenied => 403,
             BucketAlreadyExists
             | BucketAlreadyOwnedByYou
@@ -222,6 +230,8 @@ impl S3ErrorCode {
             QuotaExceeded => "The bucket's quota does not leave room for this write.",
             MalformedACLError => "The XML you provided was not well-formed or did not validate against our published schema.",
             MissingSecurityHeader => "Your request was missing a required header.",
+            NoSuchCORSConfiguration => "The CORS configuration does not exist",
+            AccessForbidden => "CORSResponse: This CORS request is not allowed. This is usually because the evalution of Origin, request method / Access-Control-Request-Method or Access-Control-Request-Headers are not whitelisted by the resource's CORS spec.",
         }
     }
 }

@@ -77,6 +77,10 @@ pub enum Op {
     PutBucketAcl,
     GetObjectAcl,
     PutObjectAcl,
+    GetBucketCors,
+    PutBucketCors,
+    DeleteBucketCors,
+    CorsPreflight,
     Admin,
     Kv,
     Ops,
@@ -84,7 +88,7 @@ pub enum Op {
 }
 
 impl Op {
-    pub const ALL: [Op; 29] = [
+    pub const ALL: [Op; 33] = [
         Op::ListBuckets,
         Op::CreateBucket,
         Op::DeleteBucket,
@@ -110,6 +114,10 @@ impl Op {
         Op::PutBucketAcl,
         Op::GetObjectAcl,
         Op::PutObjectAcl,
+        Op::GetBucketCors,
+        Op::PutBucketCors,
+        Op::DeleteBucketCors,
+        Op::CorsPreflight,
         Op::Admin,
         Op::Kv,
         Op::Ops,
@@ -143,6 +151,10 @@ impl Op {
             Op::PutBucketAcl => "PutBucketAcl",
             Op::GetObjectAcl => "GetObjectAcl",
             Op::PutObjectAcl => "PutObjectAcl",
+            Op::GetBucketCors => "GetBucketCors",
+            Op::PutBucketCors => "PutBucketCors",
+            Op::DeleteBucketCors => "DeleteBucketCors",
+            Op::CorsPreflight => "CorsPreflight",
             Op::Admin => "Admin",
             Op::Kv => "Kv",
             Op::Ops => "Ops",

@@ -109,7 +109,7 @@ fn location_and_unsupported_subresources() {
     assert_eq!(r.status, 200);
     assert!(r.text().contains("LocationConstraint"), "{}", r.text());
     for q in [
-        "/loc?cors",
+        "/loc?website",
         "/loc?versioning",
         "/loc?policy",
         "/loc/k?tagging",

@@ -87,6 +87,8 @@ pub enum Action {
     ReadAcl,
     /// Change a bucket's or an object's ACL.
     WriteAcl,
+    /// Read or change a bucket's configuration (CORS): its owner's, or an admin's.
+    Configure,
 }
 
 impl Action {
@@ -104,6 +106,7 @@ impl Action {
             Action::Write | Action::CreateBucket | Action::WriteAcl => one(|a| a.write = true),
             Action::Delete | Action::DeleteBucket => one(|a| a.delete = true),
             Action::ReadAcl => one(|a| a.read = true),
+            Action::Configure => None,
         }
     }
 
@@ -114,9 +117,11 @@ impl Action {
             Action::Write | Action::Delete => Some(Permission::Write),
             Action::ReadAcl => Some(Permission::ReadAcp),
             Action::WriteAcl => Some(Permission::WriteAcp),
-            Action::Read | Action::ListBuckets | Action::CreateBucket | Action::DeleteBucket => {
-                None
-            }
+            Action::Read
+            | Action::ListBuckets
+            | Action::CreateBucket
+            | Action::DeleteBucket
+            | Action::Configure => None,
         }
     }
 
@@ -230,7 +235,9 @@ fn allowed(who: &Identity, action: Action, bucket: Option<&str>, owner: Option<&
             bucket.is_some() && owner.is_none() && action != Action::CreateBucket
         }
         // Changing an ACL can open a bucket to everyone: no scope letter covers it.
-        Identity::Token(claims) if action == Action::WriteAcl => claims.admin,
+        Identity::Token(claims) if matches!(action, Action::WriteAcl | Action::Configure) => {
+            claims.admin
+        }
         Identity::Token(claims) => match (action.needs(), bucket) {
             (None, _) => true,
             (Some(need), Some(bucket)) => claims.access(bucket).covers(need),

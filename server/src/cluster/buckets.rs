@@ -9,8 +9,8 @@ use yutu_api::cluster::{bucket_key, BucketConfig};
 use super::etcd::{Etcd, EtcdError};
 use super::Cluster;
 use crate::model::Durability;
+use crate::node::buckets::BucketChange;
 use crate::node::{buckets, BucketError, Shard};
-use yutu_api::acl::Acl;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterBucketError {
@@ -63,14 +63,14 @@ pub async fn create(
     Ok(())
 }
 
-/// Replaces a bucket's ACL cluster-wide: in its etcd record (compare-and-swap, so a
-/// concurrent change or delete is never overwritten), then here; the others apply it when
-/// they read it.
-pub async fn set_acl(
+/// Changes a bucket setting (its ACL, its CORS configuration) cluster-wide: in its etcd
+/// record (compare-and-swap, so a concurrent change or delete is never overwritten), then
+/// here; the others apply it when they read it.
+pub async fn change(
     shard: &Rc<Shard>,
     cluster: &Cluster,
     name: &str,
-    acl: Acl,
+    change: BucketChange,
 ) -> Result<(), ClusterBucketError> {
     let key = bucket_key(&cluster.settings.name, name);
     let mut etcd = Etcd::new(&cluster.settings.etcd);
@@ -83,7 +83,10 @@ pub async fn set_acl(
             let e = BucketError::Catalog("the bucket's etcd record cannot be read".into());
             return Err(e.into());
         };
-        c.acl = acl.clone();
+        match &change {
+            BucketChange::Acl(acl) => c.acl = acl.clone(),
+            BucketChange::Cors(cors) => c.cors = cors.clone(),
+        }
         let new = serde_json::to_vec(&c).unwrap_or_default();
         if etcd.replace(&key, &raw, &new).await? {
             config = Some(c);
@@ -93,7 +96,7 @@ pub async fn set_acl(
     let Some(config) = config else {
         return Err(BucketError::Conflict.into());
     };
-    buckets::set_acl(shard, name.to_string(), acl).await?;
+    buckets::change(shard, name.to_string(), change).await?;
     cluster.learn_bucket(name, config);
     Ok(())
 }
@@ -157,23 +160,23 @@ async fn create_local(shard: &Rc<Shard>, cluster: &Cluster, name: &str, config: 
 /// from before it joined stay).
 pub async fn apply(shard: &Rc<Shard>, cluster: &Cluster, now: &BTreeMap<String, BucketConfig>) {
     for (name, config) in now {
-        let local_acl = shard
-            .tier
-            .store
-            .borrow()
-            .bucket_access(name)
-            .map(|(_, _, acl)| acl.clone());
-        match local_acl {
-            None => create_local(shard, cluster, name, config).await,
-            Some(acl) => {
-                cluster.mark_mirrored(name);
-                if acl != config.acl {
-                    // Changed through another node (PutBucketAcl).
-                    if let Err(e) = buckets::set_acl(shard, name.clone(), config.acl.clone()).await
-                    {
-                        tracing::warn!(bucket = %name, error = %e, "cannot apply a bucket's new ACL");
-                    }
-                }
+        let local = shard.tier.store.borrow().bucket_info(name);
+        let Some(local) = local else {
+            create_local(shard, cluster, name, config).await;
+            continue;
+        };
+        cluster.mark_mirrored(name);
+        // Settings changed through another node (PutBucketAcl, PutBucketCors).
+        let mut changes = Vec::new();
+        if local.acl != config.acl {
+            changes.push(BucketChange::Acl(config.acl.clone()));
+        }
+        if local.cors.as_deref() != config.cors.as_ref() {
+            changes.push(BucketChange::Cors(config.cors.clone()));
+        }
+        for c in changes {
+            if let Err(e) = buckets::change(shard, name.clone(), c).await {
+                tracing::warn!(bucket = %name, error = %e, "cannot apply a bucket's new settings");
             }
         }
     }

@@ -93,6 +93,8 @@ pub(crate) struct BucketPart {
     quota: Option<u64>,
     /// The bucket's grants beyond its owner's (`x-amz-acl`, PutBucketAcl).
     acl: yutu_api::acl::Acl,
+    /// Its CORS configuration (PutBucketCors), shared with the requests that read it.
+    cors: Option<Arc<yutu_api::cors::CorsConfiguration>>,
     /// Bytes of the bucket's objects that only DRAM holds: entries not also on NVMe, and
     /// evicted ones waiting for demotion. With the NVMe tier's count of the bucket's
     /// records, the bytes the bucket holds on this shard, each object counted once.
@@ -109,6 +111,7 @@ impl BucketPart {
             incarnation: self.incarnation,
             quota: self.quota,
             acl: self.acl.clone(),
+            cors: self.cors.clone(),
         }
     }
 }
@@ -352,6 +355,7 @@ impl ShardStore {
                 objects: BTreeMap::new(),
                 quota: None,
                 acl: Default::default(),
+                cors: None,
                 held: 0,
             });
     }
@@ -361,6 +365,18 @@ impl ShardStore {
         if let Some(b) = self.buckets.get_mut(name) {
             b.acl = acl;
         }
+    }
+
+    /// Replaces (or, with `None`, deletes) a bucket's CORS configuration.
+    pub fn set_bucket_cors(&mut self, name: &str, cors: Option<yutu_api::cors::CorsConfiguration>) {
+        if let Some(b) = self.buckets.get_mut(name) {
+            b.cors = cors.map(Arc::new);
+        }
+    }
+
+    /// A bucket's CORS configuration, if it exists and has one.
+    pub fn bucket_cors(&self, name: &str) -> Option<Arc<yutu_api::cors::CorsConfiguration>> {
+        self.buckets.get(name).and_then(|b| b.cors.clone())
     }
 
     /// What the permission check needs of a bucket: its owner, incarnation and ACL; `None`

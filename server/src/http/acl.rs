@@ -16,10 +16,12 @@ use yutu_api::S3ErrorCode;
 use super::body;
 use super::ctx::Ctx;
 use super::error::S3Error;
+use super::objects::read_local;
 use super::{xml_response, Resp};
 use crate::auth::{object_allows, Gate};
-use crate::model::conditions::{ReadConditions, WriteConditions};
+use crate::model::conditions::WriteConditions;
 use crate::model::{ObjectMeta, StoreError};
+use crate::node::buckets::{self, BucketChange};
 
 /// Largest AccessControlPolicy document read (100 grants fit in a fraction of it).
 const MAX_POLICY_BYTES: u64 = 64 * 1024;
@@ -149,32 +151,23 @@ pub async fn put_bucket_acl(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Resul
     let acl = acl_to_set(ctx, body_in, &owner, &owner).await?;
     match &ctx.cluster {
         Some(cluster) => {
-            crate::cluster::buckets::set_acl(&ctx.shard, cluster, bucket, acl)
+            let change = BucketChange::Acl(acl);
+            crate::cluster::buckets::change(&ctx.shard, cluster, bucket, change)
                 .await
                 .map_err(super::cluster::bucket_error)?;
         }
-        None => crate::node::buckets::set_acl(&ctx.shard, bucket.to_string(), acl).await?,
+        None => buckets::change(&ctx.shard, bucket.to_string(), BucketChange::Acl(acl)).await?,
     }
     Ok(ok_empty())
 }
 
-/// The object's metadata and (unless `head_only`) bytes, read on the shard that owns it.
-async fn read_object(
-    ctx: &Ctx,
-    bucket: &str,
-    key: &str,
-    head_only: bool,
-) -> Result<(std::sync::Arc<ObjectMeta>, Bytes), S3Error> {
-    let (b, k) = (bucket.to_string(), key.to_string());
-    let found = ctx
-        .shard
-        .run_step(ctx.shard.owner(bucket, key), move |s| {
-            s.tier.get(b, k, None, head_only, ReadConditions::default())
-        })
-        .await?;
-    match found {
-        Ok((meta, _, data)) => Ok((meta, data)),
-        Err(e) => Err(e.into()),
+/// Who owns an object: its writer, or for an object from an open node (no writer recorded),
+/// the bucket's owner.
+fn object_owner(ctx: &Ctx, bucket: &str, meta: &ObjectMeta) -> Result<String, S3Error> {
+    if meta.owner.is_empty() {
+        bucket_owner(ctx, bucket)
+    } else {
+        Ok(meta.owner.clone())
     }
 }
 
@@ -184,16 +177,14 @@ pub async fn get_object_acl(
     key: &str,
     gate: Gate,
 ) -> Result<Resp, S3Error> {
-    let (meta, _) = read_object(ctx, bucket, key, true)
+    let (meta, _) = read_local(ctx, bucket, key, true)
         .await
         .map_err(|e| missing(gate, e))?;
     pass(ctx, gate, &meta)?;
-    let owner = if meta.owner.is_empty() {
-        bucket_owner(ctx, bucket)?
-    } else {
-        meta.owner.clone()
-    };
-    Ok(policy_response(&meta.acl, &owner))
+    Ok(policy_response(
+        &meta.acl,
+        &object_owner(ctx, bucket, &meta)?,
+    ))
 }
 
 /// PutObjectAcl: the object is stored again with the new ACL and everything else unchanged
@@ -207,15 +198,11 @@ pub async fn put_object_acl(
     gate: Gate,
     incarnation: Option<u64>,
 ) -> Result<Resp, S3Error> {
-    let (meta, data) = read_object(ctx, bucket, key, false)
+    let (meta, data) = read_local(ctx, bucket, key, false)
         .await
         .map_err(|e| missing(gate, e))?;
     pass(ctx, gate, &meta)?;
-    let owner = if meta.owner.is_empty() {
-        bucket_owner(ctx, bucket)?
-    } else {
-        meta.owner.clone()
-    };
+    let owner = object_owner(ctx, bucket, &meta)?;
     let acl = acl_to_set(ctx, body_in, &owner, &bucket_owner(ctx, bucket)?).await?;
     let mut new = (*meta).clone();
     new.acl = acl;

@@ -18,7 +18,6 @@ use super::error::S3Error;
 use super::objects::check_key;
 use super::Resp;
 use crate::model::checksum::{Algorithm, Checksum};
-use crate::model::conditions::ReadConditions;
 use crate::model::ObjectMeta;
 
 /// The only storage class Yutu has; S3 names it so for objects of the default class.
@@ -111,14 +110,7 @@ pub async fn get_attributes(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, 
             );
         }
     }
-    let (b, k) = (bucket.to_string(), key.to_string());
-    let found = ctx
-        .shard
-        .run_step(ctx.shard.owner(bucket, key), move |s| {
-            s.tier.get(b, k, None, true, ReadConditions::default())
-        })
-        .await?;
-    let (meta, _, _) = found?;
+    let (meta, _) = super::objects::read_local(ctx, bucket, key, true).await?;
     let xml = to_xml(
         "GetObjectAttributesResponse",
         &document(&meta, &attrs, max_parts),

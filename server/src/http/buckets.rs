@@ -128,6 +128,7 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
                 created_ms: 0,
                 quota,
                 acl,
+                cors: None,
             };
             let created = crate::cluster::buckets::create(shard, cluster, &name, config);
             match created.await {

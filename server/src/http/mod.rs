@@ -8,6 +8,7 @@ pub mod body;
 pub mod buckets;
 pub mod cluster;
 pub mod copy;
+pub mod cors;
 pub mod ctx;
 pub mod delete_many;
 pub mod error;

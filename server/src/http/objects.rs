@@ -132,6 +132,25 @@ pub async fn store(
         .await??)
 }
 
+/// The object's metadata and (unless `head_only`) bytes, read unconditionally on the shard
+/// that owns it.
+pub async fn read_local(
+    ctx: &Ctx,
+    bucket: &str,
+    key: &str,
+    head_only: bool,
+) -> Result<(Arc<ObjectMeta>, Bytes), S3Error> {
+    let (b, k) = (bucket.to_string(), key.to_string());
+    let found = ctx
+        .shard
+        .run_step(ctx.shard.owner(bucket, key), move |s| {
+            s.tier.get(b, k, None, head_only, ReadConditions::default())
+        })
+        .await?;
+    let (meta, _, data) = found?;
+    Ok((meta, data))
+}
+
 /// GetObject/HeadObject. A [`Gate::Object`] request is first checked against the object's
 /// own ACL (and refused with AccessDenied, missing or not), before any condition or range
 /// could tell it something about the object.
@@ -144,16 +163,9 @@ pub async fn get(
 ) -> Result<Resp, S3Error> {
     check_key(key)?;
     if gate != Gate::Open {
-        let (b, k) = (bucket.to_string(), key.to_string());
-        let found = ctx
-            .shard
-            .run_step(ctx.shard.owner(bucket, key), move |s| {
-                s.tier.get(b, k, None, true, ReadConditions::default())
-            })
-            .await?;
-        match found {
-            Ok((meta, _, _)) => super::acl::pass(ctx, gate, &meta)?,
-            Err(e) => return Err(super::acl::missing(gate, e.into())),
+        match read_local(ctx, bucket, key, true).await {
+            Ok((meta, _)) => super::acl::pass(ctx, gate, &meta)?,
+            Err(e) => return Err(super::acl::missing(gate, e)),
         }
     }
     if let Some(v) = ctx.target.param("versionId") {

@@ -183,8 +183,25 @@ pub async fn handle(
     let head = req.method() == Method::HEAD;
     let resource = req.uri().path().to_string();
     let method = req.method().clone();
+    // A cross-origin request: its answer carries the bucket's CORS headers.
+    let cors = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        .map(str::to_string)
+        .and_then(|origin| {
+            let host = req
+                .headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok());
+            let t = Target::parse_with_host(req.uri(), host, &shard.settings.domains).ok()?;
+            Some((origin, t.bucket?))
+        });
     let (op, result) = route(&shard, &tokens, cluster, req).await;
     let mut resp = result.unwrap_or_else(|e| e.into_response(&resource, &request_id, head));
+    if let Some((origin, bucket)) = &cors {
+        super::cors::decorate(&shard, bucket, origin, &method, &mut resp);
+    }
     let headers = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         headers.insert("x-amz-request-id", v);
@@ -261,6 +278,11 @@ async fn route(
             }
             _ => {}
         }
+    }
+    if method == Method::OPTIONS {
+        // A CORS preflight: browsers send it without credentials.
+        let r = super::cors::preflight(shard, target.bucket.as_deref(), &parts.headers);
+        return (Op::CorsPreflight, r);
     }
     if !matches!(
         method,
@@ -362,6 +384,9 @@ async fn route(
             let (op, action) = match method {
                 Method::PUT if t.has("acl") => (Op::PutBucketAcl, Action::WriteAcl),
                 Method::GET if t.has("acl") => (Op::GetBucketAcl, Action::ReadAcl),
+                Method::PUT if t.has("cors") => (Op::PutBucketCors, Action::Configure),
+                Method::GET if t.has("cors") => (Op::GetBucketCors, Action::Configure),
+                Method::DELETE if t.has("cors") => (Op::DeleteBucketCors, Action::Configure),
                 Method::PUT => (Op::CreateBucket, Action::CreateBucket),
                 Method::DELETE => (Op::DeleteBucket, Action::DeleteBucket),
                 Method::HEAD => (Op::HeadBucket, Action::List),
@@ -382,6 +407,9 @@ async fn route(
                     Op::CreateBucket => buckets::create(&ctx, body, &b).await,
                     Op::GetBucketAcl => super::acl::get_bucket_acl(&ctx, &b),
                     Op::PutBucketAcl => super::acl::put_bucket_acl(&ctx, body, &b).await,
+                    Op::GetBucketCors => super::cors::get_bucket_cors(&ctx, &b),
+                    Op::PutBucketCors => super::cors::put_bucket_cors(&ctx, body, &b).await,
+                    Op::DeleteBucketCors => super::cors::delete_bucket_cors(&ctx, &b).await,
                     Op::DeleteBucket if ctx.cluster.is_some() && ctx.peer.is_none() => {
                         super::cluster::delete_bucket(&ctx, &b).await
                     }

@@ -102,7 +102,6 @@ impl Target {
         const UNSUPPORTED: &[&str] = &[
             "accelerate",
             "analytics",
-            "cors",
             "encryption",
             "intelligent-tiering",
             "inventory",
@@ -150,8 +149,8 @@ mod tests {
         assert_eq!(t.bucket.as_deref(), Some("b"));
         assert!(t.key.is_none());
         assert!(Target::parse(&"/b/%FF".parse().unwrap()).is_err());
-        let t = Target::parse(&"/b?cors".parse().unwrap()).unwrap();
-        assert_eq!(t.unsupported_subresource(), Some("cors"));
+        let t = Target::parse(&"/b?website".parse().unwrap()).unwrap();
+        assert_eq!(t.unsupported_subresource(), Some("website"));
     }
 
     #[test]

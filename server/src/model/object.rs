@@ -74,6 +74,7 @@ pub struct BucketInfo {
     pub quota: Option<u64>,
     /// Grants beyond the owner's.
     pub acl: yutu_api::acl::Acl,
+    pub cors: Option<Arc<yutu_api::cors::CorsConfiguration>>,
 }
 
 /// Object metadata as a listing sees it (for objects outside the DRAM index).

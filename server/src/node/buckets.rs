@@ -9,6 +9,7 @@ use super::catalog::{BucketRecord, Catalog};
 use super::shard::{Shard, ShardError};
 use crate::model::Durability;
 use yutu_api::acl::Acl;
+use yutu_api::cors::CorsConfiguration;
 
 /// The shard that coordinates bucket changes.
 const COORDINATOR: usize = 0;
@@ -49,26 +50,61 @@ pub async fn create(
         .await?
 }
 
-/// Replaces a bucket's ACL on every shard, once the catalog has it on disk.
-pub async fn set_acl(shard: &Rc<Shard>, name: String, acl: Acl) -> Result<(), BucketError> {
+/// A change of one of the bucket settings that can change after creation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BucketChange {
+    Acl(Acl),
+    /// `None`: the configuration is deleted.
+    Cors(Option<CorsConfiguration>),
+}
+
+impl BucketChange {
+    /// Applies the change to a catalog record; whether it changed anything.
+    fn apply(&self, r: &mut BucketRecord) -> bool {
+        match self {
+            BucketChange::Acl(acl) if r.acl != *acl => r.acl = acl.clone(),
+            BucketChange::Cors(cors) if r.cors != *cors => r.cors = cors.clone(),
+            _ => return false,
+        }
+        true
+    }
+
+    fn apply_to_store(&self, s: &Shard, name: &str) {
+        let mut store = s.tier.store.borrow_mut();
+        match self {
+            BucketChange::Acl(acl) => store.set_bucket_acl(name, acl.clone()),
+            BucketChange::Cors(cors) => store.set_bucket_cors(name, cors.clone()),
+        }
+    }
+}
+
+/// Changes a bucket setting on every shard, once the catalog has it on disk.
+pub async fn change(
+    shard: &Rc<Shard>,
+    name: String,
+    change: BucketChange,
+) -> Result<(), BucketError> {
     shard
-        .run_async(COORDINATOR, move |s| coordinate_set_acl(s, name, acl))
+        .run_async(COORDINATOR, move |s| coordinate_change(s, name, change))
         .await?
 }
 
-async fn coordinate_set_acl(shard: Rc<Shard>, name: String, acl: Acl) -> Result<(), BucketError> {
+async fn coordinate_change(
+    shard: Rc<Shard>,
+    name: String,
+    change: BucketChange,
+) -> Result<(), BucketError> {
     let _permit = shard.bucket_lock.acquire_permit(1).await;
     let mut records = catalog_with(&shard, None, None);
     let Some(record) = records.iter_mut().find(|r| r.name == name) else {
         return Err(BucketError::NoSuchBucket);
     };
-    if record.acl == acl {
+    if !change.apply(record) {
         return Ok(());
     }
-    record.acl = acl.clone();
     save(&shard, records).await?;
     shard
-        .broadcast(move |s| s.tier.store.borrow_mut().set_bucket_acl(&name, acl.clone()))
+        .broadcast(move |s| change.apply_to_store(s, &name))
         .await?;
     Ok(())
 }
@@ -102,6 +138,7 @@ fn catalog_with(
             incarnation: b.incarnation,
             quota: b.quota,
             acl: b.acl,
+            cors: b.cors.map(|c| (*c).clone()),
         })
         .collect();
     records.extend(add);
@@ -154,6 +191,7 @@ async fn coordinate_create(
         incarnation,
         quota,
         acl: acl.clone(),
+        cors: None,
     };
     save(&shard, catalog_with(&shard, Some(record), None)).await?;
     let n = name.clone();

@@ -32,6 +32,9 @@ pub struct BucketRecord {
     /// Grants beyond the owner's.
     #[serde(default, skip_serializing_if = "yutu_api::acl::Acl::is_empty")]
     pub acl: yutu_api::acl::Acl,
+    /// The CORS configuration (`PUT ?cors`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cors: Option<yutu_api::cors::CorsConfiguration>,
 }
 
 impl BucketRecord {
@@ -155,6 +158,7 @@ mod tests {
             incarnation: 7,
             quota: Some(1 << 20),
             acl: yutu_api::acl::Acl::canned(yutu_api::acl::Canned::PublicRead, "alice", "alice"),
+            cors: None,
         }];
         c.save(&recs).unwrap();
         assert_eq!(c.load().unwrap(), recs);

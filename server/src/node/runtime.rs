@@ -286,6 +286,7 @@ async fn run_shard(
         );
         store.set_bucket_quota(&b.name, b.quota);
         store.set_bucket_acl(&b.name, b.acl.clone());
+        store.set_bucket_cors(&b.name, b.cors.clone());
     }
     if settings.conductor.is_some() {
         store.record_events();
