@@ -13,6 +13,7 @@ pub mod admin;
 pub mod block_hash;
 pub mod bucket;
 pub mod cluster;
+pub mod cors;
 pub mod descriptor;
 pub mod error;
 pub mod events;
