@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# What the test suite needs besides Rust: curl, rclone and etcd-server (the cluster tests'
-# etcd) from Debian, and three Python virtual environments (boto3 + pytest in .venv-s3;
+# What the test suite needs besides Rust: curl, rclone, etcd-server (the cluster tests'
+# etcd) and chromium with chromium-driver (the browser test) from Debian, and three Python
+# virtual environments (boto3 + pytest + selenium in .venv-s3;
 # aws-cli v1 + s3cmd in .venv-cli, apart because aws-cli v1 pins an older botocore than the
 # current boto3; maturin + pytest + numpy in .venv-py for the `yutu` Python package). Idempotent and quick when done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in curl openssl rclone python3-venv pkg-config ca-certificates libibverbs-dev librdmacm-dev clang etcd-server; do
+for pkg in curl openssl rclone python3-venv pkg-config ca-certificates libibverbs-dev librdmacm-dev clang etcd-server chromium chromium-driver; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -66,6 +66,8 @@ pub enum S3ErrorCode {
     NoSuchCORSConfiguration,
     /// A CORS request (preflight) no rule allows: 403.
     AccessForbidden,
+    /// A POST Object whose body is not well-formed multipart/form-data: 400.
+    MalformedPOSTRequest,
 }
 
 impl S3ErrorCode {
@@ -115,6 +117,7 @@ impl S3ErrorCode {
             MissingSecurityHeader => "MissingSecurityHeader",
             NoSuchCORSConfiguration => "NoSuchCORSConfiguration",
             AccessForbidden => "AccessForbidden",
+            MalformedPOSTRequest => "MalformedPOSTRequest",
             PreconditionFailed => "PreconditionFailed",
             RequestHeaderSectionTooLarge => "RequestHeaderSectionTooLarge",
             ServiceUnavailable => "ServiceUnavailable",
@@ -144,6 +147,7 @@ impl S3ErrorCode {
             QuotaExceeded => 403,
             MalformedACLError | MissingSecurityHeader => 400,
             NoSuchCORSConfiguration => 404,
+            MalformedPOSTRequest => 400,
             AccessForbidden => 403,
             AccessDenied => 403,
             BucketAlreadyExists
@@ -231,6 +235,7 @@ impl S3ErrorCode {
             MalformedACLError => "The XML you provided was not well-formed or did not validate against our published schema.",
             MissingSecurityHeader => "Your request was missing a required header.",
             NoSuchCORSConfiguration => "The CORS configuration does not exist",
+            MalformedPOSTRequest => "The body of your POST request is not well-formed multipart/form-data.",
             AccessForbidden => "CORSResponse: This CORS request is not allowed. This is usually because the evalution of Origin, request method / Access-Control-Request-Method or Access-Control-Request-Headers are not whitelisted by the resource's CORS spec.",
         }
     }

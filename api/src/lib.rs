@@ -20,6 +20,7 @@ pub mod events;
 pub mod key;
 pub mod kv;
 pub mod placement;
+pub mod post_policy;
 pub mod range;
 pub mod route;
 pub mod sigv4;

@@ -294,6 +294,19 @@ pub struct PartEntry {
     pub size: u64,
 }
 
+/// `<PostResponse>`: a form upload's answer with `success_action_status` 201.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct PostResponse {
+    #[serde(rename = "@xmlns")]
+    pub xmlns: &'static str,
+    pub location: String,
+    pub bucket: String,
+    pub key: String,
+    #[serde(rename = "ETag")]
+    pub etag: String,
+}
+
 /// `<ListPartsResult>`.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "PascalCase")]

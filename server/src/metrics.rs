@@ -81,6 +81,7 @@ pub enum Op {
     PutBucketCors,
     DeleteBucketCors,
     CorsPreflight,
+    PostObject,
     Admin,
     Kv,
     Ops,
@@ -88,7 +89,7 @@ pub enum Op {
 }
 
 impl Op {
-    pub const ALL: [Op; 33] = [
+    pub const ALL: [Op; 34] = [
         Op::ListBuckets,
         Op::CreateBucket,
         Op::DeleteBucket,
@@ -118,6 +119,7 @@ impl Op {
         Op::PutBucketCors,
         Op::DeleteBucketCors,
         Op::CorsPreflight,
+        Op::PostObject,
         Op::Admin,
         Op::Kv,
         Op::Ops,
@@ -155,6 +157,7 @@ impl Op {
             Op::PutBucketCors => "PutBucketCors",
             Op::DeleteBucketCors => "DeleteBucketCors",
             Op::CorsPreflight => "CorsPreflight",
+            Op::PostObject => "PostObject",
             Op::Admin => "Admin",
             Op::Kv => "Kv",
             Op::Ops => "Ops",

@@ -20,6 +20,7 @@ pub mod meta;
 pub mod multipart;
 pub mod objects;
 pub mod payload;
+pub mod post_object;
 pub mod service;
 pub mod target;
 

@@ -391,6 +391,10 @@ async fn route(
                 Method::DELETE => (Op::DeleteBucket, Action::DeleteBucket),
                 Method::HEAD => (Op::HeadBucket, Action::List),
                 Method::POST if t.has("delete") => (Op::DeleteObjects, Action::Delete),
+                // The form's signer is checked by the upload itself.
+                Method::POST if super::post_object::is_form(&ctx) => {
+                    (Op::PostObject, Action::ListBuckets)
+                }
                 Method::POST => (Op::Unsupported, Action::Write),
                 _ if t.has("location") => (Op::GetBucketLocation, Action::List),
                 _ if t.has("uploads") => (Op::ListMultipartUploads, Action::List),
@@ -401,6 +405,13 @@ async fn route(
                 super::cluster::know_bucket(&ctx, cluster, &b).await;
             }
             let r = async {
+                if op == Op::PostObject {
+                    if ctx.cluster.is_some() {
+                        return Err(S3Error::new(S3ErrorCode::NotImplemented)
+                            .msg("POST Object (form uploads) is not implemented in a cluster yet; upload with PUT."));
+                    }
+                    return super::post_object::post_object(&ctx, body, &b).await;
+                }
                 let incarnation = ctx.allow(action, Some(&b))?;
                 super::acl::check_expected_owner(&ctx, &b)?;
                 match op {
