@@ -275,9 +275,11 @@ impl Acl {
         let mut grants = Vec::new();
         for g in &doc.access_control_list.grant {
             let permission = Permission::parse(&g.permission)?;
-            let grantee = match (&g.grantee.id, &g.grantee.uri) {
-                (Some(id), _) => Grantee::User(id.trim().to_string()),
-                (None, Some(uri)) => group(uri.trim())?,
+            let id = g.grantee.id.as_deref().map(str::trim).filter(|i| !i.is_empty());
+            let uri = g.grantee.uri.as_deref().map(str::trim).filter(|u| !u.is_empty());
+            let grantee = match (id, uri) {
+                (Some(id), _) => Grantee::User(id.to_string()),
+                (None, Some(uri)) => group(uri)?,
                 (None, None) => return Err(AclError::NoGrantee),
             };
             if grantee == Grantee::User(owner.to_string()) && permission == Permission::FullControl

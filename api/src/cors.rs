@@ -80,6 +80,24 @@ impl CorsConfiguration {
             return Err(CorsError::RuleCount);
         }
         for rule in &mut doc.rules {
+            // Empty and padded values are what an empty element reads as: normalised, so a
+            // configuration reads back the same after it is rendered.
+            let tidy = |v: &mut Vec<String>| {
+                for s in v.iter_mut() {
+                    *s = s.trim().to_string();
+                }
+                v.retain(|s| !s.is_empty());
+            };
+            tidy(&mut rule.allowed_origin);
+            tidy(&mut rule.allowed_method);
+            tidy(&mut rule.allowed_header);
+            tidy(&mut rule.expose_header);
+            rule.id = rule
+                .id
+                .as_deref()
+                .map(str::trim)
+                .filter(|i| !i.is_empty())
+                .map(str::to_string);
             if rule.allowed_origin.is_empty() || rule.allowed_method.is_empty() {
                 return Err(CorsError::Incomplete);
             }

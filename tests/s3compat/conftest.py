@@ -110,10 +110,15 @@ def s3(server):
 _counter = [0]
 
 
+def fresh_bucket(s3, prefix="t", **create):
+    """Creates a bucket of a name no other test uses (`create`: CreateBucket's arguments)."""
+    _counter[0] += 1
+    name = f"{prefix}{int(time.time() * 1000) % 10**9}-{_counter[0]}"
+    s3.create_bucket(Bucket=name, **create)
+    return name
+
+
 @pytest.fixture
 def bucket(s3):
     """A fresh bucket owned by alice."""
-    _counter[0] += 1
-    name = f"t{int(time.time() * 1000) % 10**9}-{_counter[0]}"
-    s3.create_bucket(Bucket=name)
-    return name
+    return fresh_bucket(s3)

@@ -1,7 +1,6 @@
 """ACLs and anonymous access through boto3 at default settings, and through curl-like
 unsigned requests: what anonymous and another user can and cannot do under each canned ACL."""
 
-import time
 import urllib.error
 import urllib.request
 
@@ -11,19 +10,11 @@ from botocore import UNSIGNED
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from conftest import BOB
+from conftest import BOB, fresh_bucket
 
 ALL_USERS = "http://acs.amazonaws.com/groups/global/AllUsers"
 AUTHENTICATED = "http://acs.amazonaws.com/groups/global/AuthenticatedUsers"
 
-_n = [0]
-
-
-def fresh(s3, **kw):
-    _n[0] += 1
-    name = f"acl{int(time.time() * 1000) % 10**9}-{_n[0]}"
-    s3.create_bucket(Bucket=name, **kw)
-    return name
 
 
 def anonymous(server):
@@ -61,10 +52,10 @@ def grants(acl):
 
 def test_canned_acls_decide_what_anonymous_may_do(server, s3):
     anon = anonymous(server)
-    private = fresh(s3)
-    public = fresh(s3, ACL="public-read")
-    open_rw = fresh(s3, ACL="public-read-write")
-    auth_read = fresh(s3, ACL="authenticated-read")
+    private = fresh_bucket(s3, "acl")
+    public = fresh_bucket(s3, "acl", ACL="public-read")
+    open_rw = fresh_bucket(s3, "acl", ACL="public-read-write")
+    auth_read = fresh_bucket(s3, "acl", ACL="authenticated-read")
     for b in (private, public, open_rw, auth_read):
         s3.put_object(Bucket=b, Key="private-obj", Body=b"secret")
         s3.put_object(Bucket=b, Key="public-obj", Body=b"hello", ACL="public-read")
@@ -111,7 +102,7 @@ def test_canned_acls_decide_what_anonymous_may_do(server, s3):
 def test_authenticated_read_and_other_users(server, s3):
     bob = server.client(BOB)
     anon = anonymous(server)
-    b = fresh(s3, ACL="authenticated-read")
+    b = fresh_bucket(s3, "acl", ACL="authenticated-read")
     s3.put_object(Bucket=b, Key="for-users", Body=b"u", ACL="authenticated-read")
     s3.put_object(Bucket=b, Key="alices", Body=b"a")
     assert [o["Key"] for o in bob.list_objects_v2(Bucket=b)["Contents"]] == ["alices", "for-users"]
@@ -123,7 +114,7 @@ def test_authenticated_read_and_other_users(server, s3):
 
 def test_acls_read_and_change(server, s3):
     anon = anonymous(server)
-    b = fresh(s3, ACL="public-read")
+    b = fresh_bucket(s3, "acl", ACL="public-read")
     acl = s3.get_bucket_acl(Bucket=b)
     assert acl["Owner"]["ID"] == "alice"
     assert grants(acl) == {("alice", "FULL_CONTROL"), (ALL_USERS, "READ")}
@@ -183,7 +174,7 @@ def test_acls_read_and_change(server, s3):
 
 
 def test_expected_bucket_owner_and_owners_in_listings(server, s3):
-    b = fresh(s3)
+    b = fresh_bucket(s3, "acl")
     s3.put_object(Bucket=b, Key="k", Body=b"v", ExpectedBucketOwner="alice")
     assert code(lambda: s3.put_object(Bucket=b, Key="k", Body=b"v", ExpectedBucketOwner="bob")) == "AccessDenied"
     assert code(lambda: s3.list_objects_v2(Bucket=b, ExpectedBucketOwner="bob")) == "AccessDenied"
@@ -197,7 +188,7 @@ def test_expected_bucket_owner_and_owners_in_listings(server, s3):
 
 def test_uploads_and_parts_name_their_initiator(server, s3):
     bob = server.client(BOB)
-    b = fresh(s3, ACL="public-read-write")
+    b = fresh_bucket(s3, "acl", ACL="public-read-write")
     up = bob.create_multipart_upload(Bucket=b, Key="big")
     bob.upload_part(Bucket=b, Key="big", UploadId=up["UploadId"], PartNumber=1, Body=b"x" * 1024)
     listed = s3.list_multipart_uploads(Bucket=b)["Uploads"][0]

@@ -37,6 +37,18 @@ document.getElementById("file").addEventListener("change", async () => {
 </script></body></html>"""
 
 
+def serve_page(server, s3, site, drop, post):
+    """Stores the upload page, public-read, in `site`; it posts `post`'s form to `drop`."""
+    post["url"] = f"http://127.0.0.1:{server.port}/{drop}"
+    s3.put_object(
+        Bucket=site,
+        Key="index.html",
+        Body=(PAGE % json.dumps(post)).encode(),
+        ContentType="text/html",
+        ACL="public-read",
+    )
+
+
 def browser():
     opts = webdriver.ChromeOptions()
     opts.binary_location = "/usr/bin/chromium"
@@ -74,14 +86,7 @@ def test_a_page_from_a_public_bucket_uploads_with_a_post_form(server, s3, tmp_pa
             {"success_action_status": "201"},
         ],
     )
-    post["url"] = f"http://127.0.0.1:{server.port}/{drop}"
-    s3.put_object(
-        Bucket=site,
-        Key="index.html",
-        Body=(PAGE % json.dumps(post)).encode(),
-        ContentType="text/html",
-        ACL="public-read",
-    )
+    serve_page(server, s3, site, drop, post)
     data = os.urandom(200_000)
     upload = tmp_path / "photo.bin"
     upload.write_bytes(data)
@@ -110,14 +115,7 @@ def test_the_same_upload_without_cors_is_blocked_by_the_browser(server, s3, tmp_
     s3.create_bucket(Bucket=site, ACL="public-read")
     s3.create_bucket(Bucket=drop)
     post = s3.generate_presigned_post(drop, "blocked/${filename}")
-    post["url"] = f"http://127.0.0.1:{server.port}/{drop}"
-    s3.put_object(
-        Bucket=site,
-        Key="index.html",
-        Body=(PAGE % json.dumps(post)).encode(),
-        ContentType="text/html",
-        ACL="public-read",
-    )
+    serve_page(server, s3, site, drop, post)
     upload = tmp_path / "x.bin"
     upload.write_bytes(b"x" * 100)
     driver = browser()

@@ -2,16 +2,14 @@
 browser sends it: the preflight OPTIONS and the Access-Control-* headers on real requests,
 presigned ones included."""
 
-import time
 import urllib.error
 import urllib.request
 
 import pytest
 from botocore.exceptions import ClientError
 
-from conftest import BOB
+from conftest import BOB, fresh_bucket
 
-_n = [0]
 
 RULES = {
     "CORSRules": [
@@ -25,13 +23,6 @@ RULES = {
         {"ID": "reads", "AllowedOrigins": ["*"], "AllowedMethods": ["GET", "HEAD"]},
     ]
 }
-
-
-def fresh(s3):
-    _n[0] += 1
-    name = f"cors{int(time.time() * 1000) % 10**9}-{_n[0]}"
-    s3.create_bucket(Bucket=name)
-    return name
 
 
 def code(call):
@@ -50,7 +41,7 @@ def raw(url, method="GET", headers=None, body=None):
 
 
 def test_cors_configuration_round_trips(server, s3):
-    b = fresh(s3)
+    b = fresh_bucket(s3, "cors")
     assert code(lambda: s3.get_bucket_cors(Bucket=b)) == "NoSuchCORSConfiguration"
     s3.put_bucket_cors(Bucket=b, CORSConfiguration=RULES)
     got = s3.get_bucket_cors(Bucket=b)["CORSRules"]
@@ -70,7 +61,7 @@ def test_cors_configuration_round_trips(server, s3):
 
 
 def test_preflight_and_headers_on_requests(server, s3):
-    b = fresh(s3)
+    b = fresh_bucket(s3, "cors")
     s3.put_object(Bucket=b, Key="k", Body=b"v")
     url = f"{server.url}/{b}/k"
     pre = {

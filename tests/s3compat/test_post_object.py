@@ -14,16 +14,8 @@ import uuid
 import pytest
 from botocore.exceptions import ClientError
 
-from conftest import ALICE
+from conftest import ALICE, fresh_bucket
 
-_n = [0]
-
-
-def fresh(s3, **kw):
-    _n[0] += 1
-    name = f"post{int(time.time() * 1000) % 10**9}-{_n[0]}"
-    s3.create_bucket(Bucket=name, **kw)
-    return name
 
 
 def form_post(url, fields, filename="hello.txt", content=b"hello world", file_type="text/plain"):
@@ -73,7 +65,7 @@ def exists(s3, b, k):
 
 @pytest.mark.parametrize("version", ["default (SigV2)", "s3v4"])
 def test_a_presigned_post_uploads_and_reads_back(server, s3, version):
-    b = fresh(s3)
+    b = fresh_bucket(s3, "post")
     signer = server.client(signature_version="s3v4") if version == "s3v4" else s3
     post = signer.generate_presigned_post(
         b,
@@ -108,7 +100,7 @@ def test_a_presigned_post_uploads_and_reads_back(server, s3, version):
 
 
 def test_policy_violations_are_refused_and_store_nothing(server, s3):
-    b = fresh(s3)
+    b = fresh_bucket(s3, "post")
     post = s3.generate_presigned_post(
         b, "k", Conditions=[["content-length-range", 1, 10]]
     )
@@ -135,7 +127,7 @@ def test_policy_violations_are_refused_and_store_nothing(server, s3):
     fields = dict(post["fields"], policy=base64.b64encode(json.dumps(forged).encode()).decode())
     assert form_post(post["url"], fields)[0] == 403
     # Another bucket than the policy's.
-    other = fresh(s3)
+    other = fresh_bucket(s3, "post")
     status, _, _ = form_post(f"{server.url}/{other}", post["fields"])
     assert status == 403
     assert s3.list_objects_v2(Bucket=b).get("KeyCount", 0) == 0
@@ -153,7 +145,7 @@ def sigv2_form(bucket, key, conditions, expiration):
 
 
 def test_sigv2_forms_and_expiry(server, s3):
-    b = fresh(s3)
+    b = fresh_bucket(s3, "post")
     later = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(time.time() + 3600))
     fields = sigv2_form(b, "v2", [{"bucket": b}, {"key": "v2"}], later)
     assert form_post(f"{server.url}/{b}", fields)[0] == 204
@@ -166,8 +158,8 @@ def test_sigv2_forms_and_expiry(server, s3):
 
 
 def test_unsigned_forms_follow_the_bucket_acl(server, s3):
-    open_rw = fresh(s3, ACL="public-read-write")
-    private = fresh(s3)
+    open_rw = fresh_bucket(s3, "post", ACL="public-read-write")
+    private = fresh_bucket(s3, "post")
     status, _, _ = form_post(f"{server.url}/{open_rw}", {"key": "anon", "acl": "public-read"})
     assert status == 204
     assert s3.get_object(Bucket=open_rw, Key="anon")["Body"].read() == b"hello world"
