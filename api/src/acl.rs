@@ -275,8 +275,18 @@ impl Acl {
         let mut grants = Vec::new();
         for g in &doc.access_control_list.grant {
             let permission = Permission::parse(&g.permission)?;
-            let id = g.grantee.id.as_deref().map(str::trim).filter(|i| !i.is_empty());
-            let uri = g.grantee.uri.as_deref().map(str::trim).filter(|u| !u.is_empty());
+            let id = g
+                .grantee
+                .id
+                .as_deref()
+                .map(str::trim)
+                .filter(|i| !i.is_empty());
+            let uri = g
+                .grantee
+                .uri
+                .as_deref()
+                .map(str::trim)
+                .filter(|u| !u.is_empty());
             let grantee = match (id, uri) {
                 (Some(id), _) => Grantee::User(id.to_string()),
                 (None, Some(uri)) => group(uri)?,
