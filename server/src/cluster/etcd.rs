@@ -216,35 +216,38 @@ impl Etcd {
         }
     }
 
-    /// Writes `key` only if it does not exist (one transaction); whether it was written.
-    pub async fn create(&mut self, key: &str, value: &[u8]) -> Result<bool, EtcdError> {
+    /// One transaction: `put` on `key` only if `compare` (one etcd comparison, without its
+    /// key) holds; whether it was written.
+    async fn put_if(
+        &mut self,
+        key: &str,
+        mut compare: Value,
+        mut put: Value,
+    ) -> Result<bool, EtcdError> {
         let k = b64(key.as_bytes());
+        compare["key"] = json!(k);
+        put["key"] = json!(k);
         let v = self
             .call(
                 "/v3/kv/txn",
-                json!({
-                    "compare": [{ "key": k, "target": "CREATE", "create_revision": "0" }],
-                    "success": [{ "request_put": { "key": k, "value": b64(value) } }],
-                }),
+                json!({ "compare": [compare], "success": [{ "request_put": put }] }),
             )
             .await?;
         Ok(v.get("succeeded").and_then(Value::as_bool).unwrap_or(false))
     }
 
+    /// Writes `key` only if it does not exist (one transaction); whether it was written.
+    pub async fn create(&mut self, key: &str, value: &[u8]) -> Result<bool, EtcdError> {
+        let absent = json!({ "target": "CREATE", "create_revision": "0" });
+        self.put_if(key, absent, json!({ "value": b64(value) }))
+            .await
+    }
+
     /// Replaces `key`'s value only if it is still `old` (one transaction); whether it was
     /// written. A key deleted meanwhile is not written again.
     pub async fn replace(&mut self, key: &str, old: &[u8], new: &[u8]) -> Result<bool, EtcdError> {
-        let k = b64(key.as_bytes());
-        let v = self
-            .call(
-                "/v3/kv/txn",
-                json!({
-                    "compare": [{ "key": k, "target": "VALUE", "value": b64(old) }],
-                    "success": [{ "request_put": { "key": k, "value": b64(new) } }],
-                }),
-            )
-            .await?;
-        Ok(v.get("succeeded").and_then(Value::as_bool).unwrap_or(false))
+        let same = json!({ "target": "VALUE", "value": b64(old) });
+        self.put_if(key, same, json!({ "value": b64(new) })).await
     }
 
     /// Writes `key` attached to `lease` only if it does not exist (one transaction); whether
@@ -255,19 +258,9 @@ impl Etcd {
         value: &[u8],
         lease: i64,
     ) -> Result<bool, EtcdError> {
-        let k = b64(key.as_bytes());
-        let v = self
-            .call(
-                "/v3/kv/txn",
-                json!({
-                    "compare": [{ "key": k, "target": "CREATE", "create_revision": "0" }],
-                    "success": [{ "request_put": {
-                        "key": k, "value": b64(value), "lease": lease.to_string()
-                    } }],
-                }),
-            )
-            .await?;
-        Ok(v.get("succeeded").and_then(Value::as_bool).unwrap_or(false))
+        let absent = json!({ "target": "CREATE", "create_revision": "0" });
+        let put = json!({ "value": b64(value), "lease": lease.to_string() });
+        self.put_if(key, absent, put).await
     }
 
     /// Deletes `key`; whether it existed.

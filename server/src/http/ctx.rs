@@ -51,14 +51,10 @@ impl Ctx {
     pub fn allow(&self, action: Action, bucket: Option<&str>) -> Result<Option<u64>, S3Error> {
         let store = self.shard.tier.store.borrow();
         let found = bucket.and_then(|b| store.bucket_access(b));
-        authorize_with_acl(
-            &self.auth.identity,
-            action,
-            bucket,
-            found.map(|(owner, _, _)| owner),
-            found.map(|(_, _, acl)| acl),
-        )?;
-        Ok(found.map(|(_, incarnation, _)| incarnation))
+        let (owner, incarnation, acl) =
+            found.map_or((None, None, None), |(o, i, a)| (Some(o), Some(i), Some(a)));
+        authorize_with_acl(&self.auth.identity, action, bucket, owner, acl)?;
+        Ok(incarnation)
     }
 
     /// [`Ctx::allow`] for an operation on an object of `bucket`: the [`Gate`] says whether
