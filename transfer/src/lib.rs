@@ -64,6 +64,7 @@
 mod address;
 mod batch;
 mod descriptor;
+pub mod device;
 mod engine;
 mod error;
 mod kind;

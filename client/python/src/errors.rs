@@ -57,7 +57,9 @@ impl Error {
             Error::NotFound(_) => "NotFound",
             Error::Busy(_) => "Busy",
             Error::Kv(KvError::InvalidArgument(_) | KvError::Region(_)) => "InvalidArgument",
-            Error::Kv(KvError::Transfer(_)) => "TransferError",
+            Error::Kv(KvError::Transfer(_) | KvError::Blocks(_)) => "TransferError",
+            Error::Kv(KvError::Device(_)) => "DeviceError",
+            Error::Kv(KvError::Busy(_)) => "Busy",
             Error::Kv(KvError::Client(e)) | Error::Client(e) => class_of_client(e),
             Error::Kv(KvError::InvalidResponse(_)) => "Error",
         }

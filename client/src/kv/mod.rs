@@ -47,7 +47,14 @@ use yutu_transfer::{
 pub use yutu_api::block_hash::{BlockHash, BlockHasher};
 
 mod cluster;
+mod device;
 mod lanes;
+
+pub use device::{
+    BlockFailures, DeviceBuffer, Memory, STAGING_BUFFERS, STAGING_HALF, STAGING_WAIT,
+};
+pub use yutu_transfer::device::staging::{BlockError, DeviceBlock};
+pub use yutu_transfer::device::{CancelToken, Device, DeviceError, DeviceMemory, HostDevice};
 
 use crate::address::encode_key;
 use crate::error::{error_from_response, Resource};
@@ -82,6 +89,16 @@ pub enum KvError {
     /// The server answered with success, but with something that does not match the request.
     #[error("invalid response from server: {0}")]
     InvalidResponse(String),
+    /// A device (GPU) call failed: no driver, memory that is not the device's, a failed copy.
+    #[error("device: {0}")]
+    Device(#[from] yutu_transfer::device::DeviceError),
+    /// Some blocks of a staged (device) batch failed and the others were moved: which
+    /// failed, why, and the others' results.
+    #[error("{0}")]
+    Blocks(Box<BlockFailures>),
+    /// Every staging buffer stayed in use by other threads for too long.
+    #[error("busy: {0}")]
+    Busy(String),
 }
 
 impl KvError {
@@ -277,6 +294,8 @@ pub struct KvClient {
     put_ttl_ms: Option<u64>,
     /// In a cluster: the membership and a client per member, which every call goes through.
     route: Option<Arc<cluster::Routing>>,
+    /// Pinned staging buffers for device memory, per device.
+    staging: device::StagingPool,
 }
 
 impl std::fmt::Debug for KvClient {
@@ -390,6 +409,7 @@ impl KvClient {
             session: String::new(),
             put_ttl_ms: options.put_ttl_ms,
             route: None,
+            staging: device::StagingPool::default(),
         };
         let registered: PeerResponse = client.call_post(
             PEERS_PATH,
@@ -479,11 +499,11 @@ impl KvClient {
     /// the blocks out of the buffer (put-from). Returns the ETags, in order. Blocks are visible
     /// (also through S3) once this returns; each block is stored whole or not at all, and on
     /// an error the blocks before the failing one may be stored.
-    pub fn batch_put_from(
+    pub fn batch_put_from<'a>(
         &self,
         bucket: &str,
         keys: &[String],
-        buf: &Buffer,
+        buf: impl Into<Memory<'a>>,
         offsets: &[u64],
         lengths: &[u64],
     ) -> Result<Vec<String>, KvError> {
@@ -492,11 +512,11 @@ impl KvClient {
 
     /// As [`KvClient::batch_put_from`]; with [`PutMode::IfAbsent`] a key already stored keeps
     /// its bytes and answers an empty ETag (Mooncake's `put`, where `upsert` overwrites).
-    pub fn batch_put_from_with(
+    pub fn batch_put_from_with<'a>(
         &self,
         bucket: &str,
         keys: &[String],
-        buf: &Buffer,
+        buf: impl Into<Memory<'a>>,
         offsets: &[u64],
         lengths: &[u64],
         mode: PutMode,
@@ -510,16 +530,18 @@ impl KvClient {
 
     /// As [`KvClient::batch_put_from`], with Mooncake's `ReplicateConfig` choices: the mode,
     /// how many copies (in a cluster), a preferred node, and a pin.
-    pub fn batch_put_from_opts(
+    ///
+    /// From a [`DeviceBuffer`] the blocks are staged through pinned host memory; a device
+    /// copy that fails fails its block only ([`KvError::Blocks`]).
+    pub fn batch_put_from_opts<'a>(
         &self,
         bucket: &str,
         keys: &[String],
-        buf: &Buffer,
+        buf: impl Into<Memory<'a>>,
         offsets: &[u64],
         lengths: &[u64],
         options: &PutOptions,
     ) -> Result<Vec<String>, KvError> {
-        self.check_put(keys, buf, offsets, lengths)?;
         if let Some(r) = options.replicas {
             if !(1..=yutu_api::cluster::MAX_REPLICAS).contains(&r) {
                 return Err(KvError::InvalidArgument(format!(
@@ -528,6 +550,21 @@ impl KvClient {
                 )));
             }
         }
+        let buf = match buf.into() {
+            Memory::Host(b) => b,
+            Memory::Device(d) => {
+                self.check_device_buffer(d)?;
+                same_len(keys, offsets.len(), "offsets")?;
+                same_len(keys, lengths.len(), "lengths")?;
+                let blocks = KvClient::device_blocks(d, offsets, lengths)?;
+                // SAFETY: the blocks lie inside the registered device buffer, whose
+                // registration vouched for the memory.
+                return unsafe {
+                    self.batch_put_from_device(bucket, keys, d.device(), &blocks, options, None)
+                };
+            }
+        };
+        self.check_put(keys, buf, offsets, lengths)?;
         if let Some(r) = &self.route {
             return r.put_from(bucket, keys, buf, offsets, lengths, options);
         }
@@ -671,13 +708,14 @@ impl KvClient {
     /// Fetches `keys[i]` into `buf` at `offsets[i]`; the server writes the bytes one-sidedly.
     /// Each key may fill its offset up to the next larger offset (or the buffer's end), so
     /// offsets must differ. Returns each block's length, or `None` where the key is absent.
-    pub fn batch_get_into(
+    pub fn batch_get_into<'a>(
         &self,
         bucket: &str,
         keys: &[String],
-        buf: &Buffer,
+        buf: impl Into<Memory<'a>>,
         offsets: &[u64],
     ) -> Result<Vec<Option<u64>>, KvError> {
+        let buf = buf.into();
         same_len(keys, offsets.len(), "offsets")?;
         let mut order: Vec<usize> = (0..offsets.len()).collect();
         order.sort_by_key(|&i| offsets[i]);
@@ -701,18 +739,39 @@ impl KvClient {
     /// As [`KvClient::batch_get_into`], with the room for each key given: key `i` may be
     /// written to `buf[offsets[i] .. offsets[i] + capacities[i]]` and no further; a block
     /// larger than its room fails the batch (`InvalidArgument` from the server).
-    pub fn batch_get_into_ranges(
+    ///
+    /// Into a [`DeviceBuffer`] the blocks are staged through pinned host memory; a device
+    /// copy that fails fails its block only ([`KvError::Blocks`]).
+    pub fn batch_get_into_ranges<'a>(
         &self,
         bucket: &str,
         keys: &[String],
-        buf: &Buffer,
+        buf: impl Into<Memory<'a>>,
         offsets: &[u64],
         capacities: &[u64],
     ) -> Result<Vec<Option<u64>>, KvError> {
-        self.check_buffer(buf)?;
         same_len(keys, offsets.len(), "offsets")?;
         same_len(keys, capacities.len(), "capacities")?;
         check_batch(keys)?;
+        let buf = match buf.into() {
+            Memory::Host(b) => b,
+            Memory::Device(d) => {
+                self.check_device_buffer(d)?;
+                if let Some(i) = capacities.iter().position(|&c| c == 0) {
+                    return Err(KvError::InvalidArgument(format!(
+                        "key {i} has no room at offset {}",
+                        offsets[i]
+                    )));
+                }
+                let blocks = KvClient::device_blocks(d, offsets, capacities)?;
+                // SAFETY: the blocks lie inside the registered device buffer, whose
+                // registration vouched for the memory.
+                return unsafe {
+                    self.batch_get_into_device(bucket, keys, d.device(), &blocks, None)
+                };
+            }
+        };
+        self.check_buffer(buf)?;
         let mut ranges = Vec::with_capacity(keys.len());
         for (i, (&off, &cap)) in offsets.iter().zip(capacities).enumerate() {
             check_range(buf, i, off, cap)?;

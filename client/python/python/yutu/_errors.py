@@ -46,3 +46,7 @@ class TransferError(Error):
 
 class Closed(Error):
     """A call on a store after ``close()``."""
+
+
+class DeviceError(Error):
+    """A GPU call failed: no CUDA driver, memory that is not the device's, a failed copy."""

@@ -1,0 +1,497 @@
+//! GPU buffers in the KV API: [`DeviceBuffer`]s are registered like host [`Buffer`]s and go
+//! wherever one goes ([`Memory`]), and their blocks are staged.
+//!
+//! The node's one-sided copies reach only host memory it can map or address through this
+//! client's engine, so a batch for device memory runs through the staging pipeline of
+//! `yutu_transfer::device::staging`: a pinned host buffer registered with the engine, whose
+//! two halves alternate between the node's copy of one chunk and the device's copy of the
+//! previous one. Staging buffers are pooled per client and device: at most
+//! [`STAGING_BUFFERS`] per device, with halves of [`STAGING_HALF`] (grown for a batch whose
+//! largest block needs more, and then not kept).
+//!
+//! A device copy that fails fails its block only; the call then answers
+//! [`KvError::Blocks`], which says which blocks failed and carries the others' results.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use yutu_transfer::device::staging::{self, BlockError, ChunkRequest, DeviceBlock, StagingSlot};
+use yutu_transfer::device::{gpudirect, CancelToken, Device, DeviceMemory};
+
+use super::{Buffer, Inner, KvClient, KvError, PutOptions, MAX_BATCH};
+
+/// Bytes in each half of a pooled staging buffer: the most a chunk moves per node call, and
+/// the largest block staged without a buffer of its own.
+pub const STAGING_HALF: u64 = 16 << 20;
+/// Most staging buffers one client keeps per device (each `2 * STAGING_HALF` of pinned
+/// memory); a call that finds them all lent waits for one, up to [`STAGING_WAIT`].
+pub const STAGING_BUFFERS: usize = 4;
+/// How long a call waits for a staging buffer other threads are using.
+pub const STAGING_WAIT: Duration = Duration::from_secs(60);
+
+/// Device memory registered with a [`KvClient`]: the source of puts and the target of gets,
+/// used exactly like a [`Buffer`] (offsets into it).
+pub struct DeviceBuffer {
+    device: Arc<dyn Device>,
+    memory: DeviceMemory,
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("device", &self.device.name())
+            .field("ptr", &format_args!("{:#x}", self.memory.ptr))
+            .field("len", &self.memory.len)
+            .finish()
+    }
+}
+
+impl DeviceBuffer {
+    pub fn len(&self) -> u64 {
+        self.memory.len
+    }
+
+    /// Always false: registration refuses empty ranges.
+    pub fn is_empty(&self) -> bool {
+        self.memory.len == 0
+    }
+
+    pub fn memory(&self) -> &DeviceMemory {
+        &self.memory
+    }
+
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.device
+    }
+}
+
+/// The memory of a KV call: host or device. `&Buffer` and `&DeviceBuffer` both convert, so
+/// every batch call takes either.
+#[derive(Debug, Clone, Copy)]
+pub enum Memory<'a> {
+    Host(&'a Buffer),
+    Device(&'a DeviceBuffer),
+}
+
+impl<'a> From<&'a Buffer> for Memory<'a> {
+    fn from(b: &'a Buffer) -> Memory<'a> {
+        Memory::Host(b)
+    }
+}
+
+impl<'a> From<&'a DeviceBuffer> for Memory<'a> {
+    fn from(b: &'a DeviceBuffer) -> Memory<'a> {
+        Memory::Device(b)
+    }
+}
+
+impl Memory<'_> {
+    pub fn len(&self) -> u64 {
+        match self {
+            Memory::Host(b) => b.len(),
+            Memory::Device(b) => b.len(),
+        }
+    }
+
+    /// Always false: both kinds have at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Blocks of a staged batch that were not moved, and what the others did.
+#[derive(Debug)]
+pub struct BlockFailures {
+    /// Index in the batch and reason, for every block that failed.
+    pub failed: Vec<(usize, BlockError)>,
+    /// Blocks in the batch.
+    pub total: usize,
+    /// For a get: each block's length (`None` where the key is absent or the block failed).
+    pub copied: Vec<Option<u64>>,
+    /// For a put: each stored block's ETag (`None` where the block failed).
+    pub etags: Vec<Option<String>>,
+}
+
+impl fmt::Display for BlockFailures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} of {} blocks failed", self.failed.len(), self.total)?;
+        let shown: Vec<String> = self
+            .failed
+            .iter()
+            .take(4)
+            .map(|(i, e)| format!("block {i}: {e}"))
+            .collect();
+        write!(f, " ({}", shown.join("; "))?;
+        if self.failed.len() > shown.len() {
+            write!(f, "; ...")?;
+        }
+        write!(f, ")")
+    }
+}
+
+/// Staging buffers of one client, per device.
+#[derive(Default)]
+pub(super) struct StagingPool {
+    state: Mutex<HashMap<String, DevicePool>>,
+    freed: Condvar,
+}
+
+#[derive(Default)]
+struct DevicePool {
+    free: Vec<Slot>,
+    /// Slots of this device in existence, free or lent.
+    total: usize,
+}
+
+/// A staging slot and its registration with the client's engine.
+struct Slot {
+    // Unregistered (dropped) before the slot's pinned buffer is unpinned and freed.
+    buffer: Buffer,
+    staging: StagingSlot,
+}
+
+/// A slot lent to one call; back to the pool when dropped, unless the call failed in a way
+/// that may leave the node still writing it, or it was grown for one call.
+struct Lease<'a> {
+    pool: &'a StagingPool,
+    key: String,
+    slot: Option<Slot>,
+    keep: bool,
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let Some(slot) = self.slot.take() else { return };
+        let mut st = self.pool.lock();
+        let dev = st.entry(self.key.clone()).or_default();
+        if self.keep && slot.staging.half() <= STAGING_HALF {
+            dev.free.push(slot);
+        } else {
+            dev.total = dev.total.saturating_sub(1);
+            drop(st);
+            drop(slot);
+        }
+        self.pool.freed.notify_all();
+    }
+}
+
+impl StagingPool {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, DevicePool>> {
+        // Every change under the lock leaves the map consistent (a push, a pop, a count).
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Lends a slot of `device` whose halves hold at least `half` bytes.
+    fn take(
+        &self,
+        kv: &KvClient,
+        device: &Arc<dyn Device>,
+        half: u64,
+    ) -> Result<Lease<'_>, KvError> {
+        let key = device.name();
+        let half = half.max(STAGING_HALF);
+        let deadline = Instant::now() + STAGING_WAIT;
+        let mut st = self.lock();
+        loop {
+            let dev = st.entry(key.clone()).or_default();
+            if let Some(i) = dev.free.iter().position(|s| s.staging.half() >= half) {
+                let slot = dev.free.swap_remove(i);
+                return Ok(self.lease(key, slot));
+            }
+            if dev.total < STAGING_BUFFERS || !dev.free.is_empty() {
+                if dev.total >= STAGING_BUFFERS {
+                    // All exist and none free is large enough: replace a free one.
+                    dev.free.pop();
+                    dev.total -= 1;
+                }
+                dev.total += 1;
+                drop(st);
+                return match new_slot(kv, device.as_ref(), half) {
+                    Ok(slot) => Ok(self.lease(key, slot)),
+                    Err(e) => {
+                        let mut st = self.lock();
+                        let dev = st.entry(key).or_default();
+                        dev.total = dev.total.saturating_sub(1);
+                        self.freed.notify_all();
+                        Err(e)
+                    }
+                };
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(KvError::Busy(format!(
+                    "all {STAGING_BUFFERS} staging buffers of {key} stayed busy for {}s",
+                    STAGING_WAIT.as_secs()
+                )));
+            }
+            st = self
+                .freed
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    fn lease(&self, key: String, slot: Slot) -> Lease<'_> {
+        Lease {
+            pool: self,
+            key,
+            slot: Some(slot),
+            keep: true,
+        }
+    }
+}
+
+fn new_slot(kv: &KvClient, device: &dyn Device, half: u64) -> Result<Slot, KvError> {
+    let staging = StagingSlot::new(device, half).map_err(KvError::Device)?;
+    let segment = kv
+        .inner
+        .engine
+        .register(staging.pinned().region().clone())?;
+    Ok(Slot {
+        buffer: Buffer {
+            segment,
+            inner: kv.inner.clone(),
+        },
+        staging,
+    })
+}
+
+impl KvClient {
+    /// How device memory travels between this client and its nodes, and why: staged through
+    /// pinned host memory, with the reason GPUDirect RDMA is not used (no RDMA path, no
+    /// peer-memory module, or not built).
+    pub fn device_path(&self) -> String {
+        gpudirect::status(
+            self.inner.engine.rdma_unavailable().map(|e| e.to_string()),
+            std::path::Path::new("/sys/module"),
+        )
+    }
+
+    /// Registers device memory (a GPU buffer) for batch calls: checked with the device (it
+    /// must be this device's memory, inside one allocation), then used like a [`Buffer`].
+    ///
+    /// # Safety
+    ///
+    /// The memory must stay allocated, and not be used by the caller for anything that
+    /// conflicts with the calls it is named in, while the returned buffer is in use.
+    pub unsafe fn register_device(
+        &self,
+        device: Arc<dyn Device>,
+        memory: DeviceMemory,
+    ) -> Result<DeviceBuffer, KvError> {
+        if memory.len == 0 {
+            return Err(KvError::InvalidArgument(
+                "device memory needs at least one byte".into(),
+            ));
+        }
+        device.check(&memory).map_err(KvError::Device)?;
+        Ok(DeviceBuffer {
+            device,
+            memory,
+            inner: self.inner.clone(),
+        })
+    }
+
+    pub(super) fn check_device_buffer(&self, buf: &DeviceBuffer) -> Result<(), KvError> {
+        if !Arc::ptr_eq(&buf.inner, &self.inner) {
+            return Err(KvError::InvalidArgument(
+                "the device buffer was registered by another KvClient".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Fetches `keys[i]` into the device memory of `blocks[i]` (whose `len` is the room for
+    /// it), through staging; each block's length, `None` where the key is absent. A failed
+    /// device copy fails its block only ([`KvError::Blocks`]); `cancel` stops the batch
+    /// between chunks.
+    ///
+    /// # Safety
+    ///
+    /// Every block must be `device` memory the caller may write, untouched by anything else
+    /// until this returns (each is also checked with [`Device::check`]).
+    pub unsafe fn batch_get_into_device(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        device: &Arc<dyn Device>,
+        blocks: &[DeviceBlock],
+        cancel: Option<&CancelToken>,
+    ) -> Result<Vec<Option<u64>>, KvError> {
+        super::same_len(keys, blocks.len(), "blocks")?;
+        super::check_batch(keys)?;
+        self.check_blocks(device, blocks)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let half = blocks.iter().map(|b| b.len).max().unwrap_or(0);
+        let mut lease = self.staging.take(self, device, half)?;
+        let Some(slot) = lease.slot.as_mut() else {
+            return Err(KvError::InvalidArgument("no staging slot".into()));
+        };
+        let mut first_error = None;
+        let host = &slot.buffer;
+        let fetch = |c: &ChunkRequest<'_>| {
+            let ks: Vec<String> = c.blocks.iter().map(|&i| keys[i].clone()).collect();
+            self.batch_get_into_ranges(bucket, &ks, host, c.offsets, c.lens)
+                .map_err(|e| keep_first(&mut first_error, e))
+        };
+        // SAFETY: the blocks are the caller's device memory (this function's contract),
+        // checked against the device above.
+        let outcomes =
+            unsafe { staging::get_into(&mut slot.staging, blocks, MAX_BATCH, cancel, fetch) };
+        // The node may still write a half whose call failed on this side (a timeout): such a
+        // slot is not lent again.
+        lease.keep = first_error.is_none();
+        drop(lease);
+        collect(outcomes, first_error, |f, v| {
+            f.copied = v.into_iter().map(Option::flatten).collect();
+        })
+    }
+
+    /// Stores `keys[i]` from the device memory of `blocks[i]` through staging, with the put's
+    /// `options`; the ETags. A failed device copy fails its block only ([`KvError::Blocks`]).
+    ///
+    /// # Safety
+    ///
+    /// Every block must be `device` memory the caller may read, not written by anything else
+    /// until this returns (each is also checked with [`Device::check`]).
+    pub unsafe fn batch_put_from_device(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        device: &Arc<dyn Device>,
+        blocks: &[DeviceBlock],
+        options: &PutOptions,
+        cancel: Option<&CancelToken>,
+    ) -> Result<Vec<String>, KvError> {
+        super::same_len(keys, blocks.len(), "blocks")?;
+        super::check_batch(keys)?;
+        self.check_blocks(device, blocks)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let half = blocks.iter().map(|b| b.len).max().unwrap_or(0);
+        let mut lease = self.staging.take(self, device, half)?;
+        let Some(slot) = lease.slot.as_mut() else {
+            return Err(KvError::InvalidArgument("no staging slot".into()));
+        };
+        let mut first_error = None;
+        let host = &slot.buffer;
+        let store = |c: &ChunkRequest<'_>| {
+            let ks: Vec<String> = c.blocks.iter().map(|&i| keys[i].clone()).collect();
+            self.batch_put_from_opts(bucket, &ks, host, c.offsets, c.lens, options)
+                .map_err(|e| keep_first(&mut first_error, e))
+        };
+        // SAFETY: as in `batch_get_into_device`, read instead of written.
+        let outcomes =
+            unsafe { staging::put_from(&mut slot.staging, blocks, MAX_BATCH, cancel, store) };
+        drop(lease);
+        collect(outcomes, first_error, |f, v| f.etags = v)
+    }
+
+    /// Each block is inside `device` memory (and a batch's blocks fit a `usize` each).
+    fn check_blocks(
+        &self,
+        device: &Arc<dyn Device>,
+        blocks: &[DeviceBlock],
+    ) -> Result<(), KvError> {
+        for (i, b) in blocks.iter().enumerate() {
+            if b.len > staging_limit() {
+                return Err(KvError::InvalidArgument(format!(
+                    "block {i} is {} bytes; a staged block is at most {}",
+                    b.len,
+                    staging_limit()
+                )));
+            }
+            let memory = DeviceMemory {
+                ordinal: device.ordinal(),
+                ptr: b.addr,
+                len: b.len,
+            };
+            device
+                .check(&memory)
+                .map_err(|e| KvError::InvalidArgument(format!("block {i}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// The blocks of `buf` at `offsets`, `lens` bytes each (checked against the buffer).
+    pub(super) fn device_blocks(
+        buf: &DeviceBuffer,
+        offsets: &[u64],
+        lens: &[u64],
+    ) -> Result<Vec<DeviceBlock>, KvError> {
+        offsets
+            .iter()
+            .zip(lens)
+            .enumerate()
+            .map(|(i, (&off, &len))| {
+                let addr = buf
+                    .memory
+                    .addr(off, len)
+                    .map_err(|e| KvError::InvalidArgument(format!("key {i}: {e}")))?;
+                Ok(DeviceBlock { addr, len })
+            })
+            .collect()
+    }
+}
+
+/// The largest block staged: 1 GiB, so that a staging buffer (two halves) stays a sane size.
+fn staging_limit() -> u64 {
+    1 << 30
+}
+
+/// Keeps the first node error of a batch whole (with its S3 code), and gives the pipeline
+/// its message.
+fn keep_first(first: &mut Option<KvError>, e: KvError) -> String {
+    let msg = e.to_string();
+    if first.is_none() {
+        *first = Some(e);
+    }
+    msg
+}
+
+/// One outcome per block into the call's answer: all good → the values; the node failed
+/// before anything moved → that error as it was; otherwise [`KvError::Blocks`], with
+/// `fill` putting the blocks' values (`None` where a block failed) into it.
+fn collect<T>(
+    outcomes: Vec<Result<T, BlockError>>,
+    first_error: Option<KvError>,
+    fill: impl FnOnce(&mut BlockFailures, Vec<Option<T>>),
+) -> Result<Vec<T>, KvError> {
+    let total = outcomes.len();
+    if outcomes.iter().all(Result::is_ok) {
+        return Ok(outcomes.into_iter().flatten().collect());
+    }
+    let nothing_moved = outcomes
+        .iter()
+        .all(|o| matches!(o, Err(BlockError::Node(_))));
+    if let (true, Some(e)) = (nothing_moved, first_error) {
+        // Nothing moved and the node said why: that is the answer, with its code.
+        return Err(e);
+    }
+    let mut failed = Vec::new();
+    let mut values = Vec::with_capacity(total);
+    for (i, o) in outcomes.into_iter().enumerate() {
+        match o {
+            Ok(v) => values.push(Some(v)),
+            Err(e) => {
+                values.push(None);
+                failed.push((i, e));
+            }
+        }
+    }
+    let mut f = BlockFailures {
+        failed,
+        total,
+        copied: Vec::new(),
+        etags: Vec::new(),
+    };
+    fill(&mut f, values);
+    Err(KvError::Blocks(Box::new(f)))
+}
