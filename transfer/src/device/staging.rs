@@ -99,19 +99,20 @@ impl StagingSlot {
         self.pinned.region().as_ptr().wrapping_add(off as usize)
     }
 
+    /// Waits for both streams: nothing may still be copying when the slot goes back to its
+    /// pool.
+    fn settle_all<T>(&mut self, out: &mut [Option<Result<T, BlockError>>]) {
+        self.settle(0, out);
+        self.settle(1, out);
+    }
+
     /// Waits for stream `h`'s copies; marks the blocks whose copy failed.
-    fn settle<T>(
-        &mut self,
-        h: usize,
-        pending: &mut Vec<usize>,
-        out: &mut [Option<Result<T, BlockError>>],
-    ) {
+    fn settle<T>(&mut self, h: usize, out: &mut [Option<Result<T, BlockError>>]) {
         for (tag, err) in self.streams[h].synchronize() {
             if let Some(slot) = out.get_mut(tag) {
                 *slot = Some(Err(BlockError::Copy(err)));
             }
         }
-        pending.clear();
     }
 }
 
@@ -186,11 +187,10 @@ pub unsafe fn get_into<E: fmt::Display>(
     let half = slot.half();
     let lens: Vec<u64> = blocks.iter().map(|b| b.len).collect();
     let mut out: Vec<Option<Result<Option<u64>, BlockError>>> = vec![None; blocks.len()];
-    let mut pending: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
     for (k, chunk) in plan(&lens, half, max_keys).into_iter().enumerate() {
         let h = k % 2;
         // The copies of chunk k - 2 read this half: they finish before the node refills it.
-        slot.settle(h, &mut pending[h], &mut out);
+        slot.settle(h, &mut out);
         if cancel.is_some_and(|c| c.is_cancelled()) {
             break;
         }
@@ -246,19 +246,12 @@ pub unsafe fn get_into<E: fmt::Display>(
                 slot.streams[h].copy_to_device(i, blocks[i].addr, slot.host(off), n as usize)
             };
             out[i] = Some(match enqueued {
-                Ok(()) => {
-                    pending[h].push(i);
-                    Ok(Some(n))
-                }
+                Ok(()) => Ok(Some(n)),
                 Err(e) => Err(BlockError::Copy(e)),
             });
         }
     }
-    // Nothing may still be copying when the slot goes back to its pool.
-    for h in 0..2 {
-        let mut p = std::mem::take(&mut pending[h]);
-        slot.settle(h, &mut p, &mut out);
-    }
+    slot.settle_all(&mut out);
     finish(out)
 }
 
@@ -282,7 +275,6 @@ pub unsafe fn put_from<T, E: fmt::Display>(
     let lens: Vec<u64> = blocks.iter().map(|b| b.len).collect();
     let chunks = plan(&lens, half, max_keys);
     let mut out: Vec<Option<Result<T, BlockError>>> = (0..blocks.len()).map(|_| None).collect();
-    let mut pending: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
     let offsets: Vec<Vec<u64>> = chunks
         .iter()
         .enumerate()
@@ -292,7 +284,6 @@ pub unsafe fn put_from<T, E: fmt::Display>(
     // staged at all (a block larger than a half).
     let stage = |slot: &mut StagingSlot,
                  k: usize,
-                 pending: &mut [Vec<usize>; 2],
                  out: &mut Vec<Option<Result<T, BlockError>>>|
      -> bool {
         let h = k % 2;
@@ -310,26 +301,26 @@ pub unsafe fn put_from<T, E: fmt::Display>(
                 slot.streams[h].copy_to_host(i, slot.host(off), blocks[i].addr, lens[i] as usize)
             };
             match enqueued {
-                Ok(()) => pending[h].push(i),
+                Ok(()) => {}
                 Err(e) => out[i] = Some(Err(BlockError::Copy(e))),
             }
         }
         true
     };
-    let mut staged = !chunks.is_empty() && stage(slot, 0, &mut pending, &mut out);
+    let mut staged = !chunks.is_empty() && stage(slot, 0, &mut out);
     for k in 0..chunks.len() {
         if !staged {
             break;
         }
         let h = k % 2;
         // Chunk k's bytes must be in the half before the node reads them.
-        slot.settle(h, &mut pending[h], &mut out);
+        slot.settle(h, &mut out);
         if cancel.is_some_and(|c| c.is_cancelled()) {
             break;
         }
         // The next chunk's copies run while the node reads this one (the other half's last
         // reader, chunk k - 1's store, has returned).
-        let next_ok = k + 1 >= chunks.len() || stage(slot, k + 1, &mut pending, &mut out);
+        let next_ok = k + 1 >= chunks.len() || stage(slot, k + 1, &mut out);
         let survivors: Vec<(usize, u64)> = chunks[k]
             .clone()
             .zip(offsets[k].iter().copied())
@@ -367,10 +358,7 @@ pub unsafe fn put_from<T, E: fmt::Display>(
         }
         staged = next_ok;
     }
-    for h in 0..2 {
-        let mut p = std::mem::take(&mut pending[h]);
-        slot.settle(h, &mut p, &mut out);
-    }
+    slot.settle_all(&mut out);
     // Blocks copied into a half but never stored (a cancel, or a failed chunk before them)
     // were settled as successful copies: they are still not stored.
     finish(out)
