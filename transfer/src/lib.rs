@@ -24,6 +24,13 @@
 //! tcp, see [`select`]); a request that fails on one path for a reason another path may not
 //! share (an I/O error, an unreachable socket) is retried on the next before it is reported.
 //!
+//! # GPU memory
+//!
+//! Device memory is reached by staging, not registered as a segment: [`device::staging`]
+//! moves blocks between a GPU ([`device::CudaDevice`], feature `cuda`) or its host-memory
+//! stand-in ([`device::HostDevice`]) and a pinned host buffer registered like any region,
+//! double-buffered so device copies overlap the node's.
+//!
 //! # Proving an address
 //!
 //! An engine never has to take a peer's word for where it listens: before a node uses an
