@@ -27,7 +27,7 @@
 //! # GPU memory
 //!
 //! Device memory is reached by staging, not registered as a segment: [`device::staging`]
-//! moves blocks between a GPU ([`device::CudaDevice`], feature `cuda`) or its host-memory
+//! moves blocks between a GPU (`device::CudaDevice`, feature `cuda`) or its host-memory
 //! stand-in ([`device::HostDevice`]) and a pinned host buffer registered like any region,
 //! double-buffered so device copies overlap the node's.
 //!

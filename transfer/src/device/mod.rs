@@ -12,7 +12,7 @@
 //! The pipeline is written against [`Device`] and [`Stream`], the four things it needs from a
 //! device (pinned host memory, an async host-to-device copy, an async device-to-host copy, and
 //! a synchronize). Two devices implement them:
-//! - [`CudaDevice`] (cargo feature `cuda`): the CUDA driver, loaded at run time through
+//! - `CudaDevice` (cargo feature `cuda`): the CUDA driver, loaded at run time through
 //!   cudarc, so the crate builds and runs without a CUDA toolkit; [`DeviceError::NoDriver`]
 //!   when the driver library is absent.
 //! - [`HostDevice`]: "device memory" that is plain host memory, copied by a worker thread per
