@@ -3,11 +3,13 @@
 //! The exception classes are defined in Python (`yutu/_errors.py`), so that they can inherit
 //! from built-in ones (`InvalidArgument` is also a `ValueError`) and be caught without
 //! importing the extension. Every raised exception carries the node's S3 error code in
-//! `.code` (`None` when the failure was not the node's answer) and the node's message.
+//! `.code` (`None` when the failure was not the node's answer) and the node's message; a
+//! `TransferError` for a batch whose blocks failed only in part also carries `.failed`, the
+//! indices of those blocks in the caller's batch.
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use yutu_client::kv::KvError;
+use yutu_client::kv::{DeviceError, KvError};
 use yutu_client::ClientError;
 
 /// What a call of the extension can fail with.
@@ -29,11 +31,64 @@ pub enum Error {
     /// No staging buffer came free in time (every one busy with other threads' calls).
     #[error("{0}")]
     Busy(String),
+    /// A GPU could not be opened or used (`name` is `cuda:N`, or `host:N` for the test
+    /// stand-in).
+    #[error("{name}: {source}")]
+    Device { name: String, source: DeviceError },
+    /// Some blocks of a batch were not moved: each failed block's index in the caller's batch
+    /// and why. The others were moved (a get's lengths are lost with the exception).
+    #[error("{}", blocks_message(failed, *total))]
+    Blocks {
+        failed: Vec<(usize, String)>,
+        total: usize,
+    },
+}
+
+/// "3 of 64 blocks failed (block 3: ...; blocks 9-10: ...)": runs of consecutive blocks that
+/// failed for one reason are named together, at most four runs.
+fn blocks_message(failed: &[(usize, String)], total: usize) -> String {
+    let mut runs: Vec<(usize, usize, &str)> = Vec::new();
+    for (i, why) in failed {
+        match runs.last_mut() {
+            Some((_, end, w)) if *end + 1 == *i && *w == why.as_str() => *end = *i,
+            _ => runs.push((*i, *i, why)),
+        }
+    }
+    let shown: Vec<String> = runs
+        .iter()
+        .take(4)
+        .map(|&(a, b, why)| {
+            if a == b {
+                format!("block {a}: {why}")
+            } else {
+                format!("blocks {a}-{b}: {why}")
+            }
+        })
+        .collect();
+    let more = if runs.len() > shown.len() {
+        "; ..."
+    } else {
+        ""
+    };
+    format!(
+        "{} of {total} blocks failed ({}{more})",
+        failed.len(),
+        shown.join("; ")
+    )
 }
 
 impl Error {
     pub fn invalid(msg: impl Into<String>) -> Error {
         Error::InvalidArgument(msg.into())
+    }
+
+    /// The indices of the blocks that failed, for a partial failure (`.failed` in Python).
+    fn failed(&self) -> Option<Vec<usize>> {
+        match self {
+            Error::Blocks { failed, .. } => Some(failed.iter().map(|(i, _)| *i).collect()),
+            Error::Kv(KvError::Blocks(f)) => Some(f.failed.iter().map(|(i, _)| *i).collect()),
+            _ => None,
+        }
     }
 
     /// The node's S3 error code, when the node answered with one.
@@ -56,6 +111,8 @@ impl Error {
             Error::Closed => "Closed",
             Error::NotFound(_) => "NotFound",
             Error::Busy(_) => "Busy",
+            Error::Device { .. } => "DeviceError",
+            Error::Blocks { .. } => "TransferError",
             Error::Kv(KvError::InvalidArgument(_) | KvError::Region(_)) => "InvalidArgument",
             Error::Kv(KvError::Transfer(_) | KvError::Blocks(_)) => "TransferError",
             Error::Kv(KvError::Device(_)) => "DeviceError",
@@ -98,12 +155,16 @@ impl From<Error> for PyErr {
     fn from(e: Error) -> PyErr {
         Python::attach(|py| {
             let code = e.code().map(str::to_string);
+            let failed = e.failed();
             let msg = e.to_string();
             let make = || -> PyResult<PyErr> {
                 let cls = py.import("yutu._errors")?.getattr(e.class())?;
                 let args = PyTuple::new(py, [msg.clone()])?;
                 let inst = cls.call1(args)?;
                 inst.setattr("code", code.clone())?;
+                if let Some(failed) = &failed {
+                    inst.setattr("failed", failed.clone())?;
+                }
                 Ok(PyErr::from_value(inst))
             };
             // Only when the package itself is broken: still an exception, never a crash.

@@ -2,11 +2,13 @@
 //!
 //! A thin layer over `yutu_client`: [`store::Store`] wraps a `KvClient` and an S3 `Client`
 //! for one bucket, [`staging`] moves blocks between the caller's memory and buffers the node
-//! can reach, [`memory`] turns pointers and Python buffers into byte spans, and [`errors`]
-//! turns failures into the package's exception classes.
+//! can reach, [`device`] moves the spans that are GPU memory, [`memory`] turns pointers and
+//! Python buffers into byte spans, and [`errors`] turns failures into the package's exception
+//! classes.
 
 use pyo3::prelude::*;
 
+mod device;
 mod errors;
 mod hashing;
 mod memory;

@@ -1,5 +1,6 @@
 //! `yutu.Store`: one bucket of a Yutu node, through the KV API (batches of blocks moved into
-//! and out of the caller's memory) and the S3 API (bytes in and out of Python objects).
+//! and out of the caller's memory, host or GPU) and the S3 API (bytes in and out of Python
+//! objects).
 //!
 //! Every method releases the GIL while it waits on the node, so engine threads run in
 //! parallel; the store is shared by threads (`frozen`: no per-call borrow of the object), and
@@ -14,6 +15,7 @@ use yutu_api::kv::{BlockPin, MAX_SOFT_PIN_SECS};
 use yutu_client::kv::{KvClient, KvOptions, PutMode, PutOptions, MAX_BATCH};
 use yutu_client::{Client, Credentials};
 
+use crate::device::{self, Ctx, Devices};
 use crate::errors::{Error, Result};
 use crate::memory::{spans, Registry};
 use crate::staging::Staging;
@@ -25,9 +27,22 @@ struct Session {
     bucket: String,
     staging: Staging,
     registry: Registry,
+    /// The GPUs this session has opened (on first use).
+    devices: Devices,
     /// How the session authenticates, for the package's own calls to the node's JSON
     /// endpoints (`Store.cluster()`).
     auth: Auth,
+}
+
+impl Session {
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            kv: &self.kv,
+            bucket: &self.bucket,
+            staging: &self.staging,
+            devices: &self.devices,
+        }
+    }
 }
 
 /// The credentials a session was opened with.
@@ -90,6 +105,7 @@ fn connect(
     credentials: Option<Credentials>,
     create_bucket: bool,
     staging: Staging,
+    devices: Devices,
 ) -> Result<(String, Session)> {
     let mut last = None;
     for url in urls {
@@ -142,6 +158,7 @@ fn connect(
             bucket: bucket.to_string(),
             staging,
             registry: Registry::default(),
+            devices,
             auth,
         };
         return Ok((url.clone(), session));
@@ -285,6 +302,8 @@ impl Store {
             return Err(Error::invalid("staging_chunk must be 1 byte to 1 GiB").into());
         }
         let staging = Staging::new(staging_chunk, staging_buffers);
+        // Read once, here: `YUTU_TEST_DEVICE=host` makes this store's GPUs stand-ins.
+        let devices = Devices::from_env()?;
         let bucket_name = bucket.to_string();
         let (url, session) = py.detach(|| {
             connect(
@@ -294,6 +313,7 @@ impl Store {
                 credentials,
                 create_bucket,
                 staging,
+                devices,
             )
         })?;
         Ok(Store {
@@ -363,9 +383,43 @@ impl Store {
     }
 
     /// Declares `size` bytes at address `ptr` as memory the store may read and write: raw
-    /// pointers passed to the other calls must lie inside a registered range.
-    fn register_buffer(&self, ptr: usize, size: u64) -> PyResult<()> {
-        Ok(self.open()?.registry.register(ptr, size)?)
+    /// pointers passed to the other calls must lie inside a registered range. `device` is
+    /// the CUDA ordinal of the GPU the range is memory of (`None`: host memory); the device
+    /// checks that it is (opening it on first use: `yutu.DeviceError` without a driver).
+    #[pyo3(signature = (ptr, size, device = None))]
+    fn register_buffer(
+        &self,
+        py: Python<'_>,
+        ptr: usize,
+        size: u64,
+        device: Option<u32>,
+    ) -> PyResult<()> {
+        self.run(py, |s| {
+            if let Some(ordinal) = device {
+                if ptr != 0 && size != 0 {
+                    s.devices.check(ordinal, ptr, size)?;
+                }
+            }
+            s.registry.register(ptr, size, device)
+        })
+    }
+
+    /// The GPU of the registered range holding each `(ptrs[i], sizes[i])`: its CUDA ordinal,
+    /// or `None` for host memory and for pointers outside every registered range (for calls
+    /// that take unregistered pointers, as Mooncake's do).
+    fn _devices_of(&self, ptrs: Vec<usize>, sizes: Vec<u64>) -> PyResult<Vec<Option<u32>>> {
+        let s = self.open()?;
+        Ok(ptrs
+            .iter()
+            .zip(&sizes)
+            .map(|(&p, &n)| s.registry.device_of(p, n))
+            .collect())
+    }
+
+    /// How GPU memory travels between this store and its node, and why: staged through
+    /// pinned host buffers, with the reason GPUDirect RDMA is not used.
+    fn device_path(&self) -> PyResult<String> {
+        Ok(self.open()?.kv.device_path())
     }
 
     /// Forgets the range registered at `ptr`; False when none was.
@@ -375,10 +429,12 @@ impl Store {
 
     /// Stores each `keys[i]` from `sizes[i]` bytes at `ptrs[i]`, which must lie in a
     /// registered range where `checked[i]` (the Python half resolves objects into spans).
-    /// `replicas`, `preferred_node` and `pin` are the put's options (see `put_options`),
-    /// checked before anything is sent.
+    /// An unchecked span is memory of GPU `devices[i]` (`None`, or no `devices`: host
+    /// memory); a checked one is where its range was registered. `replicas`,
+    /// `preferred_node` and `pin` are the put's options (see `put_options`), checked before
+    /// anything is sent.
     #[pyo3(signature = (keys, ptrs, sizes, checked, if_absent, replicas = None,
-        preferred_node = None, pin = None))]
+        preferred_node = None, pin = None, devices = None))]
     #[allow(clippy::too_many_arguments)]
     fn _put_spans(
         &self,
@@ -391,6 +447,7 @@ impl Store {
         replicas: Option<Bound<'_, PyAny>>,
         preferred_node: Option<Bound<'_, PyAny>>,
         pin: Option<Bound<'_, PyAny>>,
+        devices: Option<Vec<Option<u32>>>,
     ) -> PyResult<()> {
         let options = put_options(
             if_absent,
@@ -399,9 +456,9 @@ impl Store {
             pin.as_ref(),
         )?;
         self.run(py, |s| {
-            let spans = spans(&s.registry, &ptrs, &sizes, &checked)?;
-            s.staging
-                .put_from(&s.kv, &s.bucket, &keys, &spans, &options)
+            let devices = devices.unwrap_or_default();
+            let spans = spans(&s.registry, &ptrs, &sizes, &checked, &devices)?;
+            device::put_from(&s.ctx(), &keys, &spans, &options)
         })
     }
 
@@ -435,6 +492,7 @@ impl Store {
 
     /// Reads each `keys[i]` into at most `sizes[i]` bytes at `ptrs[i]` (see `_put_spans`);
     /// returns each block's length, `None` where the key is absent.
+    #[pyo3(signature = (keys, ptrs, sizes, checked, devices = None))]
     fn _get_spans(
         &self,
         py: Python<'_>,
@@ -442,10 +500,12 @@ impl Store {
         ptrs: Vec<usize>,
         sizes: Vec<u64>,
         checked: Vec<bool>,
+        devices: Option<Vec<Option<u32>>>,
     ) -> PyResult<Vec<Option<u64>>> {
         self.run(py, |s| {
-            let spans = spans(&s.registry, &ptrs, &sizes, &checked)?;
-            s.staging.get_into(&s.kv, &s.bucket, &keys, &spans)
+            let devices = devices.unwrap_or_default();
+            let spans = spans(&s.registry, &ptrs, &sizes, &checked, &devices)?;
+            device::get_into(&s.ctx(), &keys, &spans)
         })
     }
 

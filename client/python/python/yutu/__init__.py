@@ -2,7 +2,8 @@
 
 ``yutu.Store`` reads and writes the blocks of one bucket of a Yutu node: batches of blocks
 move between the node and the caller's memory (registered pointers, numpy arrays, bytearrays,
-CPU tensors), and every call releases the GIL while it waits. ``yutu.BlockHasher`` names
+CPU and CUDA tensors, ``__cuda_array_interface__`` arrays), and every call releases the GIL
+while it waits. ``yutu.BlockHasher`` names
 blocks by chained token hashes, the same keys the node's conductor routes by.
 ``yutu.mooncake.MooncakeDistributedStore`` is a drop-in for Mooncake Store's Python class.
 
@@ -28,6 +29,7 @@ from ._errors import (
     BucketNotFound,
     Busy,
     Closed,
+    DeviceError,
     Error,
     InvalidArgument,
     NoSpace,
@@ -52,6 +54,7 @@ __all__ = [
     "Busy",
     "Unavailable",
     "TransferError",
+    "DeviceError",
     "Closed",
     "__version__",
 ]
@@ -70,7 +73,18 @@ class Store(_NativeStore):
     or a list of them (the first that answers is used). Credentials: a bearer ``token``
     (``yutu token issue``), or an access/secret key pair, or the ``YUTU_TOKEN`` environment
     variable. Memory arguments are registered pointers (``int``, with a size) or objects
-    (buffers and CPU tensors, size optional).
+    (buffers, CPU and CUDA tensors, ``__cuda_array_interface__`` arrays; size optional).
+
+    GPU memory is taken exactly like host memory: a CUDA tensor, a CuPy/Numba array, or a
+    pointer inside a range registered with ``register_buffer(ptr, size, device="cuda:N")``.
+    Its blocks are staged through pinned host buffers (double-buffered: the GPU copies one
+    chunk while the node moves the next); GPUDirect RDMA is not used (``device_path()`` says
+    why). A batch may mix host and GPU memory. The GPU's copies run on the store's own
+    streams: make sure the kernels writing a tensor have finished before putting it (e.g.
+    ``torch.cuda.current_stream().synchronize()``); a get's copies have finished when it
+    returns. Without a CUDA driver such calls raise :class:`DeviceError`. When some blocks
+    of a GPU batch fail and others do not, :class:`TransferError` names them and lists
+    their indices in ``.failed``.
 
     When the node is a member of a cluster, the store routes every key to its owners itself
     (``cluster_nodes()`` says over how many nodes). Every put takes these keyword arguments,
@@ -117,6 +131,16 @@ class Store(_NativeStore):
             raise NotFound(f"the key {key!r} does not exist")
         return got[0]
 
+    def register_buffer(self, ptr, size, device=None):
+        """Declares ``size`` bytes at ``ptr`` as memory the store may read and write; raw
+        pointers passed to the other calls must lie inside a registered range.
+
+        ``device`` says the range is GPU memory: ``"cuda:N"``, an ordinal ``N``, or a
+        ``torch.device``; ``None`` or ``"cpu"`` is host memory. The GPU checks that the range
+        is its memory, inside one allocation (:class:`DeviceError` when it is not, or when
+        there is no CUDA driver)."""
+        return super().register_buffer(ptr, size, _memory.device_ordinal(device))
+
     def batch_put_from(self, keys, buffers, sizes=None, *, if_absent=False, replicas=None,
                        preferred_node=None, pin=None):
         """Stores each ``keys[i]`` from ``buffers[i]`` (``sizes[i]`` bytes).
@@ -124,9 +148,10 @@ class Store(_NativeStore):
         With ``if_absent``, keys already stored keep their bytes; ``replicas``,
         ``preferred_node`` and ``pin`` as the class describes them."""
         keys = list(keys)
-        ptrs, lens, checked, keep = _memory.spans(buffers, sizes, writable=False)
+        ptrs, lens, checked, devices, keep = _memory.spans(buffers, sizes, writable=False)
         try:
-            self._put_spans(keys, ptrs, lens, checked, if_absent, replicas, preferred_node, pin)
+            self._put_spans(keys, ptrs, lens, checked, if_absent, replicas, preferred_node, pin,
+                            devices=devices)
         finally:
             del keep
 
@@ -135,9 +160,9 @@ class Store(_NativeStore):
 
         Returns each block's length, ``None`` where the key is absent."""
         keys = list(keys)
-        ptrs, lens, checked, keep = _memory.spans(buffers, sizes, writable=True)
+        ptrs, lens, checked, devices, keep = _memory.spans(buffers, sizes, writable=True)
         try:
-            return self._get_spans(keys, ptrs, lens, checked)
+            return self._get_spans(keys, ptrs, lens, checked, devices=devices)
         finally:
             del keep
 

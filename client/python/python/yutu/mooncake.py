@@ -300,9 +300,14 @@ class MooncakeDistributedStore:
 
     # --- buffers ------------------------------------------------------------------------
 
-    def register_buffer(self, buffer_ptr, size):
-        """Registers ``size`` bytes at ``buffer_ptr`` for the ``*_from``/``*_into`` calls."""
-        return self._int(lambda: self._s().register_buffer(buffer_ptr, size) or 0)
+    def register_buffer(self, buffer_ptr, size, device=None):
+        """Registers ``size`` bytes at ``buffer_ptr`` for the ``*_from``/``*_into`` calls.
+
+        ``device`` (Yutu's addition) says the range is GPU memory: ``"cuda:N"`` or an
+        ordinal; pointers inside it are then moved as GPU memory (checked by the driver
+        here). Mooncake's own ``register_buffer`` takes no such argument: a GPU pointer in a
+        range registered without it is taken for host memory."""
+        return self._int(lambda: self._s().register_buffer(buffer_ptr, size, device) or 0)
 
     def unregister_buffer(self, buffer_ptr):
         def run():
@@ -455,9 +460,10 @@ class MooncakeDistributedStore:
             codes[i] = int(ErrorCode.INVALID_PARAMS)
 
         def send(idx):
-            args = ([keys[i] for i in idx], [ptrs[i] for i in idx], [sizes[i] for i in idx],
-                    [False] * len(idx), not overwrite)
-            self._send_put(lambda **o: store._put_spans(*args, **o), opts)
+            p, z = [ptrs[i] for i in idx], [sizes[i] for i in idx]
+            args = ([keys[i] for i in idx], p, z, [False] * len(idx), not overwrite)
+            devices = store._devices_of(p, z)
+            self._send_put(lambda **o: store._put_spans(*args, devices=devices, **o), opts)
 
         _per_key(todo, send, codes, lambda i, _: 0)
         return codes
@@ -520,8 +526,9 @@ class MooncakeDistributedStore:
         got = {}
 
         def send(idx):
-            r = store._get_spans([keys[i] for i in idx], [ptrs[i] for i in idx],
-                                 [sizes[i] for i in idx], [False] * len(idx))
+            p, z = [ptrs[i] for i in idx], [sizes[i] for i in idx]
+            r = store._get_spans([keys[i] for i in idx], p, z, [False] * len(idx),
+                                 devices=store._devices_of(p, z))
             got.update(zip(idx, r))
 
         def ok(i, _):
