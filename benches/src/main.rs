@@ -75,6 +75,9 @@ enum Suite {
     /// Three nodes on etcd: KV throughput against one node, the cost of a forwarding hop,
     /// time from a SIGKILL to the first read of an affected key, re-replication MiB/s.
     Cluster(suites::cluster::ClusterArgs),
+    /// 2 MiB and 16 MiB KV blocks fetched into GPU memory (`batch_get_into` a device buffer),
+    /// against a pinned cuMemcpyHtoD of the same bytes; `--device host` runs a stand-in.
+    Gpu(suites::gpu::GpuArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -98,6 +101,7 @@ fn main() -> anyhow::Result<()> {
                 Suite::Kv(args) => suites::kv::run(args).await,
                 Suite::Tenants(args) => suites::tenants::run(args).await,
                 Suite::Cluster(args) => suites::cluster::run(args).await,
+                Suite::Gpu(args) => suites::gpu::run(args).await,
             }
         };
         // Ctrl-C drops the suite's future, whose guards stop the servers and remove their files;

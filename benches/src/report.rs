@@ -6,6 +6,7 @@
 //! and optional ones are left out (not written as `null`) when a suite has nothing to say, except
 //! `value`, `ratio` and `target`, which are always present.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -17,6 +18,13 @@ use serde::Serialize;
 pub struct Report {
     pub suite: String,
     pub machine: Machine,
+    /// Facts about the run that are not measurements (the `gpu` suite: the device, and how
+    /// device memory travels).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub notes: BTreeMap<String, String>,
+    /// Why the suite measured nothing (a `gpu` run on a host without a GPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
     pub results: Vec<BenchResult>,
 }
 
@@ -142,6 +150,12 @@ impl Report {
             "suite {} on {} cores, kernel {}\n",
             self.suite, self.machine.cores, self.machine.kernel
         );
+        for (k, v) in &self.notes {
+            let _ = writeln!(out, "{k}: {v}");
+        }
+        if let Some(why) = &self.skipped {
+            let _ = writeln!(out, "skipped: {why}");
+        }
         for row in &rows {
             let mut line = String::new();
             for (c, cell) in row.iter().enumerate() {
@@ -210,6 +224,8 @@ mod tests {
     fn json_has_the_contract_shape() {
         let report = Report {
             suite: "s3".into(),
+            notes: Default::default(),
+            skipped: None,
             machine: Machine {
                 cores: 2,
                 kernel: "6.1".into(),
@@ -234,6 +250,8 @@ mod tests {
     fn table_has_a_row_per_case() {
         let report = Report {
             suite: "s3".into(),
+            notes: Default::default(),
+            skipped: None,
             machine: Machine {
                 cores: 2,
                 kernel: "6.1".into(),

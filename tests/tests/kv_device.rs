@@ -130,8 +130,8 @@ fn many_device_blocks_per_batch_cross_several_chunks() {
     let server = node();
     let dev = HostDevice::new(0);
     let kv = KvClient::new(&server.url, KvOptions::default()).expect("client");
-    // 600 blocks of 100 KiB: about 60 MiB, four chunks of a 16 MiB half.
-    round_trip(&kv, &dev, &vec![100 << 10; 600], "many");
+    // 1,500 blocks of 100 KiB: about 150 MiB, three chunks of a 64 MiB half.
+    round_trip(&kv, &dev, &vec![100 << 10; 1500], "many");
     // Absent keys are None, as into host memory.
     let buf = device_buffer(&kv, &dev, 1 << 20);
     let keys = vec!["many-0".to_string(), "no-such".to_string()];
@@ -147,8 +147,9 @@ fn a_failing_device_copy_fails_its_block_and_the_others_land() {
     let server = node();
     let dev = HostDevice::new(0);
     let kv = KvClient::new(&server.url, KvOptions::default()).expect("client");
+    // 48 blocks of 4 MiB: three chunks of a 64 MiB half.
     let n = 48;
-    let len = 256u64 << 10;
+    let len = 4u64 << 20;
     let lens = vec![len; n];
     let offsets = layout(&lens);
     let keys: Vec<String> = (0..n).map(|i| format!("fail-{i}")).collect();
@@ -214,6 +215,43 @@ fn a_failing_device_copy_fails_its_block_and_the_others_land() {
         }
     }
     dev.set_hook(None);
+}
+
+#[test]
+fn a_whole_registered_cache_stages_only_what_a_call_needs() {
+    // An engine registers its whole KV cache once and gets a few blocks at a time: the last
+    // block's room runs to the end of the cache, and must not become a staging buffer that
+    // size (pinned, and rebuilt on every call).
+    let server = node();
+    let dev = HostDevice::new(0);
+    let kv = KvClient::new(&server.url, KvOptions::default()).expect("client");
+    let cache = device_buffer(&kv, &dev, 2 << 30);
+    let keys: Vec<String> = (0..8).map(|i| format!("cache-{i}")).collect();
+    let offsets: Vec<u64> = (0..8).map(|i| i << 20).collect();
+    let lens = vec![1u64 << 20; 8];
+    for (i, &off) in offsets.iter().enumerate() {
+        dev.upload(cache.memory(), off, &pattern(1 << 20, i as u64))
+            .unwrap();
+    }
+    kv.batch_put_from("gpu", &keys, &cache, &offsets, &lens)
+        .expect("put");
+    let back: Vec<u64> = offsets.iter().map(|o| o + (1 << 30)).collect();
+    for round in 0..3 {
+        let copied = kv.batch_get_into("gpu", &keys, &cache, &back).expect("get");
+        assert!(copied.iter().all(|c| *c == Some(1 << 20)), "round {round}");
+    }
+    for (i, &off) in back.iter().enumerate() {
+        let mut got = vec![0u8; 1 << 20];
+        dev.download(cache.memory(), off, &mut got).unwrap();
+        assert!(got == pattern(1 << 20, i as u64), "block {i}");
+    }
+    let (count, largest) = dev.pinned_allocated();
+    assert_eq!(count, 1, "one pooled staging buffer serves every call");
+    assert_eq!(
+        largest,
+        2 * yutu_client::kv::STAGING_HALF,
+        "of the pooled size"
+    );
 }
 
 #[test]

@@ -460,6 +460,8 @@ fn run_blocking(args: &ClusterArgs) -> anyhow::Result<Report> {
     drop(nodes);
     Ok(Report {
         suite: "cluster".into(),
+        notes: Default::default(),
+        skipped: None,
         machine: Machine::detect(),
         results,
     })

@@ -338,6 +338,8 @@ fn measure(args: &ConductorArgs) -> anyhow::Result<Report> {
     );
     Ok(Report {
         suite: "conductor".to_owned(),
+        notes: Default::default(),
+        skipped: None,
         machine: Machine::detect(),
         results: vec![ingest, route],
     })

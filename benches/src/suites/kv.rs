@@ -344,6 +344,8 @@ fn run_blocking(args: &KvArgs) -> anyhow::Result<Report> {
 
     Ok(Report {
         suite: "kv".to_owned(),
+        notes: Default::default(),
+        skipped: None,
         machine: Machine::detect(),
         results,
     })

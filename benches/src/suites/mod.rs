@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod conductor;
+pub mod gpu;
 pub mod kv;
 pub mod nvme;
 pub mod s3;

@@ -143,6 +143,8 @@ pub async fn run(args: &NvmeArgs) -> anyhow::Result<Report> {
     }
     Ok(Report {
         suite: "nvme".to_owned(),
+        notes: Default::default(),
+        skipped: None,
         machine: Machine::detect(),
         results,
     })

@@ -179,6 +179,8 @@ pub async fn run(args: &S3Args) -> anyhow::Result<Report> {
         .collect();
     Ok(Report {
         suite: "s3".to_owned(),
+        notes: Default::default(),
+        skipped: None,
         machine: Machine::detect(),
         results,
     })

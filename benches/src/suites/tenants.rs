@@ -176,6 +176,8 @@ fn run_blocking(args: &TenantsArgs) -> anyhow::Result<Report> {
     let mb = |rate: f64| Some(rate * BLOCK as f64 / 1e6);
     Ok(Report {
         suite: "tenants".to_owned(),
+        notes: Default::default(),
+        skipped: None,
         machine: Machine::detect(),
         results: vec![BenchResult {
             name: "good_clients_under_attack".to_owned(),

@@ -123,6 +123,8 @@ fn run_blocking(args: &TransferArgs) -> anyhow::Result<Report> {
 
     Ok(Report {
         suite: "transfer".to_owned(),
+        notes: Default::default(),
+        skipped: None,
         machine: Machine::detect(),
         results,
     })

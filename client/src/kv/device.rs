@@ -23,10 +23,12 @@ use yutu_transfer::device::{gpudirect, CancelToken, Device, DeviceMemory};
 use super::{Buffer, Inner, KvClient, KvError, PutOptions, MAX_BATCH};
 
 /// Bytes in each half of a pooled staging buffer: the most a chunk moves per node call, and
-/// the largest block staged without a buffer of its own.
-pub const STAGING_HALF: u64 = 16 << 20;
-/// Most staging buffers one client keeps per device (each `2 * STAGING_HALF` of pinned
-/// memory); a call that finds them all lent waits for one, up to [`STAGING_WAIT`].
+/// the largest block staged without a buffer of its own. Large enough that a chunk of 16 MiB
+/// blocks spans four of them, which the node's shards copy in parallel: one block per chunk
+/// would leave the copy to a single shard, slower than PCIe.
+pub const STAGING_HALF: u64 = 64 << 20;
+/// Most staging buffers one client keeps per device (each `2 * STAGING_HALF`, 128 MiB, of
+/// pinned memory); a call that finds them all lent waits for one, up to [`STAGING_WAIT`].
 pub const STAGING_BUFFERS: usize = 4;
 /// How long a call waits for a staging buffer other threads are using.
 pub const STAGING_WAIT: Duration = Duration::from_secs(60);
@@ -444,6 +446,24 @@ impl KvClient {
 /// The largest block staged: 1 GiB, so that a staging buffer (two halves) stays a sane size.
 fn staging_limit() -> u64 {
     1 << 30
+}
+
+/// Caps the room of the key at the highest offset (`last`), which runs to the end of the
+/// buffer, at the largest room of the others (at least [`STAGING_HALF`]). Staging reserves
+/// each block's room: an engine that registered its whole KV cache would otherwise have the
+/// last block of every call reserve the rest of the cache in pinned memory. A larger last
+/// block needs [`KvClient::batch_get_into_ranges`] with its room.
+pub(super) fn cap_open_room(capacities: &mut [u64], last: usize) {
+    let others = capacities
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != last)
+        .map(|(_, &c)| c)
+        .max()
+        .unwrap_or(0);
+    if let Some(c) = capacities.get_mut(last) {
+        *c = (*c).min(others.max(STAGING_HALF));
+    }
 }
 
 /// Keeps the first node error of a batch whole (with its S3 code), and gives the pipeline

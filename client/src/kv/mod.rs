@@ -733,6 +733,9 @@ impl KvClient {
             };
             capacities[i] = end.saturating_sub(offsets[i]);
         }
+        if let (Memory::Device(_), Some(&last)) = (buf, order.last()) {
+            device::cap_open_room(&mut capacities, last);
+        }
         self.batch_get_into_ranges(bucket, keys, buf, offsets, &capacities)
     }
 

@@ -61,6 +61,9 @@ struct Shared {
     checked: bool,
     hook: RwLock<Option<CopyHook>>,
     streams: AtomicU64,
+    /// Pinned buffers allocated, and the largest (what a test of staging sizes looks at).
+    pinned: AtomicU64,
+    largest_pinned: AtomicU64,
 }
 
 impl std::fmt::Debug for Shared {
@@ -98,6 +101,8 @@ impl HostDevice {
                 checked,
                 hook: RwLock::new(None),
                 streams: AtomicU64::new(0),
+                pinned: AtomicU64::new(0),
+                largest_pinned: AtomicU64::new(0),
             }),
         })
     }
@@ -110,6 +115,14 @@ impl HostDevice {
     /// Streams created so far.
     pub fn streams_created(&self) -> u64 {
         self.shared.streams.load(Ordering::Relaxed)
+    }
+
+    /// Pinned buffers allocated so far, and the size of the largest.
+    pub fn pinned_allocated(&self) -> (u64, u64) {
+        (
+            self.shared.pinned.load(Ordering::Relaxed),
+            self.shared.largest_pinned.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -173,6 +186,10 @@ impl Device for HostDevice {
 
     fn alloc_pinned(&self, len: usize) -> Result<PinnedBuffer, DeviceError> {
         let region = MemoryRegion::allocate("yutu-staging", len, HugePages::Auto)?;
+        self.shared.pinned.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .largest_pinned
+            .fetch_max(region.len() as u64, Ordering::Relaxed);
         Ok(PinnedBuffer::new(region, None))
     }
 
