@@ -295,6 +295,10 @@ fn bad_device_arguments_get_clear_errors() {
         .batch_get_into("no-such-bucket", &keys, &buf, &[0])
         .expect_err("no bucket");
     assert_eq!(err.code(), Some("NoSuchBucket"), "{err}");
+    // A staging buffer whose node call failed is never lent again: after a timeout the node
+    // could still be writing it, or reading it for a put that would store the next call's
+    // bytes. Each failed call above took a fresh one.
+    assert_eq!(dev.pinned_allocated().0, 2);
     assert!(
         kv.device_path().starts_with("staged:"),
         "{}",

@@ -324,32 +324,17 @@ impl KvClient {
         blocks: &[DeviceBlock],
         cancel: Option<&CancelToken>,
     ) -> Result<Vec<Option<u64>>, KvError> {
-        super::same_len(keys, blocks.len(), "blocks")?;
-        super::check_batch(keys)?;
-        self.check_blocks(device, blocks)?;
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let half = blocks.iter().map(|b| b.len).max().unwrap_or(0);
-        let mut lease = self.staging.take(self, device, half)?;
-        let Some(slot) = lease.slot.as_mut() else {
-            return Err(KvError::InvalidArgument("no staging slot".into()));
-        };
-        let mut first_error = None;
-        let host = &slot.buffer;
-        let fetch = |c: &ChunkRequest<'_>| {
-            let ks: Vec<String> = c.blocks.iter().map(|&i| keys[i].clone()).collect();
-            self.batch_get_into_ranges(bucket, &ks, host, c.offsets, c.lens)
-                .map_err(|e| keep_first(&mut first_error, e))
-        };
-        // SAFETY: the blocks are the caller's device memory (this function's contract),
-        // checked against the device above.
-        let outcomes =
-            unsafe { staging::get_into(&mut slot.staging, blocks, MAX_BATCH, cancel, fetch) };
-        // The node may still write a half whose call failed on this side (a timeout): such a
-        // slot is not lent again.
-        lease.keep = first_error.is_none();
-        drop(lease);
+        let (outcomes, first_error) =
+            self.staged(keys, device, blocks, |slot, host, first_error| {
+                let fetch = |c: &ChunkRequest<'_>| {
+                    let ks: Vec<String> = c.blocks.iter().map(|&i| keys[i].clone()).collect();
+                    self.batch_get_into_ranges(bucket, &ks, host, c.offsets, c.lens)
+                        .map_err(|e| keep_first(first_error, e))
+                };
+                // SAFETY: the blocks are the caller's device memory (this function's
+                // contract), checked against the device by `staged`.
+                unsafe { staging::get_into(slot, blocks, MAX_BATCH, cancel, fetch) }
+            })?;
         collect(outcomes, first_error, |f, v| {
             f.copied = v.into_iter().map(Option::flatten).collect();
         })
@@ -371,11 +356,36 @@ impl KvClient {
         options: &PutOptions,
         cancel: Option<&CancelToken>,
     ) -> Result<Vec<String>, KvError> {
+        let (outcomes, first_error) =
+            self.staged(keys, device, blocks, |slot, host, first_error| {
+                let store = |c: &ChunkRequest<'_>| {
+                    let ks: Vec<String> = c.blocks.iter().map(|&i| keys[i].clone()).collect();
+                    self.batch_put_from_opts(bucket, &ks, host, c.offsets, c.lens, options)
+                        .map_err(|e| keep_first(first_error, e))
+                };
+                // SAFETY: as in `batch_get_into_device`, read instead of written.
+                unsafe { staging::put_from(slot, blocks, MAX_BATCH, cancel, store) }
+            })?;
+        collect(outcomes, first_error, |f, v| f.etags = v)
+    }
+
+    /// What both directions share: the arguments are checked, a staging slot is lent for
+    /// the largest block, `run` moves the batch, and the slot goes back to the pool unless a
+    /// node call failed. After a failure on this side (a timeout) the node may still be
+    /// writing the slot (a get) or reading it (a put, which would then store whatever the
+    /// next call put there), so such a slot is never lent again.
+    fn staged<T>(
+        &self,
+        keys: &[String],
+        device: &Arc<dyn Device>,
+        blocks: &[DeviceBlock],
+        run: impl FnOnce(&mut StagingSlot, &Buffer, &mut Option<KvError>) -> Vec<Result<T, BlockError>>,
+    ) -> Result<(Vec<Result<T, BlockError>>, Option<KvError>), KvError> {
         super::same_len(keys, blocks.len(), "blocks")?;
         super::check_batch(keys)?;
         self.check_blocks(device, blocks)?;
         if keys.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), None));
         }
         let half = blocks.iter().map(|b| b.len).max().unwrap_or(0);
         let mut lease = self.staging.take(self, device, half)?;
@@ -383,17 +393,9 @@ impl KvClient {
             return Err(KvError::InvalidArgument("no staging slot".into()));
         };
         let mut first_error = None;
-        let host = &slot.buffer;
-        let store = |c: &ChunkRequest<'_>| {
-            let ks: Vec<String> = c.blocks.iter().map(|&i| keys[i].clone()).collect();
-            self.batch_put_from_opts(bucket, &ks, host, c.offsets, c.lens, options)
-                .map_err(|e| keep_first(&mut first_error, e))
-        };
-        // SAFETY: as in `batch_get_into_device`, read instead of written.
-        let outcomes =
-            unsafe { staging::put_from(&mut slot.staging, blocks, MAX_BATCH, cancel, store) };
-        drop(lease);
-        collect(outcomes, first_error, |f, v| f.etags = v)
+        let outcomes = run(&mut slot.staging, &slot.buffer, &mut first_error);
+        lease.keep = first_error.is_none();
+        Ok((outcomes, first_error))
     }
 
     /// Each block is inside `device` memory (and a batch's blocks fit a `usize` each).
