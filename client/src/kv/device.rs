@@ -134,6 +134,9 @@ impl fmt::Display for BlockFailures {
     }
 }
 
+/// Each block's outcome of a staged batch, and the first node error (kept whole).
+type Staged<T> = (Vec<Result<T, BlockError>>, Option<KvError>);
+
 /// Staging buffers of one client, per device.
 #[derive(Default)]
 pub(super) struct StagingPool {
@@ -380,7 +383,7 @@ impl KvClient {
         device: &Arc<dyn Device>,
         blocks: &[DeviceBlock],
         run: impl FnOnce(&mut StagingSlot, &Buffer, &mut Option<KvError>) -> Vec<Result<T, BlockError>>,
-    ) -> Result<(Vec<Result<T, BlockError>>, Option<KvError>), KvError> {
+    ) -> Result<Staged<T>, KvError> {
         super::same_len(keys, blocks.len(), "blocks")?;
         super::check_batch(keys)?;
         self.check_blocks(device, blocks)?;
