@@ -96,8 +96,8 @@ def test_many_blocks_per_batch(gpu_store):
 
 
 def test_large_blocks_span_several_chunks(gpu_store):
-    # 12 blocks of 4 MiB: more than one 16 MiB staging half, so both halves alternate.
-    n, block = 12, 4 * MiB
+    # 40 blocks of 4 MiB: three chunks of a 64 MiB staging half, so both halves alternate.
+    n, block = 40, 4 * MiB
     src = pattern(n * block, 4)
     keys = [f"big-{i}" for i in range(n)]
     gpu_store.batch_put_from(keys, [FakeCudaTensor(src[i * block:(i + 1) * block]) for i in range(n)])
@@ -234,20 +234,20 @@ def test_non_contiguous_cuda_tensor_is_refused(gpu_store):
 
 
 def test_partial_failure_names_the_blocks(gpu_store):
-    # 64 blocks of 1 MiB run in chunks of one 16 MiB staging half; the room of block 40 is
-    # too small, so the chunk holding it fails on the node and the chunks after it are not
-    # tried, while the chunks before it were moved.
-    n, block = 64, MiB
+    # 160 blocks of 1 MiB run in chunks of one 64 MiB staging half (yutu_client's
+    # STAGING_HALF); the room of block 100 is too small, so the chunk holding it fails on the
+    # node and the chunks after it are not tried, while the chunk before it was moved.
+    n, block = 160, MiB
     src = pattern(n * block, 7)
     keys = [f"part-{i}" for i in range(n)]
     gpu_store.batch_put_from(keys, [src[i * block:(i + 1) * block] for i in range(n)])
     dst = np.zeros(n * block, dtype=np.uint8)
     rooms = [block] * n
-    rooms[40] = block // 2
+    rooms[100] = block // 2
     with pytest.raises(yutu.TransferError) as err:
         gpu_store.batch_get_into(keys, [FakeCudaTensor(dst[i * block:(i + 1) * block]) for i in range(n)], rooms)
     failed = err.value.failed
-    assert 40 in failed and failed == sorted(failed) and failed[-1] == n - 1
+    assert 100 in failed and failed == sorted(failed) and failed[-1] == n - 1
     assert failed[0] > 0, "the chunks before the failing one were moved"
     assert f"{len(failed)} of {n} blocks failed (blocks {failed[0]}-{n - 1}: " in str(err.value)
     assert dst[: failed[0] * block].tobytes() == src[: failed[0] * block].tobytes()
