@@ -304,4 +304,11 @@ fn bad_device_arguments_get_clear_errors() {
         "{}",
         kv.device_path()
     );
+    // Without an RDMA device the buffer is not registered with a NIC, and says why.
+    assert!(!buf.gpudirect());
+    assert!(
+        buf.path().starts_with("staged: no RDMA path"),
+        "{}",
+        buf.path()
+    );
 }

@@ -335,6 +335,9 @@ impl TransferEngine {
         region: MemoryRegion,
         guard: Option<Arc<dyn crate::RangeGuard>>,
     ) -> Result<LocalSegment, TransferError> {
+        if region.device().is_some() {
+            return self.register_device(region, guard);
+        }
         let segment = self.inner.segments.insert(region, true, guard)?;
         for transport in self.inner.paths.transports.values() {
             if let Err(err) = transport.register(&segment) {
@@ -342,6 +345,32 @@ impl TransferEngine {
                 // this one fail over to them.
                 tracing::warn!(%err, kind = %transport.kind(), segment = %segment.id(), "cannot register segment");
             }
+        }
+        Ok(segment)
+    }
+
+    /// GPU memory ([`MemoryRegion::device_memory`]) is reachable only by the NIC, so it is
+    /// registered with the rdma transport or not at all: without rdma, or when the NIC refuses
+    /// the device address (no peer-memory module), registration fails and nothing stays
+    /// registered.
+    fn register_device(
+        &self,
+        region: MemoryRegion,
+        guard: Option<Arc<dyn crate::RangeGuard>>,
+    ) -> Result<LocalSegment, TransferError> {
+        let Some(rdma) = self.inner.paths.transports.get(&TransportKind::Rdma) else {
+            let reason = match self.rdma_unavailable() {
+                Some(why) => format!("this engine has no rdma transport ({why})"),
+                None => "this engine has no rdma transport".to_string(),
+            };
+            return Err(TransferError::DeviceMemory { reason });
+        };
+        let segment = self.inner.segments.insert(region, false, guard)?;
+        if let Err(err) = rdma.register(&segment) {
+            self.inner.segments.remove(segment.id());
+            return Err(TransferError::DeviceMemory {
+                reason: format!("the NIC refused the device address: {err}"),
+            });
         }
         Ok(segment)
     }
@@ -359,6 +388,13 @@ impl TransferEngine {
             }
         }
         removed
+    }
+
+    /// The segment table itself, for tests that register what `register` would refuse here
+    /// (GPU memory without an RDMA device).
+    #[cfg(test)]
+    pub(crate) fn segment_table(&self) -> &SegmentTable {
+        &self.inner.segments
     }
 
     /// Segments registered now.
@@ -570,7 +606,11 @@ impl TransferEngine {
                 continue;
             }
             let demoted = peer.health.demoted(inner.path_cooldown);
-            let candidates = select::candidates(&inner.local, &peer.addr, allowed, &demoted);
+            let mut candidates = select::candidates(&inner.local, &peer.addr, allowed, &demoted);
+            if ops.iter().any(|op| op.local.region().device().is_some()) {
+                // GPU memory on this side: only the NIC can reach it.
+                candidates.retain(|k| *k == TransportKind::Rdma);
+            }
             let mut shares: Vec<Vec<SliceOp>> = vec![Vec::new(); width];
             for (i, op) in ops.into_iter().enumerate() {
                 shares[(start + i) % width].push(op);

@@ -64,6 +64,10 @@ pub enum Refusal {
     /// with.
     #[error("the engine does not answer proof challenges from this node (no shared secret)")]
     Untrusted = 10,
+    /// The segment is GPU memory, which only an RDMA NIC reaches (GPUDirect): the initiator
+    /// tries its next path instead of failing the request.
+    #[error("the segment is GPU memory, reachable over rdma only")]
+    DeviceMemory = 11,
 }
 
 impl Refusal {
@@ -85,6 +89,7 @@ impl Refusal {
             8 => Refusal::Expired,
             9 => Refusal::WrongAccess,
             10 => Refusal::Untrusted,
+            11 => Refusal::DeviceMemory,
             _ => return None,
         })
     }
@@ -163,6 +168,10 @@ pub enum TransferError {
     /// The engine is shutting down and no longer takes batches.
     #[error("the transfer engine has shut down")]
     Shutdown,
+    /// GPU memory can only be registered where the NIC can reach it: with the rdma transport
+    /// running and the memory registered with it (GPUDirect RDMA).
+    #[error("cannot register GPU memory for GPUDirect RDMA: {reason}")]
+    DeviceMemory { reason: String },
 }
 
 impl TransferError {

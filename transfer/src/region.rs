@@ -14,6 +14,10 @@
 //! it (created with `MFD_ALLOW_SEALING`), and otherwise the region is simply not offered over
 //! shm ([`MemoryRegion::sealed`]).
 //!
+//! A region can also name GPU memory ([`MemoryRegion::device_memory`]): no memfd, no CPU
+//! access (every CPU path refuses it with [`RegionError::DeviceMemory`]), only an address
+//! range for the rdma transport to register with the NIC (GPUDirect RDMA).
+//!
 //! The bytes of a region are shared with peers and devices that write them at any time, so the
 //! region never hands out `&[u8]` safely: [`MemoryRegion::read_at`] and
 //! [`MemoryRegion::write_at`] copy, and the transports work with raw pointers under the
@@ -71,6 +75,9 @@ pub enum RegionError {
     Unaligned(usize),
     #[error("bytes {offset}..{offset}+{len} are outside the region of {size} bytes")]
     OutOfBounds { offset: u64, len: u64, size: u64 },
+    /// The CPU was asked to touch GPU memory: only the NIC reaches a device region.
+    #[error("the region is memory of GPU {ordinal}, which only an RDMA NIC can reach (GPUDirect)")]
+    DeviceMemory { ordinal: u32 },
 }
 
 /// A registered-to-be range of shared memory. Cheap to clone (an `Arc`); the mapping lives until
@@ -87,8 +94,11 @@ struct RegionInner {
     /// Bytes mapped, when this region owns its mapping (rounded up to whole huge pages);
     /// `None` for a mapping that belongs to the caller of [`MemoryRegion::from_mapping`].
     owned_map_len: Option<usize>,
-    /// The memfd (our own duplicate of it), kept open for the shm transport to send.
-    fd: OwnedFd,
+    /// The memfd (our own duplicate of it), kept open for the shm transport to send; `None`
+    /// for device memory.
+    fd: Option<OwnedFd>,
+    /// The GPU whose memory this is (`ptr` is then a device address the CPU must not touch).
+    device: Option<u32>,
     page_size: usize,
     huge: bool,
     sealed: bool,
@@ -112,6 +122,8 @@ impl Drop for RegionInner {
 }
 
 const HUGE_PAGE: usize = 2 << 20;
+/// The granularity at which GPUDirect pins device memory.
+const GPU_PAGE: usize = 64 << 10;
 
 impl MemoryRegion {
     /// Allocates `len` bytes of zeroed, page-aligned shared memory backed by a new sealed memfd
@@ -195,6 +207,47 @@ impl MemoryRegion {
         ))
     }
 
+    /// A region naming GPU memory, for GPUDirect RDMA: the rdma transport registers it with
+    /// the NIC (`ibv_reg_mr` on the device address, which works when a peer-memory module is
+    /// loaded), and every CPU path refuses it ([`RegionError::DeviceMemory`]). It has no memfd,
+    /// so it is never offered over shm.
+    ///
+    /// # Safety
+    ///
+    /// `memory` must be device memory of GPU `memory.ordinal` (a `CUdeviceptr` range inside
+    /// one allocation) that stays allocated until the region and all its clones are dropped
+    /// (after [`crate::TransferEngine::unregister`] and after in-flight transfers complete).
+    pub unsafe fn device_memory(
+        memory: &crate::device::DeviceMemory,
+    ) -> Result<MemoryRegion, RegionError> {
+        let out = || RegionError::OutOfBounds {
+            offset: memory.ptr,
+            len: memory.len,
+            size: usize::MAX as u64,
+        };
+        let len = usize::try_from(memory.len).map_err(|_| out())?;
+        if len == 0 {
+            return Err(RegionError::Empty);
+        }
+        let ptr = usize::try_from(memory.ptr)
+            .ok()
+            .filter(|p| p.checked_add(len).is_some())
+            .and_then(|p| NonNull::new(p as *mut u8))
+            .ok_or_else(out)?;
+        Ok(MemoryRegion {
+            inner: Arc::new(RegionInner {
+                ptr,
+                len,
+                owned_map_len: None,
+                fd: None,
+                device: Some(memory.ordinal),
+                page_size: GPU_PAGE,
+                huge: false,
+                sealed: false,
+            }),
+        })
+    }
+
     fn from_parts(
         ptr: NonNull<u8>,
         len: usize,
@@ -208,7 +261,8 @@ impl MemoryRegion {
                 ptr,
                 len,
                 owned_map_len,
-                fd,
+                fd: Some(fd),
+                device: None,
                 page_size,
                 huge: page_size > crate::sys::page_size(),
                 sealed,
@@ -226,14 +280,21 @@ impl MemoryRegion {
         self.inner.len == 0
     }
 
-    /// The first byte. Page-aligned.
+    /// The first byte. Page-aligned for host memory; a device address (not to be
+    /// dereferenced) for device memory.
     pub fn as_ptr(&self) -> *mut u8 {
         self.inner.ptr.as_ptr()
     }
 
-    /// The backing memfd (for sending to a peer or registering elsewhere).
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.inner.fd.as_fd()
+    /// The backing memfd (for sending to a peer or registering elsewhere); `None` for device
+    /// memory.
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.inner.fd.as_ref().map(|fd| fd.as_fd())
+    }
+
+    /// The GPU whose memory this region is, `None` for host memory.
+    pub fn device(&self) -> Option<u32> {
+        self.inner.device
     }
 
     /// Size of the pages backing the region: 2 MiB for hugetlbfs, else the base page size.
@@ -270,8 +331,18 @@ impl MemoryRegion {
         Ok(())
     }
 
-    /// Pointer to `offset` after checking that `[offset, offset + len)` is inside the region.
+    /// Pointer for the CPU to `offset` after checking that `[offset, offset + len)` is inside
+    /// the region; refused for device memory, which the CPU cannot touch.
     pub(crate) fn range_ptr(&self, offset: u64, len: u64) -> Result<*mut u8, RegionError> {
+        if let Some(ordinal) = self.inner.device {
+            return Err(RegionError::DeviceMemory { ordinal });
+        }
+        self.range_addr(offset, len)
+    }
+
+    /// Address of `offset` after checking that `[offset, offset + len)` is inside the region,
+    /// for a NIC (host or device memory alike); never to be dereferenced by the CPU.
+    pub(crate) fn range_addr(&self, offset: u64, len: u64) -> Result<*mut u8, RegionError> {
         let out = || RegionError::OutOfBounds {
             offset,
             len,
@@ -281,8 +352,9 @@ impl MemoryRegion {
         if end > self.inner.len as u64 {
             return Err(out());
         }
-        // SAFETY: offset <= len of the mapping, so the result stays inside (or one past) it.
-        Ok(unsafe { self.inner.ptr.as_ptr().add(offset as usize) })
+        // offset <= len, so the result stays inside (or one past) the range; wrapping_add
+        // because a device address is not an allocation of this process.
+        Ok(self.inner.ptr.as_ptr().wrapping_add(offset as usize))
     }
 }
 
@@ -293,6 +365,7 @@ impl fmt::Debug for MemoryRegion {
             .field("len", &self.inner.len)
             .field("page_size", &self.inner.page_size)
             .field("sealed", &self.inner.sealed)
+            .field("device", &self.inner.device)
             .field("owned_mapping", &self.inner.owned_map_len.is_some())
             .finish()
     }
@@ -462,6 +535,59 @@ mod tests {
         ));
     }
 
+    /// A device region is an address range only: no memfd, not shareable, and every CPU
+    /// access is refused with the GPU's ordinal, while the NIC's address is bounds-checked.
+    #[test]
+    fn device_memory_is_never_touched_by_the_cpu() {
+        use crate::device::DeviceMemory;
+        let memory = DeviceMemory {
+            ordinal: 3,
+            ptr: 0x7f00_0000_0000,
+            len: 1 << 20,
+        };
+        // SAFETY: the region is never dereferenced: every CPU access is refused (what this
+        // test checks) and no NIC is involved.
+        let r = unsafe { MemoryRegion::device_memory(&memory) }.unwrap();
+        assert_eq!(r.device(), Some(3));
+        assert_eq!(r.len(), 1 << 20);
+        assert!(r.fd().is_none());
+        assert!(!r.sealed());
+        let mut buf = [0u8; 8];
+        let refused = |e: Result<(), RegionError>| {
+            assert!(
+                matches!(e, Err(RegionError::DeviceMemory { ordinal: 3 })),
+                "{e:?}"
+            )
+        };
+        refused(r.read_at(0, &mut buf));
+        refused(r.write_at(0, &buf));
+        assert!(matches!(
+            r.range_ptr(0, 8),
+            Err(RegionError::DeviceMemory { ordinal: 3 })
+        ));
+        assert_eq!(r.range_addr(16, 8).unwrap() as u64, 0x7f00_0000_0010);
+        assert!(matches!(
+            r.range_addr(1 << 20, 1),
+            Err(RegionError::OutOfBounds { .. })
+        ));
+        let mk = |ptr, len| {
+            // SAFETY: as above; these are refused before anything is built.
+            unsafe {
+                MemoryRegion::device_memory(&DeviceMemory {
+                    ordinal: 0,
+                    ptr,
+                    len,
+                })
+            }
+        };
+        assert!(matches!(mk(0x1000, 0), Err(RegionError::Empty)));
+        assert!(matches!(mk(0, 4096), Err(RegionError::OutOfBounds { .. })));
+        assert!(matches!(
+            mk(u64::MAX - 10, 4096),
+            Err(RegionError::OutOfBounds { .. })
+        ));
+    }
+
     /// Whatever the machine has: `Auto` always works, `Require` either gives huge pages or the
     /// typed error, and the two agree with each other.
     #[test]
@@ -484,7 +610,7 @@ mod tests {
     #[test]
     fn map_memfd_shares_pages_with_the_owner() {
         let owner = MemoryRegion::allocate("owner", 8192, HugePages::Never).unwrap();
-        let view = MemoryRegion::map_memfd(owner.fd(), 8192).unwrap();
+        let view = MemoryRegion::map_memfd(owner.fd().unwrap(), 8192).unwrap();
         assert_ne!(owner.as_ptr(), view.as_ptr());
         owner.write_at(100, b"shared").unwrap();
         let mut got = [0u8; 6];
@@ -492,7 +618,7 @@ mod tests {
         assert_eq!(&got, b"shared");
         assert!(view.sealed());
         assert!(matches!(
-            MemoryRegion::map_memfd(owner.fd(), 8193),
+            MemoryRegion::map_memfd(owner.fd().unwrap(), 8193),
             Err(RegionError::FileTooShort { .. })
         ));
     }

@@ -232,6 +232,10 @@ impl SegmentTable {
         if offset.checked_add(len).is_none_or(|end| end > desc.len) {
             return Err(Refusal::OutOfBounds);
         }
+        if entry.region.device().is_some() {
+            // The listener would copy with the CPU, which cannot touch GPU memory.
+            return Err(Refusal::DeviceMemory);
+        }
         let start = desc.offset + offset; // cannot overflow: <= desc.end() <= region len
         let ptr = entry
             .region

@@ -4,8 +4,11 @@
 //! a range registered with `device="cuda:N"`) moves through the KV client's device calls
 //! (`KvClient::batch_get_into_device` / `batch_put_from_device`): staged through pinned host
 //! buffers that the node reaches like any other registered memory, double-buffered so that
-//! the GPU's copies of one chunk overlap the node's work on the next. GPUDirect RDMA is not
-//! used (`KvClient::device_path` says why on this host).
+//! the GPU's copies of one chunk overlap the node's work on the next. Blocks that all lie in
+//! one range registered with `device=` go by GPUDirect RDMA instead, where the host allows it:
+//! the store registers such a range with the KV client as well (`KvClient::register_device`),
+//! and the client's device calls use that registration (`KvClient::device_path` says what
+//! this host allows).
 //!
 //! A batch is split by where its spans are: the host spans go through the package's own
 //! staging (`staging.rs`) and each GPU's spans through that GPU's calls, one group after the

@@ -7,13 +7,15 @@
 //! `close()` waits for nothing: calls in flight finish on the session they started with, and
 //! the session ends when the last of them returns.
 
-use std::sync::{Arc, RwLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
 use yutu_api::kv::{BlockPin, MAX_SOFT_PIN_SECS};
-use yutu_client::kv::{KvClient, KvOptions, PutMode, PutOptions, MAX_BATCH};
+use yutu_client::kv::{DeviceBuffer, KvClient, KvOptions, PutMode, PutOptions, MAX_BATCH};
 use yutu_client::{Client, Credentials};
+use yutu_transfer::device::DeviceMemory;
 
 use crate::device::{self, Ctx, Devices};
 use crate::errors::{Error, Result};
@@ -27,6 +29,9 @@ struct Session {
     bucket: String,
     staging: Staging,
     registry: Registry,
+    /// The GPU ranges of `registry`, registered with the KV client too (by start address), so
+    /// that blocks inside one move by GPUDirect RDMA where the host allows it.
+    gpu_ranges: Mutex<HashMap<usize, DeviceBuffer>>,
     /// The GPUs this session has opened (on first use).
     devices: Devices,
     /// How the session authenticates, for the package's own calls to the node's JSON
@@ -35,6 +40,11 @@ struct Session {
 }
 
 impl Session {
+    fn gpu_ranges_lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, DeviceBuffer>> {
+        // Inserts and removals leave the map consistent.
+        self.gpu_ranges.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn ctx(&self) -> Ctx<'_> {
         Ctx {
             kv: &self.kv,
@@ -158,6 +168,7 @@ fn connect(
             bucket: bucket.to_string(),
             staging,
             registry: Registry::default(),
+            gpu_ranges: Mutex::new(HashMap::new()),
             devices,
             auth,
         };
@@ -400,7 +411,31 @@ impl Store {
                     s.devices.check(ordinal, ptr, size)?;
                 }
             }
-            s.registry.register(ptr, size, device)
+            s.registry.register(ptr, size, device)?;
+            if let Some(ordinal) = device {
+                let memory = DeviceMemory {
+                    ordinal,
+                    ptr: ptr as u64,
+                    len: size,
+                };
+                // SAFETY: the caller registers the range as transfer memory of this GPU and
+                // keeps it allocated until it unregisters it (the contract of
+                // `register_buffer`); the driver has just checked that it is this GPU's.
+                let registered = s
+                    .devices
+                    .get(ordinal)
+                    .and_then(|gpu| Ok(unsafe { s.kv.register_device(gpu, memory) }?));
+                match registered {
+                    Ok(buf) => {
+                        s.gpu_ranges_lock().insert(ptr, buf);
+                    }
+                    Err(e) => {
+                        s.registry.unregister(ptr);
+                        return Err(e);
+                    }
+                }
+            }
+            Ok(())
         })
     }
 
@@ -416,15 +451,26 @@ impl Store {
             .collect())
     }
 
-    /// How GPU memory travels between this store and its node, and why: staged through
-    /// pinned host buffers, with the reason GPUDirect RDMA is not used.
+    /// How GPU memory travels between this store and its node, and why: GPUDirect RDMA for
+    /// registered GPU ranges when this host allows it, else staged through pinned host
+    /// buffers, with the reason.
     fn device_path(&self) -> PyResult<String> {
         Ok(self.open()?.kv.device_path())
     }
 
     /// Forgets the range registered at `ptr`; False when none was.
     fn unregister_buffer(&self, ptr: usize) -> PyResult<bool> {
-        Ok(self.open()?.registry.unregister(ptr))
+        let s = self.open()?;
+        s.gpu_ranges_lock().remove(&ptr);
+        Ok(s.registry.unregister(ptr))
+    }
+
+    /// How the blocks of the GPU range registered at `ptr` travel: `"gpudirect: ..."` when
+    /// the NIC reaches it, else `"staged: "` and why; None when no GPU range starts at `ptr`.
+    fn buffer_path(&self, ptr: usize) -> PyResult<Option<String>> {
+        let s = self.open()?;
+        let path = s.gpu_ranges_lock().get(&ptr).map(|b| b.path().to_string());
+        Ok(path)
     }
 
     /// Stores each `keys[i]` from `sizes[i]` bytes at `ptrs[i]`, which must lie in a

@@ -149,6 +149,10 @@ def test_registered_device_pointers(gpu_store):
     gpu_store.register_buffer(src.ctypes.data, src.nbytes, device="cuda:0")
     gpu_store.register_buffer(dst.ctypes.data, dst.nbytes, device=0)
     try:
+        # Registered with the client as GPU memory; without an RDMA device, staged, and why.
+        path = gpu_store.buffer_path(src.ctypes.data)
+        assert path.startswith("staged: no RDMA path"), path
+        assert gpu_store.buffer_path(src.ctypes.data + 1) is None
         keys = [f"reg-{i}" for i in range(n)]
         gpu_store.batch_put_from(keys, [src.ctypes.data + i * block for i in range(n)], [block] * n)
         got = gpu_store.batch_get_into(keys, [dst.ctypes.data + i * block for i in range(n)], [block] * n)
@@ -160,6 +164,7 @@ def test_registered_device_pointers(gpu_store):
     finally:
         assert gpu_store.unregister_buffer(src.ctypes.data)
         assert gpu_store.unregister_buffer(dst.ctypes.data)
+    assert gpu_store.buffer_path(src.ctypes.data) is None
 
 
 def test_device_arguments(gpu_store):

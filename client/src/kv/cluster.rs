@@ -77,6 +77,17 @@ impl Routing {
         self.membership().members.len()
     }
 
+    /// True when every member offers RDMA (connecting to those not met yet), so that a call
+    /// may hand any of them a descriptor of GPU memory.
+    pub(super) fn all_offer_rdma(&self) -> bool {
+        let membership = self.membership();
+        !membership.members.is_empty()
+            && membership
+                .members
+                .iter()
+                .all(|m| self.node(m).is_ok_and(|c| c.server.rdma.is_some()))
+    }
+
     fn membership(&self) -> Arc<Membership> {
         let (m, stale) = match self.state.read() {
             Ok(s) => (s.membership.clone(), s.read_at.elapsed() > REFRESH),

@@ -1,9 +1,18 @@
 //! GPU buffers in the KV API: [`DeviceBuffer`]s are registered like host [`Buffer`]s and go
-//! wherever one goes ([`Memory`]), and their blocks are staged.
+//! wherever one goes ([`Memory`]); their blocks move by GPUDirect RDMA where the NIC can reach
+//! the GPU, and are staged everywhere else.
 //!
-//! The node's one-sided copies reach only host memory it can map or address through this
-//! client's engine, so a batch for device memory runs through the staging pipeline of
-//! `yutu_transfer::device::staging`: a pinned host buffer registered with the engine, whose
+//! **GPUDirect.** When this client's engine runs the rdma transport and a peer-memory module
+//! is loaded (`yutu_transfer::device::gpudirect`), registration also registers the device
+//! range with the NIC. A call whose nodes all offer RDMA then hands the node a descriptor of
+//! GPU memory, and the node's one-sided writes (a get) and reads (a put) reach it directly,
+//! with no copy on this host. The CPU paths refuse such a segment, so a node that cannot use
+//! RDMA gets a refusal, never a CPU copy into device memory.
+//!
+//! **Staging.** Otherwise, the node's one-sided copies reach only host memory it can map or
+//! address through this client's engine, so a batch for device memory runs through the
+//! staging pipeline of `yutu_transfer::device::staging`: a pinned host buffer registered with
+//! the engine, whose
 //! two halves alternate between the node's copy of one chunk and the device's copy of the
 //! previous one. Staging buffers are pooled per client and device: at most
 //! [`STAGING_BUFFERS`] per device, with halves of [`STAGING_HALF`] (grown for a batch whose
@@ -19,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use yutu_transfer::device::staging::{self, BlockError, ChunkRequest, DeviceBlock, StagingSlot};
 use yutu_transfer::device::{gpudirect, CancelToken, Device, DeviceMemory};
+use yutu_transfer::MemoryRegion;
 
 use super::{Buffer, Inner, KvClient, KvError, PutOptions, MAX_BATCH};
 
@@ -39,6 +49,11 @@ pub struct DeviceBuffer {
     device: Arc<dyn Device>,
     memory: DeviceMemory,
     inner: Arc<Inner>,
+    /// The same memory registered with the NIC (GPUDirect RDMA), when it could be; also
+    /// listed in the client's [`DirectRanges`] until this buffer is dropped.
+    direct: Option<Arc<Buffer>>,
+    /// How this buffer's blocks travel, and why.
+    path: String,
 }
 
 impl fmt::Debug for DeviceBuffer {
@@ -47,8 +62,67 @@ impl fmt::Debug for DeviceBuffer {
             .field("device", &self.device.name())
             .field("ptr", &format_args!("{:#x}", self.memory.ptr))
             .field("len", &self.memory.len)
+            .field("path", &self.path)
             .finish()
     }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if let Some(direct) = &self.direct {
+            self.inner.gpudirect.remove(direct);
+        }
+    }
+}
+
+/// The GPU ranges of one client registered with the NIC (by [`KvClient::register_device`]),
+/// for the calls that name device blocks by address.
+#[derive(Default)]
+pub(super) struct DirectRanges {
+    ranges: Mutex<Vec<(DeviceMemory, Arc<Buffer>)>>,
+}
+
+impl DirectRanges {
+    fn lock(&self) -> MutexGuard<'_, Vec<(DeviceMemory, Arc<Buffer>)>> {
+        // Pushes and removals leave the list consistent.
+        self.ranges.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn insert(&self, memory: DeviceMemory, buffer: Arc<Buffer>) {
+        self.lock().push((memory, buffer));
+    }
+
+    fn remove(&self, buffer: &Arc<Buffer>) {
+        self.lock().retain(|(_, b)| !Arc::ptr_eq(b, buffer));
+    }
+
+    /// The registration holding every block (of GPU `ordinal`), and each block's offset in
+    /// it; `None` when no single registration holds them all.
+    fn find(&self, ordinal: u32, blocks: &[DeviceBlock]) -> Option<(Arc<Buffer>, Vec<u64>)> {
+        let ranges = self.lock();
+        let first = blocks.first()?;
+        let (memory, buffer) = ranges
+            .iter()
+            .find(|(m, _)| m.ordinal == ordinal && inside(m, first))?;
+        Some((buffer.clone(), offsets_in(memory, blocks)?))
+    }
+}
+
+/// Each block's offset in `memory`, `None` unless all of them lie inside it.
+fn offsets_in(memory: &DeviceMemory, blocks: &[DeviceBlock]) -> Option<Vec<u64>> {
+    blocks
+        .iter()
+        .map(|b| inside(memory, b).then(|| b.addr - memory.ptr))
+        .collect()
+}
+
+/// Whether `block` lies inside `memory`.
+fn inside(memory: &DeviceMemory, block: &DeviceBlock) -> bool {
+    block.addr >= memory.ptr
+        && block
+            .addr
+            .checked_add(block.len)
+            .is_some_and(|end| end <= memory.ptr.saturating_add(memory.len))
 }
 
 impl DeviceBuffer {
@@ -67,6 +141,17 @@ impl DeviceBuffer {
 
     pub fn device(&self) -> &Arc<dyn Device> {
         &self.device
+    }
+
+    /// How this buffer's blocks travel: `gpudirect: ...` when it is registered with the NIC,
+    /// else `staged: ` and why not.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// True when the buffer is registered with the NIC for GPUDirect RDMA.
+    pub fn gpudirect(&self) -> bool {
+        self.direct.is_some()
     }
 }
 
@@ -266,14 +351,75 @@ fn new_slot(kv: &KvClient, device: &dyn Device, half: u64) -> Result<Slot, KvErr
 }
 
 impl KvClient {
-    /// How device memory travels between this client and its nodes, and why: staged through
-    /// pinned host memory, with the reason GPUDirect RDMA is not used (no RDMA path, no
-    /// peer-memory module, or not built).
+    /// How device memory travels between this client and its nodes, and why: GPUDirect RDMA
+    /// when the engine runs rdma and a peer-memory module is loaded, else staged through
+    /// pinned host memory, with the reason (no RDMA path, no peer-memory module).
+    /// [`DeviceBuffer::path`] says what one registration got.
     pub fn device_path(&self) -> String {
-        gpudirect::status(
-            self.inner.engine.rdma_unavailable().map(|e| e.to_string()),
-            std::path::Path::new("/sys/module"),
-        )
+        gpudirect::status(self.rdma_unavailable(), std::path::Path::new(SYS_MODULE))
+    }
+
+    fn rdma_unavailable(&self) -> Option<String> {
+        self.inner.engine.rdma_unavailable().map(|e| e.to_string())
+    }
+
+    /// Registers `memory` with the NIC when GPUDirect can be tried here; the registration (or
+    /// `None`) and the buffer's path.
+    ///
+    /// # Safety
+    ///
+    /// As [`KvClient::register_device`]: `memory` is device memory that stays allocated while
+    /// the returned buffer exists.
+    unsafe fn register_direct(&self, memory: &DeviceMemory) -> (Option<Arc<Buffer>>, String) {
+        let sys_module = std::path::Path::new(SYS_MODULE);
+        if let Some(why) = gpudirect::blocker(self.rdma_unavailable(), sys_module) {
+            return (None, format!("staged: {why}"));
+        }
+        // SAFETY: this function's contract, passed on: the caller keeps the memory allocated
+        // while the DeviceBuffer (which holds the registration) exists.
+        let registered = unsafe { MemoryRegion::device_memory(memory) }
+            .map_err(yutu_transfer::TransferError::from)
+            .and_then(|region| self.inner.engine.register(region));
+        match registered {
+            Ok(segment) => {
+                let buffer = Arc::new(Buffer {
+                    segment,
+                    inner: self.inner.clone(),
+                });
+                self.inner.gpudirect.insert(*memory, buffer.clone());
+                (Some(buffer), gpudirect::status(None, sys_module))
+            }
+            Err(err) => {
+                tracing::warn!(%err, ptr = memory.ptr, len = memory.len, "GPU buffer not registered with the NIC; its blocks will be staged");
+                (None, format!("staged: {err}"))
+            }
+        }
+    }
+
+    /// The GPUDirect registration of `buf`, when this call can use it.
+    pub(super) fn direct_buffer<'b>(&self, buf: &'b DeviceBuffer) -> Option<&'b Buffer> {
+        let direct = buf.direct.as_deref()?;
+        self.nodes_offer_rdma().then_some(direct)
+    }
+
+    /// Whether every node a call may reach offers RDMA (a node without it could only refuse
+    /// a GPU segment).
+    fn nodes_offer_rdma(&self) -> bool {
+        match &self.route {
+            None => self.server.rdma.is_some(),
+            Some(r) => r.all_offer_rdma(),
+        }
+    }
+
+    /// The GPUDirect registration holding all of `blocks` (memory of `device`) and their
+    /// offsets in it, when there is one and this call can use it.
+    fn direct_blocks(
+        &self,
+        device: &Arc<dyn Device>,
+        blocks: &[DeviceBlock],
+    ) -> Option<(Arc<Buffer>, Vec<u64>)> {
+        let found = self.inner.gpudirect.find(device.ordinal(), blocks)?;
+        self.nodes_offer_rdma().then_some(found)
     }
 
     /// Registers device memory (a GPU buffer) for batch calls: checked with the device (it
@@ -294,10 +440,14 @@ impl KvClient {
             ));
         }
         device.check(&memory).map_err(KvError::Device)?;
+        // SAFETY: this function's contract.
+        let (direct, path) = unsafe { self.register_direct(&memory) };
         Ok(DeviceBuffer {
             device,
             memory,
             inner: self.inner.clone(),
+            direct,
+            path,
         })
     }
 
@@ -311,9 +461,11 @@ impl KvClient {
     }
 
     /// Fetches `keys[i]` into the device memory of `blocks[i]` (whose `len` is the room for
-    /// it), through staging; each block's length, `None` where the key is absent. A failed
-    /// device copy fails its block only ([`KvError::Blocks`]); `cancel` stops the batch
-    /// between chunks.
+    /// it); each block's length, `None` where the key is absent. When one GPUDirect
+    /// registration ([`KvClient::register_device`]) holds every block and every node offers
+    /// RDMA, the node writes them straight into GPU memory in one call. Otherwise they are
+    /// staged: a failed device copy fails its block only ([`KvError::Blocks`]), and `cancel`
+    /// stops the batch between chunks.
     ///
     /// # Safety
     ///
@@ -327,6 +479,10 @@ impl KvClient {
         blocks: &[DeviceBlock],
         cancel: Option<&CancelToken>,
     ) -> Result<Vec<Option<u64>>, KvError> {
+        if let Some((direct, offsets)) = self.direct_blocks(device, blocks) {
+            let lens: Vec<u64> = blocks.iter().map(|b| b.len).collect();
+            return self.batch_get_into_ranges(bucket, keys, &*direct, &offsets, &lens);
+        }
         let (outcomes, first_error) =
             self.staged(keys, device, blocks, |slot, host, first_error| {
                 let fetch = |c: &ChunkRequest<'_>| {
@@ -343,8 +499,9 @@ impl KvClient {
         })
     }
 
-    /// Stores `keys[i]` from the device memory of `blocks[i]` through staging, with the put's
-    /// `options`; the ETags. A failed device copy fails its block only ([`KvError::Blocks`]).
+    /// Stores `keys[i]` from the device memory of `blocks[i]` with the put's `options`; the
+    /// ETags. By GPUDirect RDMA as in [`KvClient::batch_get_into_device`], else staged: a
+    /// failed device copy fails its block only ([`KvError::Blocks`]).
     ///
     /// # Safety
     ///
@@ -359,6 +516,10 @@ impl KvClient {
         options: &PutOptions,
         cancel: Option<&CancelToken>,
     ) -> Result<Vec<String>, KvError> {
+        if let Some((direct, offsets)) = self.direct_blocks(device, blocks) {
+            let lens: Vec<u64> = blocks.iter().map(|b| b.len).collect();
+            return self.batch_put_from_opts(bucket, keys, &*direct, &offsets, &lens, options);
+        }
         let (outcomes, first_error) =
             self.staged(keys, device, blocks, |slot, host, first_error| {
                 let store = |c: &ChunkRequest<'_>| {
@@ -448,6 +609,9 @@ impl KvClient {
     }
 }
 
+/// Where the kernel lists its loaded modules (the peer-memory module among them).
+const SYS_MODULE: &str = "/sys/module";
+
 /// The largest block staged: 1 GiB, so that a staging buffer (two halves) stays a sane size.
 fn staging_limit() -> u64 {
     1 << 30
@@ -519,4 +683,41 @@ fn collect<T>(
     };
     fill(&mut f, values);
     Err(KvError::Blocks(Box::new(f)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_map_into_a_registration_only_when_all_lie_inside() {
+        let memory = DeviceMemory {
+            ordinal: 0,
+            ptr: 0x10_000,
+            len: 0x1000,
+        };
+        let block = |addr, len| DeviceBlock { addr, len };
+        assert_eq!(
+            offsets_in(&memory, &[block(0x10_000, 0x100), block(0x10_f00, 0x100)]),
+            Some(vec![0, 0xf00])
+        );
+        // One byte past the end, one byte before the start, and an overflowing length.
+        assert_eq!(offsets_in(&memory, &[block(0x10_f00, 0x101)]), None);
+        assert_eq!(offsets_in(&memory, &[block(0xffff, 0x10)]), None);
+        assert_eq!(offsets_in(&memory, &[block(0x10_000, u64::MAX)]), None);
+        assert_eq!(
+            offsets_in(&memory, &[block(0x10_000, 1), block(0x20_000, 1)]),
+            None
+        );
+    }
+
+    #[test]
+    fn the_open_room_is_capped_at_the_largest_other_room() {
+        let mut caps = vec![4096, 1 << 30, 8192];
+        cap_open_room(&mut caps, 1);
+        assert_eq!(caps, vec![4096, STAGING_HALF, 8192]);
+        let mut caps = vec![STAGING_HALF * 2, 1 << 30];
+        cap_open_room(&mut caps, 1);
+        assert_eq!(caps, vec![STAGING_HALF * 2, STAGING_HALF * 2]);
+    }
 }

@@ -180,6 +180,9 @@ struct Inner {
     /// The engine's address, sent with every call in which the server moves the bytes.
     address: NodeAddress,
     shm_dir: Option<PathBuf>,
+    /// GPU ranges registered with the NIC, so that calls naming raw device blocks inside one
+    /// use GPUDirect too; each entry leaves with its [`DeviceBuffer`].
+    gpudirect: device::DirectRanges,
 }
 
 impl Drop for Inner {
@@ -452,6 +455,7 @@ impl KvClient {
             address: engine.address(),
             engine,
             shm_dir,
+            gpudirect: device::DirectRanges::default(),
         });
         Ok(inner)
     }
@@ -531,8 +535,10 @@ impl KvClient {
     /// As [`KvClient::batch_put_from`], with Mooncake's `ReplicateConfig` choices: the mode,
     /// how many copies (in a cluster), a preferred node, and a pin.
     ///
-    /// From a [`DeviceBuffer`] the blocks are staged through pinned host memory; a device
-    /// copy that fails fails its block only ([`KvError::Blocks`]).
+    /// From a [`DeviceBuffer`] the node reads the blocks by GPUDirect RDMA where the buffer
+    /// is registered with the NIC and every node offers RDMA; otherwise they are staged
+    /// through pinned host memory, and a device copy that fails fails its block only
+    /// ([`KvError::Blocks`]).
     pub fn batch_put_from_opts<'a>(
         &self,
         bucket: &str,
@@ -554,14 +560,26 @@ impl KvClient {
             Memory::Host(b) => b,
             Memory::Device(d) => {
                 self.check_device_buffer(d)?;
-                same_len(keys, offsets.len(), "offsets")?;
-                same_len(keys, lengths.len(), "lengths")?;
-                let blocks = KvClient::device_blocks(d, offsets, lengths)?;
-                // SAFETY: the blocks lie inside the registered device buffer, whose
-                // registration vouched for the memory.
-                return unsafe {
-                    self.batch_put_from_device(bucket, keys, d.device(), &blocks, options, None)
-                };
+                match self.direct_buffer(d) {
+                    Some(registered) => registered,
+                    None => {
+                        same_len(keys, offsets.len(), "offsets")?;
+                        same_len(keys, lengths.len(), "lengths")?;
+                        let blocks = KvClient::device_blocks(d, offsets, lengths)?;
+                        // SAFETY: the blocks lie inside the registered device buffer, whose
+                        // registration vouched for the memory.
+                        return unsafe {
+                            self.batch_put_from_device(
+                                bucket,
+                                keys,
+                                d.device(),
+                                &blocks,
+                                options,
+                                None,
+                            )
+                        };
+                    }
+                }
             }
         };
         self.check_put(keys, buf, offsets, lengths)?;
@@ -733,8 +751,10 @@ impl KvClient {
             };
             capacities[i] = end.saturating_sub(offsets[i]);
         }
-        if let (Memory::Device(_), Some(&last)) = (buf, order.last()) {
-            device::cap_open_room(&mut capacities, last);
+        if let (Memory::Device(d), Some(&last)) = (buf, order.last()) {
+            if self.direct_buffer(d).is_none() {
+                device::cap_open_room(&mut capacities, last);
+            }
         }
         self.batch_get_into_ranges(bucket, keys, buf, offsets, &capacities)
     }
@@ -743,8 +763,10 @@ impl KvClient {
     /// written to `buf[offsets[i] .. offsets[i] + capacities[i]]` and no further; a block
     /// larger than its room fails the batch (`InvalidArgument` from the server).
     ///
-    /// Into a [`DeviceBuffer`] the blocks are staged through pinned host memory; a device
-    /// copy that fails fails its block only ([`KvError::Blocks`]).
+    /// Into a [`DeviceBuffer`] the node writes the blocks by GPUDirect RDMA where the buffer
+    /// is registered with the NIC and every node offers RDMA; otherwise they are staged
+    /// through pinned host memory, and a device copy that fails fails its block only
+    /// ([`KvError::Blocks`]).
     pub fn batch_get_into_ranges<'a>(
         &self,
         bucket: &str,
@@ -760,18 +782,23 @@ impl KvClient {
             Memory::Host(b) => b,
             Memory::Device(d) => {
                 self.check_device_buffer(d)?;
-                if let Some(i) = capacities.iter().position(|&c| c == 0) {
-                    return Err(KvError::InvalidArgument(format!(
-                        "key {i} has no room at offset {}",
-                        offsets[i]
-                    )));
+                match self.direct_buffer(d) {
+                    Some(registered) => registered,
+                    None => {
+                        if let Some(i) = capacities.iter().position(|&c| c == 0) {
+                            return Err(KvError::InvalidArgument(format!(
+                                "key {i} has no room at offset {}",
+                                offsets[i]
+                            )));
+                        }
+                        let blocks = KvClient::device_blocks(d, offsets, capacities)?;
+                        // SAFETY: the blocks lie inside the registered device buffer, whose
+                        // registration vouched for the memory.
+                        return unsafe {
+                            self.batch_get_into_device(bucket, keys, d.device(), &blocks, None)
+                        };
+                    }
                 }
-                let blocks = KvClient::device_blocks(d, offsets, capacities)?;
-                // SAFETY: the blocks lie inside the registered device buffer, whose
-                // registration vouched for the memory.
-                return unsafe {
-                    self.batch_get_into_device(bucket, keys, d.device(), &blocks, None)
-                };
             }
         };
         self.check_buffer(buf)?;

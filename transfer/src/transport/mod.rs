@@ -37,9 +37,18 @@ pub struct SliceOp {
 }
 
 impl SliceOp {
-    /// The local bytes of this piece.
+    /// The local bytes of this piece, for the CPU to copy (refused for GPU memory).
     pub(crate) fn local_ptr(&self) -> Result<*mut u8, TransferError> {
         Ok(self.local.region().range_ptr(self.local_offset, self.len)?)
+    }
+
+    /// The address of this piece's local bytes for the NIC (host or GPU memory).
+    #[cfg_attr(not(feature = "rdma"), allow(dead_code))]
+    pub(crate) fn local_addr(&self) -> Result<*mut u8, TransferError> {
+        Ok(self
+            .local
+            .region()
+            .range_addr(self.local_offset, self.len)?)
     }
 
     /// The piece's length as a `usize`; submit refused anything larger than a region, which is

@@ -77,9 +77,12 @@ class Store(_NativeStore):
 
     GPU memory is taken exactly like host memory: a CUDA tensor, a CuPy/Numba array, or a
     pointer inside a range registered with ``register_buffer(ptr, size, device="cuda:N")``.
-    Its blocks are staged through pinned host buffers (double-buffered: the GPU copies one
-    chunk while the node moves the next); GPUDirect RDMA is not used (``device_path()`` says
-    why). A batch may mix host and GPU memory. The GPU's copies run on the store's own
+    Blocks inside a range registered with ``device=`` move by GPUDirect RDMA (the node's NIC
+    reads and writes GPU memory) where this host's engine runs RDMA with a peer-memory module
+    loaded and the node offers RDMA (``buffer_path(ptr)`` says what a range got,
+    ``device_path()`` what this host allows). All other GPU blocks are staged through pinned
+    host buffers (double-buffered: the GPU copies one chunk while the node moves the next).
+    A batch may mix host and GPU memory. The GPU's copies run on the store's own
     streams: make sure the kernels writing a tensor have finished before putting it (e.g.
     ``torch.cuda.current_stream().synchronize()``); a get's copies have finished when it
     returns. Without a CUDA driver such calls raise :class:`DeviceError`. When some blocks

@@ -248,7 +248,7 @@ impl Lane for RdmaLane {
                 )));
                 continue;
             };
-            let (Ok(local), Ok(len)) = (op.local_ptr(), u32::try_from(op.len)) else {
+            let (Ok(local), Ok(len)) = (op.local_addr(), u32::try_from(op.len)) else {
                 results[i] = Some(Err(TransferError::unavailable(
                     KIND,
                     peer.node,

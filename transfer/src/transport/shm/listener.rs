@@ -181,7 +181,8 @@ fn serve(
                 }
             });
         }
-        let fds: Vec<BorrowedFd<'_>> = attached.iter().map(|s| s.region.fd()).collect();
+        // Only shareable segments are attached, and those are memfds.
+        let fds: Vec<BorrowedFd<'_>> = attached.iter().filter_map(|s| s.region.fd()).collect();
         let msg = wire::encode_verdicts(&verdicts, fds.len());
         send_with_fds(stream.as_fd(), &msg, &fds)?;
     }

@@ -222,10 +222,19 @@ fn receive(
         if resp.len != 0 {
             return Err(Broken::Protocol("a refusal with a payload".into()));
         }
-        results[i] = Some(Err(TransferError::Refused {
-            node,
-            segment: op.remote.segment,
-            reason,
+        results[i] = Some(Err(if reason == Refusal::DeviceMemory {
+            // GPU memory: the segment is fine, only this path cannot reach it.
+            TransferError::unavailable(
+                KIND,
+                node,
+                format!("segment {} is GPU memory", op.remote.segment),
+            )
+        } else {
+            TransferError::Refused {
+                node,
+                segment: op.remote.segment,
+                reason,
+            }
         }));
         return Ok(());
     }
