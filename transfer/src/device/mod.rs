@@ -3,10 +3,10 @@
 //!
 //! An inference engine keeps its KV cache in GPU memory, which none of the host transports
 //! can touch: shm and tcp copy with the CPU, and only an RDMA NIC with GPUDirect (see
-//! [`gpudirect`]) could reach it directly. So a block bound for a GPU lands first in a pinned
-//! host buffer the node can reach (registered with the transfer engine like any other
-//! region), and an asynchronous copy on a device stream carries it over PCIe; a put goes the
-//! other way. The [`staging`] pipeline double-buffers this: while the device copies chunk `i`
+//! [`gpudirect`]) reaches it directly. Everywhere else a block bound for a GPU lands first in
+//! a pinned host buffer the node can reach (registered with the transfer engine like any
+//! other region), and an asynchronous copy on a device stream carries it over PCIe; a put
+//! goes the other way. The [`staging`] pipeline double-buffers this: while the device copies chunk `i`
 //! out of one half of the staging buffer, the node fills the other half with chunk `i + 1`.
 //!
 //! The pipeline is written against [`Device`] and [`Stream`], the four things it needs from a
