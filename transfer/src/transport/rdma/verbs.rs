@@ -156,13 +156,17 @@ impl Device {
         })
     }
 
-    /// Registers `region` for local and remote read/write access.
+    /// Registers `region` for local and remote read/write access. A GPU region
+    /// ([`MemoryRegion::device_memory`]) is registered by its device address, which the
+    /// kernel accepts only with a peer-memory module (GPUDirect RDMA); without one the call
+    /// fails (`EFAULT`) and nothing is registered.
     pub(crate) fn register(self: &Arc<Self>, region: &MemoryRegion) -> Result<Mr, RdmaError> {
         let access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
             | ibv_access_flags::IBV_ACCESS_REMOTE_READ
             | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
-        // SAFETY: the region's mapping is valid for `len` bytes and stays mapped while the `Mr`
-        // (which holds a clone of the region) exists; the pd is alive (held by `self`).
+        // SAFETY: the region's memory (a host mapping, or device memory whose registrant
+        // vouched for it) is valid for `len` bytes and stays so while the `Mr` (which holds a
+        // clone of the region) exists; the pd is alive (held by `self`).
         let mr = unsafe {
             ibv_reg_mr(
                 self.pd,
