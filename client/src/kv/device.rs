@@ -396,10 +396,17 @@ impl KvClient {
         }
     }
 
-    /// The GPUDirect registration of `buf`, when this call can use it.
-    pub(super) fn direct_buffer<'b>(&self, buf: &'b DeviceBuffer) -> Option<&'b Buffer> {
-        let direct = buf.direct.as_deref()?;
-        self.nodes_offer_rdma().then_some(direct)
+    /// For a call on `buf` (checked to be this client's): its GPUDirect registration when the
+    /// call can use it, `None` when the blocks are to be staged.
+    pub(super) fn direct_buffer<'b>(
+        &self,
+        buf: &'b DeviceBuffer,
+    ) -> Result<Option<&'b Buffer>, KvError> {
+        self.check_device_buffer(buf)?;
+        let Some(direct) = buf.direct.as_deref() else {
+            return Ok(None);
+        };
+        Ok(self.nodes_offer_rdma().then_some(direct))
     }
 
     /// Whether every node a call may reach offers RDMA (a node without it could only refuse

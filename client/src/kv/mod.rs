@@ -558,29 +558,19 @@ impl KvClient {
         }
         let buf = match buf.into() {
             Memory::Host(b) => b,
-            Memory::Device(d) => {
-                self.check_device_buffer(d)?;
-                match self.direct_buffer(d) {
-                    Some(registered) => registered,
-                    None => {
-                        same_len(keys, offsets.len(), "offsets")?;
-                        same_len(keys, lengths.len(), "lengths")?;
-                        let blocks = KvClient::device_blocks(d, offsets, lengths)?;
-                        // SAFETY: the blocks lie inside the registered device buffer, whose
-                        // registration vouched for the memory.
-                        return unsafe {
-                            self.batch_put_from_device(
-                                bucket,
-                                keys,
-                                d.device(),
-                                &blocks,
-                                options,
-                                None,
-                            )
-                        };
-                    }
+            Memory::Device(d) => match self.direct_buffer(d)? {
+                Some(registered) => registered,
+                None => {
+                    same_len(keys, offsets.len(), "offsets")?;
+                    same_len(keys, lengths.len(), "lengths")?;
+                    let blocks = KvClient::device_blocks(d, offsets, lengths)?;
+                    // SAFETY: the blocks lie inside the registered device buffer, whose
+                    // registration vouched for the memory.
+                    return unsafe {
+                        self.batch_put_from_device(bucket, keys, d.device(), &blocks, options, None)
+                    };
                 }
-            }
+            },
         };
         self.check_put(keys, buf, offsets, lengths)?;
         if let Some(r) = &self.route {
@@ -752,7 +742,7 @@ impl KvClient {
             capacities[i] = end.saturating_sub(offsets[i]);
         }
         if let (Memory::Device(d), Some(&last)) = (buf, order.last()) {
-            if self.direct_buffer(d).is_none() {
+            if self.direct_buffer(d)?.is_none() {
                 device::cap_open_room(&mut capacities, last);
             }
         }
@@ -780,26 +770,23 @@ impl KvClient {
         check_batch(keys)?;
         let buf = match buf.into() {
             Memory::Host(b) => b,
-            Memory::Device(d) => {
-                self.check_device_buffer(d)?;
-                match self.direct_buffer(d) {
-                    Some(registered) => registered,
-                    None => {
-                        if let Some(i) = capacities.iter().position(|&c| c == 0) {
-                            return Err(KvError::InvalidArgument(format!(
-                                "key {i} has no room at offset {}",
-                                offsets[i]
-                            )));
-                        }
-                        let blocks = KvClient::device_blocks(d, offsets, capacities)?;
-                        // SAFETY: the blocks lie inside the registered device buffer, whose
-                        // registration vouched for the memory.
-                        return unsafe {
-                            self.batch_get_into_device(bucket, keys, d.device(), &blocks, None)
-                        };
+            Memory::Device(d) => match self.direct_buffer(d)? {
+                Some(registered) => registered,
+                None => {
+                    if let Some(i) = capacities.iter().position(|&c| c == 0) {
+                        return Err(KvError::InvalidArgument(format!(
+                            "key {i} has no room at offset {}",
+                            offsets[i]
+                        )));
                     }
+                    let blocks = KvClient::device_blocks(d, offsets, capacities)?;
+                    // SAFETY: the blocks lie inside the registered device buffer, whose
+                    // registration vouched for the memory.
+                    return unsafe {
+                        self.batch_get_into_device(bucket, keys, d.device(), &blocks, None)
+                    };
                 }
-            }
+            },
         };
         self.check_buffer(buf)?;
         let mut ranges = Vec::with_capacity(keys.len());
