@@ -212,24 +212,28 @@ impl MemoryRegion {
     /// loaded), and every CPU path refuses it ([`RegionError::DeviceMemory`]). It has no memfd,
     /// so it is never offered over shm.
     ///
+    /// Takes the fields of a `device::DeviceMemory` (this module sits below `device`).
+    ///
     /// # Safety
     ///
-    /// `memory` must be device memory of GPU `memory.ordinal` (a `CUdeviceptr` range inside
+    /// `[ptr, ptr + len)` must be device memory of GPU `ordinal` (a `CUdeviceptr` range inside
     /// one allocation) that stays allocated until the region and all its clones are dropped
     /// (after [`crate::TransferEngine::unregister`] and after in-flight transfers complete).
     pub unsafe fn device_memory(
-        memory: &crate::device::DeviceMemory,
+        ordinal: u32,
+        ptr: u64,
+        len: u64,
     ) -> Result<MemoryRegion, RegionError> {
         let out = || RegionError::OutOfBounds {
-            offset: memory.ptr,
-            len: memory.len,
+            offset: ptr,
+            len,
             size: usize::MAX as u64,
         };
-        let len = usize::try_from(memory.len).map_err(|_| out())?;
+        let len = usize::try_from(len).map_err(|_| out())?;
         if len == 0 {
             return Err(RegionError::Empty);
         }
-        let ptr = usize::try_from(memory.ptr)
+        let ptr = usize::try_from(ptr)
             .ok()
             .filter(|p| p.checked_add(len).is_some())
             .and_then(|p| NonNull::new(p as *mut u8))
@@ -240,7 +244,7 @@ impl MemoryRegion {
                 len,
                 owned_map_len: None,
                 fd: None,
-                device: Some(memory.ordinal),
+                device: Some(ordinal),
                 page_size: GPU_PAGE,
                 huge: false,
                 sealed: false,
@@ -539,15 +543,9 @@ mod tests {
     /// access is refused with the GPU's ordinal, while the NIC's address is bounds-checked.
     #[test]
     fn device_memory_is_never_touched_by_the_cpu() {
-        use crate::device::DeviceMemory;
-        let memory = DeviceMemory {
-            ordinal: 3,
-            ptr: 0x7f00_0000_0000,
-            len: 1 << 20,
-        };
         // SAFETY: the region is never dereferenced: every CPU access is refused (what this
         // test checks) and no NIC is involved.
-        let r = unsafe { MemoryRegion::device_memory(&memory) }.unwrap();
+        let r = unsafe { MemoryRegion::device_memory(3, 0x7f00_0000_0000, 1 << 20) }.unwrap();
         assert_eq!(r.device(), Some(3));
         assert_eq!(r.len(), 1 << 20);
         assert!(r.fd().is_none());
@@ -572,13 +570,7 @@ mod tests {
         ));
         let mk = |ptr, len| {
             // SAFETY: as above; these are refused before anything is built.
-            unsafe {
-                MemoryRegion::device_memory(&DeviceMemory {
-                    ordinal: 0,
-                    ptr,
-                    len,
-                })
-            }
+            unsafe { MemoryRegion::device_memory(0, ptr, len) }
         };
         assert!(matches!(mk(0x1000, 0), Err(RegionError::Empty)));
         assert!(matches!(mk(0, 4096), Err(RegionError::OutOfBounds { .. })));

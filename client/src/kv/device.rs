@@ -377,9 +377,10 @@ impl KvClient {
         }
         // SAFETY: this function's contract, passed on: the caller keeps the memory allocated
         // while the DeviceBuffer (which holds the registration) exists.
-        let registered = unsafe { MemoryRegion::device_memory(memory) }
-            .map_err(yutu_transfer::TransferError::from)
-            .and_then(|region| self.inner.engine.register(region));
+        let registered =
+            unsafe { MemoryRegion::device_memory(memory.ordinal, memory.ptr, memory.len) }
+                .map_err(yutu_transfer::TransferError::from)
+                .and_then(|region| self.inner.engine.register(region));
         match registered {
             Ok(segment) => {
                 let buffer = Arc::new(Buffer {

@@ -86,7 +86,6 @@ mod tests {
 mod device_segments {
     use std::time::Duration;
 
-    use crate::device::DeviceMemory;
     use crate::{
         EngineConfig, HugePages, MemoryRegion, NodeId, TransferEngine, TransferError,
         TransferRequest, TransportKind,
@@ -116,14 +115,9 @@ mod device_segments {
         }
 
         fn region(&self) -> MemoryRegion {
-            let memory = DeviceMemory {
-                ordinal: 0,
-                ptr: self.ptr as u64,
-                len: self.len as u64,
-            };
             // SAFETY: the mapping outlives the engines of the test (declared first, dropped
             // last), and nothing may touch it: that is what the test checks.
-            unsafe { MemoryRegion::device_memory(&memory) }.unwrap()
+            unsafe { MemoryRegion::device_memory(0, self.ptr as u64, self.len as u64) }.unwrap()
         }
     }
 
