@@ -723,7 +723,7 @@ impl KvClient {
         buf: impl Into<Memory<'a>>,
         offsets: &[u64],
     ) -> Result<Vec<Option<u64>>, KvError> {
-        let buf = buf.into();
+        let mut buf = buf.into();
         same_len(keys, offsets.len(), "offsets")?;
         let mut order: Vec<usize> = (0..offsets.len()).collect();
         order.sort_by_key(|&i| offsets[i]);
@@ -741,9 +741,15 @@ impl KvClient {
             };
             capacities[i] = end.saturating_sub(offsets[i]);
         }
-        if let (Memory::Device(d), Some(&last)) = (buf, order.last()) {
-            if self.direct_buffer(d)?.is_none() {
-                device::cap_open_room(&mut capacities, last);
+        if let Memory::Device(d) = buf {
+            // Decided once here: the GPUDirect registration goes on as host-like memory.
+            match self.direct_buffer(d)? {
+                Some(registered) => buf = Memory::Host(registered),
+                None => {
+                    if let Some(&last) = order.last() {
+                        device::cap_open_room(&mut capacities, last);
+                    }
+                }
             }
         }
         self.batch_get_into_ranges(bucket, keys, buf, offsets, &capacities)
