@@ -63,6 +63,15 @@ impl Devices {
         })
     }
 
+    /// The GPU whose memory `addr` is, asked of the CUDA driver; `None` for host memory, on
+    /// hosts without a driver, and for the stand-in (whose "GPU memory" is host memory).
+    pub fn detect(&self, addr: usize) -> Option<u32> {
+        if self.stand_in || addr == 0 {
+            return None;
+        }
+        yutu_transfer::device::cuda_device_of(addr as u64)
+    }
+
     /// How errors name GPU `ordinal`.
     pub fn name(&self, ordinal: u32) -> String {
         if self.stand_in {
@@ -324,4 +333,127 @@ fn renumber(msg: &str, map: impl Fn(usize) -> Option<usize>) -> String {
         }
     }
     msg.to_string()
+}
+
+/// A batch's spans with every GPU span replaced by host memory of the same length (a bounce
+/// buffer): scatter/gather over GPU memory goes through the host staging path, one extra copy
+/// per GPU span (the driver's synchronous copy).
+struct Bounced {
+    /// The host spans of each key, in the caller's order.
+    parts: Vec<Vec<Span>>,
+    /// Per key and span: the bounce buffer standing for it, when it is GPU memory.
+    bounces: Vec<Vec<Option<Vec<u8>>>>,
+}
+
+impl Bounced {
+    fn new(parts: &[Vec<Span>]) -> Result<Bounced> {
+        let mut out = Vec::with_capacity(parts.len());
+        let mut bounces = Vec::with_capacity(parts.len());
+        for (k, spans) in parts.iter().enumerate() {
+            let mut host = Vec::with_capacity(spans.len());
+            let mut mine = Vec::with_capacity(spans.len());
+            for s in spans {
+                if s.device.is_none() || s.len == 0 {
+                    host.push(Span { device: None, ..*s });
+                    mine.push(None);
+                    continue;
+                }
+                let len = usize::try_from(s.len)
+                    .ok()
+                    .filter(|&l| l as u64 <= MAX_STAGED_BLOCK)
+                    .ok_or_else(|| {
+                        Error::invalid(format!(
+                            "key {k}: a GPU span of {} bytes; at most {MAX_STAGED_BLOCK}",
+                            s.len
+                        ))
+                    })?;
+                let bytes = vec![0u8; len];
+                host.push(Span {
+                    addr: bytes.as_ptr() as usize,
+                    len: s.len,
+                    device: None,
+                });
+                mine.push(Some(bytes));
+            }
+            out.push(host);
+            bounces.push(mine);
+        }
+        Ok(Bounced {
+            parts: out,
+            bounces,
+        })
+    }
+
+    fn slices(&self) -> Vec<&[Span]> {
+        self.parts.iter().map(Vec::as_slice).collect()
+    }
+}
+
+/// Runs `f` on GPU span `s` with its device, naming the device in a failure.
+fn on_gpu(
+    ctx: &Ctx<'_>,
+    s: &Span,
+    f: impl FnOnce(
+        &dyn Device,
+        &DeviceMemory,
+    ) -> std::result::Result<(), yutu_transfer::device::DeviceError>,
+) -> Result<()> {
+    let ordinal = s.device.unwrap_or(0);
+    let device = ctx.devices.get(ordinal)?;
+    let memory = DeviceMemory {
+        ordinal,
+        ptr: s.addr as u64,
+        len: s.len,
+    };
+    f(device.as_ref(), &memory).map_err(|source| Error::Device {
+        name: ctx.devices.name(ordinal),
+        source,
+    })
+}
+
+/// Fetches each `keys[i]` into the spans `parts[i]` in order (scatter); each block's length,
+/// `None` where the key is absent. One node call per staging chunk, whatever the number of
+/// spans; GPU spans are filled from host bounce buffers after the node's call.
+pub fn get_into_parts(
+    ctx: &Ctx<'_>,
+    keys: &[String],
+    parts: &[Vec<Span>],
+) -> Result<Vec<Option<u64>>> {
+    check_lens(keys, parts.len())?;
+    let bounced = Bounced::new(parts)?;
+    let got = ctx
+        .staging
+        .get_into_parts(ctx.kv, ctx.bucket, keys, &bounced.slices())?;
+    for (k, n) in got.iter().enumerate() {
+        let mut left = n.unwrap_or(0);
+        for (s, bounce) in parts[k].iter().zip(&bounced.bounces[k]) {
+            let take = s.len.min(left);
+            left -= take;
+            if let (Some(bytes), true) = (bounce, take > 0) {
+                on_gpu(ctx, s, |d, m| d.upload(m, 0, &bytes[..take as usize]))?;
+            }
+        }
+    }
+    Ok(got)
+}
+
+/// Stores each `keys[i]` as the concatenation of the spans `parts[i]` (gather), with the
+/// put's `options`. GPU spans are copied to host bounce buffers first.
+pub fn put_from_parts(
+    ctx: &Ctx<'_>,
+    keys: &[String],
+    parts: &[Vec<Span>],
+    options: &PutOptions,
+) -> Result<()> {
+    check_lens(keys, parts.len())?;
+    let mut bounced = Bounced::new(parts)?;
+    for (k, spans) in parts.iter().enumerate() {
+        for (s, bounce) in spans.iter().zip(bounced.bounces[k].iter_mut()) {
+            if let Some(bytes) = bounce {
+                on_gpu(ctx, s, |d, m| d.download(m, 0, bytes))?;
+            }
+        }
+    }
+    ctx.staging
+        .put_from_parts(ctx.kv, ctx.bucket, keys, &bounced.slices(), options)
 }

@@ -105,6 +105,18 @@ impl Registry {
         self.containing(addr, end).flatten()
     }
 
+    /// The bytes from `addr` to the end of the registered range holding it; 0 when none does.
+    pub fn room(&self, addr: usize) -> u64 {
+        let ranges = self.lock();
+        match ranges.range(..=addr).next_back() {
+            Some((&start, r)) => (start as u128 + r.len as u128)
+                .saturating_sub(addr as u128)
+                .try_into()
+                .unwrap_or(0),
+            None => 0,
+        }
+    }
+
     /// `Some(device)` of the range holding `[addr, end)`, `None` when none holds it.
     fn containing(&self, addr: usize, end: usize) -> Option<Option<u32>> {
         let ranges = self.lock();

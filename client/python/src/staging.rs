@@ -165,11 +165,30 @@ impl Staging {
         keys: &[String],
         dests: &[Span],
     ) -> Result<Vec<Option<u64>>> {
+        let parts: Vec<&[Span]> = dests.iter().map(std::slice::from_ref).collect();
+        self.get_into_parts(kv, bucket, keys, &parts)
+    }
+
+    /// Fetches `keys[i]` into the spans `dests[i]`, in order (scatter: the block's first bytes
+    /// fill the first span, the next ones the second...; their lengths sum to the room for
+    /// the block); returns each block's length, `None` where the key is absent. The node
+    /// writes every block of a chunk into the staging buffer in one call, whatever the number
+    /// of spans.
+    pub fn get_into_parts(
+        &self,
+        kv: &KvClient,
+        bucket: &str,
+        keys: &[String],
+        dests: &[&[Span]],
+    ) -> Result<Vec<Option<u64>>> {
         check_lens(keys, dests.len())?;
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let caps: Vec<u64> = dests.iter().map(|d| d.len.min(MAX_STAGED_BLOCK)).collect();
+        let caps: Vec<u64> = dests
+            .iter()
+            .map(|d| total(d).min(MAX_STAGED_BLOCK))
+            .collect();
         if let Some(i) = caps.iter().position(|&c| c == 0) {
             return Err(Error::invalid(format!("key {i} has a size of 0 bytes")));
         }
@@ -222,11 +241,25 @@ impl Staging {
         srcs: &[Span],
         options: &PutOptions,
     ) -> Result<()> {
+        let parts: Vec<&[Span]> = srcs.iter().map(std::slice::from_ref).collect();
+        self.put_from_parts(kv, bucket, keys, &parts, options)
+    }
+
+    /// Stores each `keys[i]` as the concatenation of the spans `srcs[i]` (gather), with the
+    /// put's `options`: one node call per chunk, whatever the number of spans.
+    pub fn put_from_parts(
+        &self,
+        kv: &KvClient,
+        bucket: &str,
+        keys: &[String],
+        srcs: &[&[Span]],
+        options: &PutOptions,
+    ) -> Result<()> {
         check_lens(keys, srcs.len())?;
         if keys.is_empty() {
             return Ok(());
         }
-        let lens: Vec<u64> = srcs.iter().map(|s| s.len).collect();
+        let lens: Vec<u64> = srcs.iter().map(|s| total(s)).collect();
         if let Some(i) = lens.iter().position(|&l| l > MAX_STAGED_BLOCK) {
             return Err(Error::invalid(format!(
                 "block {i} is {} bytes; a block is at most {MAX_STAGED_BLOCK}",
@@ -324,34 +357,52 @@ fn offsets_in_half(sizes: &[u64], k: usize, half: u64) -> Vec<u64> {
         .collect()
 }
 
-/// Copies each present block out of the staging buffer into the caller's span.
-fn copy_out(buf: &Buffer, offsets: &[u64], got: &[Option<u64>], dests: &[Span]) -> Result<()> {
-    for ((&off, n), d) in offsets.iter().zip(got).zip(dests) {
+/// The bytes of a key's spans together.
+fn total(parts: &[Span]) -> u64 {
+    parts.iter().fold(0u64, |a, p| a.saturating_add(p.len))
+}
+
+/// Copies each present block out of the staging buffer into the caller's spans, filling them
+/// in order.
+fn copy_out(buf: &Buffer, offsets: &[u64], got: &[Option<u64>], dests: &[&[Span]]) -> Result<()> {
+    for ((&off, n), parts) in offsets.iter().zip(got).zip(dests) {
         let Some(n) = *n else { continue };
-        if n > d.len {
+        let room = total(parts);
+        if n > room {
             return Err(Error::invalid(format!(
-                "the node sent {n} bytes for a span of {}",
-                d.len
+                "the node sent {n} bytes for spans of {room}"
             )));
         }
-        // SAFETY: `d` names writable memory of at least `d.len` bytes that stays valid for
-        // the call: an exported buffer or tensor pinned by the caller, or a pointer range the
-        // caller registered (and so vouched for) with register_buffer.
-        let dst = unsafe { std::slice::from_raw_parts_mut(d.addr as *mut u8, n as usize) };
-        buf.read_at(off, dst)?;
+        let mut done = 0u64;
+        for d in *parts {
+            if done == n {
+                break;
+            }
+            let take = d.len.min(n - done);
+            // SAFETY: `d` names writable memory of at least `d.len` bytes that stays valid for
+            // the call: an exported buffer or tensor pinned by the caller, or a pointer range
+            // the caller registered (and so vouched for) with register_buffer.
+            let dst = unsafe { std::slice::from_raw_parts_mut(d.addr as *mut u8, take as usize) };
+            buf.read_at(off + done, dst)?;
+            done += take;
+        }
     }
     Ok(())
 }
 
-/// Copies the caller's spans into the staging buffer.
-fn copy_in(buf: &Buffer, offsets: &[u64], srcs: &[Span]) -> Result<()> {
-    for (&off, s) in offsets.iter().zip(srcs) {
-        if s.len == 0 {
-            continue;
+/// Copies the caller's spans into the staging buffer, each key's spans one after the other.
+fn copy_in(buf: &Buffer, offsets: &[u64], srcs: &[&[Span]]) -> Result<()> {
+    for (&off, parts) in offsets.iter().zip(srcs) {
+        let mut at = off;
+        for s in *parts {
+            if s.len == 0 {
+                continue;
+            }
+            // SAFETY: as in `copy_out`, for readable memory of `s.len` bytes.
+            let src = unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.len as usize) };
+            buf.write_at(at, src)?;
+            at += s.len;
         }
-        // SAFETY: as in `copy_out`, for readable memory of `s.len` bytes.
-        let src = unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.len as usize) };
-        buf.write_at(off, src)?;
     }
     Ok(())
 }

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyString};
 use yutu_api::kv::{BlockPin, MAX_SOFT_PIN_SECS};
 use yutu_client::kv::{DeviceBuffer, KvClient, KvOptions, PutMode, PutOptions, MAX_BATCH};
 use yutu_client::{Client, Credentials};
@@ -19,7 +19,7 @@ use yutu_transfer::device::DeviceMemory;
 
 use crate::device::{self, Ctx, Devices};
 use crate::errors::{Error, Result};
-use crate::memory::{spans, Registry};
+use crate::memory::{spans, Registry, Span};
 use crate::staging::Staging;
 
 /// What an open store holds.
@@ -277,6 +277,89 @@ fn put_options(
     })
 }
 
+/// The spans of a scatter/gather call: `ptrs[i][j]` and `sizes[i][j]` for key `i`. Each span
+/// is host memory unless it lies in a range registered as GPU memory; a null pointer or an
+/// empty span is refused with its key's number, and so is a key with no spans. `devices`,
+/// when given, names the GPU of each span of an object the Python half resolved (`None`:
+/// look the pointer up among the registered ranges).
+fn part_spans(
+    registry: &Registry,
+    keys: &[String],
+    ptrs: &[Vec<usize>],
+    sizes: &[Vec<u64>],
+    devices: Option<&[Vec<Option<u32>>]>,
+) -> Result<Vec<Vec<Span>>> {
+    if ptrs.len() != keys.len() || sizes.len() != keys.len() {
+        return Err(Error::invalid(format!(
+            "{} keys but {} pointer lists and {} size lists",
+            keys.len(),
+            ptrs.len(),
+            sizes.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(keys.len());
+    for (i, (p, z)) in ptrs.iter().zip(sizes).enumerate() {
+        if p.len() != z.len() {
+            return Err(Error::invalid(format!(
+                "key {i}: {} pointers but {} sizes",
+                p.len(),
+                z.len()
+            )));
+        }
+        if p.is_empty() {
+            return Err(Error::invalid(format!("key {i} names no buffers")));
+        }
+        let mut spans = Vec::with_capacity(p.len());
+        for (j, (&addr, &len)) in p.iter().zip(z).enumerate() {
+            let given = devices.and_then(|d| d.get(i)?.get(j).copied().flatten());
+            if addr == 0 || len == 0 {
+                return Err(Error::invalid(format!(
+                    "key {i}: a buffer is a null pointer or has a size of 0"
+                )));
+            }
+            if addr.checked_add(len as usize).is_none() {
+                return Err(Error::invalid(format!(
+                    "key {i}: {len} bytes at {addr:#x} wrap the address space"
+                )));
+            }
+            spans.push(Span {
+                addr,
+                len,
+                device: given.or_else(|| registry.device_of(addr, len)),
+            });
+        }
+        out.push(spans);
+    }
+    Ok(out)
+}
+
+/// The bytes of each key (`None` where absent), fetched by up to 8 threads at once.
+fn fetch_all(s: &Session, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+    const THREADS: usize = 8;
+    let mut out: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
+    let per = keys.len().div_ceil(THREADS).max(1);
+    std::thread::scope(|scope| -> Result<()> {
+        let jobs: Vec<_> = keys
+            .chunks(per)
+            .zip(out.chunks_mut(per))
+            .map(|(ks, outs)| {
+                scope.spawn(move || -> Result<()> {
+                    for (k, o) in ks.iter().zip(outs) {
+                        *o = s.kv.get_bytes(&s.bucket, k)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for j in jobs {
+            j.join()
+                .unwrap_or_else(|_| Err(Error::invalid("a fetch thread panicked")))?;
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
 #[pymethods]
 impl Store {
     /// Connects to the first node of `url` (a URL or a list of them) that answers, and to
@@ -406,6 +489,10 @@ impl Store {
         device: Option<u32>,
     ) -> PyResult<()> {
         self.run(py, |s| {
+            // A range registered without a device is asked of the CUDA driver (when there is
+            // one): Mooncake's signature has no device, and engines register GPU tensors
+            // through it.
+            let device = device.or_else(|| s.devices.detect(ptr));
             if let Some(ordinal) = device {
                 if ptr != 0 && size != 0 {
                     s.devices.check(ordinal, ptr, size)?;
@@ -449,6 +536,17 @@ impl Store {
             .zip(&sizes)
             .map(|(&p, &n)| s.registry.device_of(p, n))
             .collect())
+    }
+
+    /// The bytes from `ptr` to the end of the registered range holding it (0: none does).
+    fn _room(&self, ptr: usize) -> PyResult<u64> {
+        Ok(self.open()?.registry.room(ptr))
+    }
+
+    /// The port of this client's own transfer engine (its tcp listener), for Mooncake's
+    /// `get_hostname`; None when it has no tcp listener.
+    fn _engine_port(&self) -> PyResult<Option<u16>> {
+        Ok(self.open()?.kv.engine().address().tcp.map(|a| a.port()))
     }
 
     /// How GPU memory travels between this store and its node, and why: GPUDirect RDMA for
@@ -553,6 +651,84 @@ impl Store {
             let spans = spans(&s.registry, &ptrs, &sizes, &checked, &devices)?;
             device::get_into(&s.ctx(), &keys, &spans)
         })
+    }
+
+    /// Stores each `keys[i]` as the concatenation of the spans `ptrs[i][j]`, `sizes[i][j]`
+    /// bytes each (gather: Mooncake's `batch_put_from_multi_buffers`), in one node call per
+    /// staging chunk. Pointers need no registration (as Mooncake's over tcp); one inside a
+    /// range registered as GPU memory is copied from the GPU. Options as `_put_spans`.
+    #[pyo3(signature = (keys, ptrs, sizes, if_absent, replicas = None, preferred_node = None,
+        pin = None, devices = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn _put_parts(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        ptrs: Vec<Vec<usize>>,
+        sizes: Vec<Vec<u64>>,
+        if_absent: bool,
+        replicas: Option<Bound<'_, PyAny>>,
+        preferred_node: Option<Bound<'_, PyAny>>,
+        pin: Option<Bound<'_, PyAny>>,
+        devices: Option<Vec<Vec<Option<u32>>>>,
+    ) -> PyResult<()> {
+        let options = put_options(
+            if_absent,
+            replicas.as_ref(),
+            preferred_node.as_ref(),
+            pin.as_ref(),
+        )?;
+        self.run(py, |s| {
+            let parts = part_spans(&s.registry, &keys, &ptrs, &sizes, devices.as_deref())?;
+            device::put_from_parts(&s.ctx(), &keys, &parts, &options)
+        })
+    }
+
+    /// Reads each `keys[i]` into the spans `ptrs[i][j]` (`sizes[i][j]` bytes each) in order
+    /// (scatter: Mooncake's `batch_get_into_multi_buffers`); each block's length, `None`
+    /// where the key is absent.
+    fn _get_parts(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        ptrs: Vec<Vec<usize>>,
+        sizes: Vec<Vec<u64>>,
+    ) -> PyResult<Vec<Option<u64>>> {
+        self.run(py, |s| {
+            let parts = part_spans(&s.registry, &keys, &ptrs, &sizes, None)?;
+            device::get_into_parts(&s.ctx(), &keys, &parts)
+        })
+    }
+
+    /// The bytes of each key in a new buffer made by `factory(n)` (a `bytearray` or a subclass
+    /// of it, of `n` bytes), `None` where the key is absent: Mooncake's `batch_get_buffer`.
+    /// The keys are fetched concurrently, at most 8 at a time.
+    fn _get_buffers<'py>(
+        &self,
+        py: Python<'py>,
+        keys: Vec<String>,
+        factory: Bound<'py, PyAny>,
+    ) -> PyResult<Vec<Option<Bound<'py, PyAny>>>> {
+        let data = self.run(py, |s| fetch_all(s, &keys))?;
+        data.into_iter()
+            .map(|d| {
+                let Some(d) = d else { return Ok(None) };
+                let obj = factory.call1((d.len(),))?;
+                let array = obj
+                    .cast::<PyByteArray>()
+                    .map_err(|_| Error::invalid("the buffer factory must make a bytearray"))?;
+                if array.len() != d.len() {
+                    return Err(Error::invalid(
+                        "the buffer factory made a buffer of the wrong size",
+                    )
+                    .into());
+                }
+                // SAFETY: the GIL is held and nothing else references the new array, so no
+                // other code resizes or reads it while it is filled.
+                unsafe { array.as_bytes_mut() }.copy_from_slice(&d);
+                Ok(Some(obj))
+            })
+            .collect()
     }
 
     /// Whether `key` is stored.

@@ -336,3 +336,42 @@ impl Drop for CudaStream {
         }
     }
 }
+
+/// The CUDA ordinal of the device whose memory `ptr` is; `None` for host memory (pageable or
+/// pinned), for an address the driver does not know, and on a host without a driver or GPU.
+///
+/// This is how a range registered without saying where it is (Mooncake's
+/// `register_buffer(ptr, size)`) is told apart: engines register GPU KV tensors and host
+/// pools through the same call. The query needs no context when the process already has one
+/// current (an engine's); otherwise the primary context of device 0 is made current for it.
+pub fn device_of(ptr: u64) -> Option<u32> {
+    present().ok()?;
+    result::init().ok()?;
+    let query = |attr, out: *mut c_void| {
+        // SAFETY: `out` has room for the attribute's type (an unsigned int for the memory
+        // type, an int for the ordinal, per the driver's documentation).
+        unsafe { sys::cuPointerGetAttribute(out, attr, ptr) }.result()
+    };
+    let mut kind = 0u32;
+    let memory_type = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+    let mut _held = None;
+    if let Err(e) = query(memory_type, (&mut kind as *mut u32).cast()) {
+        if e.0 != sys::cudaError_enum::CUDA_ERROR_INVALID_CONTEXT {
+            return None;
+        }
+        let device = CudaDevice::open(0).ok()?;
+        device.inner.bind().ok()?;
+        query(memory_type, (&mut kind as *mut u32).cast()).ok()?;
+        _held = Some(device);
+    }
+    if kind != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
+        return None;
+    }
+    let mut ordinal = -1i32;
+    query(
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        (&mut ordinal as *mut i32).cast(),
+    )
+    .ok()?;
+    u32::try_from(ordinal).ok()
+}

@@ -239,6 +239,20 @@ impl CancelToken {
     }
 }
 
+/// The CUDA ordinal of the GPU whose memory `ptr` is, asked of the driver; `None` for host
+/// memory, on hosts without a driver, and in builds without the `cuda` feature.
+pub fn cuda_device_of(ptr: u64) -> Option<u32> {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::device_of(ptr)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = ptr;
+        None
+    }
+}
+
 /// Opens device `ordinal` of the CUDA driver. Without the `cuda` feature this is
 /// [`DeviceError::NotBuilt`], so that callers (the Python package, `yutu-bench gpu`) need no
 /// feature gates of their own.

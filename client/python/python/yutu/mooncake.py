@@ -17,8 +17,11 @@ a failed operation), ``b""`` for a ``get`` that found nothing, ``1``/``0``/``-1`
 table lists every Mooncake method: supported, supported differently, or not.
 """
 
+import ctypes
 import enum
 import importlib
+import json
+import os
 import math
 import numbers
 import operator
@@ -30,7 +33,7 @@ import time
 import types
 import urllib.parse
 
-from . import Store
+from . import Store, _memory
 from ._errors import (
     AuthError,
     Busy,
@@ -98,7 +101,7 @@ class ReplicateConfig:
         self.replica_num = 1
         self.with_hard_pin = False
         self.soft_pin_action = SoftPinAction.PRESERVE
-        self.soft_pin_ttl_ms = None
+        self._soft_pin_ttl_ms = None
         self.preferred_segment = ""
         self.preferred_segments = []
         self.prefer_alloc_in_same_node = False
@@ -107,6 +110,25 @@ class ReplicateConfig:
         self.dfs_replica_num = 0
         self.group_ids = None
         self.data_type = 0
+
+    @property
+    def soft_pin_ttl_ms(self):
+        """The soft pin's TTL in milliseconds, or None (Mooncake's default, 30 minutes). As in
+        Mooncake (an ``optional<uint64_t>``): an int from 0 to 2**64-1 or None, else
+        ``TypeError``. Set without ``soft_pin_action=ENABLE``, a put fails with
+        ``INVALID_PARAMS``; 0 with ENABLE stores the blocks unpinned."""
+        return self._soft_pin_ttl_ms
+
+    @soft_pin_ttl_ms.setter
+    def soft_pin_ttl_ms(self, value):
+        if value is not None:
+            n = _index(value)
+            if n is None or not 0 <= n < 1 << 64:
+                raise TypeError(
+                    f"soft_pin_ttl_ms must be None or an int from 0 to 2**64-1, not {value!r}"
+                )
+            value = n
+        self._soft_pin_ttl_ms = value
 
     def __str__(self):
         ttl = "default" if self.soft_pin_ttl_ms is None else self.soft_pin_ttl_ms
@@ -237,7 +259,7 @@ class MooncakeDistributedStore:
                 self._store.close()
             self._store = Store(
                 urls,
-                bucket=tenant_id or "default",
+                bucket=tenant_bucket(tenant_id),
                 token=yutu_options.get("token"),
                 access_key=yutu_options.get("access_key"),
                 secret_key=yutu_options.get("secret_key"),
@@ -245,21 +267,58 @@ class MooncakeDistributedStore:
         except _RECOVERABLE as e:
             log.error("setup failed: %s", e)
             return int(_code(e))
-        self._hostname = str(local_hostname)
+        self._hostname = _with_port(str(local_hostname), self._store._engine_port())
         self._closed = False
         with self._members_lock:
             self._members_cache = (0.0, None)
         return 0
 
     def init_all(self, protocol, device_name, mount_segment_size=16 << 20):
-        """Mooncake's setup with a default configuration file; Yutu has none to read."""
-        return int(ErrorCode.NOT_SUPPORTED)
+        """Mooncake's setup from its configuration: the JSON file ``MOONCAKE_CONFIG_PATH``
+        names, else the ``MOONCAKE_*`` environment (see :func:`config_from_env`); 0 or a
+        negative code."""
+        try:
+            cfg = config_from_env()
+        except (OSError, ValueError) as e:
+            log.error("init_all: %s", e)
+            return int(ErrorCode.INVALID_PARAMS)
+        cfg.setdefault("protocol", protocol)
+        return self.setup(cfg)
+
+    def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
+        """Mooncake's standalone client, which forwards every call to a separate client
+        process at ``server_address``. On Yutu the node is that process: ``server_address``
+        names a Yutu node (or several, comma-separated) and the store talks to it directly
+        (bucket ``default``, or ``MOONCAKE_TENANT_ID``); the sizes are checked and otherwise
+        unused. 0, or -1 when the node does not answer (as Mooncake's)."""
+        try:
+            parse_size(mem_pool_size)
+            parse_size(local_buffer_size)
+        except ValueError as e:
+            log.error("setup_dummy: %s", e)
+            return -1
+        ret = self.setup(
+            "yutu-dummy-client",
+            "P2PHANDSHAKE",
+            0,
+            local_buffer_size,
+            "tcp",
+            "",
+            server_address,
+            tenant_id=os.environ.get("MOONCAKE_TENANT_ID") or "default",
+        )
+        if ret != 0:
+            return -1
+        # A standalone client owns no segment: Mooncake's answers "".
+        self._hostname = ""
+        return 0
 
     def close(self):
         """Ends the session; returns 0. Calls after it fail."""
         if self._store is not None:
             self._store.close()
         self._closed = True
+        self._hostname = ""
         return 0
 
     def health_check(self):
@@ -273,7 +332,10 @@ class MooncakeDistributedStore:
         return 0
 
     def get_hostname(self):
-        return self._hostname
+        """This client's ``host:port``, as Mooncake's (its transfer engine's address): the
+        ``local_hostname`` given to setup with the client's transfer port added when it named
+        none; ``""`` before setup, after close, and for a standalone (``setup_dummy``) client."""
+        return "" if self._closed else self._hostname
 
     # --- plumbing -----------------------------------------------------------------------
 
@@ -333,18 +395,24 @@ class MooncakeDistributedStore:
         # MAX_REPLICAS (Mooncake allocates replicas best effort too).
         if n > 1:
             opts["replicas"] = min(n, MAX_REPLICAS)
+        action = _soft_pin_action(config)
+        ttl_ms = getattr(config, "soft_pin_ttl_ms", None)
+        if ttl_ms is not None and action != SoftPinAction.ENABLE:
+            # Mooncake's master refuses this combination (INVALID_PARAMS) on every put.
+            raise InvalidArgument("soft_pin_ttl_ms is set but soft_pin_action is not ENABLE")
         if getattr(config, "with_hard_pin", False):
             opts["pin"] = "hard"
-        elif _soft_pin_action(config) == SoftPinAction.ENABLE:
-            ttl_ms = getattr(config, "soft_pin_ttl_ms", None)
+        elif action == SoftPinAction.ENABLE:
             if ttl_ms is None:
                 ttl_ms = DEFAULT_SOFT_PIN_TTL_MS
             ms = _index(ttl_ms)
-            if ms is None or ms <= 0 or math.ceil(ms / 1000) > MAX_SOFT_PIN_SECS:
+            if ms is None or ms < 0 or math.ceil(ms / 1000) > MAX_SOFT_PIN_SECS:
                 raise InvalidArgument(
-                    f"soft_pin_ttl_ms must be 1 to {MAX_SOFT_PIN_SECS * 1000}, not {ttl_ms!r}"
+                    f"soft_pin_ttl_ms must be 0 to {MAX_SOFT_PIN_SECS * 1000}, not {ttl_ms!r}"
                 )
-            opts["pin"] = -(-ms // 1000)
+            if ms > 0:
+                # 0 stores the blocks as ordinary cache, as Mooncake does.
+                opts["pin"] = -(-ms // 1000)
         node = self._preferred_node(config)
         if node is not None:
             opts["preferred_node"] = node
@@ -434,12 +502,207 @@ class MooncakeDistributedStore:
     def upsert_batch(self, keys, values, config=None):
         return self._int(lambda: self._put(_same(keys, values), list(values), True, config))
 
+    def _put_parts(self, key, parts, overwrite, config):
+        """Stores the concatenation of ``parts`` (bytes-like objects, tensors) under ``key``,
+        gathered by the native half in one node call (no joined copy in Python)."""
+        opts = self._options(config)
+        store = self._s()
+        ptrs, lens, _checked, devices, keep = _memory.spans(list(parts), None, writable=False)
+        try:
+            nonempty = [i for i, n in enumerate(lens) if n > 0]
+            if not nonempty:
+                # Mooncake stores nothing for a total size of 0, and answers 0.
+                return 0
+            args = (
+                [key],
+                [[ptrs[i] for i in nonempty]],
+                [[lens[i] for i in nonempty]],
+                not overwrite,
+            )
+            dev = [[devices[i] for i in nonempty]]
+            self._send_put(lambda **o: store._put_parts(*args, devices=dev, **o), opts)
+        finally:
+            del keep
+        return 0
+
     def put_parts(self, key, *parts, config=None):
-        """Stores the concatenation of ``parts`` under ``key``."""
-        return self._int(lambda: self._put([key], [b"".join(map(bytes, parts))], False, config))
+        """Stores the concatenation of ``parts`` under ``key`` (kept when ``key`` is stored
+        already, as ``put``)."""
+        return self._int(lambda: self._put_parts(key, parts, False, config))
 
     def upsert_parts(self, key, *parts, config=None):
-        return self._int(lambda: self._put([key], [b"".join(map(bytes, parts))], True, config))
+        """Stores the concatenation of ``parts`` under ``key``, replacing what it held."""
+        return self._int(lambda: self._put_parts(key, parts, True, config))
+
+    # --- scatter/gather: a key's value in several buffers ---------------------------------
+
+    def _multi_args(self, keys, all_ptrs, all_sizes):
+        """The keys and per-key pointer and size lists of a multi-buffer call, and the
+        indices of the keys whose lists are usable; None when the shapes disagree (Mooncake
+        then fails every key with INVALID_PARAMS)."""
+        keys = list(keys)
+        try:
+            ptrs = [[_index(p) for p in ps] for ps in all_ptrs]
+            sizes = [[_index(z) for z in zs] for zs in all_sizes]
+        except TypeError:
+            return keys, None, None, []
+        if len(ptrs) != len(keys) or len(sizes) != len(keys):
+            return keys, None, None, []
+        if any(len(p) != len(z) for p, z in zip(ptrs, sizes)):
+            return keys, None, None, []
+        todo = [
+            i for i in range(len(keys))
+            if ptrs[i] and all(_pointer(p, z) for p, z in zip(ptrs[i], sizes[i]))
+        ]
+        return keys, ptrs, sizes, todo
+
+    def _parts_from(self, keys, all_ptrs, all_sizes, overwrite, config):
+        if self._store is None or self._closed:
+            # Mooncake's answer for a client that is not set up: an empty list.
+            return []
+        keys, ptrs, sizes, todo = self._multi_args(keys, all_ptrs, all_sizes)
+        n = len(keys)
+        if ptrs is None:
+            return [int(ErrorCode.INVALID_PARAMS)] * n
+        try:
+            opts = self._options(config)
+            store = self._s()
+        except _RECOVERABLE as e:
+            return [int(_code(e))] * n
+        codes = [int(ErrorCode.INVALID_PARAMS)] * n
+
+        def send(idx):
+            args = ([keys[i] for i in idx], [ptrs[i] for i in idx], [sizes[i] for i in idx],
+                    not overwrite)
+            self._send_put(lambda **o: store._put_parts(*args, **o), opts)
+
+        _per_key(todo, send, codes, lambda i, _: 0)
+        return codes
+
+    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        """Stores each ``keys[i]`` as the concatenation of the buffers ``all_buffer_ptrs[i]``
+        (``all_sizes[i]`` bytes each), in one node call per batch: 0 per key, or a negative
+        code. A key already stored keeps its bytes and answers 0, as Mooncake's. GPU buffers
+        (registered GPU memory) are gathered through host memory."""
+        return self._parts_from(keys, all_buffer_ptrs, all_sizes, False, config)
+
+    def batch_upsert_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        """As ``batch_put_from_multi_buffers``, replacing what the keys held (Yutu's addition:
+        Mooncake binds no such method)."""
+        return self._parts_from(keys, all_buffer_ptrs, all_sizes, True, config)
+
+    def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes,
+                                     prefer_alloc_in_same_node=False):
+        """Reads each ``keys[i]`` into the buffers ``all_buffer_ptrs[i]`` in order (the first
+        ``all_sizes[i][0]`` bytes into the first, and so on), in one node call per batch.
+        Per key: the object's size, ``OBJECT_NOT_FOUND``, or ``INVALID_PARAMS`` when the
+        buffers hold less than the object (nothing is written then, as Mooncake's)."""
+        if self._store is None or self._closed:
+            return [int(ErrorCode.INVALID_PARAMS)] * len(list(keys))
+        keys, ptrs, sizes, todo = self._multi_args(keys, all_buffer_ptrs, all_sizes)
+        n = len(keys)
+        if ptrs is None:
+            return [int(ErrorCode.INVALID_PARAMS)] * n
+        store = self._s()
+        codes = [int(ErrorCode.INVALID_PARAMS)] * n
+        got = {}
+
+        def send(idx):
+            r = store._get_parts([keys[i] for i in idx], [ptrs[i] for i in idx],
+                                 [sizes[i] for i in idx])
+            got.update(zip(idx, r))
+
+        def ok(i, _):
+            return int(ErrorCode.OBJECT_NOT_FOUND) if got[i] is None else got[i]
+
+        _per_key(todo, send, codes, ok)
+        return codes
+
+    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets,
+                        all_sizes):
+        """Mooncake's ranged reads: fragment ``[i][j][k]`` copies bytes
+        ``[src, src + size)`` of object ``all_keys[i][j]`` to ``buffer_ptrs[i] + dst``. The
+        answer has the fragments' shape: ``size`` where copied, else a negative code
+        (``OBJECT_NOT_FOUND`` for a missing key, ``INVALID_PARAMS`` for a range outside the
+        object or outside the registered buffer holding ``buffer_ptrs[i]``,
+        ``NOT_SUPPORTED`` for a buffer in GPU memory). Each distinct key is read once."""
+        bad = int(ErrorCode.INVALID_PARAMS)
+
+        def shape(fill):
+            out = []
+            for i, ks in enumerate(all_keys if isinstance(all_keys, (list, tuple)) else []):
+                row = []
+                for j in range(len(ks)):
+                    try:
+                        row.append([fill] * max(1, len(all_sizes[i][j])))
+                    except (IndexError, TypeError):
+                        row.append([fill])
+                out.append(row)
+            return out
+
+        try:
+            store = self._s()
+            n = len(buffer_ptrs)
+            if not (len(all_keys) == len(all_dst_offsets) == len(all_src_offsets)
+                    == len(all_sizes) == n):
+                return shape(bad)
+        except _RECOVERABLE as e:
+            return shape(int(_code(e)))
+        except TypeError:
+            return shape(bad)
+        out = shape(bad)
+        wanted = sorted({k for ks in all_keys for k in ks})
+        try:
+            found = dict(zip(wanted, store._get_buffers(wanted, bytearray)))
+        except _RECOVERABLE as e:
+            return shape(int(_code(e)))
+        for i in range(n):
+            base = _index(buffer_ptrs[i])
+            room = store._room(base) if base else 0
+            if room == 0:
+                continue
+            if store._devices_of([base], [1])[0] is not None:
+                out[i] = [[int(ErrorCode.NOT_SUPPORTED)] * len(r) for r in out[i]]
+                continue
+            for j, key in enumerate(all_keys[i]):
+                try:
+                    dsts, srcs, lens = all_dst_offsets[i][j], all_src_offsets[i][j], all_sizes[i][j]
+                except (IndexError, TypeError):
+                    continue
+                if not (len(dsts) == len(srcs) == len(lens)):
+                    continue
+                data = found.get(key)
+                if data is None:
+                    out[i][j] = [int(ErrorCode.OBJECT_NOT_FOUND)] * len(out[i][j])
+                    continue
+                for k, (d, src, z) in enumerate(zip(dsts, srcs, lens)):
+                    d, src, z = _index(d), _index(src), _index(z)
+                    if None in (d, src, z) or min(d, src, z) < 0:
+                        continue
+                    if src + z > len(data) or d + z > room:
+                        continue
+                    if z:
+                        view = (ctypes.c_char * len(data)).from_buffer(data)
+                        ctypes.memmove(base + d, ctypes.addressof(view) + src, z)
+                        del view
+                    out[i][j][k] = z
+        return out
+
+    # --- buffer handles -------------------------------------------------------------------
+
+    def get_buffer(self, key):
+        """The bytes of ``key`` in a :class:`BufferHandle` (memory of this client, freed with
+        the handle), or None when it is absent or the call fails."""
+        return self.batch_get_buffer([key])[0]
+
+    def batch_get_buffer(self, keys):
+        """A :class:`BufferHandle` per key, None where it is absent or failed."""
+        keys = list(keys)
+        try:
+            return self._s()._get_buffers(keys, BufferHandle)
+        except _RECOVERABLE as e:
+            log.debug("%s", e)
+            return [None] * len(keys)
 
     def _spans_from(self, keys, ptrs, sizes, overwrite, config):
         """batch put-from with Mooncake's per-key codes: a bad pointer or a size of 0 fails
@@ -656,6 +919,10 @@ def _per_key(idx, send, codes, ok):
 def _config(cfg):
     """Mooncake's config dict as setup's keyword arguments."""
     cfg = dict(cfg)
+    # The name SGLang's and vLLM's config files use for it.
+    if "master_server_address" in cfg and "master_server_addr" not in cfg:
+        cfg["master_server_addr"] = cfg.pop("master_server_address")
+    cfg.pop("master_server_address", None)
     known = {
         "local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
         "protocol", "rdma_devices", "master_server_addr", "enable_ssd_offload",
@@ -663,7 +930,8 @@ def _config(cfg):
         "token", "access_key", "secret_key",
     }
     # Mooncake's own extra keys, meaningless here.
-    for k in ("ipc_socket_path", "device_name", "engine"):
+    for k in ("ipc_socket_path", "device_name", "engine", "master_metrics_port",
+              "check_server", "standalone_storage", "client_server_address"):
         cfg.pop(k, None)
     unknown = set(cfg) - known
     if unknown:
@@ -671,6 +939,161 @@ def _config(cfg):
         for k in unknown:
             cfg.pop(k)
     return cfg
+
+
+_BUCKET_OK = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def tenant_bucket(tenant_id):
+    """The bucket a Mooncake tenant's keys live in: the tenant itself when it is a valid
+    bucket name (``default`` stays ``default``), else a valid name made from it and a hash of
+    it, so that every tenant string maps to one bucket and two tenants never share one."""
+    tenant = "default" if tenant_id is None else str(tenant_id).strip() or "default"
+    if _BUCKET_OK.match(tenant) and ".." not in tenant and not re.match(r"^\d+\.\d+\.\d+\.\d+$", tenant):
+        return tenant
+    import hashlib
+
+    digest = hashlib.blake2b(tenant.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+    stem = re.sub(r"[^a-z0-9-]+", "-", tenant.lower()).strip("-")[:40] or "tenant"
+    return f"mc-{stem}-{digest}"
+
+
+def _with_port(hostname, port):
+    """``hostname`` with ``:port`` added when it names no port (IPv6 in brackets)."""
+    if not port:
+        return hostname
+    if hostname.startswith("["):
+        return hostname if "]:" in hostname else f"{hostname}:{port}"
+    if hostname.count(":") == 1:
+        return hostname
+    if ":" in hostname:
+        return f"[{hostname}]:{port}"
+    return f"{hostname}:{port}"
+
+
+# The MOONCAKE_* environment variables engines document, and the setup key each sets.
+_ENV_KEYS = {
+    "MOONCAKE_LOCAL_HOSTNAME": "local_hostname",
+    "MOONCAKE_TE_META_DATA_SERVER": "metadata_server",
+    "MOONCAKE_GLOBAL_SEGMENT_SIZE": "global_segment_size",
+    "MOONCAKE_LOCAL_BUFFER_SIZE": "local_buffer_size",
+    "MOONCAKE_PROTOCOL": "protocol",
+    "MOONCAKE_DEVICE": "rdma_devices",
+    "MOONCAKE_MASTER": "master_server_addr",
+    "MOONCAKE_TENANT_ID": "tenant_id",
+    "YUTU_TOKEN": "token",
+}
+
+
+def config_from_env(environ=None):
+    """Mooncake's client configuration as ``setup(dict)`` takes it: the JSON file named by
+    ``MOONCAKE_CONFIG_PATH`` when set (its ``master_server_address`` or
+    ``master_server_addr`` names the Yutu node(s)), else the ``MOONCAKE_*`` variables
+    (``MOONCAKE_MASTER``, ``MOONCAKE_TENANT_ID``, ``MOONCAKE_LOCAL_HOSTNAME``...); the token
+    from the file's ``token`` or ``YUTU_TOKEN``. Raises ``ValueError`` when neither names a
+    node, ``OSError`` when the file cannot be read."""
+    env = os.environ if environ is None else environ
+    path = env.get("MOONCAKE_CONFIG_PATH")
+    if path:
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{path}: the configuration is not a JSON object")
+    else:
+        cfg = {key: env[var] for var, key in _ENV_KEYS.items() if env.get(var)}
+    if "master_server_address" in cfg:
+        cfg.setdefault("master_server_addr", cfg.pop("master_server_address"))
+    if not cfg.get("master_server_addr"):
+        raise ValueError("no node named: set MOONCAKE_MASTER or MOONCAKE_CONFIG_PATH")
+    if "token" not in cfg and env.get("YUTU_TOKEN"):
+        cfg["token"] = env["YUTU_TOKEN"]
+    cfg.setdefault("local_hostname", env.get("MOONCAKE_LOCAL_HOSTNAME") or "localhost")
+    cfg.setdefault("metadata_server", "P2PHANDSHAKE")
+    return cfg
+
+
+class BufferHandle(bytearray):
+    """What ``get_buffer``/``batch_get_buffer`` answer, as Mooncake's ``BufferHandle``: the
+    object's bytes in memory this client owns, freed when the handle is collected; ``ptr()``
+    is their address, ``size()`` (and ``len``) their length, and the buffer protocol exposes
+    them (``memoryview``, ``torch.frombuffer``, ``numpy.frombuffer``). Do not resize it:
+    ``ptr()`` would move."""
+
+    __slots__ = ()
+
+    def ptr(self):
+        if not self:
+            return 0
+        view = ctypes.c_char.from_buffer(self)
+        try:
+            return ctypes.addressof(view)
+        finally:
+            del view
+
+    def size(self):
+        return len(self)
+
+    def __repr__(self):
+        return f"BufferHandle(ptr={self.ptr():#x}, size={len(self)})"
+
+
+class MooncakeHostMemAllocator:
+    """Host memory for an engine's KV pool, as Mooncake's allocator: ``alloc(size)`` maps a
+    memfd-backed shared region (populated up front) and returns its address, ``free(ptr)``
+    unmaps it (0, or -1 for an address this allocator did not hand out). Register the region
+    with ``register_buffer`` before moving blocks through it."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._maps = {}
+
+    def alloc(self, size):
+        import mmap
+
+        n = _index(size)
+        if n is None or n <= 0:
+            raise RuntimeError(f"MooncakeHostMemAllocator.alloc: bad size {size!r}")
+        try:
+            fd = os.memfd_create("yutu-host-pool", getattr(os, "MFD_CLOEXEC", 0))
+        except (AttributeError, OSError):
+            fd = -1
+        try:
+            if fd >= 0:
+                os.ftruncate(fd, n)
+                m = mmap.mmap(fd, n, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+            else:
+                m = mmap.mmap(-1, n, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+        except OSError as e:
+            if fd >= 0:
+                os.close(fd)
+            raise RuntimeError(f"MooncakeHostMemAllocator.alloc({n}): {e}") from None
+        view = (ctypes.c_char * n).from_buffer(m)
+        addr = ctypes.addressof(view)
+        with self._lock:
+            self._maps[addr] = (m, view, fd)
+        return addr
+
+    def free(self, ptr):
+        with self._lock:
+            entry = self._maps.pop(_index(ptr) or 0, None)
+        if entry is None:
+            return -1
+        m, view, fd = entry
+        del view
+        try:
+            m.close()
+        except BufferError:
+            # Still exported (a tensor over it lives on): unmapped when that goes.
+            pass
+        if fd >= 0:
+            os.close(fd)
+        return 0
+
+
+def bind_to_numa_node(node):
+    """Mooncake binds the calling thread's CPU and memory to a NUMA node; Yutu's client
+    leaves placement to the OS (the node's shards bind themselves). Accepted and ignored."""
+    log.debug("bind_to_numa_node(%s): ignored", node)
 
 
 _TENSORS = "tensor methods need torch and Mooncake's tensor layout; store tensors as bytes with put_from/get_into"
@@ -703,17 +1126,11 @@ NOT_SUPPORTED = {
         name: _SEGMENTS
         for name in (
             "mount_segment", "unmount_segment", "allocate_and_mount_segment",
-            "unmount_and_free_segment", "unmount_local_disk_segment", "setup_dummy",
-            "alloc_from_mem_pool",
+            "unmount_and_free_segment", "unmount_local_disk_segment", "alloc_from_mem_pool",
         )
     },
-    "get_buffer": "use get (bytes) or get_into (a registered buffer)",
-    "batch_get_buffer": "use get_batch (bytes) or batch_get_into (a registered buffer)",
-    "get_into_ranges": "ranged reads of objects are not in Yutu's KV API",
-    "batch_get_into_multi_buffers": "scatter reads are not in Yutu's KV API",
-    "batch_get_into_multi_buffer_ranges": "scatter reads are not in Yutu's KV API",
-    "batch_put_from_multi_buffers": "gather writes are not in Yutu's KV API",
-    "batch_put_from_multi_buffer_ranges": "gather writes are not in Yutu's KV API",
+    "batch_put_from_multi_buffer_ranges": "put sessions are not exposed: use batch_put_from_multi_buffers",
+    "batch_get_into_multi_buffer_ranges": "get sessions are not exposed: use batch_get_into_multi_buffers or get_into_ranges",
     "put_from_with_metadata": "objects carry no separate metadata buffer in Yutu",
     "batch_put_session_start": "Yutu's put-from is one call; put sessions are not exposed",
     "batch_put_session_end": "Yutu's put-from is one call; put sessions are not exposed",
@@ -752,6 +1169,11 @@ def install():
 
 __all__ = [
     "MooncakeDistributedStore",
+    "MooncakeHostMemAllocator",
+    "BufferHandle",
+    "bind_to_numa_node",
+    "config_from_env",
+    "tenant_bucket",
     "ReplicateConfig",
     "SoftPinAction",
     "ErrorCode",

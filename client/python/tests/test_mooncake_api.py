@@ -1,0 +1,270 @@
+"""The parts of Mooncake's current Python API that engines call (SGLang HiCache, vLLM's
+MooncakeStoreConnector, LMCache's mooncakestore connector): scatter/gather puts and gets,
+buffer handles, ranged reads, the soft-pin rules, ``get_hostname``, ``setup_dummy``, the host
+allocator, tenants and configuration, against a real node. Semantics as in Mooncake's
+``store_py.cpp`` / ``real_client.cpp``."""
+
+import ctypes
+import json
+
+import numpy as np
+import pytest
+
+from yutu import mooncake
+from yutu.mooncake import (
+    BufferHandle,
+    ErrorCode,
+    MooncakeDistributedStore,
+    MooncakeHostMemAllocator,
+    ReplicateConfig,
+    SoftPinAction,
+)
+
+NOT_FOUND = int(ErrorCode.OBJECT_NOT_FOUND)
+INVALID = int(ErrorCode.INVALID_PARAMS)
+
+
+def _setup(node, bucket):
+    s = MooncakeDistributedStore()
+    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 512 << 20, 16 << 20, "tcp", "", node.url,
+                 tenant_id=bucket, token=node.admin_token)
+    assert rc == 0
+    return s
+
+
+@pytest.fixture
+def mc(node, bucket):
+    s = _setup(node, bucket)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def pool(mc):
+    buf = np.zeros(16 << 20, dtype=np.uint8)
+    assert mc.register_buffer(buf.ctypes.data, buf.nbytes) == 0
+    return buf
+
+
+def test_multi_buffers_gather_and_scatter(mc, pool):
+    p = pool.ctypes.data
+    rng = np.random.default_rng(11)
+    # An MLA-style layout: each key's value is one slice of each of 3 layer buffers.
+    layers, block, n = 3, 4096, 40
+    src = [p + i * (n * block) for i in range(layers)]
+    pool[: layers * n * block] = rng.integers(0, 256, layers * n * block, dtype=np.uint8)
+    keys = [f"page{i}" for i in range(n)]
+    ptrs = [[src[j] + i * block for j in range(layers)] for i in range(n)]
+    sizes = [[block] * layers for _ in range(n)]
+    assert mc.batch_put_from_multi_buffers(keys, ptrs, sizes, ReplicateConfig()) == [0] * n
+    # Each value is the concatenation of its buffers.
+    first = mc.get("page7")
+    want = b"".join(bytes(pool[(src[j] - p) + 7 * block:(src[j] - p) + 8 * block]) for j in range(layers))
+    assert first == want
+    # Scatter into other buffers, different split sizes than the put's (sum equal).
+    out = p + (8 << 20)
+    dst = [[out + i * layers * block, out + i * layers * block + 1000] for i in range(n)]
+    dsz = [[1000, layers * block - 1000] for _ in range(n)]
+    got = mc.batch_get_into_multi_buffers(keys + ["absent"], dst + [[out]], dsz + [[10]])
+    assert got == [layers * block] * n + [NOT_FOUND]
+    for i in range(n):
+        a = bytes(pool[(out - p) + i * layers * block:(out - p) + (i + 1) * layers * block])
+        assert a == mc.get(keys[i])
+    # A key already stored keeps its bytes and answers 0 (Mooncake's put).
+    other = [[p + (12 << 20)] for _ in range(1)]
+    assert mc.batch_put_from_multi_buffers(["page0"], other, [[block * layers]]) == [0]
+    assert mc.get("page0") == b"".join(
+        bytes(pool[(src[j] - p):(src[j] - p) + block]) for j in range(layers))
+    # Buffers smaller than the value: INVALID_PARAMS for that key only.
+    got = mc.batch_get_into_multi_buffers(["page1", "page2"], [[out, out + 10], [out]],
+                                          [[10, 10], [layers * block]])
+    assert got == [INVALID, layers * block]
+
+
+def test_multi_buffers_bad_shapes(mc, pool, node, bucket):
+    p = pool.ctypes.data
+    # Shapes that disagree fail every key.
+    assert mc.batch_put_from_multi_buffers(["a", "b"], [[p]], [[1], [1]]) == [INVALID] * 2
+    assert mc.batch_put_from_multi_buffers(["a"], [[p, p]], [[1]]) == [INVALID]
+    assert mc.batch_get_into_multi_buffers(["a"], [[p]], [[1], [2]]) == [INVALID]
+    # A null pointer or an empty buffer fails its key only.
+    assert mc.batch_put_from_multi_buffers(["a", "b", "c"], [[p, 0], [p], [p]],
+                                           [[1, 1], [0], [8]]) == [INVALID, INVALID, 0]
+    assert mc.get_size("c") == 8
+    # Not set up: Mooncake answers an empty list.
+    assert MooncakeDistributedStore().batch_put_from_multi_buffers(["a"], [[p]], [[1]]) == []
+
+
+def test_multi_buffers_from_gpu_ranges(node, bucket, monkeypatch):
+    # YUTU_TEST_DEVICE=host: ranges registered as "cuda:0" are a stand-in over host memory,
+    # so the GPU bounce path is exercised without a GPU.
+    monkeypatch.setenv("YUTU_TEST_DEVICE", "host")
+    s = _setup(node, bucket)
+    try:
+        gpu = np.arange(1 << 16, dtype=np.uint8)
+        host = np.zeros(1 << 16, dtype=np.uint8)
+        store = s._s()
+        store.register_buffer(gpu.ctypes.data, gpu.nbytes, device="cuda:0")
+        assert s.register_buffer(host.ctypes.data, host.nbytes) == 0
+        g, h = gpu.ctypes.data, host.ctypes.data
+        host[:100] = 7
+        # A key gathered from a GPU span and a host span.
+        assert s.batch_put_from_multi_buffers(["mix"], [[g + 10, h]], [[500, 100]]) == [0]
+        assert s.get("mix") == bytes(gpu[10:510]) + bytes([7]) * 100
+        # Scattered back into two GPU spans.
+        out = g + 30000
+        assert s.batch_get_into_multi_buffers(["mix"], [[out, out + 300]], [[300, 300]]) == [600]
+        assert bytes(gpu[30000:30600]) == bytes(gpu[10:510]) + bytes([7]) * 100
+    finally:
+        s.close()
+
+
+def test_put_parts_and_buffer_handles(mc):
+    meta = b"M" * 28
+    kv = np.arange(4096, dtype=np.uint8)
+    assert mc.put_parts("chunk", meta, memoryview(kv)) == 0
+    assert mc.put_parts("empty", b"", b"") == 0 and mc.is_exist("empty") == 0
+    h = mc.get_buffer("chunk")
+    assert isinstance(h, BufferHandle)
+    assert h.size() == len(h) == 28 + 4096
+    view = memoryview(h)
+    assert bytes(view[:28]) == meta and bytes(view[28:]) == kv.tobytes()
+    # ptr() is the address of the bytes the buffer protocol exposes.
+    assert ctypes.string_at(h.ptr(), 28) == meta
+    assert np.frombuffer(h, dtype=np.uint8, offset=28).tobytes() == kv.tobytes()
+    assert mc.get_buffer("absent") is None
+    hs = mc.batch_get_buffer(["chunk", "absent", "chunk"])
+    assert hs[1] is None and bytes(hs[0]) == bytes(hs[2]) == bytes(h)
+    assert hs[0].ptr() != hs[2].ptr()
+    # upsert_parts replaces; put_parts keeps.
+    assert mc.put_parts("chunk", b"x") == 0 and mc.get_size("chunk") == 28 + 4096
+    assert mc.upsert_parts("chunk", b"x", b"y") == 0 and mc.get("chunk") == b"xy"
+
+
+def test_get_into_ranges(mc, pool):
+    p = pool.ctypes.data
+    assert mc.put("obj", bytes(range(256)) * 4) == 0
+    res = mc.get_into_ranges(
+        [p, p + 4096],
+        [["obj", "absent"], ["obj"]],
+        [[[0, 100], [0]], [[10]]],
+        [[[5, 1000], [0]], [[0]]],
+        [[[10, 24], [4]], [[2000]]],
+    )
+    assert res == [[[10, 24], [NOT_FOUND]], [[INVALID]]]
+    assert bytes(pool[:10]) == bytes(range(5, 15))
+    assert bytes(pool[100:124]) == (bytes(range(256)) * 4)[1000:1024]
+    # A buffer outside every registered range: its fragments stay INVALID_PARAMS.
+    other = np.zeros(64, dtype=np.uint8)
+    assert mc.get_into_ranges([other.ctypes.data], [["obj"]], [[[0]]], [[[0]]], [[[8]]]) == [[[INVALID]]]
+    assert not other.any()
+    # Lists of different lengths.
+    assert mc.get_into_ranges([p], [["obj"], ["obj"]], [[[0]]], [[[0]]], [[[1]]]) == [[[INVALID]], [[INVALID]]]
+
+
+def test_soft_pin_ttl_rules(mc):
+    cfg = ReplicateConfig()
+    assert cfg.soft_pin_ttl_ms is None
+    cfg.soft_pin_ttl_ms = 1000
+    assert cfg.soft_pin_ttl_ms == 1000
+    cfg.soft_pin_ttl_ms = None
+    for bad in (-1, 1 << 64, 1.5, "10"):
+        with pytest.raises(TypeError):
+            cfg.soft_pin_ttl_ms = bad
+    cfg.soft_pin_ttl_ms = (1 << 64) - 1
+    # A TTL without ENABLE: INVALID_PARAMS on every put path.
+    cfg.soft_pin_ttl_ms = 1000
+    assert mc.upsert("k", b"v", cfg) == INVALID
+    cfg.soft_pin_action = SoftPinAction.DISABLE
+    assert mc.put("k", b"v", cfg) == INVALID
+    assert mc.batch_put_from_multi_buffers(["k"], [[1]], [[1]], cfg) == [INVALID]
+    assert mc.is_exist("k") == 0
+    cfg.soft_pin_action = SoftPinAction.ENABLE
+    assert mc.put("k", b"v", cfg) == 0
+    # TTL 0 with ENABLE: stored as ordinary cache.
+    cfg.soft_pin_ttl_ms = 0
+    assert mc.upsert("k0", b"v", cfg) == 0 and mc.get("k0") == b"v"
+    assert mc.upsert("k1", b"w") == 0
+
+
+def test_setup_dummy_and_hostname(node, bucket, monkeypatch):
+    s = MooncakeDistributedStore()
+    assert s.get_hostname() == ""
+    monkeypatch.setenv("YUTU_TOKEN", node.admin_token)
+    monkeypatch.setenv("MOONCAKE_TENANT_ID", bucket)
+    assert s.setup_dummy(1 << 30, 16 << 20, node.url.removeprefix("http://")) == 0
+    assert s.get_hostname() == ""
+    assert s.put("d", b"dummy") == 0
+    assert s.get("d") == b"dummy"
+    s.close()
+    assert MooncakeDistributedStore().setup_dummy(1 << 30, 16 << 20, "127.0.0.1:1") == -1
+    t = _setup(node, bucket)
+    assert t.get_hostname().startswith("127.0.0.1:")
+    t.close()
+    assert t.get_hostname() == ""
+
+
+def test_host_allocator(mc):
+    alloc = MooncakeHostMemAllocator()
+    n = 4 << 20
+    ptr = alloc.alloc(n)
+    assert ptr
+    arr = (ctypes.c_ubyte * n).from_address(ptr)
+    arr[0:5] = list(b"hello")
+    assert mc.register_buffer(ptr, n) == 0
+    assert mc.put_from("pool", ptr, 5) == 0
+    assert mc.get_into("pool", ptr + 100, 16) == 5
+    assert bytes(arr[100:105]) == b"hello"
+    assert mc.unregister_buffer(ptr) == 0
+    assert alloc.free(ptr) == 0
+    assert alloc.free(ptr) == -1
+    with pytest.raises(RuntimeError):
+        alloc.alloc(0)
+
+
+def test_tenants_map_to_valid_buckets(node, monkeypatch):
+    assert mooncake.tenant_bucket(None) == mooncake.tenant_bucket("") == "default"
+    assert mooncake.tenant_bucket("team-a") == "team-a"
+    odd = mooncake.tenant_bucket("Team_A/prod")
+    assert odd == mooncake.tenant_bucket("Team_A/prod")
+    assert odd != mooncake.tenant_bucket("team_a/prod")
+    assert mooncake.tenant_bucket("x" * 300).startswith("mc-") and len(mooncake.tenant_bucket("x" * 300)) <= 63
+    s = MooncakeDistributedStore()
+    assert s.setup("h", "P2PHANDSHAKE", 1 << 20, 1 << 20, "tcp", "", node.url,
+                   tenant_id="Team_A/prod", token=node.admin_token) == 0
+    assert s.put("t", b"tenant") == 0
+    assert s._s().bucket == odd
+    s.close()
+
+
+def test_config_from_file_and_env(node, bucket, tmp_path, monkeypatch):
+    for var in list(mooncake._ENV_KEYS) + ["MOONCAKE_CONFIG_PATH"]:
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ValueError):
+        mooncake.config_from_env({})
+    path = tmp_path / "mooncake.json"
+    path.write_text(json.dumps({
+        "local_hostname": "engine-1",
+        "metadata_server": "P2PHANDSHAKE",
+        "master_server_address": node.url.removeprefix("http://"),
+        "global_segment_size": "4GB",
+        "protocol": "tcp",
+        "tenant_id": bucket,
+        "token": node.admin_token,
+        "check_server": False,
+    }))
+    monkeypatch.setenv("MOONCAKE_CONFIG_PATH", str(path))
+    s = MooncakeDistributedStore()
+    assert s.init_all("tcp", "", 1 << 20) == 0
+    assert s.put("cfg", b"file") == 0
+    s.close()
+    monkeypatch.delenv("MOONCAKE_CONFIG_PATH")
+    monkeypatch.setenv("MOONCAKE_MASTER", node.url.removeprefix("http://"))
+    monkeypatch.setenv("MOONCAKE_TENANT_ID", bucket)
+    monkeypatch.setenv("YUTU_TOKEN", node.admin_token)
+    cfg = mooncake.config_from_env()
+    assert cfg["tenant_id"] == bucket and cfg["token"] == node.admin_token
+    s = MooncakeDistributedStore()
+    assert s.init_all("tcp", "", 1 << 20) == 0
+    assert s.get("cfg") == b"file"
+    s.close()
