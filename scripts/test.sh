@@ -12,6 +12,8 @@ cargo nextest run --workspace --no-fail-fast "$@"
 # `pip install ./client/python`, with the dev profile: the crates are already built by the
 # `cargo build` above, so this only links the extension.
 # maturin runs from PATH inside pip.
+# The distribution was named `yutu` before (a name PyPI gives to another project).
+.venv-py/bin/pip uninstall -q -y yutu >/dev/null 2>&1 || true
 PATH="$PWD/.venv-py/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" .venv-py/bin/pip install -q --no-build-isolation --no-deps \
     --force-reinstall ./client/python
 .venv-py/bin/python -m pytest -q -p no:cacheprovider client/python/tests

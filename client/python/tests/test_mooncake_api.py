@@ -268,3 +268,43 @@ def test_config_from_file_and_env(node, bucket, tmp_path, monkeypatch):
     assert s.init_all("tcp", "", 1 << 20) == 0
     assert s.get("cfg") == b"file"
     s.close()
+
+
+HOOK_CHILD = """
+import multiprocessing as mp, sys
+
+def worker(q):
+    from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+    import yutu.mooncake
+    q.put(MooncakeDistributedStore is yutu.mooncake.MooncakeDistributedStore
+          and ReplicateConfig is yutu.mooncake.ReplicateConfig)
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=worker, args=(q,))
+    p.start()
+    ok = q.get(timeout=60)
+    p.join(60)
+    print("worker-ok" if ok else "worker-wrong")
+"""
+
+
+def test_opt_in_hook_reaches_worker_processes(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "engine.py"
+    script.write_text(HOOK_CHILD)
+    env = dict(os.environ)
+    env.pop("YUTU_MOONCAKE", None)
+    # Without the opt-in, `mooncake` is not importable here (no Mooncake in this venv).
+    off = subprocess.run([sys.executable, "-c", "import mooncake.store"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert off.returncode != 0 and "No module named 'mooncake'" in off.stderr
+    env["YUTU_MOONCAKE"] = "1"
+    on = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                        text=True, timeout=120)
+    assert on.returncode == 0, on.stderr
+    assert on.stdout.strip() == "worker-ok"
