@@ -16,4 +16,10 @@ cargo nextest run --workspace --no-fail-fast "$@"
 .venv-py/bin/pip uninstall -q -y yutu >/dev/null 2>&1 || true
 PATH="$PWD/.venv-py/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" .venv-py/bin/pip install -q --no-build-isolation --no-deps \
     --force-reinstall ./client/python
-.venv-py/bin/python -m pytest -q -p no:cacheprovider client/python/tests
+.venv-py/bin/python -m pytest -q -p no:cacheprovider --ignore=client/python/tests/engines client/python/tests
+# The engines' own code (SGLang, LMCache, vLLM) against a real node, in their own venv, with
+# the engines' `import mooncake.store` resolved to Yutu's by the opt-in hook.
+scripts/install-engine-deps.sh
+PATH="$PWD/.venv-engines/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" .venv-engines/bin/pip install -q --no-build-isolation \
+    --no-deps --force-reinstall ./client/python
+YUTU_MOONCAKE=1 .venv-engines/bin/python -m pytest -q -p no:cacheprovider client/python/tests/engines

@@ -67,6 +67,17 @@ MP_PROCS = 4  # client processes of the multi-process row
 SEED = 20240611  # every client fills its source region from this seed: same bytes everywhere
 
 
+# The engines' shapes: (keys per batch, buffers per key, bytes per buffer).
+ENGINE_SHAPES = {
+    # vLLM's MooncakeStoreConnector: a block's K/V segments, one per registered KV tensor.
+    "vllm": (16, 8, 256 * KiB),
+    # SGLang HiCache, layer-first MLA pool: a page's slice of every layer's buffer.
+    "sglang_mla": (16, 32, 32 * KiB),
+}
+LMCACHE_CHUNK = 2 * MiB  # LMCache's chunk (256 tokens) at its default save_chunk_meta
+LMCACHE_BATCH = 8
+
+
 def plan(quick: bool) -> dict:
     """How much each case does. --quick only checks that everything works end to end."""
     if quick:
@@ -76,6 +87,7 @@ def plan(quick: bool) -> dict:
             small_prepared=2, small_put=2, small_get=4,
             lat_keys=16, lat_iters=200,
             mp_iters=2,
+            multi_prepared=1, multi_put=1, multi_get=2, lmcache_keys=8, lmcache_get=2,
         )
     return dict(
         reps=5,
@@ -83,6 +95,7 @@ def plan(quick: bool) -> dict:
         small_prepared=16, small_put=16, small_get=32,  # 4096 keys read set
         lat_keys=64, lat_iters=2000,
         mp_iters=8,
+        multi_prepared=2, multi_put=4, multi_get=8, lmcache_keys=16, lmcache_get=8,
     )
 
 
@@ -277,6 +290,104 @@ class Workload:
         if list(rcs) != [1] * n:
             raise RuntimeError(f"batch_is_exist of present keys returned {list(rcs)[:8]}...")
         return self._latency(self.store.is_exist, keys, iters, lambda v: v == 1)
+
+    # ---- the engines' shapes --------------------------------------------------------------
+    # vLLM's MooncakeStoreConnector and SGLang's layer-first MLA pools store one key from
+    # several buffers (batch_put_from_multi_buffers); LMCache at its defaults stores
+    # metadata + chunk with put_parts and loads with batch_get_buffer.
+
+    def _multi(self, tag: str, g: int, shape: tuple) -> tuple:
+        """Keys, per-key source spans and per-key destination spans of multi-buffer batch g:
+        segment j of key i is block (i + g) % keys of buffer j."""
+        keys, segs, seg = shape
+        stride = keys * seg
+        src = [[self.base + j * stride + ((i + g) % keys) * seg for j in range(segs)] for i in range(keys)]
+        dst = [[self.base + self.region + j * stride + i * seg for j in range(segs)] for i in range(keys)]
+        names = [f"{self.prefix}{tag}-{g}-{i}" for i in range(keys)]
+        return names, src, dst, [[seg] * segs for _ in range(keys)]
+
+    def op_multi_put(self, tag: str, shape: list, batches: int, verify: bool) -> dict:
+        shape = tuple(shape)
+        keys, segs, seg = shape
+        batch = [self._multi(tag, g, shape) for g in range(batches)]
+        errors = 0
+        t0 = time.perf_counter()
+        for names, src, _dst, sizes in batch:
+            rcs = self.store.batch_put_from_multi_buffers(names, src, sizes)
+            errors += sum(1 for r in rcs if r != 0)
+        elapsed = time.perf_counter() - t0
+        if verify:
+            self.op_multi_get(tag, list(shape), 1, 1, True)
+        for names, *_ in batch:
+            self.remove_keys(names)
+        ok = batches * keys - errors
+        return {"elapsed": elapsed, "ops": ok, "bytes": ok * segs * seg, "errors": errors}
+
+    def op_multi_get(self, tag: str, shape: list, prepared: int, iters: int, verify: bool) -> dict:
+        shape = tuple(shape)
+        keys, segs, seg = shape
+        batch = [self._multi(tag, g, shape) for g in range(prepared)]
+        if verify:
+            names, src, dst, sizes = batch[0]
+            self.buf[self.region:] = 0
+            rcs = self.store.batch_get_into_multi_buffers(names, dst, sizes)
+            if list(rcs) != [segs * seg] * keys:
+                raise RuntimeError(f"multi get {tag}: returned {list(rcs)[:8]}")
+            for i in range(keys):
+                for j in range(segs):
+                    a = src[i][j] - self.base
+                    b = dst[i][j] - self.base
+                    if not self.np.array_equal(self.buf[a:a + seg], self.buf[b:b + seg]):
+                        raise RuntimeError(f"multi get {tag}: key {i} segment {j} differs")
+        errors = 0
+        t0 = time.perf_counter()
+        for it in range(iters):
+            names, _src, dst, sizes = batch[it % prepared]
+            rcs = self.store.batch_get_into_multi_buffers(names, dst, sizes)
+            errors += sum(1 for r in rcs if r != segs * seg)
+        elapsed = time.perf_counter() - t0
+        ok = iters * keys - errors
+        return {"elapsed": elapsed, "ops": ok, "bytes": ok * segs * seg, "errors": errors}
+
+    def op_multi_prepare(self, tag: str, shape: list, batches: int) -> dict:
+        shape = tuple(shape)
+        for g in range(batches):
+            names, src, _dst, sizes = self._multi(tag, g, shape)
+            rcs = self.store.batch_put_from_multi_buffers(names, src, sizes)
+            if any(r != 0 for r in rcs):
+                raise RuntimeError(f"multi prepare {tag}: returned {list(rcs)[:8]}")
+        return {}
+
+    META = 28  # LMCache's RemoteMetadata
+
+    def op_parts_put(self, tag: str, size: int, n: int, verify: bool) -> dict:
+        meta = bytes(range(self.META))
+        chunks = [memoryview(self.buf[(i * size) % (self.region - size):][:size]) for i in range(n)]
+        errors = 0
+        t0 = time.perf_counter()
+        for i in range(n):
+            if self.store.put_parts(f"{self.prefix}{tag}-{i}", meta, chunks[i]) != 0:
+                errors += 1
+        elapsed = time.perf_counter() - t0
+        if verify:
+            h = self.store.get_buffer(f"{self.prefix}{tag}-0")
+            if h is None or bytes(memoryview(h)[self.META:]) != bytes(chunks[0]):
+                raise RuntimeError(f"put_parts {tag}: get_buffer does not give the bytes back")
+        ok = n - errors
+        return {"elapsed": elapsed, "ops": ok, "bytes": ok * size, "errors": errors}
+
+    def op_buffers_get(self, tag: str, size: int, n: int, batch: int, iters: int) -> dict:
+        keys = [f"{self.prefix}{tag}-{i}" for i in range(n)]
+        errors = 0
+        t0 = time.perf_counter()
+        for it in range(iters):
+            part = [keys[(it * batch + j) % n] for j in range(batch)]
+            hs = self.store.batch_get_buffer(part)
+            errors += sum(1 for h in hs if h is None or h.size() != size + self.META)
+            del hs
+        elapsed = time.perf_counter() - t0
+        ok = iters * batch - errors
+        return {"elapsed": elapsed, "ops": ok, "bytes": ok * size, "errors": errors}
 
     def close(self) -> None:
         try:
@@ -581,6 +692,13 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
         "exist_p99": Row("is_exist_p99", "us", lower_is_better=True),
         "mp": Row(f"batch_get_into_2MiB_x{bb}_{MP_PROCS}proc", "GB/s", mb_per_s=True),
     }
+    for name, shape in ENGINE_SHAPES.items():
+        k, n, z = shape
+        rows[f"{name}_put"] = Row(f"{name}_put_multi_{k}x{n}x{z // KiB}KiB", "GB/s", mb_per_s=True)
+        rows[f"{name}_get"] = Row(f"{name}_get_multi_{k}x{n}x{z // KiB}KiB", "GB/s", mb_per_s=True)
+    rows["lmcache_put"] = Row(f"lmcache_put_parts_{LMCACHE_CHUNK // MiB}MiB", "GB/s", mb_per_s=True)
+    rows["lmcache_get"] = Row(f"lmcache_batch_get_buffer_{LMCACHE_CHUNK // MiB}MiB_x{LMCACHE_BATCH}",
+                              "GB/s", mb_per_s=True)
 
     def live() -> list[System]:
         return [s for s in systems if s.failed is None]
@@ -604,6 +722,9 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
             s.main.call("prepare", tag="big", size=bs, batch=bb, batches=pl["big_prepared"])
             s.main.call("prepare", tag="small", size=ss, batch=sb, batches=pl["small_prepared"])
             s.main.call("prepare_values", tag="lat", n=pl["lat_keys"], size=LAT_SIZE)
+            for name, shape in ENGINE_SHAPES.items():
+                s.main.call("multi_prepare", tag=name, shape=list(shape), batches=pl["multi_prepared"])
+            s.main.call("parts_put", tag="lmc", size=LMCACHE_CHUNK, n=pl["lmcache_keys"], verify=True)
         guarded(s, "setup", prep)
 
     def order(rep: int) -> list[System]:
@@ -639,6 +760,24 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
                 rows["exist_p99"].samples[s.name].append(r["p99_us"])
                 rows["exist_p50"].errors[s.name] += r["errors"]
             guarded(s, "latency", lats)
+        for s in order(rep):
+            def engines(s=s):
+                for name, shape in ENGINE_SHAPES.items():
+                    k, n, z = shape
+                    r = s.main.call("multi_put", tag=f"{name}p{rep}", shape=list(shape),
+                                    batches=pl["multi_put"], verify=rep == 0)
+                    record(rows[f"{name}_put"], s.name, r, n * z)
+                    r = s.main.call("multi_get", tag=name, shape=list(shape),
+                                    prepared=pl["multi_prepared"], iters=pl["multi_get"],
+                                    verify=rep == 0)
+                    record(rows[f"{name}_get"], s.name, r, n * z)
+                r = s.main.call("parts_put", tag=f"lmcp{rep}", size=LMCACHE_CHUNK,
+                                n=pl["lmcache_keys"], verify=rep == 0)
+                record(rows["lmcache_put"], s.name, r, LMCACHE_CHUNK)
+                r = s.main.call("buffers_get", tag="lmc", size=LMCACHE_CHUNK, n=pl["lmcache_keys"],
+                                batch=LMCACHE_BATCH, iters=pl["lmcache_get"])
+                record(rows["lmcache_get"], s.name, r, LMCACHE_CHUNK)
+            guarded(s, "engine shapes", engines)
 
     # The multi-process row: MP_PROCS fresh clients per system, started together.
     for s in live():
