@@ -5,7 +5,8 @@
 //! and the KV-cache wire types: chained block hashes (`block_hash`), segment descriptors and
 //! transfer-engine addresses (`descriptor`), the storage node's KV control API (`kv`), the
 //! events storage nodes publish to the conductor (`events`), and the conductor's routing API
-//! (`route`), and bearer tokens (`token`: claims, scopes, signing and verifying).
+//! (`route`), bearer tokens (`token`: claims, scopes, signing and verifying), and the
+//! answers of Mooncake master's read-only query endpoints (`mooncake_master`).
 //! Both the server and the clients depend on it, so a rule written here holds on both ends.
 
 pub mod acl;
@@ -19,6 +20,7 @@ pub mod error;
 pub mod events;
 pub mod key;
 pub mod kv;
+pub mod mooncake_master;
 pub mod placement;
 pub mod post_policy;
 pub mod range;

@@ -84,12 +84,15 @@ pub enum Op {
     PostObject,
     Admin,
     Kv,
+    /// Mooncake master's query endpoints (`/get_all_segments`, `/query_key`,
+    /// `/batch_query_keys`).
+    MooncakeMaster,
     Ops,
     Unsupported,
 }
 
 impl Op {
-    pub const ALL: [Op; 34] = [
+    pub const ALL: [Op; 35] = [
         Op::ListBuckets,
         Op::CreateBucket,
         Op::DeleteBucket,
@@ -122,6 +125,7 @@ impl Op {
         Op::PostObject,
         Op::Admin,
         Op::Kv,
+        Op::MooncakeMaster,
         Op::Ops,
         Op::Unsupported,
     ];
@@ -160,6 +164,7 @@ impl Op {
             Op::PostObject => "PostObject",
             Op::Admin => "Admin",
             Op::Kv => "Kv",
+            Op::MooncakeMaster => "MooncakeMaster",
             Op::Ops => "Ops",
             Op::Unsupported => "Unsupported",
         }

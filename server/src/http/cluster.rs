@@ -185,7 +185,7 @@ fn reply_limit(ctx: &Ctx) -> u64 {
 
 /// The request as it goes to an owner: the client's method, target and headers (its signature
 /// stays valid: the owner checks it itself) plus this node's name and token.
-fn outgoing(
+pub(super) fn outgoing(
     ctx: &Ctx,
     cluster: &Cluster,
     body: ProxyBody,

@@ -17,6 +17,7 @@ pub mod kv_api;
 pub mod kv_copy;
 pub mod kv_peers;
 pub mod meta;
+pub mod mooncake;
 pub mod multipart;
 pub mod objects;
 pub mod payload;

@@ -333,6 +333,14 @@ async fn route(
         cluster,
         peer,
     };
+    // Mooncake master's query endpoints: a GET of exactly `/get_all_segments`, `/query_key`
+    // or `/batch_query_keys` (no valid bucket name holds `_`, so no bucket is shadowed).
+    if let Some(endpoint) = super::mooncake::endpoint(&ctx.method, &ctx.target) {
+        return (
+            Op::MooncakeMaster,
+            super::mooncake::serve(&ctx, endpoint).await,
+        );
+    }
     let own_api = !ctx.target.virtual_host
         && matches!(ctx.target.bucket.as_deref(), Some("v1") | Some("admin"));
     if own_api && matches!(ctx.identity(), Identity::Anonymous) {
