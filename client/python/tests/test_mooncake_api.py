@@ -308,3 +308,15 @@ def test_opt_in_hook_reaches_worker_processes(tmp_path):
                         text=True, timeout=120)
     assert on.returncode == 0, on.stderr
     assert on.stdout.strip() == "worker-ok"
+
+
+def test_host_allocator_regions_outlive_the_allocator():
+    """SGLang calls MooncakeHostMemAllocator().alloc() on a temporary and keeps the address."""
+    import gc
+
+    ptr = MooncakeHostMemAllocator().alloc(1 << 20)
+    gc.collect()
+    arr = (ctypes.c_ubyte * (1 << 20)).from_address(ptr)
+    arr[(1 << 20) - 1] = 9
+    assert arr[(1 << 20) - 1] == 9
+    assert MooncakeHostMemAllocator().free(ptr) == 0

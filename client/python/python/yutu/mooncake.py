@@ -1041,11 +1041,13 @@ class MooncakeHostMemAllocator:
     """Host memory for an engine's KV pool, as Mooncake's allocator: ``alloc(size)`` maps a
     memfd-backed shared region (populated up front) and returns its address, ``free(ptr)``
     unmaps it (0, or -1 for an address this allocator did not hand out). Register the region
-    with ``register_buffer`` before moving blocks through it."""
+    with ``register_buffer`` before moving blocks through it. As Mooncake's (a process-wide
+    singleton), a region lives until ``free``, not as long as the allocator object: engines
+    keep the address, not the allocator."""
 
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._maps = {}
+    # Process-wide, as Mooncake's ShmHelper: address -> (mmap, export, fd).
+    _lock = threading.Lock()
+    _maps = {}
 
     def alloc(self, size):
         import mmap
