@@ -158,6 +158,9 @@ def test_get_into_ranges(mc, pool):
     other = np.zeros(64, dtype=np.uint8)
     assert mc.get_into_ranges([other.ctypes.data], [["obj"]], [[[0]]], [[[0]]], [[[8]]]) == [[[INVALID]]]
     assert not other.any()
+    # A key asked no ranges has an empty row (Mooncake's shape follows the offsets).
+    assert mc.get_into_ranges([p], [["obj", "absent"]], [[[0], []]], [[[0], []]], [[[4], []]]) == [[[4], []]]
+    assert mc.get_into_ranges([p], [["obj"]], [[[]]], [[[]]], [[[]]]) == [[[]]]
     # Lists of different lengths.
     assert mc.get_into_ranges([p], [["obj"], ["obj"]], [[[0]]], [[[0]]], [[[1]]]) == [[[INVALID]], [[INVALID]]]
 

@@ -633,8 +633,10 @@ class MooncakeDistributedStore:
             for i, ks in enumerate(all_keys if isinstance(all_keys, (list, tuple)) else []):
                 row = []
                 for j in range(len(ks)):
+                    # As Mooncake's: a key's row has a result per destination offset (none
+                    # for a key asked no ranges), one when that list is missing.
                     try:
-                        row.append([fill] * max(1, len(all_sizes[i][j])))
+                        row.append([fill] * len(all_dst_offsets[i][j]))
                     except (IndexError, TypeError):
                         row.append([fill])
                 out.append(row)
