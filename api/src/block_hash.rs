@@ -16,10 +16,23 @@
 //!
 //! A block is stored in a storage node as an object whose key is the lowercase hex of its hash
 //! (64 characters), in a bucket per model. [`BlockHash::from_key`] is the test a node uses to
-//! decide whether an object is a KV block at all (and therefore produces KV events).
+//! decide whether an object stored through S3 is a KV block at all (and therefore produces KV
+//! events).
+//!
+//! Inference engines that store blocks through the KV API name them themselves (SGLang
+//! `"{hash}_{tp_rank}_k"`, LMCache `"{model}@{world}@{worker}@{chunk_hash}@{dtype}"`, ...).
+//! Such a key is indexed under its opaque id [`BlockHash::of_key`]: the key itself when it
+//! already is a block hash, otherwise a domain-separated blake3 of its bytes. Node and
+//! conductor compute the same id, so a router can name a prompt's prefix by the engine's own
+//! keys, in chain order. (Engines' keys already name a whole prefix — their hashes chain over
+//! the blocks before them — so the order of the keys in a request is all the chain needs.)
 
 use std::fmt;
 use std::str::FromStr;
+
+/// The domain-separation prefix of [`BlockHash::of_key`]: an engine key's id is
+/// `blake3(ENGINE_KEY_DOMAIN || key bytes)`.
+pub const ENGINE_KEY_DOMAIN: &[u8] = b"yutu/engine-key/v1\0";
 
 /// The 32-byte blake3 name of one KV block (and of the whole prefix it ends).
 ///
@@ -59,6 +72,21 @@ impl BlockHash {
     /// other shape are ordinary objects, not KV blocks.
     pub fn from_key(key: &str) -> Option<BlockHash> {
         key.parse().ok()
+    }
+
+    /// The opaque id of a block stored under an engine-chosen `key` (any valid object key): the
+    /// key's own hash when it is one ([`BlockHash::from_key`]), so that Yutu's own block keys
+    /// keep their names, otherwise `blake3(ENGINE_KEY_DOMAIN || key)`. The domain prefix keeps
+    /// these ids apart from chained token hashes and from [`BlockHash::from_id`]. Keys are at
+    /// most [`crate::key::MAX_KEY_LEN`] bytes, so hashing one is cheap.
+    pub fn of_key(key: &str) -> BlockHash {
+        if let Some(h) = BlockHash::from_key(key) {
+            return h;
+        }
+        let mut h = blake3::Hasher::new();
+        h.update(ENGINE_KEY_DOMAIN);
+        h.update(key.as_bytes());
+        BlockHash(*h.finalize().as_bytes())
     }
 
     /// The object key a storage node stores this block under (lowercase hex).
@@ -240,6 +268,42 @@ mod tests {
         );
         // Multi-byte characters are refused without panicking on a char boundary.
         assert!(BlockHash::from_key(&"é".repeat(32)).is_none());
+    }
+
+    #[test]
+    fn engine_keys_map_to_domain_separated_ids() {
+        // A key that already is a block hash is its own id: Yutu's blocks keep their names.
+        let h = BlockHash::chain(&BlockHash::ROOT, &[1, 2, 3]);
+        assert_eq!(BlockHash::of_key(&h.to_key()), h);
+        // Engine keys: stable, distinct, and blake3 over the domain prefix and the key.
+        let sglang = "a1b2c3_0_k";
+        assert_eq!(BlockHash::of_key(sglang), BlockHash::of_key(sglang));
+        let keys = [
+            sglang,
+            "a1b2c3_1_k",
+            "a1b2c3_0_v",
+            "a1b2c3__k",
+            "llama@1@0@a1b2c3@bfloat16",
+            "llama@1@0@a1b2c4@bfloat16",
+            // Uppercase hex is not a block hash, so it is an engine key of its own.
+            &h.to_key().to_uppercase(),
+        ];
+        let ids: std::collections::HashSet<BlockHash> =
+            keys.iter().map(|k| BlockHash::of_key(k)).collect();
+        assert_eq!(ids.len(), keys.len());
+        let mut bytes = ENGINE_KEY_DOMAIN.to_vec();
+        bytes.extend_from_slice(sglang.as_bytes());
+        assert_eq!(
+            BlockHash::of_key(sglang).0,
+            *blake3::hash(&bytes).as_bytes()
+        );
+        // Domain separated: not the plain blake3 of the key, nor an id or a token hash.
+        assert_ne!(
+            BlockHash::of_key(sglang).0,
+            *blake3::hash(sglang.as_bytes()).as_bytes()
+        );
+        let id_key = String::from_utf8(7u64.to_le_bytes().to_vec()).unwrap();
+        assert_ne!(BlockHash::of_key(&id_key), BlockHash::from_id(7));
     }
 
     #[test]

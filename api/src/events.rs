@@ -31,8 +31,13 @@
 //! - `cleared`: every block of `bucket` (or of every bucket when `null`) is gone, e.g. the
 //!   bucket was deleted or an admin evicted it.
 //!
-//! Only objects whose key is a block hash ([`crate::block_hash::BlockHash::from_key`]: 64
-//! lowercase hex characters) are KV blocks; other objects produce no events.
+//! KV blocks are the objects written through the KV API, whatever their key (engines choose
+//! their own: SGLang `"{hash}_{tp_rank}_k"`, LMCache `"{model}@...@{chunk_hash}@{dtype}"`),
+//! named by their opaque id [`crate::block_hash::BlockHash::of_key`], and the objects whose key
+//! is a block hash ([`crate::block_hash::BlockHash::from_key`]: 64 lowercase hex characters,
+//! which `of_key` maps to itself). Other objects (S3 writes under other keys) produce no
+//! events. The engines' keys already name a whole prefix, so events carry no parent: a route
+//! request gives the chain as the order of its `block_keys`.
 
 use serde::{Deserialize, Serialize};
 

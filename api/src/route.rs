@@ -2,13 +2,16 @@
 //! back (a [`RouteDecision`], or a [`Reject`] with HTTP 429), and how the prefill and decode
 //! instances it routes to make themselves known (`POST /v1/instances`, load reports).
 //!
-//! A route request names the prompt's prefix either by its block hashes (computed by the
-//! caller with [`crate::block_hash::BlockHasher`]) or by its token ids (the conductor hashes
-//! them with its configured block size):
+//! A route request names the prompt's prefix by its block hashes (computed by the caller with
+//! [`crate::block_hash::BlockHasher`]), by its token ids (the conductor hashes them with its
+//! configured block size), or by the keys an inference engine stores its blocks under through
+//! the KV API, in chain order (the conductor maps each to its id with
+//! [`BlockHash::of_key`], as the storage nodes do when they publish them):
 //!
 //! ```json
 //! {"bucket": "llama3-70b", "block_hashes": ["<64 hex>", "..."], "input_length": 8000,
 //!  "output_length": 200, "slo": {"ttft_ms": 2000, "tbt_ms": 80}}
+//! {"bucket": "llama3-70b", "block_keys": ["9f3a..._0_k", "51c2..._0_k"], "input_length": 1100}
 //! ```
 //!
 //! The decision names the prefill instance (and the storage node whose cache it reads), the
@@ -20,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::block_hash::{BlockHash, BlockHasher};
 use crate::bucket::{validate_bucket_name, BucketNameError};
 use crate::events::Tier;
+use crate::key::{validate_object_key, KeyError};
 
 /// `POST`: route one request.
 pub const ROUTE_PATH: &str = "/v1/route";
@@ -39,9 +43,15 @@ pub struct RouteRequest {
     pub request_id: Option<String>,
     /// The bucket the model's KV blocks are stored in (one per model).
     pub bucket: String,
-    /// Hashes of the prompt's full blocks, in order. Give these or `token_ids`, not both.
+    /// Hashes of the prompt's full blocks, in order. Give one of `block_hashes`, `block_keys`
+    /// and `token_ids`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_hashes: Option<Vec<BlockHash>>,
+    /// The object keys the engine stores the prompt's full blocks under (SGLang, vLLM,
+    /// LMCache keys, or Yutu's own hex keys), in chain order: one key per block, e.g. the
+    /// `tp_rank` 0 key of each SGLang page. Each is mapped to [`BlockHash::of_key`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_keys: Option<Vec<String>>,
     /// The prompt's token ids; the conductor hashes their full blocks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_ids: Option<Vec<u32>>,
@@ -75,10 +85,12 @@ pub struct Slo {
 pub enum RouteRequestError {
     #[error("bucket: {0}")]
     Bucket(#[from] BucketNameError),
-    #[error("give block_hashes or token_ids, not both")]
+    #[error("give only one of block_hashes, block_keys and token_ids")]
     BothPrefixForms,
-    #[error("give block_hashes, token_ids or at least input_length")]
+    #[error("give block_hashes, block_keys, token_ids or at least input_length")]
     NoInput,
+    #[error("block_keys[{index}]: {source}")]
+    BlockKey { index: usize, source: KeyError },
     #[error(
         "input_length {input} is shorter than the {blocks} blocks of {block_tokens} tokens given"
     )]
@@ -124,7 +136,29 @@ impl RouteRequest {
             }
         }
         let bt = hasher.block_tokens.max(1);
-        let resolved = match (&self.block_hashes, &self.token_ids) {
+        let forms = [
+            self.block_hashes.is_some(),
+            self.block_keys.is_some(),
+            self.token_ids.is_some(),
+        ];
+        if forms.iter().filter(|f| **f).count() > 1 {
+            return Err(RouteRequestError::BothPrefixForms);
+        }
+        let from_keys;
+        let block_hashes = match &self.block_keys {
+            Some(keys) => {
+                let mut ids = Vec::with_capacity(keys.len());
+                for (index, key) in keys.iter().enumerate() {
+                    validate_object_key(key)
+                        .map_err(|source| RouteRequestError::BlockKey { index, source })?;
+                    ids.push(BlockHash::of_key(key));
+                }
+                from_keys = Some(ids);
+                &from_keys
+            }
+            None => &self.block_hashes,
+        };
+        let resolved = match (block_hashes, &self.token_ids) {
             (Some(_), Some(_)) => return Err(RouteRequestError::BothPrefixForms),
             (None, Some(tokens)) => {
                 if let Some(input) = self.input_length {
@@ -423,6 +457,57 @@ mod tests {
             ..req
         };
         assert_eq!(both.resolve(&h), Err(RouteRequestError::BothPrefixForms));
+    }
+
+    #[test]
+    fn engine_keys_resolve_to_their_ids() {
+        let h = BlockHasher::new(16);
+        let keys: Vec<String> = vec!["ab12_0_k".into(), "cd34_0_k".into()];
+        let req = RouteRequest {
+            block_keys: Some(keys.clone()),
+            input_length: Some(40),
+            ..base()
+        };
+        let r = req.resolve(&h).expect("valid");
+        assert_eq!(
+            r.blocks,
+            vec![BlockHash::of_key(&keys[0]), BlockHash::of_key(&keys[1])]
+        );
+        assert_eq!(r.input_tokens, 40);
+        // Without input_length the prompt is exactly those blocks.
+        let exact = RouteRequest {
+            input_length: None,
+            ..req.clone()
+        };
+        assert_eq!(exact.resolve(&h).map(|r| r.input_tokens), Ok(32));
+        // Yutu's own hex keys keep their hashes.
+        let hex = BlockHash::from_id(3);
+        let own = RouteRequest {
+            block_keys: Some(vec![hex.to_key()]),
+            ..base()
+        };
+        assert_eq!(own.resolve(&h).map(|r| r.blocks), Ok(vec![hex]));
+        let both = RouteRequest {
+            block_hashes: Some(vec![hex]),
+            ..req.clone()
+        };
+        assert_eq!(both.resolve(&h), Err(RouteRequestError::BothPrefixForms));
+        let bad = RouteRequest {
+            block_keys: Some(vec!["ok".into(), String::new()]),
+            ..base()
+        };
+        assert_eq!(
+            bad.resolve(&h),
+            Err(RouteRequestError::BlockKey {
+                index: 1,
+                source: KeyError::Empty
+            })
+        );
+        // The wire form.
+        let wire: RouteRequest =
+            serde_json::from_str(r#"{"bucket": "llama", "block_keys": ["m@1@0@ff@bf16"]}"#)
+                .expect("parses");
+        assert_eq!(wire.block_keys, Some(vec!["m@1@0@ff@bf16".to_string()]));
     }
 
     #[test]

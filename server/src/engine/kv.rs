@@ -594,6 +594,7 @@ mod tests {
             parts: None,
             owner: String::new(),
             acl: Default::default(),
+            kv: false,
         }
     }
 

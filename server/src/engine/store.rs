@@ -277,14 +277,21 @@ impl ShardStore {
         self.buckets.get(bucket).map(|b| b.durability)
     }
 
-    /// Records a KV event for a block that moved between tiers or left NVMe.
-    pub fn record_tier_event(&mut self, bucket: &str, key: &str, tier: Option<Tier>) {
+    /// Records a KV event for a block that moved between tiers or left NVMe; `kv`: it was
+    /// written through the KV API ([`ObjectMeta::kv`]).
+    pub fn record_tier_event(&mut self, bucket: &str, key: &str, kv: bool, tier: Option<Tier>) {
         if let Some(ev) = self.events.as_mut() {
             match tier {
-                Some(t) => ev.stored(bucket, key, t),
-                None => ev.removed(bucket, key),
+                Some(t) => ev.stored(bucket, key, kv, t),
+                None => ev.removed(bucket, key, kv),
             }
         }
+    }
+
+    /// Whether events are recorded (a conductor is configured): callers skip the work of
+    /// finding out whether an object is a KV block otherwise.
+    pub fn records_events(&self) -> bool {
+        self.events.is_some()
     }
 
     /// This shard's share of the per-user KV limits.
@@ -313,8 +320,8 @@ impl ShardStore {
             .map(|(name, b)| {
                 let blocks: Vec<BlockHash> = b
                     .objects
-                    .keys()
-                    .filter_map(|k| BlockHash::from_key(k))
+                    .iter()
+                    .filter_map(|(k, e)| e.meta.block_id(k))
                     .collect();
                 (name.clone(), blocks)
             })
@@ -635,7 +642,7 @@ impl ShardStore {
         self.policy.on_remove(entry.id);
         self.ids.remove(&entry.id);
         if let Some(ev) = self.events.as_mut() {
-            ev.removed(bucket, key);
+            ev.removed(bucket, key, entry.meta.kv);
         }
         Some(entry)
     }
@@ -691,7 +698,7 @@ impl ShardStore {
                 self.ids.insert(id, (bucket.to_string(), key.to_string()));
                 self.policy.on_insert(id, size);
                 if let Some(ev) = self.events.as_mut() {
-                    ev.stored(bucket, key, Tier::Dram);
+                    ev.stored(bucket, key, meta.kv, Tier::Dram);
                 }
             }
             // Callers check the bucket first and never yield in between; should that ever
@@ -824,24 +831,29 @@ impl ShardStore {
             Some((m, _)) => {
                 self.demote_bytes -= m.size;
                 self.count_held(bucket, 0, m.size);
-                true
+                Some(m.kv)
             }
-            None => false,
+            None => None,
         };
         let Some(entry) = self
             .buckets
             .get_mut(bucket)
             .and_then(|b| b.objects.remove(key))
         else {
-            return was_demoting;
+            // An evicted block on its way to NVMe was published there; it is gone now.
+            if let (Some(kv), Some(ev)) = (was_demoting, self.events.as_mut()) {
+                ev.removed(bucket, key, kv);
+            }
+            return was_demoting.is_some();
         };
         if !entry.on_nvme {
             self.count_held(bucket, 0, entry.meta.size);
         }
         self.policy.on_remove(entry.id);
+        let kv = entry.meta.kv;
         self.drop_entry(entry);
         if let Some(ev) = self.events.as_mut() {
-            ev.removed(bucket, key);
+            ev.removed(bucket, key, kv);
         }
         true
     }
@@ -943,8 +955,9 @@ impl ShardStore {
             self.count_held(&bucket, 0, entry.meta.size);
             None
         };
+        let kv = entry.meta.kv;
         self.drop_entry(entry);
-        self.record_tier_event(&bucket, &key, tier);
+        self.record_tier_event(&bucket, &key, kv, tier);
         self.metrics.evictions.inc();
         true
     }
@@ -982,6 +995,7 @@ mod tests {
             parts: None,
             owner: String::new(),
             acl: Default::default(),
+            kv: false,
         }
     }
 

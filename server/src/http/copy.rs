@@ -133,6 +133,8 @@ pub async fn copy_object(
     new.etag = format!("\"{}\"", hex::encode(md5(&data)));
     new.last_modified = SystemTime::now();
     new.parts = None;
+    // An S3 copy is an S3 write: it is a KV block only if its key is a block hash.
+    new.kv = false;
     // The copy is a single-part object: a composite checksum of the source's parts no longer
     // describes it, so it is recomputed over the whole object.
     let alg = new_alg.or(src_meta.checksum.as_ref().map(|c| c.algorithm));

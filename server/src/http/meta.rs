@@ -47,6 +47,7 @@ impl RequestMeta {
             parts: None,
             owner: String::new(),
             acl: Default::default(),
+            kv: false,
         }
     }
 }

@@ -28,6 +28,21 @@ pub struct ObjectMeta {
     pub owner: String,
     /// The object's grants beyond its owner's (`x-amz-acl`, PutObjectAcl).
     pub acl: yutu_api::acl::Acl,
+    /// Written through the KV API (put-from, put-start/put-end): a KV block whatever its key,
+    /// published to the conductor under [`yutu_api::block_hash::BlockHash::of_key`]. Objects
+    /// written through S3 are KV blocks only when their key is a block hash.
+    pub kv: bool,
+}
+
+/// The id a KV event names `key` by: any key of a block written through the KV API
+/// ([`yutu_api::block_hash::BlockHash::of_key`]), otherwise only a key that is a block hash.
+pub fn block_id(kv: bool, key: &str) -> Option<yutu_api::block_hash::BlockHash> {
+    use yutu_api::block_hash::BlockHash;
+    if kv {
+        Some(BlockHash::of_key(key))
+    } else {
+        BlockHash::from_key(key)
+    }
 }
 
 impl ObjectMeta {
@@ -45,7 +60,13 @@ impl ObjectMeta {
             parts: None,
             owner: String::new(),
             acl: Default::default(),
+            kv: true,
         }
+    }
+
+    /// The id this object is published to the conductor under, if it is a KV block at all.
+    pub fn block_id(&self, key: &str) -> Option<yutu_api::block_hash::BlockHash> {
+        block_id(self.kv, key)
     }
 
     /// Bytes of index memory the metadata takes beyond the fixed entry overhead.

@@ -42,10 +42,11 @@ use crate::engine::ShardStore;
 use crate::metrics::ShardMetrics;
 use crate::model::conditions::{ReadConditions, WriteConditions};
 use crate::model::listing::{merge, shard_page, ListItem, ListQuery};
+use crate::model::object::block_id;
 use crate::model::{serve, Durability, GetResult, ListedMeta, ObjectMeta, StoreError};
 pub use durable::DurableBudget;
 pub use nvme::{nvme_error, Nvme};
-use record::{decode_meta, encode_meta};
+use record::{decode_meta, encode_meta, is_kv};
 
 /// NVMe hits no larger than this share of a shard's DRAM are promoted back into DRAM.
 const PROMOTE_SHARE: u64 = 16;
@@ -522,14 +523,14 @@ impl TieredStore {
                 // must not go on answering reads, so it goes, and reads come from NVMe.
                 Err(StoreError::TooLarge { .. }) | Err(StoreError::NoSpace(_)) => {
                     store.remove_entry(bucket, key);
-                    store.record_tier_event(bucket, key, Some(Tier::Nvme));
+                    store.record_tier_event(bucket, key, meta.kv, Some(Tier::Nvme));
                     return Ok(Arc::new(meta));
                 }
                 Err(e) => return Err(e),
             },
         };
         store.mark_on_nvme(bucket, key);
-        store.record_tier_event(bucket, key, Some(Tier::Dram));
+        store.record_tier_event(bucket, key, stored.kv, Some(Tier::Dram));
         Ok(stored)
     }
 
@@ -661,6 +662,10 @@ impl TieredStore {
             let mut last_seq = None;
             for i in &on_nvme {
                 let key = &keys[*i];
+                // Whether the record is a KV block, read before the delete drops its metadata.
+                let kv = this.store.borrow().records_events()
+                    && BlockHash::from_key(key).is_none()
+                    && nvme.meta(&bucket, key).is_some_and(|m| is_kv(&m));
                 let d = nvme.delete(&bucket, key).await.map_err(nvme_error)?;
                 existed[*i] = true;
                 last_seq = d.seq.or(last_seq);
@@ -668,7 +673,7 @@ impl TieredStore {
                 this.after_reclaim(&d.reclaimed);
                 this.store
                     .borrow_mut()
-                    .record_tier_event(&bucket, key, None);
+                    .record_tier_event(&bucket, key, kv, None);
             }
             if disk {
                 if let Some(seq) = last_seq {
@@ -755,7 +760,12 @@ impl TieredStore {
                 blocks.extend(
                     chunk
                         .iter()
-                        .filter_map(|l| BlockHash::from_key(&l.key))
+                        .filter_map(|l| {
+                            block_id(
+                                BlockHash::from_key(&l.key).is_none() && is_kv(&l.meta),
+                                &l.key,
+                            )
+                        })
                         .filter(|b| !in_dram.contains(&(bucket.clone(), *b))),
                 );
             }
@@ -799,7 +809,10 @@ impl TieredStore {
                 if store.has_key(&o.bucket, &o.key) {
                     store.mark_off_nvme(&o.bucket, &o.key);
                 } else {
-                    store.record_tier_event(&o.bucket, &o.key, None);
+                    // The dropped record's metadata is gone with it: whether it was a KV
+                    // block is unknown, so any key is published as removed (a removal of an
+                    // id the conductor never indexed changes nothing there).
+                    store.record_tier_event(&o.bucket, &o.key, true, None);
                 }
             }
         }
@@ -868,7 +881,7 @@ impl TieredStore {
     fn drop_demotion(&self, bucket: &str, key: &str, meta: &Arc<ObjectMeta>) {
         let mut store = self.store.borrow_mut();
         store.finish_demotion(bucket, key, meta);
-        store.record_tier_event(bucket, key, None);
+        store.record_tier_event(bucket, key, meta.kv, None);
         self.metrics.demotions_dropped.inc();
     }
 

@@ -32,6 +32,10 @@ pub(crate) struct StoredMeta {
     owner: String,
     #[serde(default, skip_serializing_if = "yutu_api::acl::Acl::is_empty")]
     acl: yutu_api::acl::Acl,
+    /// Written through the KV API: a KV block whatever its key (absent, i.e. false, in
+    /// records written before this field existed and in every S3-written record).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    kv: bool,
 }
 
 pub fn encode_meta(m: &ObjectMeta, disk: bool) -> Result<Vec<u8>, StoreError> {
@@ -56,6 +60,7 @@ pub fn encode_meta(m: &ObjectMeta, disk: bool) -> Result<Vec<u8>, StoreError> {
         disk,
         owner: m.owner.clone(),
         acl: m.acl.clone(),
+        kv: m.kv,
     };
     serde_json::to_vec(&stored)
         .map_err(|e| StoreError::Device(format!("cannot encode the object's metadata: {e}")))
@@ -86,7 +91,14 @@ pub fn decode_meta(blob: &[u8], size: u64) -> Option<ObjectMeta> {
         parts: s.parts,
         owner: s.owner,
         acl: s.acl,
+        kv: s.kv,
     })
+}
+
+/// Whether a metadata blob marks an object written through the KV API (a KV block whatever
+/// its key). Parsed only for keys that are not block hashes.
+pub fn is_kv(blob: &[u8]) -> bool {
+    serde_json::from_slice::<StoredMeta>(blob).is_ok_and(|m| m.kv)
 }
 
 #[cfg(test)]
@@ -102,6 +114,21 @@ mod tests {
         let back = decode_meta(&blob, 7).unwrap();
         assert_eq!(back.size, 7);
         assert_eq!(back.etag, m.etag);
+        assert!(back.kv, "a KV block stays one on NVMe");
+        assert!(is_kv(&blob));
         assert!(decode_meta(b"{", 7).is_none());
+        // S3 objects and records written before the flag existed are not KV blocks.
+        let s3 = ObjectMeta {
+            kv: false,
+            ..ObjectMeta::for_block(7)
+        };
+        let blob = encode_meta(&s3, false).unwrap();
+        assert!(!is_kv(&blob));
+        assert!(!String::from_utf8_lossy(&blob).contains("kv"));
+        assert!(
+            !decode_meta(br#"{"etag": "e", "modified_ms": 1}"#, 1)
+                .unwrap()
+                .kv
+        );
     }
 }
