@@ -20,6 +20,7 @@ use yutu_transfer::device::DeviceMemory;
 use crate::device::{self, Ctx, Devices};
 use crate::errors::{Error, Result};
 use crate::memory::{spans, Registry, Span};
+use crate::slab::Slab;
 use crate::staging::Staging;
 
 /// What an open store holds.
@@ -333,11 +334,16 @@ fn part_spans(
     Ok(out)
 }
 
-/// The bytes of each key (`None` where absent), fetched by up to 8 threads at once.
-fn fetch_all(s: &Session, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+/// `f(key)` for every key, by up to 8 threads at once (each key is one request to the node),
+/// in the keys' order; the first failure is the answer.
+fn per_key_parallel<T: Send + Clone>(
+    keys: &[String],
+    f: impl Fn(&str) -> Result<T> + Sync,
+) -> Result<Vec<Option<T>>> {
     const THREADS: usize = 8;
-    let mut out: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
+    let mut out: Vec<Option<T>> = vec![None; keys.len()];
     let per = keys.len().div_ceil(THREADS).max(1);
+    let f = &f;
     std::thread::scope(|scope| -> Result<()> {
         let jobs: Vec<_> = keys
             .chunks(per)
@@ -345,7 +351,7 @@ fn fetch_all(s: &Session, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
             .map(|(ks, outs)| {
                 scope.spawn(move || -> Result<()> {
                     for (k, o) in ks.iter().zip(outs) {
-                        *o = s.kv.get_bytes(&s.bucket, k)?;
+                        *o = Some(f(k)?);
                     }
                     Ok(())
                 })
@@ -353,11 +359,27 @@ fn fetch_all(s: &Session, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
             .collect();
         for j in jobs {
             j.join()
-                .unwrap_or_else(|_| Err(Error::invalid("a fetch thread panicked")))?;
+                .unwrap_or_else(|_| Err(Error::invalid("a request thread panicked")))?;
         }
         Ok(())
     })?;
     Ok(out)
+}
+
+/// The bytes of each key (`None` where absent).
+fn fetch_all(s: &Session, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+    let got = per_key_parallel(keys, |k| Ok(s.kv.get_bytes(&s.bucket, k)?))?;
+    Ok(got.into_iter().map(Option::flatten).collect())
+}
+
+/// The size of each key (`None` where absent), asked with HEAD.
+fn sizes_of(s: &Session, keys: &[String]) -> Result<Vec<Option<u64>>> {
+    let got = per_key_parallel(keys, |k| match s.s3.head_object(&s.bucket, k) {
+        Ok(info) => Ok(Some(info.size)),
+        Err(e) if e.code() == Some("NoSuchKey") || e.status() == Some(404) => Ok(None),
+        Err(e) => Err(e.into()),
+    })?;
+    Ok(got.into_iter().map(Option::flatten).collect())
 }
 
 #[pymethods]
@@ -698,6 +720,122 @@ impl Store {
             let parts = part_spans(&s.registry, &keys, &ptrs, &sizes, None)?;
             device::get_into_parts(&s.ctx(), &keys, &parts)
         })
+    }
+
+    /// Reads each `keys[i]` into `handles[i]` (a `bytearray`, or a subclass of it, which is
+    /// resized to `rooms[i]` bytes first, without zeroing, and then cut to the block's
+    /// length); each block's length, `None` where the key is absent (its handle is left
+    /// empty). One staged batch: the node writes the blocks into the staging buffer and each
+    /// is copied once, into its handle. A block larger than its room fails the call with
+    /// the node's argument error, and the handles are left empty.
+    fn _get_into_handles(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        handles: Vec<Bound<'_, PyByteArray>>,
+        rooms: Vec<u64>,
+    ) -> PyResult<Vec<Option<u64>>> {
+        if keys.len() != handles.len() || keys.len() != rooms.len() {
+            return Err(Error::invalid("keys, handles and rooms differ in length").into());
+        }
+        let mut spans = Vec::with_capacity(keys.len());
+        for (h, &room) in handles.iter().zip(&rooms) {
+            let n = isize::try_from(room)
+                .ok()
+                .filter(|_| room > 0 && room <= crate::staging::MAX_STAGED_BLOCK)
+                .ok_or_else(|| Error::invalid(format!("a room of {room} bytes")))?;
+            // SAFETY: `h` is a live bytearray (the GIL is held); resizing a bytearray that
+            // exports no buffer is allowed, and its new bytes are uninitialised until written.
+            if unsafe { pyo3::ffi::PyByteArray_Resize(h.as_ptr(), n) } != 0 {
+                return Err(PyErr::fetch(py));
+            }
+            // SAFETY: as above; the storage stays put until the array is resized again, which
+            // only this function does, after the copies.
+            let addr = unsafe { pyo3::ffi::PyByteArray_AsString(h.as_ptr()) } as usize;
+            spans.push(Span {
+                addr,
+                len: room,
+                device: None,
+            });
+        }
+        // The handles are only reachable through `handles` while the GIL is released: nobody
+        // resizes them meanwhile (a caller's thread could, through a reference it kept, which
+        // is the caller's data race, as with any buffer it passes).
+        let got = self.run(py, |s| s.staging.get_into(&s.kv, &s.bucket, &keys, &spans));
+        let lens = match got {
+            Ok(lens) => lens,
+            Err(e) => {
+                for h in &handles {
+                    // SAFETY: a live bytearray with no exports (see above).
+                    unsafe { pyo3::ffi::PyByteArray_Resize(h.as_ptr(), 0) };
+                }
+                return Err(e);
+            }
+        };
+        for (h, n) in handles.iter().zip(&lens) {
+            let n = n.unwrap_or(0) as isize;
+            // SAFETY: shrinking a live bytearray with no exports.
+            if unsafe { pyo3::ffi::PyByteArray_Resize(h.as_ptr(), n) } != 0 {
+                return Err(PyErr::fetch(py));
+            }
+        }
+        Ok(lens)
+    }
+
+    /// A new buffer of at least `len` bytes registered with this store's transfer engine, for
+    /// buffer handles (see `slab.rs`).
+    fn _slab(&self, py: Python<'_>, len: u64) -> PyResult<Slab> {
+        if len == 0 || len > 1 << 40 {
+            return Err(Error::invalid(format!("a slab of {len} bytes")).into());
+        }
+        let buf = self.run(py, |s| Ok(s.kv.register(len)?))?;
+        Ok(Slab { buf: Arc::new(buf) })
+    }
+
+    /// Reads each `keys[i]` into `[offsets[i], offsets[i] + rooms[i])` of `slab` (the node
+    /// writes it there: one node call per batch of `MAX_BATCH` keys); each block's length,
+    /// `None` where the key is absent. A block larger than its room fails the call.
+    fn _get_into_slab(
+        &self,
+        py: Python<'_>,
+        slab: &Slab,
+        keys: Vec<String>,
+        offsets: Vec<u64>,
+        rooms: Vec<u64>,
+    ) -> PyResult<Vec<Option<u64>>> {
+        if keys.len() != offsets.len() || keys.len() != rooms.len() {
+            return Err(Error::invalid("keys, offsets and rooms differ in length").into());
+        }
+        for (&o, &r) in offsets.iter().zip(&rooms) {
+            if r == 0 || o.checked_add(r).is_none_or(|end| end > slab.buf.len()) {
+                return Err(Error::invalid(format!(
+                    "a room of {r} bytes at {o} is outside the {}-byte slab",
+                    slab.buf.len()
+                ))
+                .into());
+            }
+        }
+        let buf = slab.buf.clone();
+        self.run(py, |s| {
+            let mut out = Vec::with_capacity(keys.len());
+            for (i, part) in keys.chunks(MAX_BATCH).enumerate() {
+                let at = i * MAX_BATCH;
+                let end = at + part.len();
+                out.extend(s.kv.batch_get_into_ranges(
+                    &s.bucket,
+                    part,
+                    &*buf,
+                    &offsets[at..end],
+                    &rooms[at..end],
+                )?);
+            }
+            Ok(out)
+        })
+    }
+
+    /// The size of each key, `None` where it is absent (HEAD requests, 8 at a time).
+    fn _sizes(&self, py: Python<'_>, keys: Vec<String>) -> PyResult<Vec<Option<u64>>> {
+        self.run(py, |s| sizes_of(s, &keys))
     }
 
     /// The bytes of each key in a new buffer made by `factory(n)` (a `bytearray` or a subclass

@@ -368,7 +368,8 @@ def test_mooncake_replicate_config_maps_onto_put_options(cluster):
         assert mc.put("elsewhere", b"e", other) == 0 and mc.get("elsewhere") == b"e"
         bad = ReplicateConfig()
         bad.soft_pin_action = SoftPinAction.ENABLE
-        bad.soft_pin_ttl_ms = 0
+        # Longer than Yutu's longest soft pin (30 days); 0 is Mooncake's "no pin", accepted.
+        bad.soft_pin_ttl_ms = 31 * 24 * 3600 * 1000
         assert mc.put("bad", b"b", bad) == int(ErrorCode.INVALID_PARAMS)
         # The flood: the hard-pinned block stays on both its nodes, the soft-pinned one too.
         soft_on = cluster.holders(bucket, "soft")

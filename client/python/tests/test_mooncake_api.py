@@ -136,6 +136,13 @@ def test_put_parts_and_buffer_handles(mc):
     hs = mc.batch_get_buffer(["chunk", "absent", "chunk"])
     assert hs[1] is None and bytes(hs[0]) == bytes(hs[2]) == bytes(h)
     assert hs[0].ptr() != hs[2].ptr()
+    # A block larger than the size the last batch found: asked again with its size.
+    assert mc.put("big", bytes(range(256)) * 40) == 0
+    hs = mc.batch_get_buffer(["chunk", "big", "absent"])
+    assert bytes(hs[0]) == bytes(h) and bytes(hs[1]) == bytes(range(256)) * 40 and hs[2] is None
+    # And smaller ones are cut to their length.
+    hs = mc.batch_get_buffer(["chunk", "big"])
+    assert [len(x) for x in hs] == [28 + 4096, 10240]
     # upsert_parts replaces; put_parts keeps.
     assert mc.put_parts("chunk", b"x") == 0 and mc.get_size("chunk") == 28 + 4096
     assert mc.upsert_parts("chunk", b"x", b"y") == 0 and mc.get("chunk") == b"xy"
@@ -323,3 +330,34 @@ def test_host_allocator_regions_outlive_the_allocator():
     arr[(1 << 20) - 1] = 9
     assert arr[(1 << 20) - 1] == 9
     assert MooncakeHostMemAllocator().free(ptr) == 0
+
+
+def test_buffer_handles_live_in_a_registered_slab(node, bucket):
+    """Handles are ranges of a registered slab (the node writes the blocks there); a full slab
+    gives heap handles instead, and a collected handle's range is used again."""
+    import gc
+
+    s = MooncakeDistributedStore()
+    assert s.setup("h", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", node.url,
+                   tenant_id=bucket, token=node.admin_token) == 0
+    n = (2 << 20) - 100
+    keys = [f"s{i}" for i in range(10)]
+    vals = [bytes([i]) * n for i in range(10)]
+    for k, v in zip(keys, vals):
+        assert s.put(k, v) == 0
+    hs = s.batch_get_buffer(keys[:8])
+    assert [bytes(h) for h in hs] == vals[:8]
+    assert not any(isinstance(h, mooncake._HeapHandle) for h in hs)
+    more = s.batch_get_buffer(keys[8:])
+    assert all(isinstance(h, mooncake._HeapHandle) for h in more)
+    assert [bytes(h) for h in more] == vals[8:]
+    first = hs[0].ptr()
+    del hs
+    gc.collect()
+    again = s.batch_get_buffer(keys[8:])
+    assert not any(isinstance(h, mooncake._HeapHandle) for h in again)
+    assert again[0].ptr() == first
+    assert [bytes(h) for h in again] == vals[8:]
+    s.close()
+    # The slab stays mapped while a handle over it lives.
+    assert bytes(again[1][:4]) == bytes([9]) * 4

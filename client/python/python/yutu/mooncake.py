@@ -32,6 +32,7 @@ import threading
 import time
 import types
 import urllib.parse
+import weakref
 
 from . import Store, _memory
 from ._errors import (
@@ -195,6 +196,9 @@ def _code(exc):
 
 
 _RECOVERABLE = (Error, ValueError, TypeError, OverflowError, re.error)
+# batch_get_buffer allocates handles of the remembered block size only while a batch of them
+# stays under this; above it, sizes are asked first.
+_MAX_GUESSED_BYTES = 256 << 20
 
 
 class Unsupported(NotImplementedError, AttributeError):
@@ -211,6 +215,11 @@ class MooncakeDistributedStore:
         self._closed = False
         self._members_lock = threading.Lock()
         self._members_cache = (0.0, None)
+        # The largest block the last batch_get_buffer found (see there), the slab its
+        # handles are carved from, and the size setup gave for it (Mooncake's local buffer).
+        self._buffer_hint = 0
+        self._slabs = None
+        self._local_buffer_size = 16 << 20
 
     # --- setup and lifetime ------------------------------------------------------------
 
@@ -268,6 +277,8 @@ class MooncakeDistributedStore:
             log.error("setup failed: %s", e)
             return int(_code(e))
         self._hostname = _with_port(str(local_hostname), self._store._engine_port())
+        self._local_buffer_size = parse_size(local_buffer_size)
+        self._slabs = None
         self._closed = False
         with self._members_lock:
             self._members_cache = (0.0, None)
@@ -698,13 +709,96 @@ class MooncakeDistributedStore:
         return self.batch_get_buffer([key])[0]
 
     def batch_get_buffer(self, keys):
-        """A :class:`BufferHandle` per key, None where it is absent or failed."""
+        """A :class:`BufferHandle` per key, None where it is absent or failed.
+
+        The blocks move as one batch get. A handle's memory must be set aside before its
+        block's size is known, so the store remembers the largest size its last batch found
+        (engines' chunks are all one size) and sets that aside; a block larger than it makes
+        the batch ask the sizes first (HEAD requests) and go again."""
         keys = list(keys)
+        if not keys:
+            return []
         try:
-            return self._s()._get_buffers(keys, BufferHandle)
+            store = self._s()
+            hint = self._buffer_hint
+            got = None
+            if hint and hint * len(keys) <= _MAX_GUESSED_BYTES:
+                got = self._get_handles(store, keys, [hint] * len(keys))
+            if got is None:
+                sizes = store._sizes(keys)
+                found = [z for z in sizes if z]
+                if found:
+                    self._buffer_hint = max(found)
+                todo = [i for i, z in enumerate(sizes) if z]
+                got = [None] * len(keys)
+                if todo:
+                    part = self._get_handles(store, [keys[i] for i in todo],
+                                             [sizes[i] for i in todo])
+                    if part is None:
+                        raise InvalidArgument("the blocks changed size while being read")
+                    for i, h in zip(todo, part):
+                        got[i] = h
+            return got
         except _RECOVERABLE as e:
             log.debug("%s", e)
             return [None] * len(keys)
+
+    def _slab_pool(self, store):
+        """The registered slab handles are carved from (made on first use, of Mooncake's
+        ``local_buffer_size``, 16 MiB to 1 GiB)."""
+        with self._members_lock:
+            if self._slabs is None or self._slabs[0] is not store:
+                size = min(max(self._local_buffer_size, 16 << 20), 1 << 30)
+                self._slabs = (store, _SlabPool(store._slab(size)))
+            return self._slabs[1]
+
+    def _get_handles(self, store, keys, rooms):
+        """Reads the keys into new handles of at most ``rooms`` bytes each; None when a block
+        is larger than its room."""
+        pool = self._slab_pool(store)
+        offsets = []
+        for n in rooms:
+            off = pool.alloc(n)
+            if off is None:
+                break
+            offsets.append(off)
+        try:
+            if len(offsets) < len(rooms):
+                # The slab is full (handles held elsewhere): heap handles, one more copy.
+                for off, n in zip(offsets, rooms):
+                    pool.free(off, n)
+                offsets = None
+                handles = [_HeapHandle() for _ in rooms]
+                lens = store._get_into_handles(keys, handles, rooms)
+                return [None if n is None else h for h, n in zip(handles, lens)]
+            lens = store._get_into_slab(pool.slab, keys, offsets, rooms)
+        except InvalidArgument as e:
+            if offsets is not None:
+                for off, n in zip(offsets, rooms):
+                    pool.free(off, n)
+            if "bytes; block" in str(e) or "larger than" in str(e):
+                return None
+            raise
+        except BaseException:
+            if offsets is not None:
+                for off, n in zip(offsets, rooms):
+                    pool.free(off, n)
+            raise
+        out = []
+        base = pool.slab.addr
+        for off, room, n in zip(offsets, rooms, lens):
+            if not n:
+                pool.free(off, room)
+                out.append(None if n is None else _HeapHandle())
+                continue
+            keep = _aligned(n)
+            if keep < _aligned(room):
+                pool.free(off + keep, _aligned(room) - keep)
+            h = _slab_handle_type(n).from_address(base + off)
+            h._slab = pool.slab  # the memory stays mapped while the handle lives
+            weakref.finalize(h, pool.free, off, n)
+            out.append(h)
+        return out
 
     def _spans_from(self, keys, ptrs, sizes, overwrite, config):
         """batch put-from with Mooncake's per-key codes: a bad pointer or a size of 0 fails
@@ -1014,12 +1108,30 @@ def config_from_env(environ=None):
     return cfg
 
 
-class BufferHandle(bytearray):
-    """What ``get_buffer``/``batch_get_buffer`` answer, as Mooncake's ``BufferHandle``: the
+class BufferHandle:
+    """What ``get_buffer``/``batch_get_buffer`` answer, as Mooncake's ``BufferHandle``: an
     object's bytes in memory this client owns, freed when the handle is collected; ``ptr()``
     is their address, ``size()`` (and ``len``) their length, and the buffer protocol exposes
-    them (``memoryview``, ``torch.frombuffer``, ``numpy.frombuffer``). Do not resize it:
-    ``ptr()`` would move."""
+    them, writable (``memoryview``, ``torch.frombuffer``, ``numpy.frombuffer``).
+
+    The memory is a range of a buffer registered with the store's transfer engine (the node
+    writes the block straight into it, as Mooncake's handles live in its local buffer), or,
+    when that buffer is full, ordinary heap memory."""
+
+    __slots__ = ()
+
+    def ptr(self):
+        raise NotImplementedError
+
+    def size(self):
+        return len(self)
+
+    def __repr__(self):
+        return f"BufferHandle(ptr={self.ptr():#x}, size={self.size()})"
+
+
+class _HeapHandle(BufferHandle, bytearray):
+    """A handle in heap memory (a ``bytearray``)."""
 
     __slots__ = ()
 
@@ -1032,11 +1144,76 @@ class BufferHandle(bytearray):
         finally:
             del view
 
-    def size(self):
-        return len(self)
 
-    def __repr__(self):
-        return f"BufferHandle(ptr={self.ptr():#x}, size={len(self)})"
+_SLAB_TYPES = {}
+_SLAB_TYPES_LOCK = threading.Lock()
+
+
+def _slab_handle_type(n):
+    """The handle class of ``n`` bytes over slab memory (a ctypes byte array; one per size)."""
+    with _SLAB_TYPES_LOCK:
+        t = _SLAB_TYPES.get(n)
+        if t is None:
+            if len(_SLAB_TYPES) > 4096:
+                _SLAB_TYPES.clear()
+            t = type("BufferHandle", (BufferHandle, ctypes.c_ubyte * n), {
+                "ptr": lambda self: ctypes.addressof(self),
+                "size": lambda self: ctypes.sizeof(self),
+                "__module__": __name__,
+            })
+            _SLAB_TYPES[n] = t
+        return t
+
+
+_ALIGN = 64
+
+
+def _aligned(n):
+    return (n + _ALIGN - 1) & ~(_ALIGN - 1)
+
+
+class _SlabPool:
+    """First-fit allocation of ranges of one registered slab; a range goes back when the
+    handle over it is collected."""
+
+    def __init__(self, slab):
+        self.slab = slab
+        self.lock = threading.Lock()
+        self.free_ranges = [(0, slab.size)]  # sorted, coalesced (offset, length)
+
+    def alloc(self, n):
+        n = _aligned(n)
+        with self.lock:
+            for i, (off, length) in enumerate(self.free_ranges):
+                if length >= n:
+                    if length == n:
+                        del self.free_ranges[i]
+                    else:
+                        self.free_ranges[i] = (off + n, length - n)
+                    return off
+        return None
+
+    def free(self, off, n):
+        n = _aligned(n)
+        if n == 0:
+            return
+        with self.lock:
+            fr = self.free_ranges
+            lo, hi = 0, len(fr)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if fr[mid][0] < off:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            fr.insert(lo, (off, n))
+            # Coalesce with the neighbours.
+            if lo + 1 < len(fr) and fr[lo][0] + fr[lo][1] == fr[lo + 1][0]:
+                fr[lo] = (fr[lo][0], fr[lo][1] + fr[lo + 1][1])
+                del fr[lo + 1]
+            if lo > 0 and fr[lo - 1][0] + fr[lo - 1][1] == fr[lo][0]:
+                fr[lo - 1] = (fr[lo - 1][0], fr[lo - 1][1] + fr[lo][1])
+                del fr[lo]
 
 
 class MooncakeHostMemAllocator:
