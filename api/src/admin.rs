@@ -85,6 +85,11 @@ pub struct NodeStats {
     /// 1 while the node moves keys after a membership change.
     #[serde(default)]
     pub rebalancing: bool,
+    /// The node's last rebalancing pass completed against the membership it sees now: keys
+    /// it holds beyond what it owns (a put's extra copies) are no longer dropped by a pass
+    /// still to come. False while a membership change is not yet worked through.
+    #[serde(default)]
+    pub settled: bool,
     /// Keys copied to new owners and bytes, since the node started.
     #[serde(default)]
     pub rereplicated_keys: u64,

@@ -85,6 +85,9 @@ pub struct ClusterMetrics {
     pub writes_refused: AtomicU64,
     /// 1 while a rebalancing pass runs.
     pub rebalancing: AtomicU64,
+    /// [`members_digest`] of the membership the last pass completed against, once the
+    /// rebalancer has seen it unchanged since (see `NodeStats::settled`); 0 otherwise.
+    pub settled: AtomicU64,
     pub rereplicated_keys: AtomicU64,
     pub rereplicated_bytes: AtomicU64,
     pub rereplication_failures: AtomicU64,
@@ -92,6 +95,15 @@ pub struct ClusterMetrics {
     pub handed_off: AtomicU64,
     /// Keys the last rebalancing pass could not move (an owner unreachable): retried.
     pub pending_moves: AtomicU64,
+}
+
+/// A digest of a membership, to tell whether the rebalancer's last completed pass was
+/// against the membership a caller sees (same process only: not a wire value). Never 0.
+pub fn members_digest(members: &[yutu_api::cluster::Member]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    format!("{members:?}").hash(&mut h);
+    h.finish().max(1)
 }
 
 impl ClusterMetrics {

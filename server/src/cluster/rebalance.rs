@@ -69,9 +69,15 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>) {
             return;
         }
         let target = cluster.view();
-        if target.members.is_empty() || done.as_ref() == Some(&target.members) {
+        if target.members.is_empty() {
             continue;
         }
+        if done.as_ref() == Some(&target.members) {
+            let digest = super::members_digest(&target.members);
+            cluster.metrics.settled.store(digest, Ordering::Relaxed);
+            continue;
+        }
+        cluster.metrics.settled.store(0, Ordering::Relaxed);
         // Only a node sure of its place moves keys.
         if cluster.writable().is_err() {
             continue;

@@ -176,6 +176,7 @@ fn unreachable(member: &Member) -> NodeStats {
         state: NodeState::Unreachable,
         shards: Vec::new(),
         rebalancing: false,
+        settled: false,
         rereplicated_keys: 0,
         rereplicated_bytes: 0,
         under_replicated: 0,

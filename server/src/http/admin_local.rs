@@ -55,6 +55,7 @@ pub async fn stats(ctx: &Ctx) -> Result<NodeStats, S3Error> {
         state: NodeState::Up,
         shards,
         rebalancing: false,
+        settled: false,
         rereplicated_keys: 0,
         rereplicated_bytes: 0,
         under_replicated: 0,
@@ -76,6 +77,9 @@ pub async fn stats(ctx: &Ctx) -> Result<NodeStats, S3Error> {
         }
         let m = &cluster.metrics;
         out.rebalancing = m.rebalancing.load(Relaxed) > 0;
+        // Settled against the membership this answer reports, not an older one.
+        out.settled = !out.rebalancing
+            && m.settled.load(Relaxed) == crate::cluster::members_digest(&view.members);
         out.rereplicated_keys = m.rereplicated_keys.load(Relaxed);
         out.rereplicated_bytes = m.rereplicated_bytes.load(Relaxed);
         out.under_replicated = m.pending_moves.load(Relaxed);

@@ -32,6 +32,7 @@ import time
 import uuid
 
 import pytest
+from conftest import wait_until
 
 torch = pytest.importorskip("torch")
 
@@ -39,14 +40,6 @@ pytestmark = pytest.mark.skipif(
     os.environ.get("YUTU_MOONCAKE") != "1",
     reason="run with YUTU_MOONCAKE=1 (scripts/test.sh does): the engines import mooncake.store",
 )
-
-
-def _wait(cond, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_the_engines_get_yutu_for_mooncake_store():
@@ -209,8 +202,8 @@ def test_lmcache_remote_backend(node, bucket, save_meta):
                 want.append(o.tensor.clone())
             assert want[0].numel() * 2 == [1 << 10, 64 << 10, 2 << 20][s]
             rb.batched_submit_put_task(keys, objs)
-            _wait(lambda: not rb.put_tasks, what="LMCache's put tasks")
-            _wait(lambda: all(rb.contains(k) for k in keys), what="contains")
+            wait_until(lambda: not rb.put_tasks, 30, "LMCache's put tasks")
+            wait_until(lambda: all(rb.contains(k) for k in keys), 30, "contains")
             stored += sum(rb.contains(k) for k in keys)
             got = rb.batched_get_blocking(keys)
             for g, w in zip(got, want):
