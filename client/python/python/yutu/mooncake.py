@@ -781,8 +781,12 @@ class MooncakeDistributedStore:
             raise
         except BaseException:
             if offsets is not None:
-                for off, n in zip(offsets, rooms):
-                    pool.free(off, n)
+                # The call failed on this side (a timeout, say): the node may still write
+                # into these ranges, so they are never lent again. The slab is retired (live
+                # handles keep it mapped) and the next batch makes a new one.
+                with self._members_lock:
+                    if self._slabs is not None and self._slabs[1] is pool:
+                        self._slabs = None
             raise
         out = []
         base = pool.slab.addr
