@@ -688,6 +688,7 @@ mod tests {
             state,
             shards,
             rebalancing: false,
+            settled: true,
             rereplicated_keys: 0,
             rereplicated_bytes: 0,
             under_replicated: 0,
