@@ -124,6 +124,18 @@ impl Client {
         })
     }
 
+    /// POSTs `body` as JSON; the status and the answer parsed as JSON (`Null` when it is not).
+    pub fn post_json(&self, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+        let r = self.send(
+            "POST",
+            path,
+            &[("content-type", "application/json")],
+            Some(body.to_string().as_bytes()),
+        );
+        let answer = serde_json::from_slice(&r.body).unwrap_or(serde_json::Value::Null);
+        (r.status, answer)
+    }
+
     pub fn get(&self, path: &str) -> Reply {
         self.send("GET", path, &[], None)
     }

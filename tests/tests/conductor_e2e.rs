@@ -10,23 +10,9 @@ use yutu_api::block_hash::BlockHasher;
 use yutu_tests::server::wait_until;
 use yutu_tests::{bin_path, Client, Server};
 
-fn post(c: &Client, path: &str, body: &Value) -> (u16, Value) {
-    let r = c.send(
-        "POST",
-        path,
-        &[("content-type", "application/json")],
-        Some(body.to_string().as_bytes()),
-    );
-    (
-        r.status,
-        serde_json::from_slice(&r.body).unwrap_or(Value::Null),
-    )
-}
-
 /// The prefill instance a request would go to, and how many of its blocks are cached there.
 fn route(c: &Client, tokens: &[u32]) -> (String, u64) {
-    let (status, d) = post(
-        c,
+    let (status, d) = c.post_json(
         "/v1/route",
         &json!({"bucket": "llama", "token_ids": tokens, "output_length": 50, "dry_run": true}),
     );
@@ -61,7 +47,7 @@ fn evicted_blocks_stop_drawing_requests() {
         json!({"id": "pC", "role": "prefill", "node": "node-c"}),
         json!({"id": "d0", "role": "decode"}),
     ] {
-        assert_eq!(post(&cc, "/v1/instances", &reg).0, 200);
+        assert_eq!(cc.post_json("/v1/instances", &reg).0, 200);
     }
     let node_c = Server::start(&[
         "--conductor",
@@ -116,7 +102,7 @@ fn routing_follows_the_blocks_nodes_publish() {
         json!({"id": "pA", "role": "prefill", "node": "node-a"}),
         json!({"id": "d0", "role": "decode"}),
     ] {
-        let (status, body) = post(&cc, "/v1/instances", &reg);
+        let (status, body) = cc.post_json("/v1/instances", &reg);
         assert_eq!(status, 200, "{body}");
     }
     let a_dir = tempfile::tempdir().unwrap();
@@ -205,8 +191,7 @@ fn routing_follows_the_blocks_nodes_publish() {
     assert_eq!(node(&cc, "node-a")["url"], node_a.url.as_str());
     // The recovered blocks are on node A's NVMe tier now, and the decision uses them: either
     // prefill on pA, or prefill elsewhere pulling the prefix from node A.
-    let (status, d) = post(
-        &cc,
+    let (status, d) = cc.post_json(
         "/v1/route",
         &json!({"bucket": "llama", "token_ids": tokens, "output_length": 50, "dry_run": true}),
     );

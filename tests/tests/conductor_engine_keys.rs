@@ -16,24 +16,10 @@ use yutu_tests::{bin_path, Client, Server};
 
 const BLOCK: u64 = 4096;
 
-fn post(c: &Client, path: &str, body: &Value) -> (u16, Value) {
-    let r = c.send(
-        "POST",
-        path,
-        &[("content-type", "application/json")],
-        Some(body.to_string().as_bytes()),
-    );
-    (
-        r.status,
-        serde_json::from_slice(&r.body).unwrap_or(Value::Null),
-    )
-}
-
 /// The prefill instance a request naming `keys` would go to, and how many of its blocks are
 /// cached there.
 fn route(c: &Client, keys: &[String]) -> (String, u64) {
-    let (status, d) = post(
-        c,
+    let (status, d) = c.post_json(
         "/v1/route",
         &json!({"bucket": "llama", "block_keys": keys, "output_length": 50, "dry_run": true}),
     );
@@ -75,7 +61,7 @@ fn conductor_with_instances() -> Server {
         json!({"id": "pA", "role": "prefill", "node": "node-a"}),
         json!({"id": "d0", "role": "decode"}),
     ] {
-        let (status, body) = post(&cc, "/v1/instances", &reg);
+        let (status, body) = cc.post_json("/v1/instances", &reg);
         assert_eq!(status, 200, "{body}");
     }
     conductor
@@ -307,8 +293,7 @@ fn engine_keyed_blocks_recovered_from_nvme_are_resynced() {
     );
     assert_eq!(node(&cc)["url"], node_a.url.as_str());
     // Read from NVMe now: prefill on pA, or elsewhere pulling the prefix from node A.
-    let (status, d) = post(
-        &cc,
+    let (status, d) = cc.post_json(
         "/v1/route",
         &json!({"bucket": "llama", "block_keys": chain, "output_length": 50, "dry_run": true}),
     );
