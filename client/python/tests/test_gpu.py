@@ -403,60 +403,59 @@ def test_real_gpu_batches_and_registered_pointers(real_store):
     assert torch.equal(src, dst)
 
 
-def test_real_gpu_register_buffer_asks_the_driver(node, bucket, monkeypatch):
+@pytest.fixture
+def real_mc(node, bucket, monkeypatch):
+    """The Mooncake class on real GPUs (no stand-in)."""
+    monkeypatch.delenv("YUTU_TEST_DEVICE", raising=False)
+    mc = MooncakeDistributedStore()
+    assert mc.setup("c", "unused", 0, 16 << 20, "tcp", "", node.url,
+                    tenant_id=bucket, token=node.admin_token) == 0
+    yield mc
+    mc.close()
+
+
+def test_real_gpu_register_buffer_asks_the_driver(real_mc):
     """Mooncake's register_buffer(ptr, size) has no device argument: vLLM registers its GPU KV
     tensors through it. The driver says which ranges are GPU memory."""
     torch = _torch_cuda()
-    monkeypatch.delenv("YUTU_TEST_DEVICE", raising=False)
-    mc = MooncakeDistributedStore()
-    assert mc.setup("c", "unused", 0, 16 << 20, "tcp", "", node.url,
-                    tenant_id=bucket, token=node.admin_token) == 0
-    try:
-        size = 4 * MiB
-        gpu = torch.from_numpy(pattern(size, 30)).to("cuda:0")
-        out = torch.zeros(size, dtype=torch.uint8, device="cuda:0")
-        host = torch.zeros(size, dtype=torch.uint8)
-        pinned = torch.zeros(size, dtype=torch.uint8).pin_memory()
-        torch.cuda.synchronize()
-        for t in (gpu, out, host, pinned):
-            assert mc.register_buffer(t.data_ptr(), t.numel()) == 0
-        devs = mc._s()._devices_of([gpu.data_ptr(), out.data_ptr(), host.data_ptr(),
-                                    pinned.data_ptr()], [1] * 4)
-        assert devs == [0, 0, None, None]
-        assert mc.put_from("g", gpu.data_ptr(), size) == 0
-        assert mc.get_into("g", out.data_ptr(), size) == size
-        assert torch.equal(gpu, out)
-        assert mc.get_into("g", pinned.data_ptr(), size) == size
-        assert torch.equal(pinned, gpu.cpu())
-    finally:
-        mc.close()
+    mc = real_mc
+    size = 4 * MiB
+    gpu = torch.from_numpy(pattern(size, 30)).to("cuda:0")
+    out = torch.zeros(size, dtype=torch.uint8, device="cuda:0")
+    host = torch.zeros(size, dtype=torch.uint8)
+    pinned = torch.zeros(size, dtype=torch.uint8).pin_memory()
+    torch.cuda.synchronize()
+    for t in (gpu, out, host, pinned):
+        assert mc.register_buffer(t.data_ptr(), t.numel()) == 0
+    devs = mc._s()._devices_of([gpu.data_ptr(), out.data_ptr(), host.data_ptr(),
+                                pinned.data_ptr()], [1] * 4)
+    assert devs == [0, 0, None, None]
+    assert mc.put_from("g", gpu.data_ptr(), size) == 0
+    assert mc.get_into("g", out.data_ptr(), size) == size
+    assert torch.equal(gpu, out)
+    assert mc.get_into("g", pinned.data_ptr(), size) == size
+    assert torch.equal(pinned, gpu.cpu())
 
 
-def test_real_gpu_multi_buffers(node, bucket, monkeypatch):
+def test_real_gpu_multi_buffers(real_mc):
     """vLLM's shape: a block's K/V segments in several GPU tensors, one key per block."""
     torch = _torch_cuda()
-    monkeypatch.delenv("YUTU_TEST_DEVICE", raising=False)
-    mc = MooncakeDistributedStore()
-    assert mc.setup("c", "unused", 0, 16 << 20, "tcp", "", node.url,
-                    tenant_id=bucket, token=node.admin_token) == 0
-    try:
-        layers, blocks, seg = 4, 16, 64 * KiB
-        kv = [torch.from_numpy(pattern(2 * blocks * seg, 40 + i)).to("cuda:0").view(2, blocks, seg)
-              for i in range(layers)]
-        torch.cuda.synchronize()
-        for t in kv:
-            assert mc.register_buffer(t.data_ptr(), t.numel()) == 0
+    mc = real_mc
+    layers, blocks, seg = 4, 16, 64 * KiB
+    kv = [torch.from_numpy(pattern(2 * blocks * seg, 40 + i)).to("cuda:0").view(2, blocks, seg)
+          for i in range(layers)]
+    torch.cuda.synchronize()
+    for t in kv:
+        assert mc.register_buffer(t.data_ptr(), t.numel()) == 0
 
-        def addrs(b):
-            return [t[h, b].data_ptr() for t in kv for h in range(2)]
+    def addrs(b):
+        return [t[h, b].data_ptr() for t in kv for h in range(2)]
 
-        keys = [f"vb{i}" for i in range(8)]
-        assert mc.batch_put_from_multi_buffers(keys, [addrs(b) for b in range(8)],
-                                               [[seg] * 2 * layers] * 8) == [0] * 8
-        got = mc.batch_get_into_multi_buffers(keys, [addrs(8 + b) for b in range(8)],
-                                              [[seg] * 2 * layers] * 8)
-        assert got == [2 * layers * seg] * 8
-        for t in kv:
-            assert torch.equal(t[:, :8], t[:, 8:])
-    finally:
-        mc.close()
+    keys = [f"vb{i}" for i in range(8)]
+    assert mc.batch_put_from_multi_buffers(keys, [addrs(b) for b in range(8)],
+                                           [[seg] * 2 * layers] * 8) == [0] * 8
+    got = mc.batch_get_into_multi_buffers(keys, [addrs(8 + b) for b in range(8)],
+                                          [[seg] * 2 * layers] * 8)
+    assert got == [2 * layers * seg] * 8
+    for t in kv:
+        assert torch.equal(t[:, :8], t[:, 8:])
