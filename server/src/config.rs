@@ -448,6 +448,13 @@ impl Settings {
                     u.name
                 )));
             }
+            // A token's principal is `token:<sub>`: no user may be named like one.
+            if u.name.contains(':') {
+                return Err(ConfigError::Invalid(format!(
+                    "user {:?}: a user's name cannot contain ':' (token principals are named token:<sub>)",
+                    u.name
+                )));
+            }
             if !keys.insert(u.access_key.clone()) {
                 return Err(ConfigError::Invalid(format!(
                     "access key {:?} is given to more than one user",

@@ -27,6 +27,9 @@ use yutu_api::S3ErrorCode;
 use super::AuthError;
 use crate::config::User;
 
+/// What a token's principal name starts with (see [`Identity::name`]).
+pub const TOKEN_PREFIX: &str = "token:";
+
 /// Who sent a request.
 #[derive(Debug, Clone)]
 pub enum Identity {
@@ -39,12 +42,15 @@ pub enum Identity {
 }
 
 impl Identity {
-    /// The name recorded as a new bucket's owner and as the holder of leases and puts.
-    pub fn name(&self) -> &str {
+    /// The name recorded as a new bucket's or object's owner and as the holder of leases and
+    /// puts. A token's is [`TOKEN_PREFIX`] and its subject, never a user's name (user names
+    /// cannot hold a `:`), so a token whose `sub` is named like a user can neither end, revoke
+    /// nor release that user's puts and leases, nor own what the user owns.
+    pub fn name(&self) -> std::borrow::Cow<'_, str> {
         match self {
-            Identity::Open | Identity::Anonymous => "",
-            Identity::User(u) => &u.name,
-            Identity::Token(c) => &c.sub,
+            Identity::Open | Identity::Anonymous => "".into(),
+            Identity::User(u) => u.name.as_str().into(),
+            Identity::Token(c) => format!("{TOKEN_PREFIX}{}", c.sub).into(),
         }
     }
 

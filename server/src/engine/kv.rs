@@ -235,6 +235,10 @@ impl ShardStore {
         keys: &[String],
         ttl: Duration,
     ) -> Result<Vec<Option<BlockRef>>, StoreError> {
+        if self.leases.contains_key(&lease_id) {
+            // Two live ids alike (see `Shard::kv_id_for`): the client retries.
+            return Err(StoreError::Conflict);
+        }
         let grant = self.next_grant();
         let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
         let mut found = Vec::with_capacity(keys.len());
@@ -330,33 +334,37 @@ impl ShardStore {
         self.release_lease(lease_id)
     }
 
-    /// Publishes `holder`'s put; another user's put id is answered as unknown.
+    /// Publishes `holder`'s put into `bucket`; another holder's put id, or one started in
+    /// another bucket, is answered as unknown (the caller's permission was checked on the
+    /// bucket it names, so that must be the put's).
     pub fn put_end_by(
         &mut self,
         put_id: u64,
         holder: &str,
+        bucket: &str,
     ) -> Result<(String, String, Staged), StoreError> {
         if self
             .pending_puts
             .get(&put_id)
-            .is_none_or(|p| p.holder != holder)
+            .is_none_or(|p| p.holder != holder || p.bucket != bucket)
         {
             return Err(StoreError::NoSuchUpload);
         }
         self.stage_put(put_id)
     }
 
-    /// Abandons `holder`'s put; `false` when it is gone or someone else's.
     /// Whether put `put_id` is started and not yet ended, revoked or expired.
     pub fn put_pending(&self, put_id: u64) -> bool {
         self.pending_puts.contains_key(&put_id)
     }
 
-    pub fn put_revoke_by(&mut self, put_id: u64, holder: &str) -> bool {
+    /// Abandons `holder`'s put into `bucket`; `false` when it is gone, someone else's, or
+    /// another bucket's.
+    pub fn put_revoke_by(&mut self, put_id: u64, holder: &str, bucket: &str) -> bool {
         if self
             .pending_puts
             .get(&put_id)
-            .is_none_or(|p| p.holder != holder)
+            .is_none_or(|p| p.holder != holder || p.bucket != bucket)
         {
             return false;
         }
@@ -397,6 +405,10 @@ impl ShardStore {
         len: u64,
         ttl: Duration,
     ) -> Result<(u64, GrantId), StoreError> {
+        if self.pending_puts.contains_key(&put_id) {
+            // Two live ids alike (see `Shard::kv_id_for`): the client retries.
+            return Err(StoreError::Conflict);
+        }
         let meta = ObjectMeta::for_block(len);
         self.check_write(bucket, key, &Default::default())?;
         self.admit_reservation(holder, len)?;
@@ -806,13 +818,20 @@ mod tests {
         s.put_start(2, "alice", "b", "k", 4, Duration::from_secs(10))
             .unwrap();
         assert!(matches!(
-            s.put_end_by(2, "bob"),
+            s.put_end_by(2, "bob", "b"),
             Err(StoreError::NoSuchUpload)
         ));
-        assert!(!s.put_revoke_by(2, "bob"));
-        assert!(s.put_end_by(2, "alice").is_ok());
+        assert!(!s.put_revoke_by(2, "bob", "b"));
+        // The holder's own put, named through another bucket (one its permission was checked
+        // on), is unknown there too.
+        assert!(matches!(
+            s.put_end_by(2, "alice", "other"),
+            Err(StoreError::NoSuchUpload)
+        ));
+        assert!(!s.put_revoke_by(2, "alice", "other"));
+        assert!(s.put_end_by(2, "alice", "b").is_ok());
         s.put_start(3, "alice", "b", "k", 4, Duration::from_secs(10))
             .unwrap();
-        assert!(s.put_revoke_by(3, "alice"));
+        assert!(s.put_revoke_by(3, "alice", "b"));
     }
 }

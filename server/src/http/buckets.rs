@@ -63,7 +63,7 @@ pub fn list_buckets(ctx: &Ctx) -> Result<Resp, S3Error> {
         .collect();
     let doc = ListAllMyBucketsResult {
         xmlns: S3_NS,
-        owner: owner(ctx.identity().name()),
+        owner: owner(&ctx.identity().name()),
         buckets: Buckets { bucket },
     };
     Ok(xml_response(

@@ -161,8 +161,8 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
             Ok(json(&PrefixResponse { present }))
         }
         KvOp::PutStart => put_start(ctx, &bucket, parse(ctx, body).await?).await,
-        KvOp::PutEnd => put_end(ctx, parse(ctx, body).await?).await,
-        KvOp::Revoke => revoke(ctx, parse(ctx, body).await?).await,
+        KvOp::PutEnd => put_end(ctx, &bucket, parse(ctx, body).await?).await,
+        KvOp::Revoke => revoke(ctx, &bucket, parse(ctx, body).await?).await,
         KvOp::Get => get(ctx, &bucket, parse(ctx, body).await?).await,
         KvOp::GetInto => super::kv_copy::get_into(ctx, &bucket, parse(ctx, body).await?).await,
         KvOp::PutFrom => super::kv_copy::put_from(ctx, &bucket, parse(ctx, body).await?).await,
@@ -270,7 +270,7 @@ pub(super) async fn start_puts(
             .filter(|(d, _)| d.is_some())
             .map(|(_, id)| *id)
             .collect();
-        revoke_all(ctx, &started).await;
+        revoke_all(ctx, bucket, &started).await;
         return Err(e);
     }
     Ok((ids, descriptors.into_iter().flatten().collect()))
@@ -287,15 +287,15 @@ pub(super) fn check_lens(ctx: &Ctx, blocks: &[(String, u64)]) -> Result<(), S3Er
 }
 
 /// Best effort: abandons started puts (the reaper would take them at their deadline anyway).
-pub(super) async fn revoke_all(ctx: &Ctx, put_ids: &[u64]) {
+pub(super) async fn revoke_all(ctx: &Ctx, bucket: &str, put_ids: &[u64]) {
     for &put_id in put_ids {
         let Some(shard) = ctx.shard.shard_of_id(put_id) else {
             continue;
         };
-        let holder = ctx.holder();
+        let (holder, bucket) = (ctx.holder(), bucket.to_string());
         let _ = ctx
             .shard
-            .run(shard, move |s| ops::put_revoke(s, put_id, &holder))
+            .run(shard, move |s| ops::put_revoke(s, put_id, &holder, &bucket))
             .await;
     }
 }
@@ -306,13 +306,18 @@ pub(super) fn owner_of(ctx: &Ctx, id: u64) -> Result<usize, S3Error> {
         .ok_or_else(|| bad(format!("Unknown id {id}.")))
 }
 
-async fn put_end(ctx: &Ctx, req: PutIdsRequest) -> Result<Resp, S3Error> {
-    let etags = end_puts(ctx, &req.put_ids).await?;
+async fn put_end(ctx: &Ctx, bucket: &str, req: PutIdsRequest) -> Result<Resp, S3Error> {
+    let etags = end_puts(ctx, bucket, &req.put_ids).await?;
     Ok(json(&EtagsResponse { etags }))
 }
 
-/// Publishes started puts on their shards (all shards at once); their ETags, in order.
-pub(super) async fn end_puts(ctx: &Ctx, put_ids: &[u64]) -> Result<Vec<String>, S3Error> {
+/// Publishes the caller's puts into `bucket` on their shards (all shards at once); their
+/// ETags, in order. A put of another holder or another bucket is unknown.
+pub(super) async fn end_puts(
+    ctx: &Ctx,
+    bucket: &str,
+    put_ids: &[u64],
+) -> Result<Vec<String>, S3Error> {
     if put_ids.is_empty() || put_ids.len() > MAX_BATCH {
         return Err(bad(format!("A batch names 1 to {MAX_BATCH} puts.")));
     }
@@ -322,9 +327,9 @@ pub(super) async fn end_puts(ctx: &Ctx, put_ids: &[u64]) -> Result<Vec<String>, 
     }
     let calls = groups.iter().map(|(shard, idx)| {
         let ids: Vec<u64> = idx.iter().map(|i| put_ids[*i]).collect();
-        let holder = ctx.holder();
+        let (holder, bucket) = (ctx.holder(), bucket.to_string());
         ctx.shard
-            .run_async(*shard, move |s| ops::put_end(s, ids, holder))
+            .run_async(*shard, move |s| ops::put_end(s, ids, holder, bucket))
     });
     let answers = futures::future::join_all(calls).await;
     let mut etags = vec![String::new(); put_ids.len()];
@@ -343,14 +348,14 @@ pub(super) async fn end_puts(ctx: &Ctx, put_ids: &[u64]) -> Result<Vec<String>, 
     Ok(etags)
 }
 
-async fn revoke(ctx: &Ctx, req: PutIdsRequest) -> Result<Resp, S3Error> {
+async fn revoke(ctx: &Ctx, bucket: &str, req: PutIdsRequest) -> Result<Resp, S3Error> {
     let mut revoked = Vec::with_capacity(req.put_ids.len());
     for id in req.put_ids {
         let shard = owner_of(ctx, id)?;
-        let holder = ctx.holder();
+        let (holder, bucket) = (ctx.holder(), bucket.to_string());
         revoked.push(
             ctx.shard
-                .run(shard, move |s| ops::put_revoke(s, id, &holder))
+                .run(shard, move |s| ops::put_revoke(s, id, &holder, &bucket))
                 .await?,
         );
     }

@@ -454,8 +454,8 @@ async fn put_from_engine(
     }
     .await;
     if let Err(e) = moved {
-        revoke_all(ctx, &ids).await;
+        revoke_all(ctx, bucket, &ids).await;
         return Err(e);
     }
-    end_puts(ctx, &ids).await
+    end_puts(ctx, bucket, &ids).await
 }

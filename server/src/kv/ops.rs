@@ -97,8 +97,12 @@ pub fn put_start(
 }
 
 /// Revokes `holder`'s put `put_id` and gives back its quota; whether it was pending.
-pub fn put_revoke(shard: &Shard, put_id: u64, holder: &str) -> bool {
-    let revoked = shard.tier.store.borrow_mut().put_revoke_by(put_id, holder);
+pub fn put_revoke(shard: &Shard, put_id: u64, holder: &str, bucket: &str) -> bool {
+    let revoked = shard
+        .tier
+        .store
+        .borrow_mut()
+        .put_revoke_by(put_id, holder, bucket);
     if revoked {
         let released = shard.kv_admitted.borrow_mut().remove(&put_id);
         drop(released);
@@ -126,11 +130,23 @@ fn abandon(shard: &Shard, started: &[(u64, String, u64)]) {
     drop(released);
 }
 
-/// Publishes `holder`'s puts; a `disk` bucket's block is on NVMe before this answers.
-pub async fn put_end(shard: Rc<Shard>, put_ids: Vec<u64>, holder: String) -> Vec<PutResult> {
+/// Publishes `holder`'s puts into `bucket`; a `disk` bucket's block is on NVMe before this
+/// answers.
+pub async fn put_end(
+    shard: Rc<Shard>,
+    put_ids: Vec<u64>,
+    holder: String,
+    bucket: String,
+) -> Vec<PutResult> {
     let ended: Vec<_> = put_ids
         .iter()
-        .map(|id| shard.tier.store.borrow_mut().put_end_by(*id, &holder))
+        .map(|id| {
+            shard
+                .tier
+                .store
+                .borrow_mut()
+                .put_end_by(*id, &holder, &bucket)
+        })
         .collect();
     let mut out = Vec::with_capacity(ended.len());
     for (id, r) in put_ids.iter().zip(ended) {

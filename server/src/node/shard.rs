@@ -68,8 +68,10 @@ pub struct Shard {
     /// Quota admitted to two-phase KV puts of this shard, by put id, held until each ends
     /// (or is revoked or expires: the KV expiry task drops those).
     pub kv_admitted: std::cell::RefCell<std::collections::HashMap<u64, super::quota::Admitted>>,
-    /// Lease and put ids handed out by this shard (the shard is in the top 16 bits).
+    /// Lease and put ids handed out by this shard: a counter, turned unguessable by
+    /// [`Shard::kv_id_for`] with this shard's random key.
     kv_seq: Cell<u64>,
+    kv_id_key: [u8; 32],
     /// Serialises bucket creation and deletion on the coordinator.
     pub(crate) bucket_lock: glommio::sync::Semaphore,
     request_seq: Cell<u64>,
@@ -106,6 +108,7 @@ impl Shard {
             kv_admitted: Default::default(),
             body_budget,
             kv_seq: Cell::new(0),
+            kv_id_key: random_key(),
             senders,
             bucket_lock: glommio::sync::Semaphore::new(1),
             request_seq: Cell::new(0),
@@ -114,12 +117,21 @@ impl Shard {
         }
     }
 
-    /// A lease or put id for shard `owner`: unique on the node (owner in the top 16 bits, the
-    /// issuing shard in the next 16, a counter below), so it routes back to its owner.
+    /// A lease or put id for shard `owner`: the owner in the top 16 bits, so it routes back to
+    /// it, and 48 bits no other client can guess (a keyed hash of this shard's counter and
+    /// its id), so an id seen in a log or learnt by another tenant is not a handle on
+    /// anything. Two live ids of one owner are equal with odds of about one in 2^48 per
+    /// pair; the owner refuses the second ([`crate::engine::kv`]) rather than mix them up.
     pub fn kv_id_for(&self, owner: usize) -> u64 {
         let n = self.kv_seq.get() + 1;
         self.kv_seq.set(n);
-        ((owner as u64) << 48) | ((self.id as u64 & 0xffff) << 32) | (n & 0xffff_ffff)
+        let mut input = [0u8; 16];
+        input[..8].copy_from_slice(&(self.id as u64).to_le_bytes());
+        input[8..].copy_from_slice(&n.to_le_bytes());
+        let hash = blake3::keyed_hash(&self.kv_id_key, &input);
+        let mut low = [0u8; 8];
+        low.copy_from_slice(&hash.as_bytes()[..8]);
+        ((owner as u64) << 48) | (u64::from_le_bytes(low) & 0xffff_ffff_ffff)
     }
 
     /// Admits client writes of `(key, size)` into `bucket` stored on this shard, against the
@@ -249,4 +261,16 @@ impl Shard {
         });
         futures::future::try_join_all(calls).await
     }
+}
+
+/// A random key for [`Shard::kv_id_for`]. The OS generator does not fail on Linux once
+/// booted; if it ever did, the time and the process id make a key that still differs per
+/// start (guessable only by someone on the host).
+fn random_key() -> [u8; 32] {
+    let mut key = [0u8; 32];
+    if getrandom::fill(&mut key).is_err() {
+        let seed = format!("{:?}{}", std::time::SystemTime::now(), std::process::id());
+        key = *blake3::hash(seed.as_bytes()).as_bytes();
+    }
+    key
 }

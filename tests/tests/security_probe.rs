@@ -1,0 +1,179 @@
+//! The hostile-client probe's holes, through the real binary, each as the attacker played it:
+//! a token named like a user taking over the user's puts, leases and objects; anonymous and
+//! slow bodies holding the memory every other client needs; stored bytes readable by every
+//! local user; bearer tokens minted for another audience or by another issuer.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use yutu_api::token::{issue, BucketScope, Claims, SigningKey};
+use yutu_tests::users::{alice, node_with_config, send_as, USERS};
+use yutu_tests::{Reply, Server};
+
+const SECRET: &str = "probe-secret-0123456789abcdef-0123456789";
+
+/// A node with alice, bob and an HS256 token key `k`; `extra` adds config lines.
+fn node(extra: &str, args: &[&str]) -> Server {
+    let config = format!("{extra}\n{USERS}\n[[token_keys]]\nkid = \"k\"\nsecret = \"{SECRET}\"\n");
+    node_with_config(&config, args)
+}
+
+const SMALL: &[&str] = &["--memory", "64MiB", "--shards", "2", "--nvme-capacity", "0"];
+
+fn token(claims: &Claims) -> String {
+    issue(claims, "k", &SigningKey::Secret(SECRET.as_bytes().to_vec())).expect("a token")
+}
+
+fn scoped(sub: &str, scopes: &[&str]) -> Claims {
+    Claims {
+        buckets: scopes
+            .iter()
+            .map(|s| BucketScope::parse(s).expect("scope"))
+            .collect(),
+        ..Claims::new(sub, Duration::from_secs(600))
+    }
+}
+
+fn with_token(server: &Server, token: &str, method: &str, path: &str, body: &[u8]) -> Reply {
+    let auth = format!("Bearer {token}");
+    server
+        .client()
+        .send(method, path, &[("authorization", auth.as_str())], Some(body))
+}
+
+fn json_of(r: &Reply) -> Value {
+    serde_json::from_slice(&r.body).unwrap_or_else(|_| panic!("not JSON: {}", r.text()))
+}
+
+/// Hole 2: a token with `sub=alice`, scoped to its own scratch bucket, names alice's put ids
+/// and lease id through its bucket. None of her puts may be published, revoked or released by
+/// it, and her puts still end when she ends them.
+#[test]
+fn a_token_named_like_a_user_cannot_end_revoke_or_release_the_users_puts_and_leases() {
+    let server = node("", SMALL);
+    let alice = alice();
+    assert_eq!(send_as(&server, &alice, "PUT", "/alice-data", b"").status, 200);
+    assert_eq!(
+        send_as(&server, &alice, "PUT", "/alice-data/leased", b"v").status,
+        200
+    );
+    let impostor = token(&scoped("alice", &["scratch1:rwdl"]));
+    let r = with_token(&server, &impostor, "PUT", "/scratch1", b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    let blocks: Vec<Value> = (0..5)
+        .map(|i| json!({"key": format!("half-{i}"), "len": 4096}))
+        .collect();
+    let started = send_as(
+        &server,
+        &alice,
+        "POST",
+        "/v1/kv/alice-data/put-start",
+        json!({ "blocks": blocks }).to_string().as_bytes(),
+    );
+    assert_eq!(started.status, 200, "{}", started.text());
+    let put_ids: Vec<u64> = json_of(&started)["puts"]
+        .as_array()
+        .expect("puts")
+        .iter()
+        .map(|p| p["put_id"].as_u64().expect("put id"))
+        .collect();
+    let leased = send_as(
+        &server,
+        &alice,
+        "POST",
+        "/v1/kv/alice-data/get",
+        json!({ "keys": ["leased"] }).to_string().as_bytes(),
+    );
+    assert_eq!(leased.status, 200, "{}", leased.text());
+    let leases = json_of(&leased)["leases"].clone();
+
+    let ids = json!({ "put_ids": put_ids }).to_string();
+    let end = with_token(&server, &impostor, "POST", "/v1/kv/scratch1/put-end", ids.as_bytes());
+    assert_eq!(end.status, 400, "the impostor published: {}", end.text());
+    let revoke = with_token(&server, &impostor, "POST", "/v1/kv/scratch1/revoke", ids.as_bytes());
+    assert_eq!(revoke.status, 200, "{}", revoke.text());
+    assert_eq!(json_of(&revoke)["revoked"], json!(vec![false; 5]));
+    let release = with_token(
+        &server,
+        &impostor,
+        "POST",
+        "/v1/kv/release",
+        json!({ "leases": leases }).to_string().as_bytes(),
+    );
+    assert_eq!(json_of(&release)["released"], json!(0), "{}", release.text());
+    for i in 0..5 {
+        let r = send_as(&server, &alice, "HEAD", &format!("/alice-data/half-{i}"), b"");
+        assert_eq!(r.status, 404, "half-{i} was published by the impostor");
+    }
+    // Alice's own calls still work: her puts were neither ended nor revoked.
+    let end = send_as(&server, &alice, "POST", "/v1/kv/alice-data/put-end", ids.as_bytes());
+    assert_eq!(end.status, 200, "{}", end.text());
+    let release = send_as(
+        &server,
+        &alice,
+        "POST",
+        "/v1/kv/release",
+        json!({ "leases": leases }).to_string().as_bytes(),
+    );
+    assert_eq!(json_of(&release)["released"], json!(1), "{}", release.text());
+}
+
+/// Hole 2, put and lease ids: not a counter another tenant can walk.
+#[test]
+fn put_ids_are_unguessable() {
+    let server = node("", SMALL);
+    let alice = alice();
+    assert_eq!(send_as(&server, &alice, "PUT", "/ids", b"").status, 200);
+    let mut ids = Vec::new();
+    for round in 0..4 {
+        let blocks: Vec<Value> = (0..16)
+            .map(|i| json!({"key": format!("k{round}-{i}"), "len": 1}))
+            .collect();
+        let r = send_as(
+            &server,
+            &alice,
+            "POST",
+            "/v1/kv/ids/put-start",
+            json!({ "blocks": blocks }).to_string().as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        ids.extend(
+            json_of(&r)["puts"]
+                .as_array()
+                .expect("puts")
+                .iter()
+                .map(|p| p["put_id"].as_u64().expect("id") & 0xffff_ffff_ffff),
+        );
+    }
+    ids.sort_unstable();
+    let close = ids.windows(2).filter(|w| w[1] - w[0] < 1 << 16).count();
+    assert!(
+        close == 0,
+        "{close} of {} ids lie within 65536 of another: {ids:x?}",
+        ids.len()
+    );
+}
+
+/// Hole 2, objects: what a token writes is the token's, never the user its subject is named
+/// after. Alice (the user), with no access to bob's bucket, cannot read or re-ACL an object a
+/// token with `sub=alice` wrote there.
+#[test]
+fn a_token_named_like_a_user_does_not_write_objects_the_user_owns() {
+    let server = node("", SMALL);
+    let bob = yutu_tests::users::bob();
+    assert_eq!(send_as(&server, &bob, "PUT", "/bob-bucket", b"").status, 200);
+    let writer = token(&scoped("alice", &["bob-bucket:rw"]));
+    let r = with_token(&server, &writer, "PUT", "/bob-bucket/o", b"token bytes");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let alice = alice();
+    assert_eq!(
+        send_as(&server, &alice, "GET", "/bob-bucket/o", b"").status,
+        403,
+        "the user alice reads what a token named alice wrote"
+    );
+    let acl = yutu_tests::users::signed(&server, &alice, "GET", "/bob-bucket/o", "acl", b"");
+    let refs: Vec<(&str, &str)> = acl.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let r = server.client().send("GET", "/bob-bucket/o?acl", &refs, Some(b""));
+    assert_eq!(r.status, 403, "{}", r.text());
+}
