@@ -66,6 +66,14 @@ pub struct KeyConfig {
     /// ...or the file holding it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_key_file: Option<std::path::PathBuf>,
+    /// The `iss` a token signed with this key must carry (an identity provider's key: a
+    /// token it minted for another service is refused). Unset: not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// The audiences, one of which a token signed with this key must name in `aud`. Empty:
+    /// not checked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audience: Vec<String>,
 }
 
 fn default_algorithm() -> KeyAlgorithm {
@@ -83,7 +91,7 @@ impl KeyConfig {
             kid: self.kid.clone(),
             message,
         };
-        match (
+        let added = match (
             self.alg,
             &self.secret,
             &self.public_key,
@@ -104,7 +112,9 @@ impl KeyConfig {
             _ => Err(bad(
                 "an EdDSA or RS256 key has public_key or public_key_file, not a secret".into(),
             )),
-        }
+        };
+        added?;
+        ring.expect(&self.kid, self.issuer.clone(), self.audience.clone())
     }
 }
 
@@ -273,6 +283,20 @@ pub struct Claims {
     pub buckets: Vec<BucketScope>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conductor: Vec<ConductorScope>,
+    /// Who minted it; checked when its key names an `issuer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iss: Option<String>,
+    /// Whom it is for (one name or a list); checked when its key names an `audience`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aud: Option<Audience>,
+}
+
+/// A token's `aud`: JWT allows one string or a list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Audience {
+    One(String),
+    Many(Vec<String>),
 }
 
 /// Seconds since the Unix epoch now (0 if the clock is before 1970): what `exp`, `nbf` and
@@ -296,6 +320,8 @@ impl Claims {
             admin: false,
             buckets: Vec::new(),
             conductor: Vec::new(),
+            iss: None,
+            aud: None,
         }
     }
 
@@ -348,6 +374,10 @@ pub enum TokenError {
     UnknownKey(Option<String>),
     #[error("the token's algorithm {0} is not its key's")]
     WrongAlgorithm(String),
+    #[error("the token's issuer (iss) is missing or not the one its key is for")]
+    WrongIssuer,
+    #[error("the token's audience (aud) is missing or does not name this service")]
+    WrongAudience,
     #[error("invalid scope: {0}")]
     Scope(String),
     #[error("invalid key {kid:?}: {message}")]
@@ -376,6 +406,9 @@ impl KeyAlgorithm {
 #[derive(Clone, Default)]
 pub struct Keyring {
     keys: HashMap<String, (KeyAlgorithm, DecodingKey)>,
+    /// Per kid: the issuer and audiences its tokens must carry (keys of identity providers;
+    /// the node's own and the cluster's keys have none).
+    expected: HashMap<String, (Option<String>, Vec<String>)>,
 }
 
 impl fmt::Debug for Keyring {
@@ -437,6 +470,32 @@ impl Keyring {
         self.keys.is_empty()
     }
 
+    /// Makes tokens signed with `kid` carry `issuer` as `iss` (when set) and name one of
+    /// `audience` in `aud` (when not empty).
+    pub fn expect(
+        &mut self,
+        kid: &str,
+        issuer: Option<String>,
+        audience: Vec<String>,
+    ) -> Result<(), TokenError> {
+        if !self.keys.contains_key(kid) {
+            return Err(TokenError::Key {
+                kid: kid.into(),
+                message: "no such key".into(),
+            });
+        }
+        if issuer.as_deref() == Some("") || audience.iter().any(String::is_empty) {
+            return Err(TokenError::Key {
+                kid: kid.into(),
+                message: "an issuer or audience cannot be empty".into(),
+            });
+        }
+        if issuer.is_some() || !audience.is_empty() {
+            self.expected.insert(kid.to_string(), (issuer, audience));
+        }
+        Ok(())
+    }
+
     /// Verifies `token` (signature, algorithm, `exp`, `nbf`) and returns its claims.
     pub fn verify(&self, token: &str) -> Result<Claims, TokenError> {
         let header =
@@ -453,7 +512,19 @@ impl Keyring {
         validation.leeway = LEEWAY_SECS;
         validation.validate_nbf = true;
         validation.validate_aud = false;
-        validation.set_required_spec_claims(&["exp", "sub"]);
+        let mut required = vec!["exp", "sub"];
+        if let Some((issuer, audience)) = header.kid.as_deref().and_then(|k| self.expected.get(k)) {
+            if let Some(iss) = issuer {
+                validation.set_issuer(&[iss]);
+                required.push("iss");
+            }
+            if !audience.is_empty() {
+                validation.set_audience(audience);
+                validation.validate_aud = true;
+                required.push("aud");
+            }
+        }
+        validation.set_required_spec_claims(&required);
         jsonwebtoken::decode::<Claims>(token, key, &validation)
             .map(|data| data.claims)
             .map_err(|e| {
@@ -462,6 +533,10 @@ impl Keyring {
                     ErrorKind::ExpiredSignature => TokenError::Expired,
                     ErrorKind::ImmatureSignature => TokenError::NotYetValid,
                     ErrorKind::InvalidSignature => TokenError::BadSignature,
+                    ErrorKind::InvalidIssuer => TokenError::WrongIssuer,
+                    ErrorKind::InvalidAudience => TokenError::WrongAudience,
+                    ErrorKind::MissingRequiredClaim(c) if c == "iss" => TokenError::WrongIssuer,
+                    ErrorKind::MissingRequiredClaim(c) if c == "aud" => TokenError::WrongAudience,
                     ErrorKind::InvalidAlgorithm => {
                         TokenError::WrongAlgorithm(format!("{:?}", header.alg))
                     }
@@ -670,5 +745,49 @@ mod tests {
         assert!(matches!(k.verify(&t), Err(TokenError::WrongAlgorithm(_))));
         assert!(k.add_secret("ed", SECRET).is_err(), "one key per kid");
         assert!(k.add_secret("short", b"short").is_err());
+    }
+
+    #[test]
+    fn a_key_with_an_issuer_and_audience_takes_only_tokens_minted_for_it() {
+        let mut k = ring();
+        k.add_secret("idp", SECRET).unwrap();
+        k.expect(
+            "idp",
+            Some("https://idp".into()),
+            vec!["yutu".into(), "kv".into()],
+        )
+        .unwrap();
+        let key = SigningKey::Secret(SECRET.to_vec());
+        let with = |iss: Option<&str>, aud: Option<Audience>| Claims {
+            iss: iss.map(str::to_string),
+            aud,
+            ..Claims::new("svc", std::time::Duration::from_secs(60))
+        };
+        let one = |a: &str| Some(Audience::One(a.into()));
+        let ok = issue(&with(Some("https://idp"), one("kv")), "idp", &key).unwrap();
+        assert_eq!(k.verify(&ok).unwrap().sub, "svc");
+        let many = Some(Audience::Many(vec!["other".into(), "yutu".into()]));
+        let ok = issue(&with(Some("https://idp"), many), "idp", &key).unwrap();
+        assert!(k.verify(&ok).is_ok());
+        for (claims, want) in [
+            (
+                with(Some("https://evil"), one("yutu")),
+                TokenError::WrongIssuer,
+            ),
+            (with(None, one("yutu")), TokenError::WrongIssuer),
+            (
+                with(Some("https://idp"), one("billing")),
+                TokenError::WrongAudience,
+            ),
+            (with(Some("https://idp"), None), TokenError::WrongAudience),
+        ] {
+            let t = issue(&claims, "idp", &key).unwrap();
+            assert_eq!(k.verify(&t), Err(want), "{claims:?}");
+        }
+        // Keys without expectations (the node's own) ignore both.
+        let t = issue(&with(Some("anyone"), one("anything")), "k1", &key).unwrap();
+        assert!(k.verify(&t).is_ok());
+        assert!(k.expect("nope", None, vec![]).is_err());
+        assert!(k.expect("k1", Some(String::new()), vec![]).is_err());
     }
 }

@@ -11,9 +11,17 @@ fn main() -> anyhow::Result<()> {
     let mut settings = Settings::resolve(Flags::parse())?;
     init_logging(settings.log_format);
     raise_memlock_limit();
-    std::fs::create_dir_all(&settings.data_dir).with_context(|| {
+    // Stored bytes are the tenants': the data directory and everything the node writes are
+    // its own user's only, whatever the umask.
+    let nvme_outside: Vec<&std::path::Path> = settings
+        .nvme
+        .as_deref()
+        .filter(|p| !p.starts_with(&settings.data_dir))
+        .into_iter()
+        .collect();
+    yutu_server::node::data_dir::secure(&settings.data_dir, &nvme_outside).with_context(|| {
         format!(
-            "cannot create data directory {}",
+            "cannot create data directory {} private to this user",
             settings.data_dir.display()
         )
     })?;

@@ -36,9 +36,12 @@ fn scoped(sub: &str, scopes: &[&str]) -> Claims {
 
 fn with_token(server: &Server, token: &str, method: &str, path: &str, body: &[u8]) -> Reply {
     let auth = format!("Bearer {token}");
-    server
-        .client()
-        .send(method, path, &[("authorization", auth.as_str())], Some(body))
+    server.client().send(
+        method,
+        path,
+        &[("authorization", auth.as_str())],
+        Some(body),
+    )
 }
 
 fn json_of(r: &Reply) -> Value {
@@ -52,7 +55,10 @@ fn json_of(r: &Reply) -> Value {
 fn a_token_named_like_a_user_cannot_end_revoke_or_release_the_users_puts_and_leases() {
     let server = node("", SMALL);
     let alice = alice();
-    assert_eq!(send_as(&server, &alice, "PUT", "/alice-data", b"").status, 200);
+    assert_eq!(
+        send_as(&server, &alice, "PUT", "/alice-data", b"").status,
+        200
+    );
     assert_eq!(
         send_as(&server, &alice, "PUT", "/alice-data/leased", b"v").status,
         200
@@ -89,9 +95,21 @@ fn a_token_named_like_a_user_cannot_end_revoke_or_release_the_users_puts_and_lea
     let leases = json_of(&leased)["leases"].clone();
 
     let ids = json!({ "put_ids": put_ids }).to_string();
-    let end = with_token(&server, &impostor, "POST", "/v1/kv/scratch1/put-end", ids.as_bytes());
+    let end = with_token(
+        &server,
+        &impostor,
+        "POST",
+        "/v1/kv/scratch1/put-end",
+        ids.as_bytes(),
+    );
     assert_eq!(end.status, 400, "the impostor published: {}", end.text());
-    let revoke = with_token(&server, &impostor, "POST", "/v1/kv/scratch1/revoke", ids.as_bytes());
+    let revoke = with_token(
+        &server,
+        &impostor,
+        "POST",
+        "/v1/kv/scratch1/revoke",
+        ids.as_bytes(),
+    );
     assert_eq!(revoke.status, 200, "{}", revoke.text());
     assert_eq!(json_of(&revoke)["revoked"], json!(vec![false; 5]));
     let release = with_token(
@@ -101,13 +119,30 @@ fn a_token_named_like_a_user_cannot_end_revoke_or_release_the_users_puts_and_lea
         "/v1/kv/release",
         json!({ "leases": leases }).to_string().as_bytes(),
     );
-    assert_eq!(json_of(&release)["released"], json!(0), "{}", release.text());
+    assert_eq!(
+        json_of(&release)["released"],
+        json!(0),
+        "{}",
+        release.text()
+    );
     for i in 0..5 {
-        let r = send_as(&server, &alice, "HEAD", &format!("/alice-data/half-{i}"), b"");
+        let r = send_as(
+            &server,
+            &alice,
+            "HEAD",
+            &format!("/alice-data/half-{i}"),
+            b"",
+        );
         assert_eq!(r.status, 404, "half-{i} was published by the impostor");
     }
     // Alice's own calls still work: her puts were neither ended nor revoked.
-    let end = send_as(&server, &alice, "POST", "/v1/kv/alice-data/put-end", ids.as_bytes());
+    let end = send_as(
+        &server,
+        &alice,
+        "POST",
+        "/v1/kv/alice-data/put-end",
+        ids.as_bytes(),
+    );
     assert_eq!(end.status, 200, "{}", end.text());
     let release = send_as(
         &server,
@@ -116,7 +151,12 @@ fn a_token_named_like_a_user_cannot_end_revoke_or_release_the_users_puts_and_lea
         "/v1/kv/release",
         json!({ "leases": leases }).to_string().as_bytes(),
     );
-    assert_eq!(json_of(&release)["released"], json!(1), "{}", release.text());
+    assert_eq!(
+        json_of(&release)["released"],
+        json!(1),
+        "{}",
+        release.text()
+    );
 }
 
 /// Hole 2, put and lease ids: not a counter another tenant can walk.
@@ -162,7 +202,10 @@ fn put_ids_are_unguessable() {
 fn a_token_named_like_a_user_does_not_write_objects_the_user_owns() {
     let server = node("", SMALL);
     let bob = yutu_tests::users::bob();
-    assert_eq!(send_as(&server, &bob, "PUT", "/bob-bucket", b"").status, 200);
+    assert_eq!(
+        send_as(&server, &bob, "PUT", "/bob-bucket", b"").status,
+        200
+    );
     let writer = token(&scoped("alice", &["bob-bucket:rw"]));
     let r = with_token(&server, &writer, "PUT", "/bob-bucket/o", b"token bytes");
     assert_eq!(r.status, 200, "{}", r.text());
@@ -174,6 +217,108 @@ fn a_token_named_like_a_user_does_not_write_objects_the_user_owns() {
     );
     let acl = yutu_tests::users::signed(&server, &alice, "GET", "/bob-bucket/o", "acl", b"");
     let refs: Vec<(&str, &str)> = acl.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let r = server.client().send("GET", "/bob-bucket/o?acl", &refs, Some(b""));
+    let r = server
+        .client()
+        .send("GET", "/bob-bucket/o?acl", &refs, Some(b""));
     assert_eq!(r.status, 403, "{}", r.text());
+}
+
+/// Every path under `dir` whose mode lets the group or others in.
+fn open_paths(dir: &std::path::Path, out: &mut Vec<String>) {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::symlink_metadata(dir).expect("stat");
+    if meta.permissions().mode() & 0o077 != 0 {
+        out.push(format!("{} {:o}", dir.display(), meta.permissions().mode()));
+    }
+    for entry in std::fs::read_dir(dir).expect("read_dir") {
+        let path = entry.expect("entry").path();
+        let meta = std::fs::symlink_metadata(&path).expect("stat");
+        if meta.is_dir() {
+            open_paths(&path, out);
+        } else if !meta.file_type().is_symlink() && meta.permissions().mode() & 0o077 != 0 {
+            out.push(format!(
+                "{} {:o}",
+                path.display(),
+                meta.permissions().mode()
+            ));
+        }
+    }
+}
+
+/// Hole 3: started under the usual umask (022), with a data directory an earlier start left
+/// open (0755, a 0644 file), the node keeps its data directory 0700 and every file 0600: no
+/// other local user can read `nvme.img` or the bucket catalog.
+#[test]
+fn stored_bytes_are_readable_only_by_the_nodes_user_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let data = tempfile::tempdir().expect("dir");
+    let dir = data.path().join("node");
+    std::fs::create_dir(&dir).expect("mkdir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let stale = dir.join("left-by-an-older-start");
+    std::fs::write(&stale, b"old").expect("write");
+    std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", "umask 022; exec \"$@\"", "sh"])
+        .arg(yutu_tests::bin_path("yutu-server"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--memory",
+            "64MiB",
+            "--shards",
+            "1",
+        ])
+        .args(["--nvme-capacity", "16MiB", "--no-auth", "--data-dir"])
+        .arg(&dir);
+    let server = Server::spawn(cmd, data);
+    let c = server.client();
+    assert_eq!(c.send("PUT", "/disk-bucket", &[], Some(b"")).status, 200);
+    let r = c.send(
+        "PUT",
+        "/disk-bucket/secret",
+        &[("x-amz-storage-class", "STANDARD")],
+        Some(b"payload"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    for needed in ["nvme.img", "buckets.json"] {
+        assert!(dir.join(needed).exists(), "{needed} is missing");
+    }
+    let mut open = Vec::new();
+    open_paths(&dir, &mut open);
+    assert!(open.is_empty(), "open to other users: {open:?}");
+}
+
+/// `aud` and `iss`: a key configured for an identity provider takes only the tokens it minted
+/// for this service (401 otherwise); the node's other keys are unaffected.
+#[test]
+fn tokens_for_another_audience_or_from_another_issuer_are_refused() {
+    let idp = "idp-secret-0123456789abcdef-0123456789ab";
+    let config = format!(
+        "{USERS}\n[[token_keys]]\nkid = \"idp\"\nsecret = \"{idp}\"\nissuer = \"https://idp.example\"\naudience = [\"yutu\"]\n"
+    );
+    let server = node_with_config(&config, SMALL);
+    let mint = |iss: Option<&str>, aud: Option<&str>| {
+        let claims = Claims {
+            admin: true,
+            iss: iss.map(str::to_string),
+            aud: aud.map(|a| yutu_api::token::Audience::One(a.to_string())),
+            ..Claims::new("svc", Duration::from_secs(600))
+        };
+        issue(&claims, "idp", &SigningKey::Secret(idp.as_bytes().to_vec())).expect("token")
+    };
+    let good = mint(Some("https://idp.example"), Some("yutu"));
+    assert_eq!(
+        with_token(&server, &good, "PUT", "/aud-ok", b"").status,
+        200
+    );
+    for (iss, aud) in [
+        (Some("https://idp.example"), Some("billing")),
+        (Some("https://idp.example"), None),
+        (Some("https://evil.example"), Some("yutu")),
+        (None, Some("yutu")),
+    ] {
+        let r = with_token(&server, &mint(iss, aud), "GET", "/aud-ok", b"");
+        assert_eq!(r.status, 401, "iss {iss:?} aud {aud:?}: {}", r.text());
+    }
 }

@@ -3,6 +3,7 @@
 
 pub mod buckets;
 pub mod catalog;
+pub mod data_dir;
 pub mod publisher;
 pub mod quota;
 pub mod runtime;

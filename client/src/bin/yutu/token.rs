@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use yutu_api::token::{
-    issue, parse_local_secret, BucketScope, Claims, ConductorScope, KeyAlgorithm, SigningKey,
-    LOCAL_KID, LOCAL_SECRET_FILE,
+    issue, parse_local_secret, Audience, BucketScope, Claims, ConductorScope, KeyAlgorithm,
+    SigningKey, LOCAL_KID, LOCAL_SECRET_FILE,
 };
 
 #[derive(Debug, Subcommand)]
@@ -51,6 +51,12 @@ pub struct IssueArgs {
     /// The key's id, as the node's `[[token_keys]]` names it (default with --data-dir: local).
     #[arg(long)]
     kid: Option<String>,
+    /// The token's issuer (`iss`), for a key whose `[[token_keys]]` entry names an `issuer`.
+    #[arg(long)]
+    iss: Option<String>,
+    /// Its audience (`aud`), for a key whose entry names an `audience`. Repeatable.
+    #[arg(long)]
+    aud: Vec<String>,
 }
 
 pub fn run(cmd: TokenCommand) -> Result<()> {
@@ -112,6 +118,12 @@ fn issue_token(args: &IssueArgs) -> Result<String> {
         admin: args.admin,
         buckets,
         conductor,
+        iss: args.iss.clone(),
+        aud: match args.aud.as_slice() {
+            [] => None,
+            [one] => Some(Audience::One(one.clone())),
+            many => Some(Audience::Many(many.to_vec())),
+        },
         ..Claims::new(&args.sub, args.ttl.into())
     };
     Ok(issue(&claims, &kid, &key)?)
