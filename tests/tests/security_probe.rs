@@ -322,3 +322,168 @@ fn tokens_for_another_audience_or_from_another_issuer_are_refused() {
         assert_eq!(r.status, 401, "iss {iss:?} aud {aud:?}: {}", r.text());
     }
 }
+
+/// Opens a connection and sends a request head with a `len`-byte body announced and `first`
+/// of its bytes; the caller trickles the rest or leaves it hanging.
+fn open_body(server: &Server, head: &str, first: &[u8]) -> Option<std::net::TcpStream> {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(server.addr).ok()?;
+    s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(head.as_bytes()).ok()?;
+    s.write_all(first).ok()?;
+    Some(s)
+}
+
+/// A form's head: its boundary line and a text field, no file yet.
+const FORM_START: &[u8] = b"--xyz\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nk\r\n";
+
+/// Hole 1: anonymous form uploads announcing large bodies (to buckets that do not exist, and
+/// to a public one, trickling a byte at a time) and one user's slow PUTs used to hold the
+/// node's whole body budget, so every other client's 4 KiB PUT, 4 MiB PUT and KV call failed
+/// with SlowDown. Now a form is answered 404 before its body is read, a form's fields hold
+/// only a little of the anonymous pool until its signature is checked, and one client holds
+/// at most its share: alice's calls all succeed while the attack goes on.
+#[test]
+fn anonymous_and_slow_bodies_do_not_starve_other_clients() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let server = node(
+        "",
+        &[
+            "--memory",
+            "64MiB",
+            "--shards",
+            "2",
+            "--nvme-capacity",
+            "0",
+            "--body-budget",
+            "16MiB",
+            "--body-timeout-secs",
+            "5",
+        ],
+    );
+    let (alice, bob) = (alice(), yutu_tests::users::bob());
+    assert_eq!(
+        send_as(&server, &alice, "PUT", "/alice-data", b"").status,
+        200
+    );
+    assert_eq!(send_as(&server, &bob, "PUT", "/bob-data", b"").status, 200);
+    let public = yutu_tests::users::signed(&server, &alice, "PUT", "/public", "", b"");
+    let mut headers: Vec<(&str, &str)> = public
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    headers.push(("x-amz-acl", "public-read-write"));
+    let r = server.client().send("PUT", "/public", &headers, Some(b""));
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    let addr = server.addr;
+    let form = |bucket: &str, len: usize| {
+        format!(
+            "POST /{bucket} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: multipart/form-data; boundary=xyz\r\nContent-Length: {len}\r\n\r\n"
+        )
+    };
+    let mut attack = Vec::new();
+    // Small and large bodies announced to buckets that do not exist...
+    for i in 0..32 {
+        attack.extend(open_body(
+            &server,
+            &form(&format!("no-such-bucket-{i}"), 200 << 10),
+            FORM_START,
+        ));
+    }
+    for i in 0..16 {
+        attack.extend(open_body(
+            &server,
+            &form(&format!("no-such-bucket-l{i}"), 1 << 20),
+            FORM_START,
+        ));
+    }
+    // ...forms to a bucket anybody may write, whose fields never end...
+    for _ in 0..16 {
+        attack.extend(open_body(&server, &form("public", 1 << 20), FORM_START));
+    }
+    // ...and bob's PUTs, signed, sending a few bytes of each.
+    let payload = vec![7u8; 1 << 20];
+    for i in 0..16 {
+        let path = format!("/bob-data/slow-{i}");
+        let signed = yutu_tests::users::signed(&server, &bob, "PUT", &path, "", &payload);
+        let mut head = format!(
+            "PUT {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n",
+            payload.len()
+        );
+        for (k, v) in &signed {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        attack.extend(open_body(&server, &head, &payload[..10]));
+    }
+    assert!(
+        attack.len() >= 70,
+        "only {} attack connections opened",
+        attack.len()
+    );
+    // The attackers trickle a byte every 500 ms (bounded: at most 30 s), as the probe did.
+    let stop = Arc::new(AtomicBool::new(false));
+    let trickle = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < deadline {
+                for s in &mut attack {
+                    let _ = s.write_all(b"x");
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+    // The attack holds what it can get before alice asks (bob's first bodies at least).
+    assert!(
+        yutu_tests::server::wait_until(Duration::from_secs(10), || {
+            server.metric_sum("yutu_body_reserved_bytes") >= (2 << 20) as f64
+        }),
+        "the attack reserved nothing"
+    );
+    let small = send_as(&server, &alice, "PUT", "/alice-data/small", &[1u8; 4096]);
+    let large = send_as(
+        &server,
+        &alice,
+        "PUT",
+        "/alice-data/large",
+        &vec![2u8; 4 << 20],
+    );
+    let kv = send_as(
+        &server,
+        &alice,
+        "POST",
+        "/v1/kv/alice-data/exists",
+        json!({ "keys": ["small"] }).to_string().as_bytes(),
+    );
+    stop.store(true, Ordering::Relaxed);
+    let _ = trickle.join();
+    assert_eq!(small.status, 200, "4 KiB PUT: {}", small.text());
+    assert_eq!(large.status, 200, "4 MiB PUT: {}", large.text());
+    assert_eq!(kv.status, 200, "KV call: {}", kv.text());
+    assert_eq!(json_of(&kv)["exists"], json!([true]));
+}
+
+/// Hole 1, the answer itself: a form to a bucket that does not exist is refused before its
+/// body is read (the client gets 404 having sent only the head).
+#[test]
+fn a_form_to_a_missing_bucket_is_refused_before_its_body_is_read() {
+    use std::io::Read;
+    let server = node("", SMALL);
+    let addr = server.addr;
+    let head = format!(
+        "POST /no-such-bucket HTTP/1.1\r\nHost: {addr}\r\nContent-Type: multipart/form-data; boundary=xyz\r\nContent-Length: 2097152\r\n\r\n"
+    );
+    let mut s = open_body(&server, &head, FORM_START).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut answer = [0u8; 512];
+    let n = s.read(&mut answer).expect("an answer before the body");
+    let text = String::from_utf8_lossy(&answer[..n]);
+    assert!(text.starts_with("HTTP/1.1 404"), "{text}");
+    assert!(text.contains("NoSuchBucket"), "{text}");
+}

@@ -8,6 +8,7 @@ use super::error::S3Error;
 use super::target::Target;
 use crate::auth::authenticate::RequestAuth;
 use crate::auth::{authorize_object, authorize_with_acl, Action, Gate, Identity};
+use crate::net::budget::BodyClient;
 use crate::node::Shard;
 
 pub struct Ctx {
@@ -21,6 +22,8 @@ pub struct Ctx {
     pub cluster: Option<std::sync::Arc<crate::cluster::Cluster>>,
     /// The node that forwarded this request, when it is proved to come from one.
     pub peer: Option<String>,
+    /// The address the connection comes from.
+    pub client: Option<std::net::IpAddr>,
 }
 
 impl Ctx {
@@ -37,6 +40,29 @@ impl Ctx {
     /// admitted, which no quota check may refuse.
     pub fn is_replica_copy(&self) -> bool {
         self.peer.is_some() && self.headers.contains_key(yutu_api::cluster::REPLICA_HEADER)
+    }
+
+    /// Who this request's body is counted against in the body budget: a user or token by its
+    /// name, an anonymous caller by its address (in the anonymous pool); nobody on a
+    /// `--no-auth` node or for a peer node's copies.
+    pub fn body_client(&self) -> BodyClient {
+        self.body_client_as(self.identity())
+    }
+
+    /// [`Ctx::body_client`] for `who` (a form upload's signer, once checked).
+    pub fn body_client_as(&self, who: &Identity) -> BodyClient {
+        match who {
+            _ if self.peer.is_some() => BodyClient::UNLIMITED,
+            Identity::Open => BodyClient::UNLIMITED,
+            Identity::Anonymous => BodyClient {
+                key: Some(self.client.map_or_else(String::new, |ip| ip.to_string())),
+                anonymous: true,
+            },
+            Identity::User(_) | Identity::Token(_) => BodyClient {
+                key: Some(who.name().into_owned()),
+                anonymous: false,
+            },
+        }
     }
 
     /// The caller's name, as leases and puts record their holder.

@@ -2,15 +2,20 @@
 //! `POST /bucket`, authorised by a policy document its form carries, signed with SigV4 or
 //! SigV2 (`yutu_api::post_policy` decides the rules).
 //!
-//! The body is read whole under the same limits as a PUT (the object limit, plus room for the
-//! form's fields), then parsed with `multer`. The signer named by the form becomes the
-//! request's identity, so the same permission check as every other write applies (with the
-//! bucket's ACL: a form without a signature writes only where `AllUsers` may). Any policy
-//! violation is refused before anything is stored.
+//! Anybody may send a form, so nothing of its body is held before it is known to be worth
+//! holding: the bucket must exist before a byte is read; the form's fields (at most
+//! [`FORM_OVERHEAD`] bytes, counted as an anonymous body) are read up to the file part; then
+//! the signature, the policy's field conditions and the permission are checked; only then is
+//! the file reserved, against the signer's share of the body budget (an unsigned form's
+//! against the anonymous pool), and read under the same limits as a PUT.
+//!
+//! The signer named by the form becomes the request's identity, so the same permission check
+//! as every other write applies (with the bucket's ACL: a form without a signature writes
+//! only where `AllUsers` may). Any policy violation is refused before anything is stored.
 
 use std::time::SystemTime;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{header, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -35,6 +40,15 @@ use crate::model::ObjectMeta;
 /// Room for the form's text fields besides the file (S3 limits them to 20 KiB).
 const FORM_OVERHEAD: u64 = 64 * 1024;
 
+fn malformed(m: String) -> S3Error {
+    S3Error::new(S3ErrorCode::MalformedPOSTRequest).msg(m)
+}
+
+fn no_file() -> S3Error {
+    S3Error::new(S3ErrorCode::InvalidArgument)
+        .msg("POST requires exactly one file upload per request.")
+}
+
 fn policy_error(e: PostPolicyError) -> S3Error {
     S3Error::new(e.s3_code()).msg(e.to_string())
 }
@@ -48,29 +62,77 @@ pub fn is_form(ctx: &Ctx) -> bool {
     })
 }
 
-/// The form's text fields, and the file's name, content type and bytes.
+/// The form's text fields, and the file's content type and bytes.
 struct Form {
     fields: FormFields,
-    filename: Option<String>,
     file_type: Option<String>,
     file: Bytes,
 }
 
-async fn parse_form(ctx: &Ctx, body_in: Incoming) -> Result<Form, S3Error> {
-    let malformed = |m: String| S3Error::new(S3ErrorCode::MalformedPOSTRequest).msg(m);
-    let boundary = ctx
-        .header("content-type")
+/// The form's boundary, from its Content-Type.
+fn boundary(ctx: &Ctx) -> Result<String, S3Error> {
+    ctx.header("content-type")
         .and_then(|c| multer::parse_boundary(c).ok())
         .ok_or_else(|| {
             malformed(
                 "The body of your POST request is not well-formed multipart/form-data.".into(),
             )
-        })?;
-    let (limit, _) = super::objects::object_limit(ctx);
-    let whole = body::read_limited(ctx, body_in, limit.saturating_add(FORM_OVERHEAD)).await?;
-    let data = whole.data.clone();
+        })
+}
+
+/// Whether multer stopped only because its input ended (more of the body may complete it).
+fn incomplete(e: &multer::Error) -> bool {
+    matches!(
+        e,
+        multer::Error::IncompleteStream
+            | multer::Error::IncompleteHeaders
+            | multer::Error::IncompleteFieldData { .. }
+    )
+}
+
+/// What precedes the file: the text fields and the file part's name.
+struct Head {
+    fields: FormFields,
+    filename: Option<String>,
+}
+
+/// The form's fields up to the file part, once `head` (the body so far) holds them all;
+/// `None` while more of the body is needed.
+async fn fields_before_file(head: &[u8], boundary: &str) -> Result<Option<Head>, S3Error> {
+    let data = Bytes::copy_from_slice(head);
     let stream = futures::stream::once(async move { Ok::<Bytes, std::io::Error>(data) });
-    let mut multipart = multer::Multipart::new(stream, boundary);
+    let mut multipart = multer::Multipart::new(stream, boundary.to_string());
+    let mut fields = FormFields::new();
+    loop {
+        let field = match multipart.next_field().await {
+            Ok(Some(field)) => field,
+            Ok(None) => return Err(no_file()),
+            Err(e) if incomplete(&e) => return Ok(None),
+            Err(e) => {
+                return Err(malformed(format!(
+                    "The multipart/form-data body cannot be read: {e}."
+                )))
+            }
+        };
+        let name = field.name().unwrap_or_default().to_string();
+        if name.eq_ignore_ascii_case("file") {
+            return Ok(Some(Head {
+                fields,
+                filename: field.file_name().map(str::to_string),
+            }));
+        }
+        match field.text().await {
+            Ok(value) => fields.push(name, value).map_err(policy_error)?,
+            Err(e) if incomplete(&e) => return Ok(None),
+            Err(e) => return Err(malformed(format!("The field {name} cannot be read: {e}."))),
+        }
+    }
+}
+
+/// Parses a whole form body.
+async fn parse_form(data: Bytes, boundary: &str) -> Result<Form, S3Error> {
+    let stream = futures::stream::once(async move { Ok::<Bytes, std::io::Error>(data) });
+    let mut multipart = multer::Multipart::new(stream, boundary.to_string());
     let mut fields = FormFields::new();
     let mut file = None;
     while let Some(field) = multipart
@@ -81,13 +143,12 @@ async fn parse_form(ctx: &Ctx, body_in: Incoming) -> Result<Form, S3Error> {
         let name = field.name().unwrap_or_default().to_string();
         if name.eq_ignore_ascii_case("file") {
             // S3 ignores the fields after the file.
-            let filename = field.file_name().map(str::to_string);
             let file_type = field.content_type().map(|m| m.to_string());
             let bytes = field
                 .bytes()
                 .await
                 .map_err(|e| malformed(format!("The file cannot be read: {e}.")))?;
-            file = Some((filename, file_type, bytes));
+            file = Some((file_type, bytes));
             break;
         }
         let value = field
@@ -96,13 +157,9 @@ async fn parse_form(ctx: &Ctx, body_in: Incoming) -> Result<Form, S3Error> {
             .map_err(|e| malformed(format!("The field {name} cannot be read: {e}.")))?;
         fields.push(name, value).map_err(policy_error)?;
     }
-    let (filename, file_type, file) = file.ok_or_else(|| {
-        S3Error::new(S3ErrorCode::InvalidArgument)
-            .msg("POST requires exactly one file upload per request.")
-    })?;
+    let (file_type, file) = file.ok_or_else(no_file)?;
     Ok(Form {
         fields,
-        filename,
         file_type,
         file,
     })
@@ -169,22 +226,61 @@ fn form_meta(form: &Form) -> Result<ObjectMeta, S3Error> {
 }
 
 /// `POST /bucket` with a form.
-pub async fn post_object(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, S3Error> {
-    let form = parse_form(ctx, body_in).await?;
+pub async fn post_object(ctx: &Ctx, mut body_in: Incoming, bucket: &str) -> Result<Resp, S3Error> {
+    // Nothing of the body is read or held before the bucket is known to exist...
+    super::objects::bucket_must_exist(ctx, bucket)?;
+    let boundary = boundary(ctx)?;
+    let (limit, what) = super::objects::object_limit(ctx);
+    let most = limit.saturating_add(FORM_OVERHEAD);
+    let expected = body::content_length(ctx)?;
+    body::check_announced(expected, most)?;
+    // ...and then only the fields, as an anonymous body: nobody is known to have signed yet.
+    let anonymous = ctx.body_client_as(&Identity::Anonymous);
+    let fields_reserved = body::reserve_for(ctx, &anonymous, FORM_OVERHEAD).await?;
+    let mut reader = body::BodyReader::new(ctx, &mut body_in);
+    let mut all = BytesMut::new();
+    // Parsed again at every KiB received, not at every frame: a form sent a byte at a time
+    // costs no more than 64 parses of at most 64 KiB.
+    let mut parsed_at = 0;
+    let head = loop {
+        match reader.next().await? {
+            Some(data) => all.extend_from_slice(&data),
+            None => match fields_before_file(&all, &boundary).await? {
+                Some(head) => break head,
+                // The body ended before its file: the whole parse says what is wrong.
+                None => {
+                    return Err(parse_form(all.freeze(), &boundary)
+                        .await
+                        .err()
+                        .unwrap_or_else(no_file))
+                }
+            },
+        }
+        if all.len() < parsed_at + 1024 {
+            continue;
+        }
+        parsed_at = all.len();
+        if let Some(head) = fields_before_file(&all, &boundary).await? {
+            break head;
+        }
+        if all.len() as u64 > FORM_OVERHEAD {
+            return Err(malformed(format!(
+                "The form's fields before its file exceed {FORM_OVERHEAD} bytes."
+            )));
+        }
+    };
     // The form's signer, not the (unsigned) request, is who writes.
-    let (identity, policy) = signer(ctx, &form.fields)?;
-    let key = form
+    let (identity, policy) = signer(ctx, &head.fields)?;
+    let key = head
         .fields
-        .resolve_key(form.filename.as_deref())
+        .resolve_key(head.filename.as_deref())
         .map_err(policy_error)?;
+    let mut checked = head.fields.clone();
+    // The bucket is a condition like any field, though the form names it in the URL.
+    checked.set("bucket", bucket);
+    checked.set("key", key.clone());
     if let Some(policy) = &policy {
-        let mut checked = form.fields.clone();
-        // The bucket is a condition like any field, though the form names it in the URL.
-        checked.set("bucket", bucket);
-        checked.set("key", key.clone());
-        policy
-            .check(&checked, form.file.len() as u64)
-            .map_err(policy_error)?;
+        policy.check_fields(&checked).map_err(policy_error)?;
     }
     let incarnation = {
         let store = ctx.shard.tier.store.borrow();
@@ -198,8 +294,35 @@ pub async fn post_object(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<R
         )?;
         found.map(|(_, i, _)| i)
     };
-    super::objects::bucket_must_exist(ctx, bucket)?;
-    let (limit, what) = super::objects::object_limit(ctx);
+    // Now the file: reserved against the signer (an unsigned form: the anonymous pool).
+    let client = ctx.body_client_as(&identity);
+    let (rest, cap) = match expected {
+        Some(n) => (n.saturating_sub(reader.received()), most),
+        // No length announced: as much as the client's pool holds for one body, at most.
+        None => {
+            let budget = &ctx.shard.body_budget;
+            let pool = if client.anonymous {
+                budget.largest_anonymous()
+            } else {
+                budget.largest()
+            };
+            let rest = most.min(pool);
+            (rest, reader.received().saturating_add(rest))
+        }
+    };
+    let _file_reserved = body::reserve_for(ctx, &client, rest).await?;
+    drop(fields_reserved);
+    all.reserve(rest as usize);
+    reader.read_to_end(&mut all, cap).await?;
+    if expected.is_some_and(|n| n != all.len() as u64) {
+        return Err(S3Error::new(S3ErrorCode::IncompleteBody));
+    }
+    let form = parse_form(all.freeze(), &boundary).await?;
+    if let Some(policy) = &policy {
+        policy
+            .check_content_length(form.file.len() as u64)
+            .map_err(policy_error)?;
+    }
     if form.file.len() as u64 > limit {
         return Err(S3Error::new(S3ErrorCode::EntityTooLarge).msg(format!(
             "Your proposed upload exceeds {what} of {limit} bytes."

@@ -67,6 +67,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, listening: Lis
             }
         };
         let _ = stream.set_nodelay(true);
+        let client = stream.peer_addr().ok().map(|a| a.ip());
         if shard.connections.count() >= shard.settings.max_connections {
             shard.metrics.connections_refused.inc();
             glommio::spawn_local(refuse_connection(stream)).detach();
@@ -85,7 +86,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, listening: Lis
             let tokens = listening.tokens;
             let cluster = listening.cluster;
             match listening.tls {
-                None => serve_connection(shard, tokens, cluster, stream).await,
+                None => serve_connection(shard, tokens, cluster, client, stream).await,
                 Some(acceptor) => {
                     let handshake = futures_lite::future::or(
                         async { Some(acceptor.accept(stream).await) },
@@ -96,7 +97,9 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, listening: Lis
                     )
                     .await;
                     match handshake {
-                        Some(Ok(tls)) => serve_connection(shard, tokens, cluster, tls).await,
+                        Some(Ok(tls)) => {
+                            serve_connection(shard, tokens, cluster, client, tls).await
+                        }
                         Some(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
                         None => tracing::debug!("TLS handshake timed out"),
                     }
@@ -112,12 +115,18 @@ async fn serve_connection<S>(
     shard: Rc<Shard>,
     tokens: Arc<TokenVerifier>,
     cluster: Option<Arc<Cluster>>,
+    client: Option<std::net::IpAddr>,
     stream: S,
 ) where
     S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + 'static,
 {
     let stop = shard.stop.clone();
-    let svc = service_fn(move |req| handle(shard.clone(), tokens.clone(), cluster.clone(), req));
+    let svc = service_fn(move |mut req: http::Request<Incoming>| {
+        if let Some(ip) = client {
+            req.extensions_mut().insert(ClientAddr(ip));
+        }
+        handle(shard.clone(), tokens.clone(), cluster.clone(), req)
+    });
     let conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
         .timer(GlommioTimer)
@@ -159,6 +168,11 @@ async fn refuse_connection(mut stream: glommio::net::TcpStream) {
     )
     .await;
 }
+
+/// The address a request's connection comes from (a request extension): what an anonymous
+/// caller's share of the body budget is kept under.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddr(pub std::net::IpAddr);
 
 /// Keeps `yutu_connections` right when a connection ends.
 struct ConnectionCount(Rc<Shard>);
@@ -324,6 +338,7 @@ async fn route(
         )
     });
     let ctx = Ctx {
+        client: parts.extensions.get::<ClientAddr>().map(|c| c.0),
         shard: shard.clone(),
         method: parts.method,
         uri: parts.uri,
