@@ -119,6 +119,12 @@ pub struct BucketConfig {
     /// The CORS configuration (PutBucketCors), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cors: Option<crate::cors::CorsConfiguration>,
+    /// The bucket policy's text (PutBucketPolicy), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// Its public access block (PutPublicAccessBlock), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_access_block: Option<crate::public_access_block::PublicAccessBlock>,
 }
 
 /// etcd key under which a node publishes the bytes it holds per bucket ([`NodeUsage`]),

@@ -64,6 +64,12 @@ pub enum S3ErrorCode {
     MissingSecurityHeader,
     /// GetBucketCors of a bucket without a CORS configuration: 404.
     NoSuchCORSConfiguration,
+    /// GetBucketPolicy of a bucket without a policy: 404.
+    NoSuchBucketPolicy,
+    /// A bucket policy that cannot be read or names what it may not: 400.
+    MalformedPolicy,
+    /// GetPublicAccessBlock of a bucket without one: 404.
+    NoSuchPublicAccessBlockConfiguration,
     /// A CORS request (preflight) no rule allows: 403.
     AccessForbidden,
     /// A POST Object whose body is not well-formed multipart/form-data: 400.
@@ -116,6 +122,9 @@ impl S3ErrorCode {
             MalformedACLError => "MalformedACLError",
             MissingSecurityHeader => "MissingSecurityHeader",
             NoSuchCORSConfiguration => "NoSuchCORSConfiguration",
+            NoSuchBucketPolicy => "NoSuchBucketPolicy",
+            MalformedPolicy => "MalformedPolicy",
+            NoSuchPublicAccessBlockConfiguration => "NoSuchPublicAccessBlockConfiguration",
             AccessForbidden => "AccessForbidden",
             MalformedPOSTRequest => "MalformedPOSTRequest",
             PreconditionFailed => "PreconditionFailed",
@@ -147,6 +156,8 @@ impl S3ErrorCode {
             QuotaExceeded => 403,
             MalformedACLError | MissingSecurityHeader => 400,
             NoSuchCORSConfiguration => 404,
+            NoSuchBucketPolicy | NoSuchPublicAccessBlockConfiguration => 404,
+            MalformedPolicy => 400,
             MalformedPOSTRequest => 400,
             AccessForbidden => 403,
             AccessDenied => 403,
@@ -235,6 +246,9 @@ impl S3ErrorCode {
             MalformedACLError => "The XML you provided was not well-formed or did not validate against our published schema.",
             MissingSecurityHeader => "Your request was missing a required header.",
             NoSuchCORSConfiguration => "The CORS configuration does not exist",
+            NoSuchBucketPolicy => "The bucket policy does not exist",
+            MalformedPolicy => "Policies must be valid JSON and the first byte must be '{'",
+            NoSuchPublicAccessBlockConfiguration => "The public access block configuration was not found",
             MalformedPOSTRequest => "The body of your POST request is not well-formed multipart/form-data.",
             AccessForbidden => "CORSResponse: This CORS request is not allowed. This is usually because the evalution of Origin, request method / Access-Control-Request-Method or Access-Control-Request-Headers are not whitelisted by the resource's CORS spec.",
         }

@@ -12,6 +12,9 @@
 //!   needs `w` on its name, deleting it `d`.
 //! - An **anonymous** request (no credentials, on a node with authentication on) may do only
 //!   what an ACL grants `AllUsers`.
+//! - A **bucket policy** comes first: a statement that denies the request refuses it whatever
+//!   else allows it (its owner too), one that allows it admits it whatever else does not
+//!   (`http::bucket_policy` works out which, with the public access block).
 //! - **ACLs** add to all of the above, never take away: a bucket's grants (`READ`: list,
 //!   `WRITE`: write and delete objects, `READ_ACP`/`WRITE_ACP`: its ACL) to a user by name,
 //!   to `AuthenticatedUsers` (any user or token) or to `AllUsers` (anonymous too). An
@@ -21,6 +24,7 @@
 use std::sync::Arc;
 
 use yutu_api::acl::{Acl, Permission, Principal};
+use yutu_api::bucket_policy::Decision;
 use yutu_api::token::{Access, Claims};
 use yutu_api::S3ErrorCode;
 
@@ -190,18 +194,29 @@ pub fn authorize(
     bucket: Option<&str>,
     owner: Option<&str>,
 ) -> Result<(), AuthError> {
-    authorize_with_acl(who, action, bucket, owner, None)
+    authorize_with_acl(who, action, bucket, owner, None, Decision::NotApplicable)
+}
+
+fn denied_by_policy() -> AuthError {
+    AuthError::new(S3ErrorCode::AccessDenied).msg("The bucket policy denies this request.")
 }
 
 /// [`authorize`], with the bucket's ACL (`None`: none is known, or the bucket does not
-/// exist).
+/// exist) and what its bucket policy says of the request: an explicit deny refuses whatever
+/// else allows, an allow admits whatever else does not, and without either the rest decides.
 pub fn authorize_with_acl(
     who: &Identity,
     action: Action,
     bucket: Option<&str>,
     owner: Option<&str>,
     acl: Option<&Acl>,
+    policy: Decision,
 ) -> Result<(), AuthError> {
+    match policy {
+        Decision::ExplicitDeny => return Err(denied_by_policy()),
+        Decision::Allow => return Ok(()),
+        Decision::NotApplicable => {}
+    }
     if allowed(who, action, bucket, owner)
         || acl
             .zip(action.bucket_permission())
@@ -222,8 +237,12 @@ pub fn authorize_object(
     bucket: &str,
     owner: Option<&str>,
     acl: Option<&Acl>,
+    policy: Decision,
 ) -> Result<Gate, AuthError> {
-    match authorize_with_acl(who, action, Some(bucket), owner, acl) {
+    if policy == Decision::ExplicitDeny {
+        return Err(denied_by_policy());
+    }
+    match authorize_with_acl(who, action, Some(bucket), owner, acl, policy) {
         Ok(()) => Ok(Gate::Open),
         Err(e) => match (owner, action.object_permission()) {
             (Some(_), Some(p)) => Ok(Gate::Object(p)),

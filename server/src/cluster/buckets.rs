@@ -86,6 +86,8 @@ pub async fn change(
         match &change {
             BucketChange::Acl(acl) => c.acl = acl.clone(),
             BucketChange::Cors(cors) => c.cors = cors.clone(),
+            BucketChange::Policy(p) => c.policy = p.clone(),
+            BucketChange::PublicAccessBlock(b) => c.public_access_block = *b,
         }
         let new = serde_json::to_vec(&c).unwrap_or_default();
         if etcd.replace(&key, &raw, &new).await? {
@@ -173,6 +175,12 @@ pub async fn apply(shard: &Rc<Shard>, cluster: &Cluster, now: &BTreeMap<String, 
         }
         if local.cors.as_deref() != config.cors.as_ref() {
             changes.push(BucketChange::Cors(config.cors.clone()));
+        }
+        if local.policy.as_ref().map(|p| p.text()) != config.policy.as_deref() {
+            changes.push(BucketChange::Policy(config.policy.clone()));
+        }
+        if local.public_access_block != config.public_access_block {
+            changes.push(BucketChange::PublicAccessBlock(config.public_access_block));
         }
         for c in changes {
             if let Err(e) = buckets::change(shard, name.clone(), c).await {

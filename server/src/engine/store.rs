@@ -95,6 +95,10 @@ pub(crate) struct BucketPart {
     acl: yutu_api::acl::Acl,
     /// Its CORS configuration (PutBucketCors), shared with the requests that read it.
     cors: Option<Arc<yutu_api::cors::CorsConfiguration>>,
+    /// Its bucket policy (PutBucketPolicy), parsed once, shared with the checks that read it.
+    policy: Option<Arc<yutu_api::bucket_policy::BucketPolicy>>,
+    /// Its public access block (PutPublicAccessBlock).
+    public_access_block: Option<yutu_api::public_access_block::PublicAccessBlock>,
     /// Bytes of the bucket's objects that only DRAM holds: entries not also on NVMe, and
     /// evicted ones waiting for demotion. With the NVMe tier's count of the bucket's
     /// records, the bytes the bucket holds on this shard, each object counted once.
@@ -112,8 +116,20 @@ impl BucketPart {
             quota: self.quota,
             acl: self.acl.clone(),
             cors: self.cors.clone(),
+            policy: self.policy.clone(),
+            public_access_block: self.public_access_block,
         }
     }
+}
+
+/// What a bucket adds to the permission check besides its owner and ACL.
+#[derive(Debug, Clone, Default)]
+pub struct BucketGuards {
+    pub policy: Option<Arc<yutu_api::bucket_policy::BucketPolicy>>,
+    /// Its public access block (all off when none is configured).
+    pub block: yutu_api::public_access_block::PublicAccessBlock,
+    /// Whether one is configured (GetPublicAccessBlock answers NoSuchPublicAccessBlockConfiguration otherwise).
+    pub configured_block: bool,
 }
 
 pub struct ShardStore {
@@ -363,6 +379,8 @@ impl ShardStore {
                 quota: None,
                 acl: Default::default(),
                 cors: None,
+                policy: None,
+                public_access_block: None,
                 held: 0,
             });
     }
@@ -392,6 +410,44 @@ impl ShardStore {
         self.buckets
             .get(name)
             .map(|b| (b.owner.as_str(), b.incarnation, &b.acl))
+    }
+
+    /// Replaces (or, with `None`, deletes) a bucket's policy. The text was validated when it
+    /// was put; one that no longer parses (a catalog edited by hand) is dropped with an error
+    /// in the log rather than kept half-understood.
+    pub fn set_bucket_policy(&mut self, name: &str, text: Option<&str>) {
+        let Some(b) = self.buckets.get_mut(name) else {
+            return;
+        };
+        b.policy = text.and_then(|t| {
+            match yutu_api::bucket_policy::BucketPolicy::parse(t, name) {
+                Ok(p) => Some(Arc::new(p)),
+                Err(e) => {
+                    tracing::error!(bucket = name, error = %e, "the bucket's stored policy does not parse: ignored");
+                    None
+                }
+            }
+        });
+    }
+
+    /// Replaces (or, with `None`, deletes) a bucket's public access block.
+    pub fn set_public_access_block(
+        &mut self,
+        name: &str,
+        block: Option<yutu_api::public_access_block::PublicAccessBlock>,
+    ) {
+        if let Some(b) = self.buckets.get_mut(name) {
+            b.public_access_block = block;
+        }
+    }
+
+    /// A bucket's policy and public access block (`None`: the bucket does not exist).
+    pub fn bucket_guards(&self, name: &str) -> Option<BucketGuards> {
+        self.buckets.get(name).map(|b| BucketGuards {
+            policy: b.policy.clone(),
+            block: b.public_access_block.unwrap_or_default(),
+            configured_block: b.public_access_block.is_some(),
+        })
     }
 
     /// Sets a bucket's quota (fixed at its creation; given again when it is restored).

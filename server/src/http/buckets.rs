@@ -129,6 +129,8 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
                 quota,
                 acl,
                 cors: None,
+                policy: None,
+                public_access_block: None,
             };
             let created = crate::cluster::buckets::create(shard, cluster, &name, config);
             match created.await {

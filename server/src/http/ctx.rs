@@ -4,12 +4,15 @@ use std::rc::Rc;
 
 use http::{HeaderMap, Method, Uri};
 
+use super::bucket_policy::{self, Asked};
 use super::error::S3Error;
 use super::target::Target;
 use crate::auth::authenticate::RequestAuth;
 use crate::auth::{authorize_object, authorize_with_acl, Action, Gate, Identity};
+use crate::metrics::Op;
 use crate::net::budget::BodyClient;
 use crate::node::Shard;
+use yutu_api::bucket_policy::Decision;
 
 pub struct Ctx {
     pub shard: Rc<Shard>,
@@ -24,6 +27,8 @@ pub struct Ctx {
     pub peer: Option<String>,
     /// The address the connection comes from.
     pub client: Option<std::net::IpAddr>,
+    /// The operation, once the request is routed (what the bucket policy evaluates).
+    pub op: std::cell::Cell<Op>,
 }
 
 impl Ctx {
@@ -70,17 +75,95 @@ impl Ctx {
         self.auth.identity.name().to_string()
     }
 
+    /// The object a request is about, as the bucket policy sees it: its key; for KV calls
+    /// and Mooncake's queries (which name many keys in their body) every object, `*`.
+    fn policy_key(&self) -> Option<&str> {
+        match self.op.get() {
+            Op::Kv | Op::MooncakeMaster => Some("*"),
+            _ => self.target.key.as_deref(),
+        }
+    }
+
     /// Checks the permission on this shard's copy of the bucket list, and returns the
     /// incarnation of the bucket it was checked against (`None` when it does not exist): a
     /// write carries it to the owning shard, which refuses it if the bucket was deleted and
     /// created again meanwhile.
     pub fn allow(&self, action: Action, bucket: Option<&str>) -> Result<Option<u64>, S3Error> {
+        self.allow_on(action, bucket, self.policy_key())
+    }
+
+    /// [`Ctx::allow`] on `key` of `bucket` (a copy's source) as the bucket policy sees it.
+    pub fn allow_on(
+        &self,
+        action: Action,
+        bucket: Option<&str>,
+        key: Option<&str>,
+    ) -> Result<Option<u64>, S3Error> {
         let store = self.shard.tier.store.borrow();
         let found = bucket.and_then(|b| store.bucket_access(b));
         let (owner, incarnation, acl) =
             found.map_or((None, None, None), |(o, i, a)| (Some(o), Some(i), Some(a)));
-        authorize_with_acl(&self.auth.identity, action, bucket, owner, acl)?;
+        let guards = bucket
+            .and_then(|b| store.bucket_guards(b))
+            .unwrap_or_default();
+        let decision = bucket.map_or(Decision::NotApplicable, |b| {
+            let asked = Asked {
+                who: self.identity(),
+                op: self.op.get(),
+                action,
+                bucket: b,
+                key,
+                prefix: None,
+            };
+            bucket_policy::decide(self, &asked, owner, &guards)
+        });
+        let acl = bucket_policy::effective_acl(acl, &guards);
+        authorize_with_acl(
+            &self.auth.identity,
+            action,
+            bucket,
+            owner,
+            acl.as_deref(),
+            decision,
+        )?;
         Ok(incarnation)
+    }
+
+    /// Whether the caller may read `key` of `bucket` as a copy's source (the bucket policy
+    /// evaluates it as `s3:GetObject` on that object, whatever operation copies it).
+    pub fn allow_copy_source(&self, bucket: &str, key: &str) -> Result<Option<u64>, S3Error> {
+        let op = self.op.replace(Op::GetObject);
+        let r = self.allow_on(Action::Read, Some(bucket), Some(key));
+        self.op.set(op);
+        r
+    }
+
+    /// Whether the caller may list `bucket` under `key` (`s3:ListBucket` with `key` as the
+    /// prefix): a read of a missing key answers NoSuchKey then, AccessDenied otherwise.
+    pub fn may_list_key(&self, bucket: &str, key: &str) -> bool {
+        let store = self.shard.tier.store.borrow();
+        let found = store.bucket_access(bucket);
+        let guards = store.bucket_guards(bucket).unwrap_or_default();
+        let owner = found.map(|(owner, _, _)| owner);
+        let asked = Asked {
+            who: self.identity(),
+            op: Op::ListObjects,
+            action: Action::List,
+            bucket,
+            key: None,
+            prefix: Some(key),
+        };
+        let decision = bucket_policy::decide(self, &asked, owner, &guards);
+        let acl = bucket_policy::effective_acl(found.map(|(_, _, acl)| acl), &guards);
+        authorize_with_acl(
+            self.identity(),
+            Action::List,
+            Some(bucket),
+            owner,
+            acl.as_deref(),
+            decision,
+        )
+        .is_ok()
     }
 
     /// [`Ctx::allow`] for an operation on an object of `bucket`: the [`Gate`] says whether
@@ -92,12 +175,25 @@ impl Ctx {
     ) -> Result<(Option<u64>, Gate), S3Error> {
         let store = self.shard.tier.store.borrow();
         let found = store.bucket_access(bucket);
+        let guards = store.bucket_guards(bucket).unwrap_or_default();
+        let owner = found.map(|(owner, _, _)| owner);
+        let asked = Asked {
+            who: self.identity(),
+            op: self.op.get(),
+            action,
+            bucket,
+            key: self.policy_key(),
+            prefix: None,
+        };
+        let decision = bucket_policy::decide(self, &asked, owner, &guards);
+        let acl = bucket_policy::effective_acl(found.map(|(_, _, acl)| acl), &guards);
         let gate = authorize_object(
             &self.auth.identity,
             action,
             bucket,
-            found.map(|(owner, _, _)| owner),
-            found.map(|(_, _, acl)| acl),
+            owner,
+            acl.as_deref(),
+            decision,
         )?;
         Ok((found.map(|(_, incarnation, _)| incarnation), gate))
     }

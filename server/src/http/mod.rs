@@ -5,6 +5,7 @@ pub mod admin;
 pub mod admin_local;
 pub mod attributes;
 pub mod body;
+pub mod bucket_policy;
 pub mod buckets;
 pub mod cluster;
 pub mod copy;

@@ -285,12 +285,24 @@ pub async fn post_object(ctx: &Ctx, mut body_in: Incoming, bucket: &str) -> Resu
     let incarnation = {
         let store = ctx.shard.tier.store.borrow();
         let found = store.bucket_access(bucket);
+        let owner = found.map(|(o, _, _)| o);
+        let guards = store.bucket_guards(bucket).unwrap_or_default();
+        let asked = super::bucket_policy::Asked {
+            who: &identity,
+            op: crate::metrics::Op::PostObject,
+            action: Action::Write,
+            bucket,
+            key: Some(&key),
+            prefix: None,
+        };
+        let decision = super::bucket_policy::decide(ctx, &asked, owner, &guards);
         authorize_with_acl(
             &identity,
             Action::Write,
             Some(bucket),
-            found.map(|(o, _, _)| o),
+            owner,
             found.map(|(_, _, a)| a),
+            decision,
         )?;
         found.map(|(_, i, _)| i)
     };

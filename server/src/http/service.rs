@@ -16,7 +16,9 @@ use yutu_api::S3ErrorCode;
 use super::ctx::Ctx;
 use super::error::S3Error;
 use super::target::Target;
-use super::{admin, attributes, buckets, copy, delete_many, kv_api, multipart, objects, Resp};
+use super::{
+    admin, attributes, bucket_policy, buckets, copy, delete_many, kv_api, multipart, objects, Resp,
+};
 use crate::auth::authenticate::authenticate;
 use crate::auth::tokens::TokenVerifier;
 use crate::auth::{Action, Gate, Identity};
@@ -347,10 +349,12 @@ async fn route(
         auth,
         cluster,
         peer,
+        op: std::cell::Cell::new(Op::Unsupported),
     };
     // Mooncake master's query endpoints: a GET of exactly `/get_all_segments`, `/query_key`
     // or `/batch_query_keys` (no valid bucket name holds `_`, so no bucket is shadowed).
     if let Some(endpoint) = super::mooncake::endpoint(&ctx.method, &ctx.target) {
+        ctx.op.set(Op::MooncakeMaster);
         return (
             Op::MooncakeMaster,
             super::mooncake::serve(&ctx, endpoint).await,
@@ -385,6 +389,7 @@ async fn route(
     }
     // `v1` is not a valid bucket name, so the KV control API cannot shadow a bucket.
     if ctx.target.bucket.as_deref() == Some("v1") && !ctx.target.virtual_host {
+        ctx.op.set(Op::Kv);
         return (Op::Kv, kv_api::route(&ctx, body).await);
     }
     let bucket = ctx.target.bucket.clone();
@@ -397,6 +402,7 @@ async fn route(
                     Err(S3Error::new(S3ErrorCode::MethodNotAllowed)),
                 );
             }
+            ctx.op.set(Op::ListBuckets);
             let r = ctx
                 .allow(Action::ListBuckets, None)
                 .and_then(|_| buckets::list_buckets(&ctx));
@@ -410,6 +416,21 @@ async fn route(
                 Method::PUT if t.has("cors") => (Op::PutBucketCors, Action::Configure),
                 Method::GET if t.has("cors") => (Op::GetBucketCors, Action::Configure),
                 Method::DELETE if t.has("cors") => (Op::DeleteBucketCors, Action::Configure),
+                Method::GET if t.has("policy") => (Op::GetBucketPolicy, Action::Configure),
+                Method::PUT if t.has("policy") => (Op::PutBucketPolicy, Action::Configure),
+                Method::DELETE if t.has("policy") => (Op::DeleteBucketPolicy, Action::Configure),
+                Method::GET if t.has("policyStatus") => {
+                    (Op::GetBucketPolicyStatus, Action::Configure)
+                }
+                Method::GET if t.has("publicAccessBlock") => {
+                    (Op::GetPublicAccessBlock, Action::Configure)
+                }
+                Method::PUT if t.has("publicAccessBlock") => {
+                    (Op::PutPublicAccessBlock, Action::Configure)
+                }
+                Method::DELETE if t.has("publicAccessBlock") => {
+                    (Op::DeletePublicAccessBlock, Action::Configure)
+                }
                 Method::PUT => (Op::CreateBucket, Action::CreateBucket),
                 Method::DELETE => (Op::DeleteBucket, Action::DeleteBucket),
                 Method::HEAD => (Op::HeadBucket, Action::List),
@@ -424,6 +445,7 @@ async fn route(
                 _ if t.has("versions") => (Op::ListObjectVersions, Action::List),
                 _ => (Op::ListObjects, Action::List),
             };
+            ctx.op.set(op);
             if let Some(cluster) = &ctx.cluster {
                 super::cluster::know_bucket(&ctx, cluster, &b).await;
             }
@@ -444,6 +466,19 @@ async fn route(
                     Op::GetBucketCors => super::cors::get_bucket_cors(&ctx, &b),
                     Op::PutBucketCors => super::cors::put_bucket_cors(&ctx, body, &b).await,
                     Op::DeleteBucketCors => super::cors::delete_bucket_cors(&ctx, &b).await,
+                    Op::GetBucketPolicy => bucket_policy::get_bucket_policy(&ctx, &b),
+                    Op::PutBucketPolicy => bucket_policy::put_bucket_policy(&ctx, body, &b).await,
+                    Op::DeleteBucketPolicy => bucket_policy::delete_bucket_policy(&ctx, &b).await,
+                    Op::GetBucketPolicyStatus => {
+                        bucket_policy::get_bucket_policy_status(&ctx, &b)
+                    }
+                    Op::GetPublicAccessBlock => bucket_policy::get_public_access_block(&ctx, &b),
+                    Op::PutPublicAccessBlock => {
+                        bucket_policy::put_public_access_block(&ctx, body, &b).await
+                    }
+                    Op::DeletePublicAccessBlock => {
+                        bucket_policy::delete_public_access_block(&ctx, &b).await
+                    }
                     Op::DeleteBucket if ctx.cluster.is_some() && ctx.peer.is_none() => {
                         super::cluster::delete_bucket(&ctx, &b).await
                     }
@@ -485,6 +520,7 @@ async fn route(
                 _ if t.has("attributes") => (Op::GetObjectAttributes, Action::Read),
                 _ => (Op::GetObject, Action::Read),
             };
+            ctx.op.set(op);
             let mut body = Some(body);
             let mut replicate_to = Vec::new();
             let mut read_fallback = Vec::new();

@@ -96,6 +96,8 @@ pub struct BucketInfo {
     /// Grants beyond the owner's.
     pub acl: yutu_api::acl::Acl,
     pub cors: Option<Arc<yutu_api::cors::CorsConfiguration>>,
+    pub policy: Option<Arc<yutu_api::bucket_policy::BucketPolicy>>,
+    pub public_access_block: Option<yutu_api::public_access_block::PublicAccessBlock>,
 }
 
 /// Object metadata as a listing sees it (for objects outside the DRAM index).

@@ -10,6 +10,7 @@ use super::shard::{Shard, ShardError};
 use crate::model::Durability;
 use yutu_api::acl::Acl;
 use yutu_api::cors::CorsConfiguration;
+use yutu_api::public_access_block::PublicAccessBlock;
 
 /// The shard that coordinates bucket changes.
 const COORDINATOR: usize = 0;
@@ -56,6 +57,10 @@ pub enum BucketChange {
     Acl(Acl),
     /// `None`: the configuration is deleted.
     Cors(Option<CorsConfiguration>),
+    /// The policy's text (validated by the caller); `None`: deleted.
+    Policy(Option<String>),
+    /// `None`: deleted.
+    PublicAccessBlock(Option<PublicAccessBlock>),
 }
 
 impl BucketChange {
@@ -64,6 +69,10 @@ impl BucketChange {
         match self {
             BucketChange::Acl(acl) if r.acl != *acl => r.acl = acl.clone(),
             BucketChange::Cors(cors) if r.cors != *cors => r.cors = cors.clone(),
+            BucketChange::Policy(p) if r.policy != *p => r.policy = p.clone(),
+            BucketChange::PublicAccessBlock(b) if r.public_access_block != *b => {
+                r.public_access_block = *b
+            }
             _ => return false,
         }
         true
@@ -74,6 +83,8 @@ impl BucketChange {
         match self {
             BucketChange::Acl(acl) => store.set_bucket_acl(name, acl.clone()),
             BucketChange::Cors(cors) => store.set_bucket_cors(name, cors.clone()),
+            BucketChange::Policy(p) => store.set_bucket_policy(name, p.as_deref()),
+            BucketChange::PublicAccessBlock(b) => store.set_public_access_block(name, *b),
         }
     }
 }
@@ -139,6 +150,8 @@ fn catalog_with(
             quota: b.quota,
             acl: b.acl,
             cors: b.cors.map(|c| (*c).clone()),
+            policy: b.policy.map(|p| p.text().to_string()),
+            public_access_block: b.public_access_block,
         })
         .collect();
     records.extend(add);
@@ -192,6 +205,8 @@ async fn coordinate_create(
         quota,
         acl: acl.clone(),
         cors: None,
+        policy: None,
+        public_access_block: None,
     };
     save(&shard, catalog_with(&shard, Some(record), None)).await?;
     let n = name.clone();

@@ -35,6 +35,12 @@ pub struct BucketRecord {
     /// The CORS configuration (`PUT ?cors`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cors: Option<yutu_api::cors::CorsConfiguration>,
+    /// The bucket policy's text (`PUT ?policy`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// The public access block (`PUT ?publicAccessBlock`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_access_block: Option<yutu_api::public_access_block::PublicAccessBlock>,
 }
 
 impl BucketRecord {
@@ -159,6 +165,8 @@ mod tests {
             quota: Some(1 << 20),
             acl: yutu_api::acl::Acl::canned(yutu_api::acl::Canned::PublicRead, "alice", "alice"),
             cors: None,
+            policy: None,
+            public_access_block: None,
         }];
         c.save(&recs).unwrap();
         assert_eq!(c.load().unwrap(), recs);

@@ -287,6 +287,8 @@ async fn run_shard(
         store.set_bucket_quota(&b.name, b.quota);
         store.set_bucket_acl(&b.name, b.acl.clone());
         store.set_bucket_cors(&b.name, b.cors.clone());
+        store.set_bucket_policy(&b.name, b.policy.as_deref());
+        store.set_public_access_block(&b.name, b.public_access_block);
     }
     if settings.conductor.is_some() {
         store.record_events();
