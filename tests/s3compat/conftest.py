@@ -55,6 +55,11 @@ secret_key = "{BOB[1]}"
 read = ["shared-*", "alice-shared"]
 """
         )
+        self.cfg = cfg
+        self._start()
+
+    def _start(self):
+        cfg = self.cfg
         self.proc = subprocess.Popen(
             [server_bin(), "--config", str(cfg), "--data-dir", str(Path(self.dir.name) / "data")],
             stdout=subprocess.DEVNULL,
@@ -88,6 +93,12 @@ read = ["shared-*", "alice-shared"]
             aws_secret_access_key=creds[1],
             config=Config(**config) if config else None,
         )
+
+    def restart(self):
+        """Kills the node and starts it again on the same data directory (on a new port)."""
+        self.proc.kill()
+        self.proc.wait()
+        self._start()
 
     def stop(self):
         self.proc.kill()
