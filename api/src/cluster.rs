@@ -125,6 +125,9 @@ pub struct BucketConfig {
     /// Its public access block (PutPublicAccessBlock), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_access_block: Option<crate::public_access_block::PublicAccessBlock>,
+    /// Its object ownership (PutBucketOwnershipControls), if set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ownership: Option<crate::ownership::ObjectOwnership>,
 }
 
 /// etcd key under which a node publishes the bytes it holds per bucket ([`NodeUsage`]),

@@ -70,6 +70,12 @@ pub enum S3ErrorCode {
     MalformedPolicy,
     /// GetPublicAccessBlock of a bucket without one: 404.
     NoSuchPublicAccessBlockConfiguration,
+    /// GetBucketOwnershipControls of a bucket without a setting: 404.
+    OwnershipControlsNotFoundError,
+    /// An ACL on a bucket whose ownership is BucketOwnerEnforced (ACLs are off): 400.
+    AccessControlListNotSupported,
+    /// BucketOwnerEnforced on a bucket whose ACL is not private: 400.
+    InvalidBucketAclWithObjectOwnership,
     /// A CORS request (preflight) no rule allows: 403.
     AccessForbidden,
     /// A POST Object whose body is not well-formed multipart/form-data: 400.
@@ -125,6 +131,9 @@ impl S3ErrorCode {
             NoSuchBucketPolicy => "NoSuchBucketPolicy",
             MalformedPolicy => "MalformedPolicy",
             NoSuchPublicAccessBlockConfiguration => "NoSuchPublicAccessBlockConfiguration",
+            OwnershipControlsNotFoundError => "OwnershipControlsNotFoundError",
+            AccessControlListNotSupported => "AccessControlListNotSupported",
+            InvalidBucketAclWithObjectOwnership => "InvalidBucketAclWithObjectOwnership",
             AccessForbidden => "AccessForbidden",
             MalformedPOSTRequest => "MalformedPOSTRequest",
             PreconditionFailed => "PreconditionFailed",
@@ -157,6 +166,8 @@ impl S3ErrorCode {
             MalformedACLError | MissingSecurityHeader => 400,
             NoSuchCORSConfiguration => 404,
             NoSuchBucketPolicy | NoSuchPublicAccessBlockConfiguration => 404,
+            OwnershipControlsNotFoundError => 404,
+            AccessControlListNotSupported | InvalidBucketAclWithObjectOwnership => 400,
             MalformedPolicy => 400,
             MalformedPOSTRequest => 400,
             AccessForbidden => 403,
@@ -249,6 +260,9 @@ impl S3ErrorCode {
             NoSuchBucketPolicy => "The bucket policy does not exist",
             MalformedPolicy => "Policies must be valid JSON and the first byte must be '{'",
             NoSuchPublicAccessBlockConfiguration => "The public access block configuration was not found",
+            OwnershipControlsNotFoundError => "The bucket ownership controls were not found",
+            AccessControlListNotSupported => "The bucket does not allow ACLs",
+            InvalidBucketAclWithObjectOwnership => "Bucket cannot have ACLs set with ObjectOwnership's BucketOwnerEnforced setting",
             MalformedPOSTRequest => "The body of your POST request is not well-formed multipart/form-data.",
             AccessForbidden => "CORSResponse: This CORS request is not allowed. This is usually because the evalution of Origin, request method / Access-Control-Request-Method or Access-Control-Request-Headers are not whitelisted by the resource's CORS spec.",
         }

@@ -22,6 +22,7 @@ pub mod events;
 pub mod key;
 pub mod kv;
 pub mod mooncake_master;
+pub mod ownership;
 pub mod placement;
 pub mod post_policy;
 pub mod public_access_block;

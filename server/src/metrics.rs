@@ -88,6 +88,9 @@ pub enum Op {
     GetPublicAccessBlock,
     PutPublicAccessBlock,
     DeletePublicAccessBlock,
+    GetBucketOwnershipControls,
+    PutBucketOwnershipControls,
+    DeleteBucketOwnershipControls,
     PostObject,
     Admin,
     Kv,
@@ -99,7 +102,7 @@ pub enum Op {
 }
 
 impl Op {
-    pub const ALL: [Op; 42] = [
+    pub const ALL: [Op; 45] = [
         Op::ListBuckets,
         Op::CreateBucket,
         Op::DeleteBucket,
@@ -136,6 +139,9 @@ impl Op {
         Op::GetPublicAccessBlock,
         Op::PutPublicAccessBlock,
         Op::DeletePublicAccessBlock,
+        Op::GetBucketOwnershipControls,
+        Op::PutBucketOwnershipControls,
+        Op::DeleteBucketOwnershipControls,
         Op::PostObject,
         Op::Admin,
         Op::Kv,
@@ -182,6 +188,9 @@ impl Op {
             Op::GetPublicAccessBlock => "GetPublicAccessBlock",
             Op::PutPublicAccessBlock => "PutPublicAccessBlock",
             Op::DeletePublicAccessBlock => "DeletePublicAccessBlock",
+            Op::GetBucketOwnershipControls => "GetBucketOwnershipControls",
+            Op::PutBucketOwnershipControls => "PutBucketOwnershipControls",
+            Op::DeleteBucketOwnershipControls => "DeleteBucketOwnershipControls",
             Op::PostObject => "PostObject",
             Op::Admin => "Admin",
             Op::Kv => "Kv",

@@ -46,16 +46,7 @@ pub async fn create(
         });
     }
     cluster.mark_mirrored(name);
-    match buckets::create(
-        shard,
-        name.to_string(),
-        owner.to_string(),
-        durability,
-        config.quota,
-        config.acl.clone(),
-    )
-    .await
-    {
+    match buckets::create(shard, new_bucket(name, &owner, durability, &config)).await {
         Ok(()) | Err(BucketError::AlreadyOwned) => {}
         Err(e) => return Err(e.into()),
     }
@@ -88,6 +79,7 @@ pub async fn change(
             BucketChange::Cors(cors) => c.cors = cors.clone(),
             BucketChange::Policy(p) => c.policy = p.clone(),
             BucketChange::PublicAccessBlock(b) => c.public_access_block = *b,
+            BucketChange::Ownership(o) => c.ownership = *o,
         }
         let new = serde_json::to_vec(&c).unwrap_or_default();
         if etcd.replace(&key, &raw, &new).await? {
@@ -139,17 +131,27 @@ pub async fn ensure(shard: &Rc<Shard>, cluster: &Cluster, name: &str) -> Result<
     Ok(true)
 }
 
+/// The local bucket a cluster bucket's configuration makes.
+fn new_bucket(
+    name: &str,
+    owner: &str,
+    durability: Durability,
+    config: &BucketConfig,
+) -> buckets::NewBucket {
+    buckets::NewBucket {
+        name: name.to_string(),
+        owner: owner.to_string(),
+        durability,
+        quota: config.quota,
+        acl: config.acl.clone(),
+        ownership: config.ownership,
+    }
+}
+
 async fn create_local(shard: &Rc<Shard>, cluster: &Cluster, name: &str, config: &BucketConfig) {
     cluster.mark_mirrored(name);
     let durability = Durability::parse(&config.durability).unwrap_or_default();
-    let created = buckets::create(
-        shard,
-        name.to_string(),
-        config.owner.clone(),
-        durability,
-        config.quota,
-        config.acl.clone(),
-    );
+    let created = buckets::create(shard, new_bucket(name, &config.owner, durability, config));
     match created.await {
         Ok(()) => tracing::info!(bucket = %name, "bucket created (cluster)"),
         Err(BucketError::AlreadyOwned) => {}
@@ -181,6 +183,9 @@ pub async fn apply(shard: &Rc<Shard>, cluster: &Cluster, now: &BTreeMap<String, 
         }
         if local.public_access_block != config.public_access_block {
             changes.push(BucketChange::PublicAccessBlock(config.public_access_block));
+        }
+        if local.ownership != config.ownership {
+            changes.push(BucketChange::Ownership(config.ownership));
         }
         for c in changes {
             if let Err(e) = buckets::change(shard, name.clone(), c).await {

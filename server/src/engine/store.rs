@@ -99,6 +99,8 @@ pub(crate) struct BucketPart {
     policy: Option<Arc<yutu_api::bucket_policy::BucketPolicy>>,
     /// Its public access block (PutPublicAccessBlock).
     public_access_block: Option<yutu_api::public_access_block::PublicAccessBlock>,
+    /// Its object ownership (PutBucketOwnershipControls).
+    ownership: Option<yutu_api::ownership::ObjectOwnership>,
     /// Bytes of the bucket's objects that only DRAM holds: entries not also on NVMe, and
     /// evicted ones waiting for demotion. With the NVMe tier's count of the bucket's
     /// records, the bytes the bucket holds on this shard, each object counted once.
@@ -118,6 +120,7 @@ impl BucketPart {
             cors: self.cors.clone(),
             policy: self.policy.clone(),
             public_access_block: self.public_access_block,
+            ownership: self.ownership,
         }
     }
 }
@@ -130,6 +133,8 @@ pub struct BucketGuards {
     pub block: yutu_api::public_access_block::PublicAccessBlock,
     /// Whether one is configured (GetPublicAccessBlock answers NoSuchPublicAccessBlockConfiguration otherwise).
     pub configured_block: bool,
+    /// Its object ownership, if set (`ObjectWriter` otherwise).
+    pub ownership: Option<yutu_api::ownership::ObjectOwnership>,
 }
 
 pub struct ShardStore {
@@ -381,6 +386,7 @@ impl ShardStore {
                 cors: None,
                 policy: None,
                 public_access_block: None,
+                ownership: None,
                 held: 0,
             });
     }
@@ -447,7 +453,19 @@ impl ShardStore {
             policy: b.policy.clone(),
             block: b.public_access_block.unwrap_or_default(),
             configured_block: b.public_access_block.is_some(),
+            ownership: b.ownership,
         })
+    }
+
+    /// Replaces (or, with `None`, deletes) a bucket's object ownership.
+    pub fn set_bucket_ownership(
+        &mut self,
+        name: &str,
+        ownership: Option<yutu_api::ownership::ObjectOwnership>,
+    ) {
+        if let Some(b) = self.buckets.get_mut(name) {
+            b.ownership = ownership;
+        }
     }
 
     /// Sets a bucket's quota (fixed at its creation; given again when it is restored).

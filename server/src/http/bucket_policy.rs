@@ -68,6 +68,10 @@ pub fn action_name(op: Op, action: Action) -> &'static str {
         Op::GetBucketPolicyStatus => GET_BUCKET_POLICY_STATUS,
         Op::GetPublicAccessBlock => GET_BUCKET_PUBLIC_ACCESS_BLOCK,
         Op::PutPublicAccessBlock | Op::DeletePublicAccessBlock => PUT_BUCKET_PUBLIC_ACCESS_BLOCK,
+        Op::GetBucketOwnershipControls => "s3:GetBucketOwnershipControls",
+        Op::PutBucketOwnershipControls | Op::DeleteBucketOwnershipControls => {
+            "s3:PutBucketOwnershipControls"
+        }
         Op::CorsPreflight | Op::Admin | Op::Kv | Op::MooncakeMaster | Op::Ops | Op::Unsupported => {
             match action {
                 Action::Read => GET_OBJECT,

@@ -7,6 +7,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use yutu_api::bucket::{DURABILITY_HEADER, QUOTA_HEADER, USAGE_HEADER};
+use yutu_api::ownership::{ObjectOwnership, OWNERSHIP_HEADER};
 use yutu_api::xml::{
     to_xml, BucketEntry, Buckets, CommonPrefix, ListAllMyBucketsResult, ListBucketResult,
     ListVersionsResult, ObjectEntry, Owner, VersionEntry, S3_NS,
@@ -118,6 +119,16 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
     let name = bucket.to_string();
     let owner = ctx.identity().name().to_string();
     let acl = super::acl::requested(ctx, &owner, &owner)?.unwrap_or_default();
+    let ownership = ctx
+        .header(OWNERSHIP_HEADER)
+        .map(ObjectOwnership::parse)
+        .transpose()
+        .map_err(|e| S3Error::new(S3ErrorCode::InvalidArgument).msg(e.to_string()))?;
+    if ownership == Some(ObjectOwnership::BucketOwnerEnforced) && !acl.is_empty() {
+        return Err(S3Error::new(
+            S3ErrorCode::InvalidBucketAclWithObjectOwnership,
+        ));
+    }
     match &ctx.cluster {
         Some(cluster) => {
             let replicas = replicas.unwrap_or(cluster.settings.replicas);
@@ -131,6 +142,7 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
                 cors: None,
                 policy: None,
                 public_access_block: None,
+                ownership,
             };
             let created = crate::cluster::buckets::create(shard, cluster, &name, config);
             match created.await {
@@ -144,7 +156,19 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
             return Err(S3Error::new(S3ErrorCode::InvalidArgument)
                 .msg("More than one replica needs a cluster (start the node with --etcd)."))
         }
-        None => match buckets::create(shard, name, owner, durability, quota, acl).await {
+        None => match buckets::create(
+            shard,
+            buckets::NewBucket {
+                name,
+                owner,
+                durability,
+                quota,
+                acl,
+                ownership,
+            },
+        )
+        .await
+        {
             // us-east-1's answer: creating a bucket you already own succeeds.
             Err(buckets::BucketError::AlreadyOwned) if !shard.settings.bucket_exists_conflict => {}
             r => r?,

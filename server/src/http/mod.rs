@@ -21,6 +21,7 @@ pub mod meta;
 pub mod mooncake;
 pub mod multipart;
 pub mod objects;
+pub mod ownership;
 pub mod payload;
 pub mod post_object;
 pub mod service;

@@ -17,7 +17,8 @@ use super::ctx::Ctx;
 use super::error::S3Error;
 use super::target::Target;
 use super::{
-    admin, attributes, bucket_policy, buckets, copy, delete_many, kv_api, multipart, objects, Resp,
+    admin, attributes, bucket_policy, buckets, copy, delete_many, kv_api, multipart, objects,
+    ownership, Resp,
 };
 use crate::auth::authenticate::authenticate;
 use crate::auth::tokens::TokenVerifier;
@@ -431,6 +432,15 @@ async fn route(
                 Method::DELETE if t.has("publicAccessBlock") => {
                     (Op::DeletePublicAccessBlock, Action::Configure)
                 }
+                Method::GET if t.has("ownershipControls") => {
+                    (Op::GetBucketOwnershipControls, Action::Configure)
+                }
+                Method::PUT if t.has("ownershipControls") => {
+                    (Op::PutBucketOwnershipControls, Action::Configure)
+                }
+                Method::DELETE if t.has("ownershipControls") => {
+                    (Op::DeleteBucketOwnershipControls, Action::Configure)
+                }
                 Method::PUT => (Op::CreateBucket, Action::CreateBucket),
                 Method::DELETE => (Op::DeleteBucket, Action::DeleteBucket),
                 Method::HEAD => (Op::HeadBucket, Action::List),
@@ -479,6 +489,9 @@ async fn route(
                     Op::DeletePublicAccessBlock => {
                         bucket_policy::delete_public_access_block(&ctx, &b).await
                     }
+                    Op::GetBucketOwnershipControls => ownership::get(&ctx, &b),
+                    Op::PutBucketOwnershipControls => ownership::put(&ctx, body, &b).await,
+                    Op::DeleteBucketOwnershipControls => ownership::delete(&ctx, &b).await,
                     Op::DeleteBucket if ctx.cluster.is_some() && ctx.peer.is_none() => {
                         super::cluster::delete_bucket(&ctx, &b).await
                     }

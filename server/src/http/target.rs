@@ -111,7 +111,6 @@ impl Target {
             "metrics",
             "notification",
             "object-lock",
-            "ownershipControls",
             "replication",
             "requestPayment",
             "restore",

@@ -98,6 +98,7 @@ pub struct BucketInfo {
     pub cors: Option<Arc<yutu_api::cors::CorsConfiguration>>,
     pub policy: Option<Arc<yutu_api::bucket_policy::BucketPolicy>>,
     pub public_access_block: Option<yutu_api::public_access_block::PublicAccessBlock>,
+    pub ownership: Option<yutu_api::ownership::ObjectOwnership>,
 }
 
 /// Object metadata as a listing sees it (for objects outside the DRAM index).

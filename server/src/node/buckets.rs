@@ -10,6 +10,7 @@ use super::shard::{Shard, ShardError};
 use crate::model::Durability;
 use yutu_api::acl::Acl;
 use yutu_api::cors::CorsConfiguration;
+use yutu_api::ownership::ObjectOwnership;
 use yutu_api::public_access_block::PublicAccessBlock;
 
 /// The shard that coordinates bucket changes.
@@ -34,20 +35,22 @@ pub enum BucketError {
     Catalog(String),
 }
 
-/// Creates a bucket on every shard, once the catalog has it on disk. `quota`: most bytes of
-/// objects it may hold (see [`super::quota`]).
-pub async fn create(
-    shard: &Rc<Shard>,
-    name: String,
-    owner: String,
-    durability: Durability,
-    quota: Option<u64>,
-    acl: Acl,
-) -> Result<(), BucketError> {
+/// What a new bucket is made with.
+#[derive(Debug, Clone, Default)]
+pub struct NewBucket {
+    pub name: String,
+    pub owner: String,
+    pub durability: Durability,
+    /// Most bytes of objects it may hold (see [`super::quota`]).
+    pub quota: Option<u64>,
+    pub acl: Acl,
+    pub ownership: Option<ObjectOwnership>,
+}
+
+/// Creates a bucket on every shard, once the catalog has it on disk.
+pub async fn create(shard: &Rc<Shard>, new: NewBucket) -> Result<(), BucketError> {
     shard
-        .run_async(COORDINATOR, move |s| {
-            coordinate_create(s, name, owner, durability, quota, acl)
-        })
+        .run_async(COORDINATOR, move |s| coordinate_create(s, new))
         .await?
 }
 
@@ -61,6 +64,8 @@ pub enum BucketChange {
     Policy(Option<String>),
     /// `None`: deleted.
     PublicAccessBlock(Option<PublicAccessBlock>),
+    /// `None`: deleted (the bucket behaves as `ObjectWriter`).
+    Ownership(Option<ObjectOwnership>),
 }
 
 impl BucketChange {
@@ -73,6 +78,7 @@ impl BucketChange {
             BucketChange::PublicAccessBlock(b) if r.public_access_block != *b => {
                 r.public_access_block = *b
             }
+            BucketChange::Ownership(o) if r.ownership != *o => r.ownership = *o,
             _ => return false,
         }
         true
@@ -85,6 +91,7 @@ impl BucketChange {
             BucketChange::Cors(cors) => store.set_bucket_cors(name, cors.clone()),
             BucketChange::Policy(p) => store.set_bucket_policy(name, p.as_deref()),
             BucketChange::PublicAccessBlock(b) => store.set_public_access_block(name, *b),
+            BucketChange::Ownership(o) => store.set_bucket_ownership(name, *o),
         }
     }
 }
@@ -152,6 +159,7 @@ fn catalog_with(
             cors: b.cors.map(|c| (*c).clone()),
             policy: b.policy.map(|p| p.text().to_string()),
             public_access_block: b.public_access_block,
+            ownership: b.ownership,
         })
         .collect();
     records.extend(add);
@@ -177,14 +185,15 @@ fn new_incarnation() -> u64 {
     h.finish() | 1
 }
 
-async fn coordinate_create(
-    shard: Rc<Shard>,
-    name: String,
-    owner: String,
-    durability: Durability,
-    quota: Option<u64>,
-    acl: Acl,
-) -> Result<(), BucketError> {
+async fn coordinate_create(shard: Rc<Shard>, new: NewBucket) -> Result<(), BucketError> {
+    let NewBucket {
+        name,
+        owner,
+        durability,
+        quota,
+        acl,
+        ownership,
+    } = new;
     let _permit = shard.bucket_lock.acquire_permit(1).await;
     if let Some(current) = shard.tier.store.borrow().bucket_owner(&name) {
         return Err(if current == owner {
@@ -207,6 +216,7 @@ async fn coordinate_create(
         cors: None,
         policy: None,
         public_access_block: None,
+        ownership,
     };
     save(&shard, catalog_with(&shard, Some(record), None)).await?;
     let n = name.clone();
@@ -216,6 +226,7 @@ async fn coordinate_create(
             store.add_bucket(&n, created, &owner, durability, incarnation);
             store.set_bucket_quota(&n, quota);
             store.set_bucket_acl(&n, acl.clone());
+            store.set_bucket_ownership(&n, ownership);
         })
         .await?;
     tracing::info!(bucket = %name, "bucket created");

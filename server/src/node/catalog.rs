@@ -41,6 +41,9 @@ pub struct BucketRecord {
     /// The public access block (`PUT ?publicAccessBlock`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_access_block: Option<yutu_api::public_access_block::PublicAccessBlock>,
+    /// The object ownership (`PUT ?ownershipControls`), if set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ownership: Option<yutu_api::ownership::ObjectOwnership>,
 }
 
 impl BucketRecord {
@@ -167,6 +170,7 @@ mod tests {
             cors: None,
             policy: None,
             public_access_block: None,
+            ownership: None,
         }];
         c.save(&recs).unwrap();
         assert_eq!(c.load().unwrap(), recs);

@@ -289,6 +289,7 @@ async fn run_shard(
         store.set_bucket_cors(&b.name, b.cors.clone());
         store.set_bucket_policy(&b.name, b.policy.as_deref());
         store.set_public_access_block(&b.name, b.public_access_block);
+        store.set_bucket_ownership(&b.name, b.ownership);
     }
     if settings.conductor.is_some() {
         store.record_events();
