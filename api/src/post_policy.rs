@@ -521,11 +521,15 @@ fn exempt_from_policy(name: &str) -> bool {
         "file",
         "bucket",
     ];
+    let starts = |prefix: &[u8]| {
+        name.as_bytes()
+            .get(..prefix.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(prefix))
+    };
+    // A checksum field is checked against the file itself, not by the policy (as S3 does).
     EXEMPT.iter().any(|e| name.eq_ignore_ascii_case(e))
-        || name
-            .as_bytes()
-            .get(..9)
-            .is_some_and(|p| p.eq_ignore_ascii_case(b"x-ignore-"))
+        || starts(b"x-ignore-")
+        || starts(b"x-amz-checksum-")
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).

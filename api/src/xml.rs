@@ -294,12 +294,11 @@ pub struct PartEntry {
     pub size: u64,
 }
 
-/// `<PostResponse>`: a form upload's answer with `success_action_status` 201.
+/// `<PostResponse>`: a form upload's answer with `success_action_status` 201. Without a
+/// namespace, as S3 writes it (clients find `Key` by its bare name).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct PostResponse {
-    #[serde(rename = "@xmlns")]
-    pub xmlns: &'static str,
     pub location: String,
     pub bucket: String,
     pub key: String,

@@ -176,3 +176,35 @@ def test_unsigned_forms_follow_the_bucket_acl(server, s3):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=30)
     assert e.value.code == 400
+
+
+def test_the_201_answer_has_no_namespace_as_s3_writes_it(server, s3):
+    import xml.etree.ElementTree as ET
+
+    b = fresh_bucket(s3, "post")
+    post = s3.generate_presigned_post(
+        b, "foo.txt", Fields={"success_action_status": "201"},
+        Conditions=[{"success_action_status": "201"}],
+    )
+    status, _, body = form_post(post["url"], post["fields"])
+    assert status == 201, body
+    root = ET.fromstring(body)
+    assert root.find("Key").text == "foo.txt"
+    assert root.find("Bucket").text == b
+
+
+def test_a_checksum_field_is_checked_against_the_file_not_the_policy(server, s3):
+    b = fresh_bucket(s3, "post")
+    content = b"checked bytes"
+    good = base64.b64encode(hashlib.sha256(content).digest()).decode()
+    post = s3.generate_presigned_post(b, "c.txt")
+    fields = dict(post["fields"], **{"x-amz-checksum-sha256": good})
+    status, _, body = form_post(post["url"], fields, content=content)
+    assert status == 204, body
+    assert s3.get_object(Bucket=b, Key="c.txt")["Body"].read() == content
+    bad = base64.b64encode(hashlib.sha256(b"other").digest()).decode()
+    post = s3.generate_presigned_post(b, "d.txt")
+    fields = dict(post["fields"], **{"x-amz-checksum-sha256": bad})
+    status, _, body = form_post(post["url"], fields, content=content)
+    assert status == 400 and b"BadDigest" in body, body
+    assert not exists(s3, b, "d.txt")

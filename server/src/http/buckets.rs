@@ -424,7 +424,9 @@ pub async fn list_objects(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
     let mut doc = ListBucketResult {
         xmlns: S3_NS,
         name: bucket.to_string(),
-        prefix: enc(&prefix),
+        // botocore decodes ListObjects V1's Marker, Delimiter and keys but not its Prefix (as
+        // S3 leaves it): only V2 encodes it.
+        prefix: if v2 { enc(&prefix) } else { prefix.clone() },
         max_keys,
         delimiter: delimiter.as_deref().map(&enc),
         encoding_type: url_encode.then_some("url"),

@@ -23,7 +23,7 @@ use yutu_api::post_policy::{
     credential, success_action_status, success_redirect, verify, FormFields, PolicyDocument,
     PostPolicyError,
 };
-use yutu_api::xml::{to_xml, PostResponse, S3_NS};
+use yutu_api::xml::{to_xml, PostResponse};
 use yutu_api::S3ErrorCode;
 
 use super::body;
@@ -33,7 +33,7 @@ use super::meta::STORED_HEADERS;
 use super::objects::store;
 use super::Resp;
 use crate::auth::{authorize_with_acl, Action, Identity};
-use crate::model::checksum::md5;
+use crate::model::checksum::{md5, Algorithm, Checksum};
 use crate::model::conditions::WriteConditions;
 use crate::model::ObjectMeta;
 
@@ -225,6 +225,47 @@ fn form_meta(form: &Form) -> Result<ObjectMeta, S3Error> {
     Ok(super::meta::from_request(&headers)?.into_object_meta())
 }
 
+/// The form's `x-amz-checksum-<algorithm>` field, if any, checked against the file: a
+/// mismatch is `400 BadDigest` and nothing is stored. At most one such field.
+fn form_checksum(form: &Form) -> Result<Option<Checksum>, S3Error> {
+    let mut found = None;
+    for (name, value) in form.fields.iter() {
+        let Some(alg) = name
+            .to_ascii_lowercase()
+            .strip_prefix("x-amz-checksum-")
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        if alg == "algorithm" || alg == "type" {
+            continue;
+        }
+        let algorithm = Algorithm::from_name(&alg).ok_or_else(|| {
+            S3Error::new(S3ErrorCode::InvalidRequest).msg(format!(
+                "The field {name} names no checksum algorithm Yutu knows."
+            ))
+        })?;
+        if found.is_some() {
+            return Err(
+                S3Error::new(S3ErrorCode::InvalidRequest).msg("A form names at most one checksum.")
+            );
+        }
+        let computed = algorithm.digest(&form.file);
+        if computed != value.trim() {
+            return Err(S3Error::new(S3ErrorCode::BadDigest).msg(format!(
+                "The {} you specified did not match the calculated checksum.",
+                algorithm.name()
+            )));
+        }
+        found = Some(Checksum {
+            algorithm,
+            value: computed,
+            composite_parts: None,
+        });
+    }
+    Ok(found)
+}
+
 /// `POST /bucket` with a form.
 pub async fn post_object(ctx: &Ctx, mut body_in: Incoming, bucket: &str) -> Result<Resp, S3Error> {
     // Nothing of the body is read or held before the bucket is known to exist...
@@ -364,6 +405,7 @@ pub async fn post_object(ctx: &Ctx, mut body_in: Incoming, bucket: &str) -> Resu
     .map_err(|e| S3Error::new(S3ErrorCode::InvalidArgument).msg(e.to_string()))?
     .unwrap_or_default();
     meta.owner = owner;
+    meta.checksum = form_checksum(&form)?;
     meta.size = form.file.len() as u64;
     meta.etag = format!("\"{}\"", hex::encode(md5(&form.file)));
     let cond = WriteConditions {
@@ -389,7 +431,6 @@ pub async fn post_object(ctx: &Ctx, mut body_in: Incoming, bucket: &str) -> Resu
     Ok(match status {
         201 => {
             let doc = PostResponse {
-                xmlns: S3_NS,
                 location,
                 bucket: bucket.to_string(),
                 key,
