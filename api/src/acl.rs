@@ -1,12 +1,15 @@
 //! S3 access control lists: canned ACLs (`x-amz-acl`), grant headers (`x-amz-grant-*`), the
 //! `AccessControlPolicy` document, and what a list of grants allows.
 //!
-//! An ACL here is the grants *beyond* the owner's: the owner of a bucket (or object) always
-//! has full control, as in S3, so `private` is the empty list. Grantees are a user by
+//! The owner of a bucket (or object) always keeps full control, whatever its ACL lists (S3
+//! keeps the owner's READ_ACP and WRITE_ACP at least; Yutu keeps all of it), so an ACL's
+//! grants only ever add to what users' grants and token scopes allow; the server's one
+//! permission check (`auth::policy::authorize`) consults them. What an ACL *lists* is S3's:
+//! a canned ACL lists the owner's FULL_CONTROL and its grants, while a policy document or
+//! `x-amz-grant-*` headers list exactly what they name, so that a client reading an ACL back
+//! sees what it wrote, down to "revoke all" (no grant at all). Grantees are a user by
 //! canonical id (Yutu's user or token subject name), every caller (`AllUsers`, anonymous
-//! included) or every authenticated caller (`AuthenticatedUsers`). Grants only ever add to
-//! what users' grants and token scopes allow; the server's one permission check
-//! (`auth::policy::authorize`) consults them.
+//! included) or every authenticated caller (`AuthenticatedUsers`).
 
 use serde::{Deserialize, Serialize};
 
@@ -28,12 +31,20 @@ pub const MAX_GRANTS: usize = 100;
 pub enum AclError {
     #[error("{0} is not a canned ACL (private, public-read, public-read-write, authenticated-read, bucket-owner-read, bucket-owner-full-control).")]
     UnknownCanned(String),
-    #[error("The grant {0:?} cannot be read: expected id=\"...\" or uri=\"...\" items separated by commas.")]
+    #[error("The grant {0:?} cannot be read: expected id=\"...\", uri=\"...\" or emailAddress=\"...\" items separated by commas.")]
     BadGrantHeader(String),
     #[error("Unknown group {0}: only AllUsers and AuthenticatedUsers are supported.")]
     UnknownGroup(String),
-    #[error("A grantee names neither an ID nor a group URI (e-mail grantees are not supported).")]
+    #[error("A grantee names no ID, group URI or e-mail address.")]
     NoGrantee,
+    /// A grantee named by e-mail (`AmazonCustomerByEmail`, `emailAddress=`): users carry no
+    /// e-mail address here, so none resolves (S3: UnresolvableGrantByEmailAddress).
+    #[error("The e-mail address {0} does not match any account on record.")]
+    UnresolvableEmail(String),
+    /// A grant to a canonical id that names no user (S3: InvalidArgument, "Invalid id"); the
+    /// server checks ids against its users, this crate does not know them.
+    #[error("Invalid id: {0} names no user.")]
+    UnknownId(String),
     #[error("{0} is not a permission (FULL_CONTROL, READ, WRITE, READ_ACP, WRITE_ACP).")]
     UnknownPermission(String),
     #[error("An ACL holds at most 100 grants.")]
@@ -104,10 +115,56 @@ pub struct Grant {
     pub permission: Permission,
 }
 
-/// Grants beyond the owner's full control.
+/// An ACL: the grants, and whether the owner's FULL_CONTROL is listed with them.
+///
+/// Stored as a plain list of grants when the owner's FULL_CONTROL is implied (the form every
+/// ACL had before exact lists existed, so older catalogs and records read unchanged), and as
+/// `{"grants": [...], "exact": true}` otherwise.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Acl(pub Vec<Grant>);
+#[serde(from = "AclRepr", into = "AclRepr")]
+pub struct Acl {
+    /// The grants, groups first and then users (the order GetBucketAcl/GetObjectAcl list
+    /// them in), each kind in the order its writer gave.
+    pub grants: Vec<Grant>,
+    /// `true`: `grants` is the whole list, as a policy document or grant headers that do not
+    /// give the owner FULL_CONTROL set it (an empty one is S3's "revoke all"). `false`: the
+    /// owner's FULL_CONTROL is implied and listed first among the users (canned ACLs, and
+    /// documents or headers that list it, which it is then dropped from).
+    pub exact: bool,
+}
+
+/// How an [`Acl`] is stored (see there).
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum AclRepr {
+    Implied(Vec<Grant>),
+    Exact { grants: Vec<Grant>, exact: bool },
+}
+
+impl From<AclRepr> for Acl {
+    fn from(r: AclRepr) -> Acl {
+        match r {
+            AclRepr::Implied(grants) => Acl {
+                grants,
+                exact: false,
+            },
+            AclRepr::Exact { grants, exact } => Acl { grants, exact },
+        }
+    }
+}
+
+impl From<Acl> for AclRepr {
+    fn from(a: Acl) -> AclRepr {
+        if a.exact {
+            AclRepr::Exact {
+                grants: a.grants,
+                exact: true,
+            }
+        } else {
+            AclRepr::Implied(a.grants)
+        }
+    }
+}
 
 /// A caller, as grants see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,7 +213,7 @@ impl Acl {
             permission,
         };
         let other_owner = (bucket_owner != owner).then(|| Grantee::User(bucket_owner.to_string()));
-        Acl(match canned {
+        Acl::implied(match canned {
             Canned::Private => vec![],
             Canned::PublicRead => vec![g(Grantee::AllUsers, Permission::Read)],
             Canned::PublicReadWrite => vec![
@@ -175,13 +232,49 @@ impl Acl {
         })
     }
 
+    /// An ACL of `grants` beyond the owner's implied FULL_CONTROL.
+    fn implied(grants: Vec<Grant>) -> Acl {
+        Acl {
+            grants: in_listing_order(grants),
+            exact: false,
+        }
+    }
+
+    /// The ACL a writer's list of grants sets on a resource of `owner`: exact, unless the
+    /// list gives the owner FULL_CONTROL, which is then implied (so that the common document,
+    /// GetAcl's answer with a grant added, is stored as it always was).
+    fn from_grants(grants: Vec<Grant>, owner: &str) -> Acl {
+        let is_owner_full = |g: &Grant| {
+            g.permission == Permission::FullControl
+                && matches!(&g.grantee, Grantee::User(u) if u == owner)
+        };
+        if grants.iter().any(is_owner_full) {
+            Acl::implied(grants.into_iter().filter(|g| !is_owner_full(g)).collect())
+        } else {
+            Acl {
+                grants: in_listing_order(grants),
+                exact: true,
+            }
+        }
+    }
+
+    /// Whether this is the default ACL (private: the owner's FULL_CONTROL alone), which
+    /// storage leaves out. An exact empty list ("revoke all") is not: it lists nothing.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.grants.is_empty() && !self.exact
+    }
+
+    /// The canonical ids the grants name (the server checks they are users).
+    pub fn user_ids(&self) -> impl Iterator<Item = &str> {
+        self.grants.iter().filter_map(|g| match &g.grantee {
+            Grantee::User(u) => Some(u.as_str()),
+            _ => None,
+        })
     }
 
     /// Whether the grants give `wanted` to `who`.
     pub fn allows(&self, who: Principal, wanted: Permission) -> bool {
-        self.0.iter().any(|g| {
+        self.grants.iter().any(|g| {
             g.permission.covers(wanted)
                 && match (&g.grantee, who) {
                     (Grantee::AllUsers, _) => true,
@@ -221,12 +314,14 @@ impl Acl {
             (Some(_), false) => Err(AclError::Ambiguous),
             (Some(c), true) => Ok(Some(Acl::canned(Canned::parse(c)?, owner, bucket_owner))),
             (None, false) if grants.len() > MAX_GRANTS => Err(AclError::TooManyGrants),
-            (None, false) => Ok(Some(Acl(grants))),
+            (None, false) => Ok(Some(Acl::from_grants(grants, owner))),
             (None, true) => Ok(None),
         }
     }
 
-    /// The `AccessControlPolicy` document of this ACL on a resource owned by `owner`.
+    /// The `AccessControlPolicy` document of this ACL on a resource owned by `owner`: groups
+    /// first, then the owner's implied FULL_CONTROL, then the users granted (the order
+    /// Ceph RGW lists them in, which clients written against it index into).
     pub fn to_policy(&self, owner: &str) -> AccessControlPolicy {
         let user = |id: &str| XmlGrantee {
             xmlns_xsi: Some(XSI.to_string()),
@@ -244,30 +339,40 @@ impl Acl {
             uri: Some(uri.to_string()),
             email: None,
         };
-        let mut grant = vec![XmlGrant {
-            grantee: user(owner),
-            permission: Permission::FullControl.as_str().to_string(),
-        }];
-        grant.extend(self.0.iter().map(|g| XmlGrant {
+        let xml = |g: &Grant| XmlGrant {
             grantee: match &g.grantee {
                 Grantee::User(u) => user(u),
                 Grantee::AllUsers => group(ALL_USERS),
                 Grantee::AuthenticatedUsers => group(AUTHENTICATED_USERS),
             },
             permission: g.permission.as_str().to_string(),
-        }));
+        };
+        let (users, groups): (Vec<&Grant>, Vec<&Grant>) = self
+            .grants
+            .iter()
+            .partition(|g| matches!(g.grantee, Grantee::User(_)));
+        let mut grant: Vec<XmlGrant> = groups.into_iter().map(xml).collect();
+        if !self.exact {
+            grant.push(XmlGrant {
+                grantee: user(owner),
+                permission: Permission::FullControl.as_str().to_string(),
+            });
+        }
+        grant.extend(users.into_iter().map(xml));
         AccessControlPolicy {
             xmlns: Some(S3_NS.to_string()),
             owner: Some(XmlOwner {
-                id: owner.to_string(),
+                id: Some(owner.to_string()),
                 display_name: Some(owner.to_string()),
             }),
             access_control_list: XmlGrants { grant },
         }
     }
 
-    /// The ACL an `AccessControlPolicy` document sets on a resource owned by `owner` (the
-    /// owner's own full-control grant is implied and dropped).
+    /// The ACL an `AccessControlPolicy` document sets on a resource owned by `owner`: what it
+    /// lists, exactly (see [`Acl::exact`]). Its `Owner` element is not read: an ACL cannot
+    /// change who owns a resource, and S3 documents carry it only because GetAcl's answer
+    /// does.
     pub fn from_policy(doc: &AccessControlPolicy, owner: &str) -> Result<Acl, AclError> {
         if doc.access_control_list.grant.len() > MAX_GRANTS {
             return Err(AclError::TooManyGrants);
@@ -275,34 +380,38 @@ impl Acl {
         let mut grants = Vec::new();
         for g in &doc.access_control_list.grant {
             let permission = Permission::parse(&g.permission)?;
-            let id = g
-                .grantee
-                .id
-                .as_deref()
-                .map(str::trim)
-                .filter(|i| !i.is_empty());
-            let uri = g
-                .grantee
-                .uri
-                .as_deref()
-                .map(str::trim)
-                .filter(|u| !u.is_empty());
-            let grantee = match (id, uri) {
-                (Some(id), _) => Grantee::User(id.to_string()),
-                (None, Some(uri)) => group(uri)?,
-                (None, None) => return Err(AclError::NoGrantee),
+            let text = |v: &Option<String>| {
+                v.as_deref()
+                    .map(str::trim)
+                    .filter(|i| !i.is_empty())
+                    .map(str::to_string)
             };
-            if grantee == Grantee::User(owner.to_string()) && permission == Permission::FullControl
-            {
-                continue;
-            }
+            let grantee = match (
+                text(&g.grantee.id),
+                text(&g.grantee.uri),
+                text(&g.grantee.email),
+            ) {
+                (Some(id), _, _) => Grantee::User(id),
+                (None, Some(uri), _) => group(&uri)?,
+                (None, None, Some(email)) => return Err(AclError::UnresolvableEmail(email)),
+                (None, None, None) => return Err(AclError::NoGrantee),
+            };
             grants.push(Grant {
                 grantee,
                 permission,
             });
         }
-        Ok(Acl(grants))
+        Ok(Acl::from_grants(grants, owner))
     }
+}
+
+/// Groups first, then users, each in the order given (a stable partition).
+fn in_listing_order(grants: Vec<Grant>) -> Vec<Grant> {
+    let (mut groups, users): (Vec<Grant>, Vec<Grant>) = grants
+        .into_iter()
+        .partition(|g| !matches!(g.grantee, Grantee::User(_)));
+    groups.extend(users);
+    groups
 }
 
 fn group(uri: &str) -> Result<Grantee, AclError> {
@@ -314,7 +423,8 @@ fn group(uri: &str) -> Result<Grantee, AclError> {
 }
 
 /// `id="name", uri="http://acs.amazonaws.com/groups/global/AllUsers"`, as the
-/// `x-amz-grant-*` headers list grantees.
+/// `x-amz-grant-*` headers list grantees (`emailAddress="..."` is read, to be refused as
+/// S3 refuses an address it cannot resolve).
 fn parse_grantees(value: &str) -> Result<Vec<Grantee>, AclError> {
     let bad = || AclError::BadGrantHeader(value.chars().take(200).collect());
     let mut out = Vec::new();
@@ -327,6 +437,7 @@ fn parse_grantees(value: &str) -> Result<Vec<Grantee>, AclError> {
         out.push(match kind.trim().to_ascii_lowercase().as_str() {
             "id" => Grantee::User(v.to_string()),
             "uri" => group(v)?,
+            "emailaddress" => return Err(AclError::UnresolvableEmail(v.to_string())),
             _ => return Err(bad()),
         });
         if out.len() > MAX_GRANTS {
@@ -353,11 +464,13 @@ pub struct AccessControlPolicy {
     pub access_control_list: XmlGrants,
 }
 
+/// `<Owner>`: both fields optional on input, as clients that build a document by hand (or
+/// from an answer without them) leave them out; the document's owner is never read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct XmlOwner {
-    #[serde(rename = "ID")]
-    pub id: String,
+    #[serde(rename = "ID", default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub display_name: Option<String>,
 }
@@ -393,7 +506,12 @@ pub struct XmlGrantee {
     pub display_name: Option<String>,
     #[serde(rename = "URI", default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `<EmailAddress>` of an `AmazonCustomerByEmail` grantee.
+    #[serde(
+        rename = "EmailAddress",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub email: Option<String>,
 }
 
@@ -449,7 +567,9 @@ mod tests {
         ];
         let get = |n: &str| headers.iter().find(|(k, _)| *k == n).map(|(_, v)| *v);
         let acl = Acl::from_headers(get, "alice", "alice").unwrap().unwrap();
-        assert_eq!(acl.0.len(), 3);
+        assert_eq!(acl.grants.len(), 3);
+        // Grant headers list exactly what they name: the owner is not added.
+        assert!(acl.exact);
         assert!(acl.allows(Principal::Anonymous, Permission::Read));
         assert!(acl.allows(Principal::User("carol"), Permission::WriteAcp));
         let xml = crate::xml::to_xml("AccessControlPolicy", &acl.to_policy("alice"));
@@ -466,7 +586,10 @@ mod tests {
             AclError::Ambiguous
         );
         let bad = |n: &str| (n == "x-amz-grant-read").then_some("emailAddress=\"x@y\"");
-        assert!(Acl::from_headers(bad, "a", "a").is_err());
+        assert_eq!(
+            Acl::from_headers(bad, "a", "a").unwrap_err(),
+            AclError::UnresolvableEmail("x@y".into())
+        );
         let bad = |n: &str| (n == "x-amz-grant-read").then_some("uri=\"http://other/group\"");
         assert!(matches!(
             Acl::from_headers(bad, "a", "a"),
@@ -479,14 +602,125 @@ mod tests {
         let doc = r#"<AccessControlPolicy xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><AccessControlList><Grant><Grantee xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="Group"><URI>http://acs.amazonaws.com/groups/global/AuthenticatedUsers</URI></Grantee><Permission>READ</Permission></Grant><Grant><Grantee xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="CanonicalUser"><ID>alice</ID></Grantee><Permission>FULL_CONTROL</Permission></Grant></AccessControlList><Owner><ID>alice</ID></Owner></AccessControlPolicy>"#;
         let acl = Acl::from_policy(&parse_policy(doc).unwrap(), "alice").unwrap();
         assert_eq!(
-            acl.0,
+            acl.grants,
             vec![Grant {
                 grantee: Grantee::AuthenticatedUsers,
                 permission: Permission::Read
             }]
         );
+        assert!(!acl.exact, "the owner's FULL_CONTROL is listed: implied");
         assert!(parse_policy("<AccessControlPolicy>").is_err());
         let bad = doc.replace("READ<", "LOOK<");
         assert!(Acl::from_policy(&parse_policy(&bad).unwrap(), "alice").is_err());
+    }
+
+    fn policy(owner: &str, grants: &str) -> String {
+        format!(
+            r#"<AccessControlPolicy xmlns="http://s3.amazonaws.com/doc/2006-03-01/">{owner}<AccessControlList>{grants}</AccessControlList></AccessControlPolicy>"#
+        )
+    }
+
+    fn user_grant(id: &str, permission: &str) -> String {
+        format!(
+            r#"<Grant><Grantee xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="CanonicalUser"><ID>{id}</ID></Grantee><Permission>{permission}</Permission></Grant>"#
+        )
+    }
+
+    /// What GetAcl lists is what PutAcl set: no grant at all ("revoke all"), or the owner with
+    /// less than FULL_CONTROL, is listed as given, and parses back to the same ACL.
+    #[test]
+    fn exact_lists_are_listed_as_given() {
+        let revoke = parse_policy(&policy("<Owner><ID>alice</ID></Owner>", "")).unwrap();
+        let acl = Acl::from_policy(&revoke, "alice").unwrap();
+        assert_eq!(
+            acl,
+            Acl {
+                grants: vec![],
+                exact: true
+            }
+        );
+        assert!(!acl.is_empty(), "revoke-all must be stored");
+        assert!(!acl.allows(Principal::User("bob"), Permission::Read));
+        let listed = acl.to_policy("alice");
+        assert!(listed.access_control_list.grant.is_empty());
+        let xml = crate::xml::to_xml("AccessControlPolicy", &listed);
+        assert_eq!(
+            Acl::from_policy(&parse_policy(&xml).unwrap(), "alice").unwrap(),
+            acl
+        );
+
+        // Neither Owner nor DisplayName is needed; the owner's READ alone is listed alone.
+        let read_only = parse_policy(&policy("", &user_grant("alice", "READ"))).unwrap();
+        let acl = Acl::from_policy(&read_only, "alice").unwrap();
+        let listed = acl.to_policy("alice").access_control_list.grant;
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].permission, "READ");
+        assert_eq!(listed[0].grantee.id.as_deref(), Some("alice"));
+    }
+
+    /// Groups first, then the owner, then other users, whatever order the writer used.
+    #[test]
+    fn listings_put_groups_first() {
+        let doc = policy(
+            "<Owner><ID>alice</ID><DisplayName>alice</DisplayName></Owner>",
+            &format!(
+                r#"{}{}<Grant><Grantee xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="Group"><URI>{ALL_USERS}</URI></Grantee><Permission>READ</Permission></Grant>"#,
+                user_grant("bob", "WRITE"),
+                user_grant("alice", "FULL_CONTROL"),
+            ),
+        );
+        let acl = Acl::from_policy(&parse_policy(&doc).unwrap(), "alice").unwrap();
+        assert!(!acl.exact);
+        let order: Vec<(Option<String>, Option<String>, String)> = acl
+            .to_policy("alice")
+            .access_control_list
+            .grant
+            .into_iter()
+            .map(|g| (g.grantee.uri, g.grantee.id, g.permission))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                (Some(ALL_USERS.to_string()), None, "READ".to_string()),
+                (None, Some("alice".to_string()), "FULL_CONTROL".to_string()),
+                (None, Some("bob".to_string()), "WRITE".to_string()),
+            ]
+        );
+        let canned = Acl::canned(Canned::PublicReadWrite, "alice", "alice").to_policy("alice");
+        let last = canned.access_control_list.grant.last().unwrap();
+        assert_eq!(
+            (last.grantee.id.as_deref(), last.permission.as_str()),
+            (Some("alice"), "FULL_CONTROL")
+        );
+    }
+
+    #[test]
+    fn email_grantees_are_unresolvable() {
+        let doc = policy(
+            "",
+            r#"<Grant><Grantee xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="AmazonCustomerByEmail"><EmailAddress>x@example.com</EmailAddress></Grantee><Permission>READ</Permission></Grant>"#,
+        );
+        assert_eq!(
+            Acl::from_policy(&parse_policy(&doc).unwrap(), "alice"),
+            Err(AclError::UnresolvableEmail("x@example.com".into()))
+        );
+    }
+
+    /// Implied ACLs are stored as the plain list they always were; exact ones as a map, and
+    /// both read back.
+    #[test]
+    fn storage_keeps_the_old_form() {
+        let public = Acl::canned(Canned::PublicRead, "a", "a");
+        let json = serde_json::to_string(&public).unwrap();
+        assert!(json.starts_with('['), "{json}");
+        assert_eq!(serde_json::from_str::<Acl>(&json).unwrap(), public);
+        let old = r#"[{"grantee":"all_users","permission":"READ"}]"#;
+        assert_eq!(serde_json::from_str::<Acl>(old).unwrap(), public);
+        let revoke = Acl {
+            grants: vec![],
+            exact: true,
+        };
+        let json = serde_json::to_string(&revoke).unwrap();
+        assert_eq!(serde_json::from_str::<Acl>(&json).unwrap(), revoke);
     }
 }

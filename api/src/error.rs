@@ -76,6 +76,8 @@ pub enum S3ErrorCode {
     AccessControlListNotSupported,
     /// BucketOwnerEnforced on a bucket whose ACL is not private: 400.
     InvalidBucketAclWithObjectOwnership,
+    /// An ACL grant by an e-mail address no user has: 400.
+    UnresolvableGrantByEmailAddress,
     /// A CORS request (preflight) no rule allows: 403.
     AccessForbidden,
     /// A POST Object whose body is not well-formed multipart/form-data: 400.
@@ -134,6 +136,7 @@ impl S3ErrorCode {
             OwnershipControlsNotFoundError => "OwnershipControlsNotFoundError",
             AccessControlListNotSupported => "AccessControlListNotSupported",
             InvalidBucketAclWithObjectOwnership => "InvalidBucketAclWithObjectOwnership",
+            UnresolvableGrantByEmailAddress => "UnresolvableGrantByEmailAddress",
             AccessForbidden => "AccessForbidden",
             MalformedPOSTRequest => "MalformedPOSTRequest",
             PreconditionFailed => "PreconditionFailed",
@@ -168,6 +171,7 @@ impl S3ErrorCode {
             NoSuchBucketPolicy | NoSuchPublicAccessBlockConfiguration => 404,
             OwnershipControlsNotFoundError => 404,
             AccessControlListNotSupported | InvalidBucketAclWithObjectOwnership => 400,
+            UnresolvableGrantByEmailAddress => 400,
             MalformedPolicy => 400,
             MalformedPOSTRequest => 400,
             AccessForbidden => 403,
@@ -263,6 +267,7 @@ impl S3ErrorCode {
             OwnershipControlsNotFoundError => "The bucket ownership controls were not found",
             AccessControlListNotSupported => "The bucket does not allow ACLs",
             InvalidBucketAclWithObjectOwnership => "Bucket cannot have ACLs set with ObjectOwnership's BucketOwnerEnforced setting",
+            UnresolvableGrantByEmailAddress => "The e-mail address you provided does not match any account on record.",
             MalformedPOSTRequest => "The body of your POST request is not well-formed multipart/form-data.",
             AccessForbidden => "CORSResponse: This CORS request is not allowed. This is usually because the evalution of Origin, request method / Access-Control-Request-Method or Access-Control-Request-Headers are not whitelisted by the resource's CORS spec.",
         }

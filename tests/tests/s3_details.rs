@@ -344,7 +344,7 @@ fn upload_part_copy_refuses_a_range_outside_the_source() {
         let r = copy(range);
         assert_eq!(
             (r.status, r.code().as_deref()),
-            (400, Some("InvalidArgument")),
+            (416, Some("InvalidRange")),
             "{range}: {}",
             r.text()
         );

@@ -183,17 +183,24 @@ pub fn authenticate(
         let cred = Credential::parse(&get("X-Amz-Credential").unwrap_or_default())
             .map_err(|e| bad(&e.to_string()))?;
         let amz_date = get("X-Amz-Date").ok_or_else(|| bad("X-Amz-Date is missing."))?;
-        let expires: u64 = get("X-Amz-Expires")
+        let expires: i64 = get("X-Amz-Expires")
             .and_then(|e| e.parse().ok())
             .ok_or_else(|| bad("X-Amz-Expires must be a number of seconds."))?;
-        if expires == 0 || expires > MAX_PRESIGN {
-            return Err(bad(
-                "X-Amz-Expires must be between 1 and 604800 seconds (7 days).",
-            ));
-        }
+        // A URL valid for no time, for less than none, or for longer than S3 allows can never
+        // be used: refused as an expired one is (403), which is what S3 and Ceph RGW answer
+        // a GET or PUT through it with (ceph/s3-tests test_object_raw_get_x_amz_expires_*).
+        let expires = u64::try_from(expires)
+            .ok()
+            .filter(|e| (1..=MAX_PRESIGN).contains(e))
+            .ok_or_else(|| {
+                denied(
+                    S3ErrorCode::AccessDenied,
+                    "X-Amz-Expires must be between 1 and 604800 seconds (7 days).",
+                )
+            })?;
         let signed_at = parse_amz_date(&amz_date).ok_or_else(|| bad("X-Amz-Date is malformed."))?;
         let now = SystemTime::now();
-        if now > signed_at + Duration::from_secs(expires) {
+        if now >= signed_at + Duration::from_secs(expires) {
             return Err(denied(S3ErrorCode::AccessDenied, "Request has expired"));
         }
         if signed_at > now + MAX_SKEW {
@@ -329,28 +336,32 @@ fn authenticate_v2(
         })?;
         let user = user_by_key(settings, key)?;
         let amz_date = headers.get("x-amz-date").and_then(|v| v.to_str().ok());
-        let date_text = amz_date
-            .or_else(|| {
-                headers
-                    .get(http::header::DATE)
-                    .and_then(|v| v.to_str().ok())
-            })
-            .ok_or_else(|| {
-                denied(
-                    S3ErrorCode::AccessDenied,
-                    "A Date or x-amz-date header is required.",
-                )
-            })?;
-        let when = httpdate::parse_http_date(date_text)
-            .ok()
+        let date_header = headers
+            .get(http::header::DATE)
+            .and_then(|v| v.to_str().ok());
+        let date_text = amz_date.or(date_header).ok_or_else(|| {
+            denied(
+                S3ErrorCode::AccessDenied,
+                "A Date or x-amz-date header is required.",
+            )
+        })?;
+        let when = sigv2::parse_date(date_text)
             .or_else(|| parse_amz_date(date_text))
             .ok_or_else(|| denied(S3ErrorCode::AccessDenied, "The request date is malformed."))?;
         if skew(when) > MAX_SKEW {
             return Err(AuthError::new(S3ErrorCode::RequestTimeTooSkewed));
         }
-        // With x-amz-date the Date line of the string to sign is empty.
-        let date_line = if amz_date.is_some() { "" } else { date_text };
-        if !signed(&user.secret_key, date_line, sig) {
+        // With x-amz-date the Date line of the string to sign is empty, as S3 documents; botocore
+        // (boto3's `signature_version="s3"`) puts its own Date header there all the same, and
+        // S3 takes that too. x-amz-date is among the signed amz headers either way.
+        let date_lines = match amz_date {
+            Some(_) => vec!["", date_header.unwrap_or("")],
+            None => vec![date_text],
+        };
+        if !date_lines
+            .iter()
+            .any(|line| signed(&user.secret_key, line, sig))
+        {
             return Err(AuthError::new(S3ErrorCode::SignatureDoesNotMatch));
         }
         return Ok(Some(user));
@@ -374,11 +385,15 @@ fn authenticate_v2(
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
-    if now > expires {
+    // `Expires` is the first second the URL is no longer valid in (boto3's ExpiresIn=0 names
+    // the current second).
+    if now >= expires {
         return Err(denied(S3ErrorCode::AccessDenied, "Request has expired"));
     }
+    // Refused as an expired URL is, as SigV4's X-Amz-Expires past 7 days is.
     if expires > now + MAX_PRESIGN {
-        return Err(bad(
+        return Err(denied(
+            S3ErrorCode::AccessDenied,
             "A presigned URL may be valid for at most 7 days (604800 seconds).",
         ));
     }
@@ -669,11 +684,79 @@ mod tests {
         assert_eq!(check(&expired).err(), Some(S3ErrorCode::AccessDenied));
         let future = presigned("/b/k", now + 2 * MAX_SKEW, 60, SECRET);
         assert_eq!(check(&future).err(), Some(S3ErrorCode::AccessDenied));
-        let too_long = presigned("/b/k", now, MAX_PRESIGN + 1, SECRET);
+        // Out of range, either way: refused as expired ones are.
+        for expires in ["0", "-7", &(MAX_PRESIGN + 1).to_string()] {
+            let mut req = presigned("/b/k", now, 60, SECRET);
+            req.1 = req
+                .1
+                .to_string()
+                .replace("X-Amz-Expires=60", &format!("X-Amz-Expires={expires}"))
+                .parse()
+                .unwrap();
+            assert_eq!(
+                check(&req).err(),
+                Some(S3ErrorCode::AccessDenied),
+                "{expires}"
+            );
+        }
+        let mut req = presigned("/b/k", now, 60, SECRET);
+        req.1 = req
+            .1
+            .to_string()
+            .replace("X-Amz-Expires=60", "X-Amz-Expires=soon")
+            .parse()
+            .unwrap();
         assert_eq!(
-            check(&too_long).err(),
+            check(&req).err(),
             Some(S3ErrorCode::AuthorizationQueryParametersError)
         );
+    }
+
+    /// A SigV2 header-signed GET of `/b/k` with `x-amz-date: amz` and `Date: date`, signed
+    /// with `date_line` as the Date line (S3's empty one, or botocore's Date header).
+    fn signed_v2(amz: &str, date: &str, date_line: &str) -> (Method, Uri, HeaderMap) {
+        let mut headers = HeaderMap::new();
+        headers.insert("host", HOST.parse().unwrap());
+        headers.insert("x-amz-date", amz.parse().unwrap());
+        headers.insert("date", date.parse().unwrap());
+        let sts = super::super::sigv2::string_to_sign("GET", &headers, date_line, "/b/k");
+        let sig = super::super::sigv2::sign(SECRET, &sts);
+        let auth = format!("AWS {ACCESS}:{sig}");
+        headers.insert(http::header::AUTHORIZATION, auth.parse().unwrap());
+        (Method::GET, "/b/k".parse().unwrap(), headers)
+    }
+
+    #[test]
+    fn sigv2_dates_skewed_malformed_and_signed_either_way() {
+        let now = httpdate::fmt_http_date(SystemTime::now());
+        assert!(check(&signed_v2(&now, &now, "")).is_ok());
+        assert!(
+            check(&signed_v2(&now, &now, &now)).is_ok(),
+            "botocore's Date line"
+        );
+        assert_eq!(
+            check(&signed_v2(&now, &now, "Thu, 01 Jan 2026 00:00:00 GMT")).err(),
+            Some(S3ErrorCode::SignatureDoesNotMatch)
+        );
+        // Far off, with a weekday that does not match the date: skewed, not malformed.
+        for far in [
+            "Tue, 07 Jul 2010 21:53:04 GMT",
+            "Tue, 07 Jul 2030 21:53:04 GMT",
+            "Tue, 07 Jul 9999 21:53:04 GMT",
+        ] {
+            assert_eq!(
+                check(&signed_v2(far, &now, "")).err(),
+                Some(S3ErrorCode::RequestTimeTooSkewed),
+                "{far}"
+            );
+        }
+        for bad in ["Bad Date", "", "Tue, 07 Jul 1950 21:53:04 GMT"] {
+            assert_eq!(
+                check(&signed_v2(bad, &now, "")).err(),
+                Some(S3ErrorCode::AccessDenied),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

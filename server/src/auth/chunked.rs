@@ -69,6 +69,29 @@ fn line(raw: &[u8], pos: usize) -> Result<(&[u8], usize), ChunkError> {
     Ok((&rest[..end], pos + end + 2))
 }
 
+/// Whether a request's body is aws-chunked framing, to be decoded before it is stored:
+/// `streaming` (its `x-amz-content-sha256` is a `STREAMING-*` value), or `aws-chunked`
+/// among its Content-Encoding together with the `x-amz-decoded-content-length` S3 requires
+/// of every framed body.
+///
+/// Content-Encoding alone does not make a body framed: a client may name `aws-chunked` (or
+/// list it twice) on a body it sends whole, with its hash, as boto3 does for
+/// `put_object(ContentEncoding="aws-chunked")`; S3 stores that body as sent, with no
+/// Content-Encoding (ceph/s3-tests `test_object_content_encoding_aws_chunked`), where
+/// decoding it would refuse it as a truncated chunk.
+pub fn is_framed(
+    streaming: bool,
+    content_encoding: Option<&str>,
+    decoded_length: Option<&str>,
+) -> bool {
+    streaming
+        || (decoded_length.is_some()
+            && content_encoding.is_some_and(|v| {
+                v.split(',')
+                    .any(|e| e.trim().eq_ignore_ascii_case("aws-chunked"))
+            }))
+}
+
 /// Decodes a whole aws-chunked body, verifying chunk (and trailer) signatures when `signer`
 /// is given.
 pub fn decode(raw: &[u8], mut signer: Option<ChunkSigner>) -> Result<Decoded, ChunkError> {
@@ -157,6 +180,19 @@ pub fn decode(raw: &[u8], mut signer: Option<ChunkSigner>) -> Result<Decoded, Ch
 mod tests {
     use super::super::sigv4::Credential;
     use super::*;
+
+    #[test]
+    fn framing_needs_a_streaming_hash_or_a_decoded_length() {
+        assert!(is_framed(true, None, None));
+        assert!(is_framed(true, Some("gzip"), None));
+        assert!(is_framed(false, Some("aws-chunked,gzip"), Some("10")));
+        assert!(is_framed(false, Some("gzip, AWS-Chunked"), Some("10")));
+        // Named on a body sent whole (no decoded length): not framing.
+        assert!(!is_framed(false, Some("aws-chunked"), None));
+        assert!(!is_framed(false, Some("aws-chunked, aws-chunked"), None));
+        assert!(!is_framed(false, Some("gzip"), Some("10")));
+        assert!(!is_framed(false, None, Some("10")));
+    }
 
     #[test]
     fn unsigned_with_trailer() {

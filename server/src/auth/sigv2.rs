@@ -4,6 +4,8 @@
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use hmac::{Hmac, KeyInit, Mac};
 use http::HeaderMap;
 use sha1::Sha1;
@@ -120,6 +122,80 @@ pub fn string_to_sign(method: &str, headers: &HeaderMap, date: &str, resource: &
     )
 }
 
+/// The time of a SigV2 request's `Date` or `x-amz-date`: any HTTP date httpdate reads, or an
+/// RFC 1123 date whose weekday is wrong or whose zone is written `+0000` or `UTC`, as S3
+/// reads them (its SigV2 example writes `+0000`; clients that build a date by hand get the
+/// weekday wrong, and such a request must still be judged by its time, so that a date too
+/// far off answers RequestTimeTooSkewed, not AccessDenied). `None` for text that is no date
+/// and for dates before 1970, which no clock is set to.
+pub fn parse_date(text: &str) -> Option<SystemTime> {
+    if let Ok(t) = httpdate::parse_http_date(text) {
+        return Some(t);
+    }
+    // `[Www, ]DD Mon YYYY HH:MM:SS GMT`
+    let rest = match text.split_once(',') {
+        Some((_, rest)) => rest,
+        None => text,
+    };
+    let mut it = rest.split_ascii_whitespace();
+    let (day, month, year, time, zone) =
+        (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
+    if it.next().is_some() || !matches!(zone, "GMT" | "UTC" | "+0000" | "Z") {
+        return None;
+    }
+    let number = |s: &str, digits: std::ops::RangeInclusive<usize>| -> Option<u64> {
+        (digits.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let day = number(day, 1..=2)?;
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month = MONTHS.iter().position(|m| *m == month)? as u64 + 1;
+    let year = number(year, 4..=4)?;
+    let mut hms = time.split(':');
+    let (h, m, sec) = (
+        number(hms.next()?, 2..=2)?,
+        number(hms.next()?, 2..=2)?,
+        number(hms.next()?, 2..=2)?,
+    );
+    if hms.next().is_some() || year < 1970 || h > 23 || m > 59 || sec > 60 {
+        return None;
+    }
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if day == 0 || day > month_days[month as usize - 1] {
+        return None;
+    }
+    let days = days_since_epoch(year, month, day);
+    Some(UNIX_EPOCH + Duration::from_secs(days * 86_400 + h * 3600 + m * 60 + sec))
+}
+
+/// Days from 1970-01-01 to a date of 1970 or later (Howard Hinnant's `days_from_civil`).
+fn days_since_epoch(year: u64, month: u64, day: u64) -> u64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 pub fn sign(secret: &str, string_to_sign: &str) -> String {
     let mut mac = <Hmac<Sha1> as KeyInit>::new_from_slice(secret.as_bytes())
         .expect("HMAC accepts keys of any length");
@@ -146,6 +222,29 @@ mod tests {
             canonical_resource("/b/k", None, Some("uploadId=x&partNumber=2&foo=1")),
             "/b/k?partNumber=2&uploadId=x"
         );
+    }
+
+    #[test]
+    fn dates_are_read_whatever_their_weekday() {
+        let at = |t: &str| parse_date(t).map(|t| t.duration_since(UNIX_EPOCH).unwrap().as_secs());
+        // 2010-07-07 was a Wednesday: the weekday is wrong, the date still reads.
+        assert_eq!(at("Wed, 07 Jul 2010 21:53:04 GMT"), Some(1_278_539_584));
+        assert_eq!(at("Tue, 07 Jul 2010 21:53:04 GMT"), Some(1_278_539_584));
+        assert_eq!(at("Tue, 27 Mar 2007 19:36:42 +0000"), Some(1_175_024_202));
+        assert_eq!(at("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+        assert_eq!(at("Tue, 29 Feb 2000 00:00:00 GMT"), Some(951_782_400));
+        assert!(at("Tue, 07 Jul 9999 21:53:04 GMT").is_some());
+        for bad in [
+            "Bad Date",
+            "",
+            "Tue, 07 Jul 1950 21:53:04 GMT",
+            "Tue, 31 Feb 2010 21:53:04 GMT",
+            "Tue, 07 Jul 2010 25:53:04 GMT",
+            "Tue, 07 Foo 2010 21:53:04 GMT",
+            "Tue, 07 Jul 2010 21:53:04 CET",
+        ] {
+            assert_eq!(at(bad), None, "{bad}");
+        }
     }
 
     /// botocore signs `/bucket/` for bucket-level calls sent to `/bucket`.

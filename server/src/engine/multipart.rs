@@ -16,6 +16,7 @@ use super::arena::{Arena, Extent};
 use super::store::{ShardStore, Staged, ENTRY_OVERHEAD};
 use crate::model::checksum::{Algorithm, Checksum, Hasher};
 use crate::model::conditions::WriteConditions;
+use crate::model::object::PartLayout;
 use crate::model::{ObjectMeta, StoreError};
 
 /// Smallest part, except the last (S3's limit).
@@ -44,6 +45,34 @@ pub struct Upload {
     /// than the part checksums (`COMPOSITE`).
     pub full_object_checksum: bool,
     pub parts: BTreeMap<u32, Part>,
+    /// The object checksum the CompleteMultipartUpload being served names, if any: set in the
+    /// same step that completes the upload (see [`ShardStore::claim_checksum`]).
+    pub claimed: Option<ClaimedChecksum>,
+}
+
+/// The checksum a CompleteMultipartUpload names for the finished object
+/// (`x-amz-checksum-<alg>`): for a composite checksum `base64(H(part checksums))`, with or
+/// without its `-N`, for a full-object one the CRC of all the bytes. The object is published
+/// only if the checksum it gets is this one; the upload is kept otherwise, as S3 keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedChecksum {
+    pub algorithm: Algorithm,
+    pub value: String,
+}
+
+impl ClaimedChecksum {
+    /// Whether `actual`, the checksum Yutu computed for the object, is the one claimed.
+    pub fn matches(&self, actual: &Checksum) -> bool {
+        if self.algorithm != actual.algorithm {
+            return false;
+        }
+        match actual.composite_parts {
+            Some(n) => {
+                self.value == actual.value || self.value == format!("{}-{n}", actual.value)
+            }
+            None => self.value == actual.value,
+        }
+    }
 }
 
 /// What ListParts and ListMultipartUploads report.
@@ -72,11 +101,51 @@ pub struct CompletePart {
     pub checksum: Option<String>,
 }
 
+/// A CompleteMultipartUpload list with each run of one part number cut to its last entry.
+///
+/// A client that sends a part again while the first try is still in flight records both
+/// answers, in the order they come back, and lists the part once per answer: the last one
+/// names the upload that finished last, which is the part the upload holds (a part uploaded
+/// again replaces the first when it is stored). S3 and Ceph RGW complete such a list from
+/// that last entry (ceph/s3-tests `test_multipart_resend_first_finishes_last`). Only
+/// neighbours collapse: a number coming back after a higher one is still out of order.
+pub fn collapse_resent(listed: &[CompletePart]) -> Vec<CompletePart> {
+    let mut out: Vec<CompletePart> = Vec::with_capacity(listed.len());
+    for p in listed {
+        match out.last_mut() {
+            Some(last) if last.number == p.number => *last = p.clone(),
+            _ => out.push(p.clone()),
+        }
+    }
+    out
+}
+
 impl ShardStore {
     fn upload_mut(&mut self, id: &str, bucket: &str, key: &str) -> Result<&mut Upload, StoreError> {
         match self.uploads.get_mut(id) {
             Some(u) if u.bucket == bucket && u.key == key => Ok(u),
             _ => Err(StoreError::NoSuchUpload),
+        }
+    }
+
+    /// The checksum algorithm upload `id` was created with and whether it is a full-object
+    /// one (fixed for the upload's life).
+    pub fn upload_checksum(
+        &mut self,
+        id: &str,
+        bucket: &str,
+        key: &str,
+    ) -> Result<(Option<Algorithm>, bool), StoreError> {
+        let u = self.upload_mut(id, bucket, key)?;
+        Ok((u.checksum, u.full_object_checksum))
+    }
+
+    /// Records the checksum the CompleteMultipartUpload about to run names for the object (or
+    /// that it names none), for [`ShardStore::stage_upload`] to check. An upload that does
+    /// not exist is left for completion to refuse.
+    pub fn claim_checksum(&mut self, id: &str, claimed: Option<ClaimedChecksum>) {
+        if let Some(u) = self.uploads.get_mut(id) {
+            u.claimed = claimed;
         }
     }
 
@@ -96,11 +165,18 @@ impl ShardStore {
         number: u32,
         data: &[u8],
         etag: String,
-        checksum: Option<String>,
+        checksum: Option<Checksum>,
     ) -> Result<(), StoreError> {
         let alg = self.upload_mut(id, bucket, key)?.checksum;
-        // Parts of an upload with a checksum algorithm always carry one, for the composite.
-        let checksum = checksum.or_else(|| alg.map(|a| a.digest(data)));
+        // Parts of an upload with a checksum algorithm always carry one of that algorithm, for
+        // the composite and the part reads; a client's checksum of another algorithm (verified
+        // on the way in) does not describe the part in the object's terms. Parts of an upload
+        // without one keep what the client sent, for the response to echo.
+        let checksum = match (alg, checksum) {
+            (Some(a), Some(c)) if c.algorithm == a => Some(c.value),
+            (Some(a), _) => Some(a.digest(data)),
+            (None, c) => c.map(|c| c.value),
+        };
         let size = data.len() as u64;
         let charge = Arena::reservation_for(size) + ENTRY_OVERHEAD;
         let extent = self.reserve(size, charge)?;
@@ -174,7 +250,7 @@ impl ShardStore {
         let Some(upload) = self.uploads.get(id) else {
             return 0;
         };
-        parts
+        collapse_resent(parts)
             .iter()
             .filter_map(|p| upload.parts.get(&p.number))
             .map(|p| p.size)
@@ -250,6 +326,7 @@ impl ShardStore {
     ) -> Result<Staged, StoreError> {
         self.check_write(bucket, key, cond)?;
         let upload = self.upload_mut(id, bucket, key)?;
+        let listed = &collapse_resent(listed)[..];
         if listed.is_empty() {
             return Err(StoreError::InvalidPart(
                 "You must specify at least one part.".into(),
@@ -285,19 +362,22 @@ impl ShardStore {
             }
         }
         let total: u64 = listed.iter().map(|l| upload.parts[&l.number].size).sum();
-        let mut md5s = Md5::new();
-        for l in listed {
-            let etag = bare(&upload.parts[&l.number].etag);
-            md5s.update(hex::decode(&etag).unwrap_or_default());
-        }
-        let etag = format!("\"{}-{}\"", hex::encode(md5s.finalize()), listed.len());
-        let mut meta = upload.template.clone();
-        meta.size = total;
-        meta.etag = etag;
-        meta.last_modified = SystemTime::now();
-        meta.parts = Some(listed.len() as u32);
+        let sizes: Vec<u64> = listed.iter().map(|l| upload.parts[&l.number].size).collect();
         let alg = upload.checksum;
         let full = upload.full_object_checksum;
+        let part_checksums: Vec<String> = if alg.is_some() {
+            listed
+                .iter()
+                .filter_map(|l| upload.parts[&l.number].checksum.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut meta = upload.template.clone();
+        meta.size = total;
+        meta.etag = multipart_etag(listed);
+        meta.last_modified = SystemTime::now();
+        meta.parts = Some(PartLayout::new(id, &sizes, part_checksums));
 
         let charge = Self::charge_for(bucket, key, total, &meta);
         let dest = self.reserve(total, charge)?;
@@ -334,9 +414,35 @@ impl ShardStore {
             }),
             _ => None,
         };
+        if let Some(claimed) = &upload.claimed {
+            if !meta.checksum.as_ref().is_some_and(|c| claimed.matches(c)) {
+                // The upload stays for the client to complete correctly.
+                self.release(dest, charge);
+                let mut upload = upload;
+                upload.claimed = None;
+                self.uploads.insert(id.to_string(), upload);
+                return Err(StoreError::BadDigest(format!(
+                    "The {} you specified did not match the calculated checksum.",
+                    claimed.algorithm.name()
+                )));
+            }
+        }
         self.free_parts(upload);
         Ok(Staged::new(dest, meta, charge))
     }
+}
+
+/// The ETag of the object completed from `listed` (resent parts collapsed): the MD5 of the
+/// part MD5s, then `-` and the part count, as S3 computes it. The same list always gives the
+/// same ETag, which lets a repeated CompleteMultipartUpload be recognised.
+pub fn multipart_etag(listed: &[CompletePart]) -> String {
+    let listed = collapse_resent(listed);
+    let mut md5s = Md5::new();
+    for l in &listed {
+        let etag = l.etag.trim().trim_matches('"');
+        md5s.update(hex::decode(etag).unwrap_or_default());
+    }
+    format!("\"{}-{}\"", hex::encode(md5s.finalize()), listed.len())
 }
 
 fn base64_decode(s: &str) -> Vec<u8> {
@@ -344,4 +450,41 @@ fn base64_decode(s: &str) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD
         .decode(s)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(number: u32, etag: &str) -> CompletePart {
+        CompletePart {
+            number,
+            etag: etag.to_string(),
+            checksum: None,
+        }
+    }
+
+    #[test]
+    fn a_resent_part_listed_twice_counts_once_by_its_last_entry() {
+        let listed = [
+            part(1, "b"),
+            part(1, "a"),
+            part(2, "c"),
+            part(3, "d"),
+            part(3, "e"),
+        ];
+        let kept: Vec<(u32, String)> = collapse_resent(&listed)
+            .into_iter()
+            .map(|p| (p.number, p.etag))
+            .collect();
+        assert_eq!(
+            kept,
+            [(1, "a".into()), (2, "c".into()), (3, "e".into())],
+            "each run of one number keeps its last entry"
+        );
+        // A number after a higher one is not a resend: left for the order check to refuse.
+        let kept = collapse_resent(&[part(1, "a"), part(2, "b"), part(1, "c")]);
+        assert_eq!(kept.len(), 3);
+        assert!(collapse_resent(&[]).is_empty());
+    }
 }

@@ -33,11 +33,33 @@ fn acl_error(e: AclError) -> S3Error {
         | AclError::UnknownPermission(_)
         | AclError::UnknownGroup(_)
         | AclError::TooManyGrants => S3ErrorCode::MalformedACLError,
-        AclError::UnknownCanned(_) | AclError::BadGrantHeader(_) | AclError::Ambiguous => {
-            S3ErrorCode::InvalidArgument
-        }
+        AclError::UnknownCanned(_)
+        | AclError::BadGrantHeader(_)
+        | AclError::Ambiguous
+        | AclError::UnknownId(_) => S3ErrorCode::InvalidArgument,
+        // S3 answers UnresolvableGrantByEmailAddress (400), a code `S3ErrorCode` does not
+        // have yet; InvalidArgument keeps the status and the refusal.
+        AclError::UnresolvableEmail(_) => S3ErrorCode::UnresolvableGrantByEmailAddress,
     };
     S3Error::new(code).msg(e.to_string())
+}
+
+/// Refuses an ACL granting to a canonical id that names no user of this node (S3:
+/// InvalidArgument, "Invalid id"): such a grant would be stored and silently let nobody in,
+/// typically because of a typo. The resource's owner and the bucket's owner are known even
+/// when they are token subjects rather than users. An open node (`--no-auth`) has no users
+/// to check against and takes any id.
+fn check_ids(ctx: &Ctx, acl: &Acl, owner: &str, bucket_owner: &str) -> Result<(), S3Error> {
+    let settings = &ctx.shard.settings;
+    if settings.no_auth {
+        return Ok(());
+    }
+    let known =
+        |id: &str| id == owner || id == bucket_owner || settings.users.iter().any(|u| u.name == id);
+    match acl.user_ids().find(|id| !known(id)) {
+        Some(id) => Err(acl_error(AclError::UnknownId(id.to_string()))),
+        None => Ok(()),
+    }
 }
 
 /// The owner of `bucket` on this shard's copy of the bucket list.
@@ -54,16 +76,34 @@ fn bucket_owner(ctx: &Ctx, bucket: &str) -> Result<String, S3Error> {
 /// The ACL the request's headers set on a resource `owner` creates in a bucket of
 /// `bucket_owner` (`None`: no ACL header, private).
 pub fn requested(ctx: &Ctx, owner: &str, bucket_owner: &str) -> Result<Option<Acl>, S3Error> {
-    Acl::from_headers(|name| ctx.header(name), owner, bucket_owner).map_err(acl_error)
+    let acl = Acl::from_headers(|name| ctx.header(name), owner, bucket_owner).map_err(acl_error)?;
+    if let Some(acl) = &acl {
+        check_ids(ctx, acl, owner, bucket_owner)?;
+    }
+    Ok(acl)
 }
 
-/// Stamps a new object's owner (the writer) and its ACL from the request's headers.
+/// Stamps a new object's owner and ACL: the writer and the ACL its request's headers ask for,
+/// as the bucket's object ownership decides ([`super::ownership::stamp`]); a public ACL is
+/// refused where the bucket's public access block says so.
 pub fn stamp_object(ctx: &Ctx, bucket: &str, meta: &mut ObjectMeta) -> Result<(), S3Error> {
-    let owner = ctx.identity().name().to_string();
+    let writer = ctx.identity().name().to_string();
     let bucket_owner = bucket_owner(ctx, bucket)?;
-    meta.acl = requested(ctx, &owner, &bucket_owner)?.unwrap_or_default();
+    let asked = requested(ctx, &writer, &bucket_owner)?;
+    if let Some(acl) = &asked {
+        super::bucket_policy::refuse_public_acl(ctx, bucket, acl)?;
+    }
+    let (owner, acl) = super::ownership::stamp(ctx, bucket, &writer, &bucket_owner, asked)?;
+    meta.acl = acl;
     meta.owner = owner;
     Ok(())
+}
+
+/// What a PutBucketAcl/PutObjectAcl may set on `bucket` or its objects: nothing where ACLs
+/// are off (BucketOwnerEnforced), nothing public where the public access block blocks it.
+fn check_settable(ctx: &Ctx, bucket: &str, acl: &Acl) -> Result<(), S3Error> {
+    super::ownership::refuse_acl_change(ctx, bucket)?;
+    super::bucket_policy::refuse_public_acl(ctx, bucket, acl)
 }
 
 /// `x-amz-expected-bucket-owner`: the request is refused (403) unless the bucket belongs to
@@ -82,19 +122,38 @@ pub fn check_expected_owner(ctx: &Ctx, bucket: &str) -> Result<(), S3Error> {
     }
 }
 
-/// Whether a [`Gate`] lets the caller at an object (written by `owner`, with `acl`).
+/// Whether a [`Gate`] lets the caller at an object (written by `owner`, with `acl`; its
+/// public grants count for nothing where the bucket's public access block ignores them).
 pub fn pass(ctx: &Ctx, gate: Gate, meta: &ObjectMeta) -> Result<(), S3Error> {
-    match gate {
-        Gate::Open => Ok(()),
-        Gate::Object(p) if object_allows(ctx.identity(), &meta.owner, &meta.acl, p) => Ok(()),
-        Gate::Object(_) => Err(S3Error::new(S3ErrorCode::AccessDenied)),
+    let Gate::Object(p) = gate else {
+        return Ok(());
+    };
+    let guards = ctx
+        .target
+        .bucket
+        .as_deref()
+        .and_then(|b| ctx.shard.tier.store.borrow().bucket_guards(b))
+        .unwrap_or_default();
+    let acl = super::bucket_policy::effective_acl(Some(&meta.acl), &guards);
+    match acl {
+        Some(acl) if object_allows(ctx.identity(), &meta.owner, &acl, p) => Ok(()),
+        _ => Err(S3Error::new(S3ErrorCode::AccessDenied)),
     }
 }
 
-/// What a gated request answers for a key that does not exist: AccessDenied, so that a
-/// caller the bucket does not admit learns nothing of its keys.
-pub fn missing(gate: Gate, e: S3Error) -> S3Error {
+/// What a gated request answers for a key that does not exist: NoSuchKey (404) to a caller
+/// that may list the bucket, who could learn as much from a listing anyway; AccessDenied to
+/// any other, so that a caller the bucket does not admit learns nothing of its keys. S3
+/// answers the same way (404 only with `s3:ListBucket`), e.g. to an anonymous GET of a
+/// deleted object in a public-read bucket.
+pub fn missing(ctx: &Ctx, bucket: &str, gate: Gate, e: S3Error) -> S3Error {
     match gate {
+        Gate::Object(_)
+            if e.code == S3ErrorCode::NoSuchKey
+                && ctx.may_list_key(bucket, ctx.target.key.as_deref().unwrap_or("")) =>
+        {
+            e
+        }
         Gate::Object(_) => S3Error::new(S3ErrorCode::AccessDenied),
         Gate::Open => e,
     }
@@ -131,7 +190,9 @@ async fn acl_to_set(
         (Some(_), false) => Err(acl_error(AclError::Ambiguous)),
         (None, false) => {
             let doc = parse_policy(text).map_err(acl_error)?;
-            Acl::from_policy(&doc, owner).map_err(acl_error)
+            let acl = Acl::from_policy(&doc, owner).map_err(acl_error)?;
+            check_ids(ctx, &acl, owner, bucket_owner)?;
+            Ok(acl)
         }
         (None, true) => Err(S3Error::new(S3ErrorCode::MissingSecurityHeader)
             .msg("Your request was missing a required header or body: x-amz-acl, x-amz-grant-* or an AccessControlPolicy document.")),
@@ -149,6 +210,7 @@ pub fn get_bucket_acl(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
 pub async fn put_bucket_acl(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, S3Error> {
     let owner = bucket_owner(ctx, bucket)?;
     let acl = acl_to_set(ctx, body_in, &owner, &owner).await?;
+    check_settable(ctx, bucket, &acl)?;
     match &ctx.cluster {
         Some(cluster) => {
             let change = BucketChange::Acl(acl);
@@ -179,7 +241,7 @@ pub async fn get_object_acl(
 ) -> Result<Resp, S3Error> {
     let (meta, _) = read_local(ctx, bucket, key, true)
         .await
-        .map_err(|e| missing(gate, e))?;
+        .map_err(|e| missing(ctx, bucket, gate, e))?;
     pass(ctx, gate, &meta)?;
     Ok(policy_response(
         &meta.acl,
@@ -200,10 +262,11 @@ pub async fn put_object_acl(
 ) -> Result<Resp, S3Error> {
     let (meta, data) = read_local(ctx, bucket, key, false)
         .await
-        .map_err(|e| missing(gate, e))?;
+        .map_err(|e| missing(ctx, bucket, gate, e))?;
     pass(ctx, gate, &meta)?;
     let owner = object_owner(ctx, bucket, &meta)?;
     let acl = acl_to_set(ctx, body_in, &owner, &bucket_owner(ctx, bucket)?).await?;
+    check_settable(ctx, bucket, &acl)?;
     let mut new = (*meta).clone();
     new.acl = acl;
     let cond = WriteConditions {

@@ -28,7 +28,19 @@ fn cors_error(e: CorsError) -> S3Error {
     S3Error::new(code).msg(e.to_string())
 }
 
+/// NoSuchBucket unless `bucket` exists: a configuration call on a missing bucket says so
+/// (S3 and Ceph RGW answer 404 NoSuchBucket), before reading a body and rather than "no
+/// configuration" (GET) or "deleted" (DELETE, 204).
+fn bucket_exists(ctx: &Ctx, bucket: &str) -> Result<(), S3Error> {
+    if ctx.shard.tier.store.borrow().bucket_exists(bucket) {
+        Ok(())
+    } else {
+        Err(S3Error::new(S3ErrorCode::NoSuchBucket))
+    }
+}
+
 pub fn get_bucket_cors(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
+    bucket_exists(ctx, bucket)?;
     let cors = ctx
         .shard
         .tier
@@ -57,6 +69,7 @@ async fn set(ctx: &Ctx, bucket: &str, cors: Option<CorsConfiguration>) -> Result
 }
 
 pub async fn put_bucket_cors(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, S3Error> {
+    bucket_exists(ctx, bucket)?;
     let body = body::read_limited(ctx, body_in, MAX_DOCUMENT).await?;
     let text = std::str::from_utf8(&body.data)
         .map_err(|_| S3Error::new(S3ErrorCode::MalformedXML).msg("The document is not UTF-8."))?;
@@ -69,6 +82,7 @@ pub async fn put_bucket_cors(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Resu
 }
 
 pub async fn delete_bucket_cors(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
+    bucket_exists(ctx, bucket)?;
     set(ctx, bucket, None).await?;
     Ok(Response::builder()
         .status(StatusCode::NO_CONTENT)
@@ -112,7 +126,11 @@ fn allow(headers: &mut HeaderMap, rule: &CorsRule, origin: &str) {
 }
 
 /// The preflight `OPTIONS /bucket[/key]`: answered from the bucket's rules, without
-/// credentials.
+/// credentials. A bucket that does not exist is NoSuchBucket (404), before the preflight's
+/// own headers are looked at, as Ceph RGW answers: a browser then fails the request as
+/// surely as on a 403, and a person reading the console learns why. In a cluster a bucket
+/// this node has not heard of may still exist elsewhere: there it is AccessForbidden, as for
+/// a bucket without rules.
 pub fn preflight(
     shard: &Shard,
     bucket: Option<&str>,
@@ -120,6 +138,9 @@ pub fn preflight(
 ) -> Result<Resp, S3Error> {
     let bad = |m: &str| S3Error::new(S3ErrorCode::InvalidRequest).msg(m);
     let bucket = bucket.ok_or_else(|| bad("A CORS preflight names a bucket."))?;
+    if shard.settings.cluster.is_none() && !shard.tier.store.borrow().bucket_exists(bucket) {
+        return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
+    }
     let origin = header_text(headers, "origin")
         .ok_or_else(|| bad("Insufficient information. Origin request header needed."))?;
     let method = header_text(headers, "access-control-request-method")

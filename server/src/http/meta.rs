@@ -73,11 +73,13 @@ pub fn from_request(h: &HeaderMap) -> Result<RequestMeta, S3Error> {
         if let Some(v) = h.get(*name) {
             let mut v = text(name, v)?;
             if *name == "content-encoding" {
-                // aws-chunked is the framing of this upload, not a property of the object.
+                // aws-chunked is the framing of this upload (or, on a body sent whole, a name
+                // for none), never a property of the object: dropped wherever it is listed,
+                // as often as it is, in any case (encodings are case-insensitive).
                 v = v
                     .split(',')
                     .map(str::trim)
-                    .filter(|e| !e.is_empty() && *e != "aws-chunked")
+                    .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("aws-chunked"))
                     .collect::<Vec<_>>()
                     .join(", ");
                 if v.is_empty() {
@@ -132,4 +134,29 @@ pub fn to_response(
         }
     }
     b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored_encoding(value: &str) -> Option<String> {
+        let mut h = HeaderMap::new();
+        h.insert("content-encoding", value.parse().unwrap());
+        let m = from_request(&h).unwrap();
+        m.headers
+            .into_iter()
+            .find(|(n, _)| n == "content-encoding")
+            .map(|(_, v)| v)
+    }
+
+    #[test]
+    fn aws_chunked_is_never_stored() {
+        assert_eq!(stored_encoding("aws-chunked"), None);
+        assert_eq!(stored_encoding("aws-chunked, aws-chunked"), None);
+        assert_eq!(stored_encoding("AWS-Chunked"), None);
+        assert_eq!(stored_encoding("aws-chunked,gzip").as_deref(), Some("gzip"));
+        assert_eq!(stored_encoding("gzip,aws-chunked").as_deref(), Some("gzip"));
+        assert_eq!(stored_encoding("gzip, br").as_deref(), Some("gzip, br"));
+    }
 }

@@ -193,15 +193,24 @@ pub async fn upload_part(
         .unwrap_or_default())
 }
 
+/// `x-amz-copy-source-range`: exactly `bytes=first-last`. The open forms a GET's Range may
+/// take (`bytes=first-`, `bytes=-suffix`) and several ranges are refused, as S3 refuses them
+/// (InvalidArgument), rather than read as the whole object or its tail: a part must be the
+/// bytes its client computed.
+fn parse_copy_range(value: &str) -> Result<yutu_api::RangeSpec, S3Error> {
+    match parse_range(value) {
+        Some(r @ yutu_api::RangeSpec::FromTo(..)) => Ok(r),
+        _ => Err(invalid("The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy")),
+    }
+}
+
 pub async fn upload_part_copy(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error> {
     check_key(key)?;
     part_number(ctx)?;
     upload_id(ctx)?;
     let range = match ctx.header("x-amz-copy-source-range") {
         None => None,
-        Some(r) => Some(parse_range(r).ok_or_else(|| {
-            invalid("The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy")
-        })?),
+        Some(r) => Some(parse_copy_range(r)?),
     };
     let (source, data) = fetch_source(ctx, range).await?;
     // A range whose last byte lies past the end of the source is refused, not cut short (a

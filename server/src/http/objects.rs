@@ -152,8 +152,9 @@ pub async fn read_local(
 }
 
 /// GetObject/HeadObject. A [`Gate::Object`] request is first checked against the object's
-/// own ACL (and refused with AccessDenied, missing or not), before any condition or range
-/// could tell it something about the object.
+/// own ACL (and refused with AccessDenied, or NoSuchKey where the caller may list the bucket
+/// anyway: [`super::acl::missing`]), before any condition or range could tell it something
+/// about the object.
 pub async fn get(
     ctx: &Ctx,
     bucket: &str,
@@ -165,7 +166,7 @@ pub async fn get(
     if gate != Gate::Open {
         match read_local(ctx, bucket, key, true).await {
             Ok((meta, _)) => super::acl::pass(ctx, gate, &meta)?,
-            Err(e) => return Err(super::acl::missing(gate, e)),
+            Err(e) => return Err(super::acl::missing(ctx, bucket, gate, e)),
         }
     }
     if let Some(v) = ctx.target.param("versionId") {

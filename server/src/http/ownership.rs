@@ -29,9 +29,9 @@ pub fn of(ctx: &Ctx, bucket: &str) -> Option<ObjectOwnership> {
 }
 
 /// `AccessControlListNotSupported` when `bucket` has ACLs off (BucketOwnerEnforced): for a
-/// request that sets an ACL on the bucket itself.
-pub fn refuse_bucket_acl(ctx: &Ctx, bucket: &str, acl: &Acl) -> Result<(), S3Error> {
-    if of(ctx, bucket) == Some(ObjectOwnership::BucketOwnerEnforced) && !acl.is_empty() {
+/// PutBucketAcl or PutObjectAcl, whatever ACL it asks for.
+pub fn refuse_acl_change(ctx: &Ctx, bucket: &str) -> Result<(), S3Error> {
+    if of(ctx, bucket) == Some(ObjectOwnership::BucketOwnerEnforced) {
         return Err(S3Error::new(S3ErrorCode::AccessControlListNotSupported));
     }
     Ok(())
