@@ -1,12 +1,15 @@
 //! The S3 XML bodies a client sends: DeleteObjects, CompleteMultipartUpload, ACL
-//! (`AccessControlPolicy`) and CORS (`CORSConfiguration`) documents. Never panics; a document
-//! that parses has what the handlers index into, and an accepted ACL or CORS configuration
-//! renders back to one that parses the same.
+//! (`AccessControlPolicy`), CORS (`CORSConfiguration`), public access block and ownership
+//! controls documents. Never panics; a document that parses has what the handlers index into,
+//! and an accepted ACL, CORS, public access block or ownership document renders back to one
+//! that parses the same.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use yutu_api::acl::{parse_policy, Acl, Principal, Permission};
 use yutu_api::cors::CorsConfiguration;
+use yutu_api::ownership::ObjectOwnership;
+use yutu_api::public_access_block::PublicAccessBlock;
 use yutu_api::xml::{from_xml, to_xml, CompleteRequest, DeleteRequest};
 
 fuzz_target!(|s: &str| {
@@ -28,5 +31,11 @@ fuzz_target!(|s: &str| {
         let _ = cors.find("https://a.example", "GET", &["x-amz-date".to_string()]);
         let again = to_xml("CORSConfiguration", &cors);
         assert_eq!(CorsConfiguration::parse(&again).ok(), Some(cors));
+    }
+    if let Ok(block) = PublicAccessBlock::parse(s) {
+        assert_eq!(PublicAccessBlock::parse(&block.to_xml()).ok(), Some(block));
+    }
+    if let Ok(o) = ObjectOwnership::from_xml(s) {
+        assert_eq!(ObjectOwnership::from_xml(&o.to_xml()).ok(), Some(o));
     }
 });
