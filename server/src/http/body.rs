@@ -134,6 +134,8 @@ pub struct BodyReader<'a> {
     body: &'a mut Incoming,
     started: Instant,
     received: u64,
+    /// Bytes received before `started` (see [`BodyReader::resume`]).
+    credited: u64,
 }
 
 impl<'a> BodyReader<'a> {
@@ -143,7 +145,15 @@ impl<'a> BodyReader<'a> {
             body,
             started: Instant::now(),
             received: 0,
+            credited: 0,
         }
+    }
+
+    /// Starts the clock again after the caller stopped reading for a while (waiting for the
+    /// budget): the time it spent is not the client's.
+    pub fn resume(&mut self) {
+        self.started = Instant::now();
+        self.credited = self.received;
     }
 
     /// Bytes read so far.
@@ -157,7 +167,7 @@ impl<'a> BodyReader<'a> {
         let limits = shard.settings.body;
         loop {
             // The next byte is due when the bytes so far are used up at the minimum rate.
-            let due = self.started + limits.deadline(self.received);
+            let due = self.started + limits.deadline(self.received - self.credited);
             let quiet = limits
                 .timeout
                 .min(due.saturating_duration_since(Instant::now()));

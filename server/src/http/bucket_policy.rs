@@ -192,8 +192,8 @@ pub fn decide(ctx: &Ctx, asked: &Asked, owner: Option<&str>, guards: &BucketGuar
         key,
         prefix,
     } = *asked;
-    let is_owner = matches!(who, Identity::User(u) if Some(u.name.as_str()) == owner);
-    if is_owner && manages_policy(op) {
+    let is_owner = owner.is_some_and(|o| !o.is_empty() && who.name() == o);
+    if (is_owner || who.is_admin()) && manages_policy(op) {
         return Decision::NotApplicable;
     }
     let resource = match key {

@@ -364,6 +364,7 @@ pub async fn post_object(ctx: &Ctx, mut body_in: Incoming, bucket: &str) -> Resu
         }
     };
     let _file_reserved = body::reserve_for(ctx, &client, rest).await?;
+    reader.resume();
     drop(fields_reserved);
     all.reserve(rest as usize);
     reader.read_to_end(&mut all, cap).await?;
