@@ -54,6 +54,7 @@ use std::net::IpAddr;
 use serde_json::{Map, Value};
 
 use crate::acl::Principal;
+use crate::calendar::{days_from_civil, days_in_month};
 
 /// Largest policy accepted, in bytes of its JSON text (S3's limit is 20 KiB). Bounding it
 /// also bounds the work of evaluating one request against the policy.
@@ -1310,26 +1311,6 @@ fn parse_bool(s: &str) -> Option<bool> {
         Some(false)
     } else {
         None
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn days_in_month(year: u32, month: u32) -> u32 {
-    match month {
-        4 | 6 | 9 | 11 => 30,
-        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
-        2 => 28,
-        _ => 31,
     }
 }
 

@@ -14,6 +14,7 @@ pub mod admin;
 pub mod block_hash;
 pub mod bucket;
 pub mod bucket_policy;
+mod calendar;
 pub mod cluster;
 pub mod cors;
 pub mod descriptor;
