@@ -2,8 +2,8 @@
 //!
 //! Names are DNS labels so that virtual-host addressing (`bucket.host`) keeps working:
 //! 3 to 63 characters of lowercase letters, digits, dots and hyphens, starting and ending
-//! with a letter or digit, no two adjacent dots, not shaped like an IPv4 address, and none
-//! of the prefixes and suffixes S3 reserves.
+//! with a letter or digit, no two adjacent dots, no hyphen next to a dot, not shaped like an
+//! IPv4 address, and none of the prefixes and suffixes S3 reserves.
 
 /// Why a bucket name was refused. The text is what the client sees in the S3 error message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -16,6 +16,8 @@ pub enum BucketNameError {
     Edges,
     #[error("bucket name must not contain two adjacent periods")]
     AdjacentDots,
+    #[error("bucket name must not contain a hyphen next to a period")]
+    DashNextToDot,
     #[error("bucket name must not be formatted as an IP address")]
     IpAddress,
     #[error("bucket name uses a reserved prefix or suffix")]
@@ -57,6 +59,12 @@ pub fn validate_bucket_name(name: &str) -> Result<(), BucketNameError> {
     if name.contains("..") {
         return Err(BucketNameError::AdjacentDots);
     }
+    // Each dot-separated label is a DNS label, which starts and ends with a letter or digit:
+    // `foo.-bar` and `foo-.bar` cannot be virtual-host addressed (S3's DNS-compatible naming
+    // rules; Ceph RGW refuses them, ceph/s3-tests `test_bucket_create_naming_dns_dot_dash`).
+    if name.contains(".-") || name.contains("-.") {
+        return Err(BucketNameError::DashNextToDot);
+    }
     if name.parse::<std::net::Ipv4Addr>().is_ok() {
         return Err(BucketNameError::IpAddress);
     }
@@ -92,6 +100,8 @@ mod tests {
             ("-ab", BucketNameError::Edges),
             ("ab.", BucketNameError::Edges),
             ("a..b", BucketNameError::AdjacentDots),
+            ("foo.-bar", BucketNameError::DashNextToDot),
+            ("foo-.bar", BucketNameError::DashNextToDot),
             ("192.168.1.1", BucketNameError::IpAddress),
             ("xn--abc", BucketNameError::Reserved),
             ("abc-s3alias", BucketNameError::Reserved),

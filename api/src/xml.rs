@@ -207,6 +207,16 @@ pub struct DeleteObject {
     pub key: String,
     #[serde(default)]
     pub version_id: Option<String>,
+    /// Delete only if the object still has this ETag.
+    #[serde(default, rename = "ETag")]
+    pub etag: Option<String>,
+    /// Delete only if the object was last modified at this time (an HTTP date).
+    #[serde(default)]
+    pub last_modified_time: Option<String>,
+    /// Delete only if the object has this many bytes (kept as text: a bad value is the
+    /// key's error, not the document's).
+    #[serde(default)]
+    pub size: Option<String>,
 }
 
 /// `<DeleteResult>`.
@@ -281,6 +291,21 @@ pub struct CompleteMultipartUploadResult {
     pub key: String,
     #[serde(rename = "ETag")]
     pub etag: String,
+    /// The object's checksum, if it has one. SDKs read it from this document, not from a
+    /// header: a composite one is written `value-N`, as in the header of a GET.
+    #[serde(rename = "ChecksumCRC32", skip_serializing_if = "Option::is_none")]
+    pub checksum_crc32: Option<String>,
+    #[serde(rename = "ChecksumCRC32C", skip_serializing_if = "Option::is_none")]
+    pub checksum_crc32c: Option<String>,
+    #[serde(rename = "ChecksumCRC64NVME", skip_serializing_if = "Option::is_none")]
+    pub checksum_crc64nvme: Option<String>,
+    #[serde(rename = "ChecksumSHA1", skip_serializing_if = "Option::is_none")]
+    pub checksum_sha1: Option<String>,
+    #[serde(rename = "ChecksumSHA256", skip_serializing_if = "Option::is_none")]
+    pub checksum_sha256: Option<String>,
+    /// `COMPOSITE` or `FULL_OBJECT`, with a checksum.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checksum_type: Option<&'static str>,
 }
 
 /// One `<Part>` of ListParts.
@@ -415,6 +440,17 @@ mod request_tests {
         assert!(d.quiet);
         assert_eq!(d.objects.len(), 2);
         assert_eq!(d.objects[1].key, "b&c");
+        let d: DeleteRequest = from_xml(
+            r#"<Delete><Object><Key>a</Key><ETag>"e"</ETag><LastModifiedTime>Thu, 01 Jan 2015 00:00:00 GMT</LastModifiedTime><Size>0</Size></Object></Delete>"#,
+        )
+        .unwrap();
+        let o = &d.objects[0];
+        assert_eq!(o.etag.as_deref(), Some("\"e\""));
+        assert_eq!(
+            o.last_modified_time.as_deref(),
+            Some("Thu, 01 Jan 2015 00:00:00 GMT")
+        );
+        assert_eq!(o.size.as_deref(), Some("0"));
         let c: CompleteRequest = from_xml(
             r#"<CompleteMultipartUpload><Part><ETag>"x"</ETag><PartNumber>1</PartNumber><ChecksumCRC32>AAAAAA==</ChecksumCRC32></Part><Part><PartNumber>2</PartNumber><ETag>y</ETag></Part></CompleteMultipartUpload>"#,
         )

@@ -116,8 +116,8 @@ pub struct AttributesChecksum {
     pub checksum_type: &'static str,
 }
 
-/// `<ObjectParts>` of a multipart object: its part count. The parts themselves are not listed
-/// (a completed object keeps no per-part sizes), so the page is always the whole, empty list.
+/// `<ObjectParts>` of a multipart object: its part count and one page of its parts
+/// (`x-amz-max-parts` of them after part `x-amz-part-number-marker`).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct AttributesParts {
@@ -126,6 +126,27 @@ pub struct AttributesParts {
     pub next_part_number_marker: u32,
     pub max_parts: u32,
     pub is_truncated: bool,
+    #[serde(rename = "Part")]
+    pub parts: Vec<AttributesPart>,
+}
+
+/// One `<Part>` of `<ObjectParts>`: its number, size and, where the object has a checksum
+/// algorithm, the part's checksum.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AttributesPart {
+    pub part_number: u32,
+    pub size: u64,
+    #[serde(rename = "ChecksumCRC32", skip_serializing_if = "Option::is_none")]
+    pub crc32: Option<String>,
+    #[serde(rename = "ChecksumCRC32C", skip_serializing_if = "Option::is_none")]
+    pub crc32c: Option<String>,
+    #[serde(rename = "ChecksumCRC64NVME", skip_serializing_if = "Option::is_none")]
+    pub crc64nvme: Option<String>,
+    #[serde(rename = "ChecksumSHA1", skip_serializing_if = "Option::is_none")]
+    pub sha1: Option<String>,
+    #[serde(rename = "ChecksumSHA256", skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 #[cfg(test)]
@@ -169,6 +190,12 @@ mod tests {
                 next_part_number_marker: 0,
                 max_parts: 1000,
                 is_truncated: false,
+                parts: vec![AttributesPart {
+                    part_number: 1,
+                    size: 5,
+                    sha256: Some("v=".into()),
+                    ..Default::default()
+                }],
             }),
             storage_class: None,
             object_size: Some(7),
@@ -177,6 +204,10 @@ mod tests {
         assert!(xml.contains("<ETag>abc-2</ETag>"), "{xml}");
         assert!(xml.contains("<Checksum><ChecksumCRC32>AAAAAA==</ChecksumCRC32><ChecksumType>COMPOSITE</ChecksumType></Checksum>"), "{xml}");
         assert!(xml.contains("<PartsCount>2</PartsCount>"), "{xml}");
+        assert!(
+            xml.contains("<Part><PartNumber>1</PartNumber><Size>5</Size><ChecksumSHA256>v=</ChecksumSHA256></Part>"),
+            "{xml}"
+        );
         assert!(xml.contains("<ObjectSize>7</ObjectSize>"), "{xml}");
         assert!(!xml.contains("StorageClass"), "{xml}");
     }

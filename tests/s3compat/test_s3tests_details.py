@@ -251,10 +251,6 @@ def test_a_deleted_object_is_no_such_key_to_whoever_may_list(server, s3):
 # 4. aws-chunked as a Content-Encoding
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs server/src/http/payload.rs to decode aws-chunked only when framed (auth::chunked::is_framed)",
-)
 def test_aws_chunked_named_on_a_whole_body_is_no_encoding(s3, bucket):
     """test_object_content_encoding_aws_chunked: boto3 sends the body whole, with its hash;
     the object is stored with no Content-Encoding."""

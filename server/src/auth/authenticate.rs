@@ -149,16 +149,13 @@ pub fn authenticate(
                 denied(S3ErrorCode::AuthorizationHeaderMalformed, e.to_string())
             }
         })?;
-        let amz_date = headers
-            .get("x-amz-date")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-            .ok_or_else(|| {
-                denied(
-                    S3ErrorCode::AccessDenied,
-                    "AWS authentication requires a valid x-amz-date header.",
-                )
-            })?;
+        // `x-amz-date`, or else a `Date` header (SigV4 allows either), as the signer used it.
+        let amz_date = super::sigv4::signed_date(headers).ok_or_else(|| {
+            denied(
+                S3ErrorCode::AccessDenied,
+                "AWS authentication requires a valid x-amz-date or Date header.",
+            )
+        })?;
         let hash = headers
             .get("x-amz-content-sha256")
             .and_then(|v| v.to_str().ok())

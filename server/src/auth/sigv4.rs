@@ -125,10 +125,44 @@ pub fn trailer_string_to_sign(
     )
 }
 
+/// When a header-signed request was signed, written as the string to sign writes it
+/// (`YYYYMMDDTHHMMSSZ`): its `x-amz-date`, or, without one, its `Date`. SigV4 allows either,
+/// and botocore signs with `Date` alone whenever a request carries one (it then drops
+/// `X-Amz-Date`): `Date: Fri, 27 Nov 2026 01:45:13 -0000` (RFC 2822, as Python's
+/// `formatdate` writes it) or an HTTP date. `None` when neither header is there or readable.
+pub fn signed_date(headers: &http::HeaderMap) -> Option<String> {
+    if let Some(v) = headers.get("x-amz-date") {
+        return v.to_str().ok().map(str::to_string);
+    }
+    let date = headers.get(http::header::DATE)?.to_str().ok()?.trim();
+    // The UTC spellings of RFC 2822 (`-0000`, `+0000`, `UT`, `UTC`) as the HTTP date's `GMT`.
+    let utc = ["-0000", "+0000", "UTC", "UT"]
+        .iter()
+        .find_map(|z| date.strip_suffix(z))
+        .map(|rest| format!("{}GMT", rest));
+    let when = httpdate::parse_http_date(utc.as_deref().unwrap_or(date)).ok()?;
+    let iso = humantime::format_rfc3339_seconds(when).to_string();
+    Some(iso.replace(['-', ':'], ""))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use yutu_api::sigv4::{signature, CanonicalHeaders, CanonicalRequest};
+
+    #[test]
+    fn the_signing_date_comes_from_x_amz_date_or_else_date() {
+        let mut h = http::HeaderMap::new();
+        assert_eq!(signed_date(&h), None);
+        h.insert("date", "Fri, 27 Nov 2026 01:45:13 -0000".parse().unwrap());
+        assert_eq!(signed_date(&h).as_deref(), Some("20261127T014513Z"));
+        h.insert("date", "Fri, 27 Nov 2026 01:45:13 GMT".parse().unwrap());
+        assert_eq!(signed_date(&h).as_deref(), Some("20261127T014513Z"));
+        h.insert("date", "Fri, 27 Nov 2026 01:45:13 +0100".parse().unwrap());
+        assert_eq!(signed_date(&h), None, "only UTC is read");
+        h.insert("x-amz-date", "20130524T000000Z".parse().unwrap());
+        assert_eq!(signed_date(&h).as_deref(), Some("20130524T000000Z"));
+    }
 
     const SECRET: &str = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
 

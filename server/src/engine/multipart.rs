@@ -67,9 +67,7 @@ impl ClaimedChecksum {
             return false;
         }
         match actual.composite_parts {
-            Some(n) => {
-                self.value == actual.value || self.value == format!("{}-{n}", actual.value)
-            }
+            Some(n) => self.value == actual.value || self.value == format!("{}-{n}", actual.value),
             None => self.value == actual.value,
         }
     }
@@ -362,7 +360,10 @@ impl ShardStore {
             }
         }
         let total: u64 = listed.iter().map(|l| upload.parts[&l.number].size).sum();
-        let sizes: Vec<u64> = listed.iter().map(|l| upload.parts[&l.number].size).collect();
+        let sizes: Vec<u64> = listed
+            .iter()
+            .map(|l| upload.parts[&l.number].size)
+            .collect();
         let alg = upload.checksum;
         let full = upload.full_object_checksum;
         let part_checksums: Vec<String> = if alg.is_some() {
@@ -414,7 +415,7 @@ impl ShardStore {
             }),
             _ => None,
         };
-        if let Some(claimed) = &upload.claimed {
+        if let Some(claimed) = upload.claimed.clone() {
             if !meta.checksum.as_ref().is_some_and(|c| claimed.matches(c)) {
                 // The upload stays for the client to complete correctly.
                 self.release(dest, charge);
@@ -462,6 +463,42 @@ mod tests {
             etag: etag.to_string(),
             checksum: None,
         }
+    }
+
+    #[test]
+    fn a_claimed_checksum_matches_with_or_without_its_part_count() {
+        let composite = Checksum {
+            algorithm: Algorithm::Sha256,
+            value: "v=".into(),
+            composite_parts: Some(3),
+        };
+        let claim = |alg, v: &str| ClaimedChecksum {
+            algorithm: alg,
+            value: v.into(),
+        };
+        assert!(claim(Algorithm::Sha256, "v=-3").matches(&composite));
+        assert!(claim(Algorithm::Sha256, "v=").matches(&composite));
+        assert!(!claim(Algorithm::Sha256, "v=-2").matches(&composite));
+        assert!(!claim(Algorithm::Sha1, "v=-3").matches(&composite));
+        let full = Checksum {
+            composite_parts: None,
+            ..composite
+        };
+        assert!(claim(Algorithm::Sha256, "v=").matches(&full));
+        assert!(!claim(Algorithm::Sha256, "v=-3").matches(&full));
+    }
+
+    #[test]
+    fn the_multipart_etag_is_of_the_listed_part_md5s() {
+        let md5_of_a = "0cc175b9c0f1b6a831c399e269772661";
+        let listed = [part(1, md5_of_a), part(2, &format!("\"{md5_of_a}\""))];
+        let mut h = Md5::new();
+        h.update(hex::decode(md5_of_a).unwrap());
+        h.update(hex::decode(md5_of_a).unwrap());
+        assert_eq!(
+            multipart_etag(&listed),
+            format!("\"{}-2\"", hex::encode(h.finalize()))
+        );
     }
 
     #[test]

@@ -4,18 +4,43 @@ use std::collections::BTreeMap;
 
 use http::StatusCode;
 use hyper::body::Incoming;
-use yutu_api::xml::{from_xml, to_xml, DeleteError, DeleteRequest, DeleteResult, Deleted, S3_NS};
+use yutu_api::xml::{
+    from_xml, to_xml, DeleteError, DeleteObject, DeleteRequest, DeleteResult, Deleted, S3_NS,
+};
 use yutu_api::S3ErrorCode;
 
 use super::ctx::Ctx;
 use super::error::S3Error;
-use super::objects::{bucket_must_exist, check_key};
+use super::objects::{bucket_must_exist, check_key, read_local};
 use super::{payload, xml_response, Resp};
+use crate::model::conditions::DeleteConditions;
 
 /// Most keys per request (S3's limit).
 pub const MAX_KEYS: usize = 1000;
 /// Largest request document: 1000 keys of 1024 bytes plus their markup.
 const MAX_BODY: u64 = 2 << 20;
+
+/// A key's conditions (`ETag`, `LastModifiedTime`, `Size`), checked against the current
+/// object: PreconditionFailed (that key's error) unless it passes; a missing key passes, its
+/// delete being a no-op. Checked before the keys are deleted together, so a write landing
+/// between the check and the delete is not seen (DeleteObject checks in the deleting step).
+async fn check_conditions(ctx: &Ctx, bucket: &str, o: &DeleteObject) -> Result<(), S3Error> {
+    let cond = DeleteConditions::parse(
+        o.etag.as_deref(),
+        o.last_modified_time.as_deref(),
+        o.size.as_deref(),
+    )
+    .map_err(|e| S3Error::new(S3ErrorCode::InvalidArgument).msg(e.to_string()))?;
+    if cond.is_empty() {
+        return Ok(());
+    }
+    match read_local(ctx, bucket, &o.key, true).await {
+        Ok((meta, _)) if !cond.check(&meta) => Err(S3Error::new(S3ErrorCode::PreconditionFailed)
+            .msg("At least one of the preconditions you specified did not hold.")),
+        Err(e) if e.code != S3ErrorCode::NoSuchKey => Err(e),
+        _ => Ok(()),
+    }
+}
 
 /// DeleteObjects; `incarnation` is the bucket's as the permission check saw it, so a slow
 /// request never deletes from a bucket of the same name created after the check.
@@ -58,10 +83,20 @@ pub async fn delete_objects(
                 code: "NoSuchVersion".into(),
                 message: "The specified version does not exist.".into(),
             }),
-            Ok(()) => by_shard
-                .entry(ctx.shard.owner(bucket, &o.key))
-                .or_default()
-                .push(o.key.clone()),
+            Ok(()) => {
+                if let Err(e) = check_conditions(ctx, bucket, o).await {
+                    result.error.push(DeleteError {
+                        key: o.key.clone(),
+                        code: e.code.code().to_string(),
+                        message: e.message,
+                    });
+                    continue;
+                }
+                by_shard
+                    .entry(ctx.shard.owner(bucket, &o.key))
+                    .or_default()
+                    .push(o.key.clone())
+            }
         }
     }
     // In a cluster the copies on the other owners go first: a key is reported deleted only

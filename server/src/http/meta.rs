@@ -123,8 +123,8 @@ pub fn to_response(
     for (name, value) in &meta.user_meta {
         b = b.header(format!("x-amz-meta-{name}"), value.as_str());
     }
-    if let Some(n) = meta.parts {
-        b = b.header("x-amz-mp-parts-count", n);
+    if let Some(p) = &meta.parts {
+        b = b.header("x-amz-mp-parts-count", p.count);
     }
     if checksum_mode && !partial {
         if let Some(c) = &meta.checksum {

@@ -17,11 +17,14 @@ use yutu_api::{parse_range, S3ErrorCode};
 use super::copy::{fetch_source, invalid_source_range};
 use super::ctx::Ctx;
 use super::error::S3Error;
-use super::objects::{bucket_must_exist, check_key, check_write_conditions, empty};
+use super::objects::{bucket_must_exist, check_key, check_write_conditions, empty, read_local};
 use super::{meta, payload, xml_response, Resp};
-use crate::engine::multipart::{CompletePart, Upload, MAX_PART_NUMBER};
-use crate::model::checksum::{md5, Algorithm};
+use crate::engine::multipart::{
+    multipart_etag, ClaimedChecksum, CompletePart, Upload, MAX_PART_NUMBER,
+};
+use crate::model::checksum::{md5, Algorithm, Checksum};
 use crate::model::conditions::WriteConditions;
+use crate::model::{ObjectMeta, StoreError};
 use crate::node::quota::Admitted;
 use crate::tier::Step;
 
@@ -101,6 +104,7 @@ pub async fn create(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error>
         checksum: alg,
         full_object_checksum: full_object,
         parts: BTreeMap::new(),
+        claimed: None,
     };
     let upload_id = id.clone();
     ctx.shard
@@ -144,7 +148,7 @@ async fn store_part(
     bucket: &str,
     key: &str,
     data: bytes::Bytes,
-    checksum: Option<String>,
+    checksum: Option<Checksum>,
 ) -> Result<String, S3Error> {
     let id = upload_id(ctx)?;
     let number = part_number(ctx)?;
@@ -174,14 +178,7 @@ pub async fn upload_part(
     payload::precheck(ctx, limit, "the maximum part size")?;
     let received = payload::receive(ctx, body, limit).await?;
     let checksum = received.checksum.clone();
-    let etag = store_part(
-        ctx,
-        bucket,
-        key,
-        received.data,
-        checksum.as_ref().map(|c| c.value.clone()),
-    )
-    .await?;
+    let etag = store_part(ctx, bucket, key, received.data, checksum.clone()).await?;
     let mut resp = Response::builder()
         .status(StatusCode::OK)
         .header("etag", etag);
@@ -235,6 +232,136 @@ pub async fn upload_part_copy(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp
     Ok(xml_response(StatusCode::OK, to_xml("CopyPartResult", &doc)))
 }
 
+/// The object checksum a CompleteMultipartUpload names (`x-amz-checksum-<alg>`), if any.
+fn claimed_checksum(ctx: &Ctx) -> Result<Option<ClaimedChecksum>, S3Error> {
+    let mut claimed = ctx.headers.iter().filter_map(|(name, value)| {
+        Algorithm::from_header(name.as_str()).map(|algorithm| ClaimedChecksum {
+            algorithm,
+            value: value.to_str().unwrap_or("").trim().to_string(),
+        })
+    });
+    let first = claimed.next();
+    if claimed.next().is_some() {
+        return Err(S3Error::new(S3ErrorCode::InvalidRequest).msg(
+            "Expecting a single x-amz-checksum- header. Multiple checksum types are not allowed.",
+        ));
+    }
+    Ok(first)
+}
+
+/// Refuses a CompleteMultipartUpload whose checksum (or `x-amz-checksum-type`) is not of the
+/// kind the upload was created with: the object's checksum is computed the upload's way,
+/// so a value of another algorithm or type could never be checked (S3 answers
+/// InvalidRequest).
+fn check_claim_kind(
+    ctx: &Ctx,
+    claimed: Option<&ClaimedChecksum>,
+    alg: Option<Algorithm>,
+    full_object: bool,
+) -> Result<(), S3Error> {
+    let created = alg.map_or("no", Algorithm::name);
+    if let Some(c) = claimed {
+        if Some(c.algorithm) != alg {
+            return Err(S3Error::new(S3ErrorCode::InvalidRequest).msg(format!(
+                "The upload was created using the {created} checksum algorithm; the complete request must use the same one, not {}.",
+                c.algorithm.name()
+            )));
+        }
+    }
+    if let Some(t) = ctx.header("x-amz-checksum-type") {
+        let kind = if full_object {
+            "FULL_OBJECT"
+        } else {
+            "COMPOSITE"
+        };
+        if alg.is_none() || !t.trim().eq_ignore_ascii_case(kind) {
+            return Err(S3Error::new(S3ErrorCode::InvalidRequest).msg(format!(
+                "The upload was created using the {} checksum type; the complete request must use the same one, not {t}.",
+                if alg.is_none() { "no" } else { kind }
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The answer to a CompleteMultipartUpload that made (or, sent again, had made) `meta`.
+fn completed(bucket: &str, key: &str, meta: &ObjectMeta) -> Resp {
+    let mut doc = CompleteMultipartUploadResult {
+        xmlns: S3_NS,
+        location: format!("/{bucket}/{key}"),
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+        etag: meta.etag.clone(),
+        checksum_crc32: None,
+        checksum_crc32c: None,
+        checksum_crc64nvme: None,
+        checksum_sha1: None,
+        checksum_sha256: None,
+        checksum_type: None,
+    };
+    if let Some(c) = &meta.checksum {
+        let value = Some(c.header_value());
+        match c.algorithm {
+            Algorithm::Crc32 => doc.checksum_crc32 = value,
+            Algorithm::Crc32c => doc.checksum_crc32c = value,
+            Algorithm::Crc64Nvme => doc.checksum_crc64nvme = value,
+            Algorithm::Sha1 => doc.checksum_sha1 = value,
+            Algorithm::Sha256 => doc.checksum_sha256 = value,
+        }
+        doc.checksum_type = Some(c.type_name());
+    }
+    let mut resp = xml_response(
+        StatusCode::OK,
+        to_xml("CompleteMultipartUploadResult", &doc),
+    );
+    if let Some(c) = &meta.checksum {
+        if let Ok(v) = http::HeaderValue::from_str(&c.header_value()) {
+            resp.headers_mut().insert(c.algorithm.header(), v);
+        }
+        resp.headers_mut().insert(
+            "x-amz-checksum-type",
+            http::HeaderValue::from_static(c.type_name()),
+        );
+    }
+    resp
+}
+
+/// A CompleteMultipartUpload for an upload that is gone: when the key still holds the object
+/// that upload made from this very part list, the request is a retry (its first answer was
+/// lost, or the client completes twice, as ceph/s3-tests `test_multipart_upload` does) and
+/// gets the first answer again, as from S3. Otherwise the upload is unknown: NoSuchUpload.
+async fn complete_again(
+    ctx: &Ctx,
+    bucket: &str,
+    key: &str,
+    id: &str,
+    parts: &[CompletePart],
+    claimed: Option<&ClaimedChecksum>,
+) -> Result<Resp, S3Error> {
+    let no_such_upload = || S3Error::new(S3ErrorCode::NoSuchUpload);
+    let meta = match read_local(ctx, bucket, key, true).await {
+        Ok((meta, _)) => meta,
+        Err(e) if e.code == S3ErrorCode::NoSuchKey => return Err(no_such_upload()),
+        Err(e) => return Err(e),
+    };
+    let made_by_it = meta
+        .parts
+        .as_ref()
+        .is_some_and(|p| !p.upload_id.is_empty() && p.upload_id == id);
+    if !made_by_it || meta.etag != multipart_etag(parts) {
+        return Err(no_such_upload());
+    }
+    if let Some(c) = claimed {
+        if !meta.checksum.as_ref().is_some_and(|m| c.matches(m)) {
+            return Err(S3Error::new(S3ErrorCode::BadDigest).msg(format!(
+                "The {} you specified did not match the calculated checksum.",
+                c.algorithm.name()
+            )));
+        }
+    }
+    Ok(completed(bucket, key, &meta))
+}
+
 /// CompleteMultipartUpload; `incarnation` is the bucket's as the permission check saw it.
 pub async fn complete(
     ctx: &Ctx,
@@ -246,12 +373,13 @@ pub async fn complete(
     check_key(key)?;
     check_write_conditions(ctx)?;
     let id = upload_id(ctx)?;
+    let claimed = claimed_checksum(ctx)?;
     payload::precheck(
         ctx,
         MAX_COMPLETE_BODY,
         "the maximum CompleteMultipartUpload document size",
     )?;
-    let received = payload::receive(ctx, body, MAX_COMPLETE_BODY).await?;
+    let received = payload::receive_document(ctx, body, MAX_COMPLETE_BODY).await?;
     let malformed = |m: String| S3Error::new(S3ErrorCode::MalformedXML).msg(m);
     let text = std::str::from_utf8(&received.data)
         .map_err(|_| malformed("The document is not UTF-8.".into()))?;
@@ -271,13 +399,30 @@ pub async fn complete(
                 .or(p.checksum_sha256),
         })
         .collect();
+    let owner = ctx.shard.owner(bucket, key);
+    let kind = {
+        let (b, k, id) = (bucket.to_string(), key.to_string(), id.clone());
+        ctx.shard
+            .run(owner, move |s| {
+                s.tier.store.borrow_mut().upload_checksum(&id, &b, &k)
+            })
+            .await?
+    };
+    match kind {
+        Ok((alg, full)) => check_claim_kind(ctx, claimed.as_ref(), alg, full)?,
+        Err(StoreError::NoSuchUpload) => {
+            return complete_again(ctx, bucket, key, &id, &parts, claimed.as_ref()).await
+        }
+        Err(e) => return Err(e.into()),
+    }
     let cond = WriteConditions::for_bucket(&ctx.headers, incarnation);
     let (b, k) = (bucket.to_string(), key.to_string());
     let checked = !ctx.is_replica_copy();
-    let meta = ctx
+    let (upload, listed, claim) = (id.clone(), parts.clone(), claimed.clone());
+    let done = ctx
         .shard
-        .run_step(ctx.shard.owner(bucket, key), move |s| {
-            let size = s.tier.store.borrow().completed_size(&id, &parts);
+        .run_step(owner, move |s| {
+            let size = s.tier.store.borrow().completed_size(&upload, &listed);
             let admitted = if checked {
                 match s.admit(&b, &[(&k, size)]) {
                     Ok(a) => a,
@@ -286,28 +431,21 @@ pub async fn complete(
             } else {
                 Admitted::unchecked()
             };
+            // In the step that completes, so no other completion sees this request's claim.
+            s.tier.store.borrow_mut().claim_checksum(&upload, claim);
             s.tier
-                .complete_upload(id, b, k, parts, cond)
+                .complete_upload(upload, b, k, listed, cond)
                 .holding(admitted)
         })
-        .await??;
-    let doc = CompleteMultipartUploadResult {
-        xmlns: S3_NS,
-        location: format!("/{bucket}/{key}"),
-        bucket: bucket.to_string(),
-        key: key.to_string(),
-        etag: meta.etag.clone(),
-    };
-    let mut resp = xml_response(
-        StatusCode::OK,
-        to_xml("CompleteMultipartUploadResult", &doc),
-    );
-    if let Some(c) = &meta.checksum {
-        if let Ok(v) = http::HeaderValue::from_str(&c.header_value()) {
-            resp.headers_mut().insert(c.algorithm.header(), v);
+        .await?;
+    match done {
+        Ok(meta) => Ok(completed(bucket, key, &meta)),
+        // Completed meanwhile by another request (a client retrying before its answer came).
+        Err(StoreError::NoSuchUpload) => {
+            complete_again(ctx, bucket, key, &id, &parts, claimed.as_ref()).await
         }
+        Err(e) => Err(e.into()),
     }
-    Ok(resp)
 }
 
 pub async fn abort(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error> {

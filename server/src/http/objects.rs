@@ -13,7 +13,8 @@ use super::ctx::Ctx;
 use super::error::S3Error;
 use super::{meta, payload, Resp};
 use crate::auth::Gate;
-use crate::model::conditions::{ReadConditions, WriteConditions};
+use crate::model::conditions::{DeleteConditions, ReadConditions, WriteConditions};
+use crate::model::object::ObjectPart;
 use crate::model::{ObjectMeta, StoreError};
 use crate::node::quota::Admitted;
 use crate::tier::Step;
@@ -176,15 +177,47 @@ pub async fn get(
             );
         }
     }
-    let range = ctx.header("range").and_then(parse_range);
+    let part_number = part_number(ctx)?;
+    if part_number.is_some() && ctx.header("range").is_some() {
+        return Err(S3Error::new(S3ErrorCode::InvalidRequest)
+            .msg("Cannot specify both Range header and partNumber query parameter"));
+    }
     let cond = ReadConditions::from_headers(&ctx.headers, "");
-    let (b, k) = (bucket.to_string(), key.to_string());
-    let result = ctx
-        .shard
-        .run_step(ctx.shard.owner(bucket, key), move |s| {
-            s.tier.get(b, k, range, head_only, cond)
-        })
-        .await?;
+    // A part read resolves the part against the current object, then reads its bytes; should
+    // the object be replaced in between, the bytes would be another object's, so the read
+    // starts again (a few times, then answers with what it found).
+    let mut attempts = 0;
+    let (result, part) = loop {
+        attempts += 1;
+        let (range, part) = match part_number {
+            None => (ctx.header("range").and_then(parse_range), None),
+            Some(n) => {
+                let (meta, _) = read_local(ctx, bucket, key, true).await?;
+                match part_of(&meta, n)? {
+                    None => (None, None),
+                    Some(p) => {
+                        let last = (p.offset + p.size).saturating_sub(1);
+                        (
+                            Some(yutu_api::RangeSpec::FromTo(p.offset, last)),
+                            Some((p, meta.etag.clone())),
+                        )
+                    }
+                }
+            }
+        };
+        let (b, k, c) = (bucket.to_string(), key.to_string(), cond.clone());
+        let result = ctx
+            .shard
+            .run_step(ctx.shard.owner(bucket, key), move |s| {
+                s.tier.get(b, k, range, head_only, c)
+            })
+            .await?;
+        let changed =
+            matches!((&result, &part), (Ok((m, _, _)), Some((_, etag))) if m.etag != *etag);
+        if !changed || attempts >= 3 {
+            break (result, part.map(|(p, _)| p));
+        }
+    };
     let checksum_mode = ctx
         .header("x-amz-checksum-mode")
         .is_some_and(|v| v.eq_ignore_ascii_case("enabled"));
@@ -214,6 +247,15 @@ pub async fn get(
         resp = resp.header("content-range", r.content_range(meta.size));
     }
     resp = meta::to_response(resp, &meta, checksum_mode, range.is_some());
+    if let (Some(p), Some(c), true) = (&part, &meta.checksum, checksum_mode) {
+        // A part read carries the part's own checksum (of the object's algorithm and type),
+        // which describes exactly the bytes sent.
+        if let Some(v) = &p.checksum {
+            resp = resp
+                .header(c.algorithm.header(), v.as_str())
+                .header("x-amz-checksum-type", c.type_name());
+        }
+    }
     if ctx.peer.is_some() {
         // Another node reading a copy (a copy source, a re-replication) gets the metadata
         // whole.
@@ -245,7 +287,58 @@ pub async fn get(
     })
 }
 
-/// DeleteObject; `incarnation` is the bucket's as the permission check saw it.
+/// `?partNumber=N` of a GET/HEAD: `None` without one; refused unless 1 to 10,000.
+fn part_number(ctx: &Ctx) -> Result<Option<u32>, S3Error> {
+    match ctx.target.param("partNumber") {
+        None => Ok(None),
+        Some(n) => n
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=crate::engine::multipart::MAX_PART_NUMBER).contains(n))
+            .map(Some)
+            .ok_or_else(|| {
+                S3Error::new(S3ErrorCode::InvalidArgument)
+                    .msg("Part number must be an integer between 1 and 10000, inclusive")
+            }),
+    }
+}
+
+/// Part `n` of the object: `None` for part 1 of an object not made by a multipart upload,
+/// which is the whole object (as S3 reads it); InvalidPart past the last part.
+fn part_of(meta: &ObjectMeta, n: u32) -> Result<Option<ObjectPart>, S3Error> {
+    let invalid = || {
+        S3Error::new(S3ErrorCode::InvalidPart).msg(format!(
+            "The requested partnumber {n} is not satisfiable: the object has {} part(s).",
+            meta.parts.as_ref().map_or(1, |p| p.count)
+        ))
+    };
+    let Some(layout) = &meta.parts else {
+        return if n == 1 { Ok(None) } else { Err(invalid()) };
+    };
+    if n > layout.count {
+        return Err(invalid());
+    }
+    match layout.part(n) {
+        Some(p) => Ok(Some(p)),
+        // Completed before Yutu recorded part sizes: the part's bytes cannot be told apart.
+        None => Err(S3Error::new(S3ErrorCode::NotImplemented).msg(
+            "The part boundaries of this object were not recorded when it was completed; read it whole or by Range.",
+        )),
+    }
+}
+
+/// The conditions of a DeleteObject: `If-Match`, `x-amz-if-match-last-modified-time`,
+/// `x-amz-if-match-size`. S3 honours them (on directory buckets; Ceph RGW on every bucket).
+/// Ignoring them would delete an object the client meant to keep.
+fn delete_conditions(ctx: &Ctx) -> Result<DeleteConditions, S3Error> {
+    DeleteConditions::from_headers(&ctx.headers)
+        .map_err(|e| S3Error::new(S3ErrorCode::InvalidArgument).msg(e.to_string()))
+}
+
+/// DeleteObject; `incarnation` is the bucket's as the permission check saw it. A conditional
+/// delete checks the current object and deletes it in one step on the shard that owns the
+/// key (its metadata is in memory in every tier), so no write comes in between; a missing
+/// key is deleted as ever (204), as S3 answers.
 pub async fn delete(
     ctx: &Ctx,
     bucket: &str,
@@ -253,9 +346,39 @@ pub async fn delete(
     incarnation: Option<u64>,
 ) -> Result<Resp, S3Error> {
     check_key(key)?;
+    let cond = delete_conditions(ctx)?;
     let (b, k) = (bucket.to_string(), key.to_string());
     ctx.shard
         .run_step(ctx.shard.owner(bucket, key), move |s| {
+            if !cond.is_empty() {
+                let current =
+                    s.tier
+                        .get(b.clone(), k.clone(), None, true, ReadConditions::default());
+                let failed = match current {
+                    Step::Done(Ok((meta, _, _))) => !cond.check(&meta),
+                    Step::Done(Err(StoreError::NoSuchKey)) => false,
+                    Step::Done(Err(e)) => return Step::Done(Err(e)),
+                    // A metadata read never waits; were it to, the delete follows it.
+                    Step::Wait(f) => {
+                        let tier = s.tier.clone();
+                        return Step::Wait(Box::pin(async move {
+                            match f.await {
+                                Ok((meta, _, _)) if !cond.check(&meta) => {
+                                    Err(StoreError::PreconditionFailed)
+                                }
+                                Err(e) if e != StoreError::NoSuchKey => Err(e),
+                                _ => match tier.delete_in(b, vec![k], incarnation) {
+                                    Step::Done(r) => r,
+                                    Step::Wait(f) => f.await,
+                                },
+                            }
+                        }));
+                    }
+                };
+                if failed {
+                    return Step::Done(Err(StoreError::PreconditionFailed));
+                }
+            }
             s.tier.delete_in(b, vec![k], incarnation)
         })
         .await??;

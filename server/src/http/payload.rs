@@ -57,10 +57,29 @@ pub fn precheck(ctx: &Ctx, limit: u64, limit_what: &str) -> Result<(), S3Error> 
 
 /// Reads and verifies the body of an upload of at most `limit` payload bytes.
 pub async fn receive(ctx: &Ctx, body: Incoming, limit: u64) -> Result<Received, S3Error> {
-    let chunked = matches!(ctx.auth.payload, Payload::Chunked { .. })
-        || ctx
-            .header("content-encoding")
-            .is_some_and(|v| v.split(',').any(|e| e.trim() == "aws-chunked"));
+    receive_with(ctx, body, limit, true).await
+}
+
+/// Reads and verifies a request document (CompleteMultipartUpload's part list) of at most
+/// `limit` bytes. Its `x-amz-checksum-*` headers are not the document's: they name the
+/// checksum of the object the request makes, which its handler checks. Verifying them
+/// against the XML would refuse every CompleteMultipartUpload that names one (BadDigest).
+/// Its hash, Content-MD5 and checksum trailers still cover the document.
+pub async fn receive_document(ctx: &Ctx, body: Incoming, limit: u64) -> Result<Received, S3Error> {
+    receive_with(ctx, body, limit, false).await
+}
+
+async fn receive_with(
+    ctx: &Ctx,
+    body: Incoming,
+    limit: u64,
+    checksum_headers: bool,
+) -> Result<Received, S3Error> {
+    let chunked = crate::auth::chunked::is_framed(
+        matches!(ctx.auth.payload, Payload::Chunked { .. }),
+        ctx.header("content-encoding"),
+        ctx.header("x-amz-decoded-content-length"),
+    );
     let raw_limit = if chunked {
         limit + chunked_allowance(limit)
     } else {
@@ -120,7 +139,7 @@ pub async fn receive(ctx: &Ctx, body: Incoming, limit: u64) -> Result<Received, 
             return Err(S3Error::new(S3ErrorCode::BadDigest));
         }
     }
-    let checksum = verify_checksum(ctx, &data, &trailers)?;
+    let checksum = verify_checksum(ctx, &data, &trailers, checksum_headers)?;
     Ok(Received {
         data,
         md5: digest,
@@ -131,14 +150,16 @@ pub async fn receive(ctx: &Ctx, body: Incoming, limit: u64) -> Result<Received, 
 
 /// The client's checksum, from a header or a trailer, verified against the data. When the
 /// client names an algorithm (`x-amz-sdk-checksum-algorithm`) but sends no value, the value is
-/// computed so that it can be returned later.
+/// computed so that it can be returned later. Without `headers`, only trailers describe the
+/// body (see [`receive_document`]).
 fn verify_checksum(
     ctx: &Ctx,
     data: &[u8],
     trailers: &[(String, String)],
+    headers: bool,
 ) -> Result<Option<Checksum>, S3Error> {
     let mut given: Vec<(Algorithm, String)> = Vec::new();
-    for (name, value) in ctx.headers.iter() {
+    for (name, value) in ctx.headers.iter().filter(|_| headers) {
         if let Some(alg) = Algorithm::from_header(name.as_str()) {
             given.push((alg, value.to_str().unwrap_or("").to_string()));
         }
@@ -173,6 +194,9 @@ fn verify_checksum(
             value,
             composite_parts: None,
         }));
+    }
+    if !headers {
+        return Ok(None);
     }
     let requested = ctx
         .header("x-amz-sdk-checksum-algorithm")

@@ -174,6 +174,80 @@ impl WriteConditions {
     }
 }
 
+/// The conditions of a DeleteObject (`If-Match`, `x-amz-if-match-last-modified-time`,
+/// `x-amz-if-match-size`) or of one key of DeleteObjects (its `ETag`, `LastModifiedTime`,
+/// `Size`): the object is deleted only if it is still the one the client saw. A missing key
+/// passes them (the delete is a no-op), as S3 answers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeleteConditions {
+    pub if_match: Option<String>,
+    pub last_modified: Option<SystemTime>,
+    pub size: Option<u64>,
+}
+
+/// A delete condition that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadDeleteCondition {
+    #[error("The last-modified time {0:?} to match is not an HTTP date.")]
+    Time(String),
+    #[error("The size {0:?} to match is not a non-negative integer.")]
+    Size(String),
+}
+
+impl DeleteConditions {
+    /// From the values as sent: an ETag list, an HTTP date, a decimal size.
+    pub fn parse(
+        if_match: Option<&str>,
+        last_modified: Option<&str>,
+        size: Option<&str>,
+    ) -> Result<DeleteConditions, BadDeleteCondition> {
+        fn nonempty(v: Option<&str>) -> Option<&str> {
+            v.map(str::trim).filter(|v| !v.is_empty())
+        }
+        Ok(DeleteConditions {
+            if_match: nonempty(if_match).map(str::to_string),
+            last_modified: nonempty(last_modified)
+                .map(|t| {
+                    httpdate::parse_http_date(t)
+                        .or_else(|_| humantime::parse_rfc3339_weak(t))
+                        .map_err(|_| BadDeleteCondition::Time(t.to_string()))
+                })
+                .transpose()?,
+            size: nonempty(size)
+                .map(|n| {
+                    n.parse::<u64>()
+                        .map_err(|_| BadDeleteCondition::Size(n.to_string()))
+                })
+                .transpose()?,
+        })
+    }
+
+    /// A DeleteObject's condition headers.
+    pub fn from_headers(h: &HeaderMap) -> Result<DeleteConditions, BadDeleteCondition> {
+        DeleteConditions::parse(
+            header(h, "if-match").as_deref(),
+            header(h, "x-amz-if-match-last-modified-time").as_deref(),
+            header(h, "x-amz-if-match-size").as_deref(),
+        )
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == DeleteConditions::default()
+    }
+
+    /// Whether the current object passes (times compare at whole seconds, the precision of
+    /// the HTTP dates a client learns them from).
+    pub fn check(&self, meta: &crate::model::ObjectMeta) -> bool {
+        self.if_match
+            .as_deref()
+            .is_none_or(|m| etag_matches(m, &meta.etag))
+            && self
+                .last_modified
+                .is_none_or(|t| whole_seconds(t) == whole_seconds(meta.last_modified))
+            && self.size.is_none_or(|n| n == meta.size)
+    }
+}
+
 fn whole_seconds(t: SystemTime) -> SystemTime {
     let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
     UNIX_EPOCH + Duration::from_secs(secs)
@@ -266,6 +340,37 @@ mod tests {
         assert_eq!(swap.check(Some("\"a\"")), Ok(()));
         assert_eq!(swap.check(Some("\"b\"")), Err(false));
         assert_eq!(swap.check(None), Err(true));
+    }
+
+    #[test]
+    fn delete_conditions_match_the_current_object() {
+        let mut meta = crate::model::ObjectMeta::for_block(4);
+        meta.etag = "\"abc\"".into();
+        meta.last_modified = at(1_000_000) + Duration::from_millis(700);
+        let c = |e: Option<&str>, t: Option<&str>, n: Option<&str>| {
+            DeleteConditions::parse(e, t, n).unwrap()
+        };
+        assert!(c(None, None, None).is_empty());
+        assert!(c(Some("\"abc\""), None, None).check(&meta));
+        assert!(c(Some("*"), None, None).check(&meta));
+        assert!(!c(Some("badetag"), None, None).check(&meta));
+        let when = httpdate::fmt_http_date(at(1_000_000));
+        assert!(c(None, Some(&when), None).check(&meta));
+        assert!(!c(None, Some("Thu, 01 Jan 2015 00:00:00 GMT"), None).check(&meta));
+        assert!(c(None, None, Some("4")).check(&meta));
+        assert!(!c(None, None, Some("9999")).check(&meta));
+        assert!(
+            !c(Some("abc"), None, Some("5")).check(&meta),
+            "every condition must hold"
+        );
+        assert_eq!(
+            DeleteConditions::parse(None, Some("yesterday"), None),
+            Err(BadDeleteCondition::Time("yesterday".into()))
+        );
+        assert_eq!(
+            DeleteConditions::parse(None, None, Some("-1")),
+            Err(BadDeleteCondition::Size("-1".into()))
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::model::checksum::{Algorithm, Checksum};
+use crate::model::object::PartLayout;
 use crate::model::{ObjectMeta, StoreError};
 
 /// The metadata blob of an NVMe record.
@@ -23,8 +24,19 @@ pub(crate) struct StoredMeta {
     user_meta: Vec<(String, String)>,
     #[serde(default)]
     checksum: Option<(String, String, Option<u32>)>,
+    /// The part count of a multipart object.
     #[serde(default)]
     parts: Option<u32>,
+    /// Its part sizes, run-length ([`PartLayout::sizes`]); absent in records
+    /// written before they were kept, which read as a layout of unknown sizes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    part_sizes: Vec<(u64, u32)>,
+    /// Its part checksums, in order (absent: none kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    part_checksums: Vec<String>,
+    /// The upload that made it (absent in records written before it was kept).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    upload_id: String,
     /// The object belongs to a `disk` bucket: region reclamation must rewrite it, not drop it.
     #[serde(default)]
     disk: bool,
@@ -56,7 +68,22 @@ pub fn encode_meta(m: &ObjectMeta, disk: bool) -> Result<Vec<u8>, StoreError> {
                 c.composite_parts,
             )
         }),
-        parts: m.parts,
+        parts: m.parts.as_ref().map(|p| p.count),
+        part_sizes: m
+            .parts
+            .as_ref()
+            .map(|p| p.sizes.clone())
+            .unwrap_or_default(),
+        part_checksums: m
+            .parts
+            .as_ref()
+            .map(|p| p.checksums.clone())
+            .unwrap_or_default(),
+        upload_id: m
+            .parts
+            .as_ref()
+            .map(|p| p.upload_id.clone())
+            .unwrap_or_default(),
         disk,
         owner: m.owner.clone(),
         acl: m.acl.clone(),
@@ -88,7 +115,12 @@ pub fn decode_meta(blob: &[u8], size: u64) -> Option<ObjectMeta> {
                 composite_parts,
             })
         }),
-        parts: s.parts,
+        parts: s.parts.map(|count| PartLayout {
+            count,
+            sizes: s.part_sizes,
+            checksums: s.part_checksums,
+            upload_id: s.upload_id,
+        }),
         owner: s.owner,
         acl: s.acl,
         kv: s.kv,
@@ -129,6 +161,37 @@ mod tests {
             !decode_meta(br#"{"etag": "e", "modified_ms": 1}"#, 1)
                 .unwrap()
                 .kv
+        );
+    }
+
+    #[test]
+    fn part_layouts_round_trip_and_old_records_keep_their_count() {
+        let mut m = ObjectMeta {
+            kv: false,
+            ..ObjectMeta::for_block(11)
+        };
+        m.parts = Some(PartLayout::new(
+            "up1",
+            &[5, 5, 1],
+            vec!["a".into(), "b".into(), "c".into()],
+        ));
+        let back = decode_meta(&encode_meta(&m, false).unwrap(), 11).unwrap();
+        assert_eq!(back.parts, m.parts);
+        assert_eq!(
+            back.parts.unwrap().part(3).map(|p| (p.offset, p.size)),
+            Some((10, 1))
+        );
+        // A record from before part sizes were kept: the count alone, sizes unknown.
+        let old = decode_meta(br#"{"etag": "e", "modified_ms": 1, "parts": 3}"#, 9).unwrap();
+        let layout = old.parts.expect("a multipart object");
+        assert_eq!(layout, PartLayout::count_only(3));
+        assert!(!layout.sizes_known() && layout.part(1).is_none());
+        // A single-part object's record has none of the new fields.
+        let plain = encode_meta(&ObjectMeta::for_block(1), false).unwrap();
+        let text = String::from_utf8_lossy(&plain);
+        assert!(
+            !text.contains("part_sizes") && !text.contains("upload_id"),
+            "{text}"
         );
     }
 }
