@@ -50,6 +50,11 @@ pub struct ListAllMyBucketsResult {
     pub xmlns: &'static str,
     pub owner: Owner,
     pub buckets: Buckets,
+    /// Present when `max-buckets` cut the list: pass it back for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub continuation_token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
 }
 
 #[derive(Debug, Serialize)]

@@ -394,3 +394,24 @@ def test_cors_on_a_missing_bucket_is_no_such_bucket(server, s3):
     # An existing bucket without rules still refuses the preflight as before.
     there = fresh_bucket(s3, "cors")
     assert fetch(f"{server.url}/{there}", "OPTIONS", headers=pre)[0] == 403
+
+
+def test_list_buckets_pages_by_max_buckets(server):
+    """test_list_buckets_paginated: MaxBuckets and ContinuationToken, buckets by name."""
+    s3 = server.client(BOB)
+    mine = sorted(b["Name"] for b in s3.list_buckets()["Buckets"])
+    names = [fresh_bucket(s3, "pg") for _ in range(3)]
+    everything = sorted(mine + names)
+    seen, token = [], None
+    while True:
+        kw = {"MaxBuckets": 1} if token is None else {"MaxBuckets": 1, "ContinuationToken": token}
+        page = s3.list_buckets(**kw)
+        assert len(page["Buckets"]) == 1
+        seen.append(page["Buckets"][0]["Name"])
+        token = page.get("ContinuationToken")
+        if token is None:
+            break
+    assert seen == everything
+    assert [b["Name"] for b in s3.list_buckets(Prefix="pg")["Buckets"]] == sorted(names)
+    with pytest.raises(ClientError):
+        s3.list_buckets(MaxBuckets=1, ContinuationToken="not-a-token")

@@ -111,7 +111,7 @@ fn location_and_unsupported_subresources() {
     for q in [
         "/loc?website",
         "/loc?versioning",
-        "/loc?policy",
+        "/loc?lifecycle",
         "/loc/k?tagging",
     ] {
         let r = c.get(q);

@@ -48,8 +48,33 @@ fn bucket_owner(ctx: &Ctx, bucket: &str) -> Owner {
     )
 }
 
+/// Most buckets one ListBuckets page holds (`max-buckets`, S3's bound).
+const MAX_BUCKETS: usize = 10_000;
+
+/// ListBuckets: the buckets the caller may see, by name, from `continuation-token` (the hex of
+/// the last name of the previous page) and under `prefix`, at most `max-buckets` of them.
 pub fn list_buckets(ctx: &Ctx) -> Result<Resp, S3Error> {
-    let bucket = ctx
+    let t = &ctx.target;
+    let bad = |m: &str| S3Error::new(S3ErrorCode::InvalidArgument).msg(m.to_string());
+    let max = match t.param("max-buckets") {
+        None => MAX_BUCKETS,
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_BUCKETS).contains(n))
+            .ok_or_else(|| bad("max-buckets must be a number from 1 to 10000."))?,
+    };
+    let after = match t.param("continuation-token") {
+        None => None,
+        Some(tok) => Some(
+            hex::decode(tok)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(|| bad("The continuation token is not one this node gave."))?,
+        ),
+    };
+    let prefix = t.param("prefix").map(str::to_string);
+    let mut visible: Vec<_> = ctx
         .shard
         .tier
         .store
@@ -57,6 +82,17 @@ pub fn list_buckets(ctx: &Ctx) -> Result<Resp, S3Error> {
         .buckets()
         .into_iter()
         .filter(|b| can_see(ctx.identity(), &b.name, &b.owner))
+        .filter(|b| prefix.as_deref().is_none_or(|p| b.name.starts_with(p)))
+        .filter(|b| after.as_deref().is_none_or(|a| b.name.as_str() > a))
+        .collect();
+    visible.sort_by(|a, b| a.name.cmp(&b.name));
+    let more = visible.len() > max;
+    visible.truncate(max);
+    let continuation_token = more
+        .then(|| visible.last().map(|b| hex::encode(b.name.as_bytes())))
+        .flatten();
+    let bucket = visible
+        .into_iter()
         .map(|b| BucketEntry {
             name: b.name,
             creation_date: humantime::format_rfc3339_millis(b.created).to_string(),
@@ -66,6 +102,8 @@ pub fn list_buckets(ctx: &Ctx) -> Result<Resp, S3Error> {
         xmlns: S3_NS,
         owner: owner(&ctx.identity().name()),
         buckets: Buckets { bucket },
+        continuation_token,
+        prefix,
     };
     Ok(xml_response(
         StatusCode::OK,
