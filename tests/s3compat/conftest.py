@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import boto3
+from botocore import UNSIGNED
 import pytest
 from botocore.config import Config
 
@@ -92,6 +93,15 @@ read = ["shared-*", "alice-shared"]
             aws_access_key_id=creds[0],
             aws_secret_access_key=creds[1],
             config=Config(**config) if config else None,
+        )
+
+    def anonymous(self):
+        """A boto3 client that signs nothing, as a browser or plain curl asks."""
+        return boto3.client(
+            "s3",
+            endpoint_url=self.url,
+            region_name="us-east-1",
+            config=Config(signature_version=UNSIGNED),
         )
 
     def restart(self):

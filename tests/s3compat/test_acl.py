@@ -4,10 +4,7 @@ unsigned requests: what anonymous and another user can and cannot do under each 
 import urllib.error
 import urllib.request
 
-import boto3
 import pytest
-from botocore import UNSIGNED
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from conftest import BOB, fresh_bucket
@@ -16,14 +13,6 @@ ALL_USERS = "http://acs.amazonaws.com/groups/global/AllUsers"
 AUTHENTICATED = "http://acs.amazonaws.com/groups/global/AuthenticatedUsers"
 
 
-
-def anonymous(server):
-    return boto3.client(
-        "s3",
-        endpoint_url=server.url,
-        region_name="us-east-1",
-        config=Config(signature_version=UNSIGNED),
-    )
 
 
 def code(call):
@@ -51,7 +40,7 @@ def grants(acl):
 
 
 def test_canned_acls_decide_what_anonymous_may_do(server, s3):
-    anon = anonymous(server)
+    anon = server.anonymous()
     private = fresh_bucket(s3, "acl")
     public = fresh_bucket(s3, "acl", ACL="public-read")
     open_rw = fresh_bucket(s3, "acl", ACL="public-read-write")
@@ -104,7 +93,7 @@ def test_canned_acls_decide_what_anonymous_may_do(server, s3):
 
 def test_authenticated_read_and_other_users(server, s3):
     bob = server.client(BOB)
-    anon = anonymous(server)
+    anon = server.anonymous()
     b = fresh_bucket(s3, "acl", ACL="authenticated-read")
     s3.put_object(Bucket=b, Key="for-users", Body=b"u", ACL="authenticated-read")
     s3.put_object(Bucket=b, Key="alices", Body=b"a")
@@ -116,7 +105,7 @@ def test_authenticated_read_and_other_users(server, s3):
 
 
 def test_acls_read_and_change(server, s3):
-    anon = anonymous(server)
+    anon = server.anonymous()
     b = fresh_bucket(s3, "acl", ACL="public-read")
     acl = s3.get_bucket_acl(Bucket=b)
     assert acl["Owner"]["ID"] == "alice"

@@ -5,22 +5,11 @@ what S3 documents."""
 
 import json
 
-import boto3
 import pytest
-from botocore import UNSIGNED
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from conftest import BOB, fresh_bucket
 
-
-def anonymous(server):
-    return boto3.client(
-        "s3",
-        endpoint_url=server.url,
-        region_name="us-east-1",
-        config=Config(signature_version=UNSIGNED),
-    )
 
 
 def error(call):
@@ -81,7 +70,7 @@ def test_a_policy_opens_a_bucket_to_another_user_and_to_everyone(server, s3, buc
     s3.put_object(Bucket=bucket, Key="public/a", Body=b"a")
     s3.put_object(Bucket=bucket, Key="private/b", Body=b"b")
     bob = server.client(BOB)
-    anon = anonymous(server)
+    anon = server.anonymous()
     assert error(lambda: bob.list_objects_v2(Bucket=bucket))[0] == 403
     assert error(lambda: anon.get_object(Bucket=bucket, Key="public/a"))[0] == 403
     s3.put_bucket_policy(Bucket=bucket, Policy=policy(
@@ -128,12 +117,12 @@ def test_conditions_on_the_prefix_and_the_referer(server, s3, bucket):
     bob = server.client(BOB)
     assert len(bob.list_objects_v2(Bucket=bucket, Prefix="docs/")["Contents"]) == 1
     assert error(lambda: bob.list_objects_v2(Bucket=bucket, Prefix="other/"))[0] == 403
-    anon = anonymous(server)
+    anon = server.anonymous()
 
     def with_referer(referer):
         def add(request, **_):
             request.headers["Referer"] = referer
-        c = anonymous(server)
+        c = server.anonymous()
         c.meta.events.register("before-sign.s3.GetObject", add)
         return c
 
@@ -184,7 +173,7 @@ def test_restrict_public_buckets_closes_a_public_policy_to_anonymous_callers(ser
     s3.put_object(Bucket=bucket, Key="foo", Body=b"bar")
     s3.put_bucket_policy(Bucket=bucket, Policy=policy(
         statement("Allow", "s3:GetObject", arn(bucket, "*"))))
-    anon = anonymous(server)
+    anon = server.anonymous()
     assert anon.get_object(Bucket=bucket, Key="foo")["Body"].read() == b"bar"
     s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration={
         "RestrictPublicBuckets": True})

@@ -12,10 +12,7 @@ import urllib.error
 import urllib.request
 import uuid
 
-import boto3
 import pytest
-from botocore import UNSIGNED
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 import sigv4
@@ -31,12 +28,6 @@ def error(call):
         call()
     r = e.value.response
     return r["ResponseMetadata"]["HTTPStatusCode"], r["Error"]["Code"]
-
-
-def anonymous(server):
-    return boto3.client(
-        "s3", endpoint_url=server.url, region_name="us-east-1", config=Config(signature_version=UNSIGNED)
-    )
 
 
 def fetch(url, method="GET", headers=None, body=None):
@@ -116,15 +107,15 @@ def test_revoke_all(server, s3):
     b = fresh_bucket(s3, "acl", ACL="public-read")
     s3.put_object(Bucket=b, Key="foo", Body=b"bar")
     before = s3.get_bucket_acl(Bucket=b)
-    anonymous(server).list_objects_v2(Bucket=b)
+    server.anonymous().list_objects_v2(Bucket=b)
     s3.put_bucket_acl(Bucket=b, AccessControlPolicy={"Owner": before["Owner"], "Grants": []})
     assert s3.get_bucket_acl(Bucket=b)["Grants"] == []
-    assert error(lambda: anonymous(server).list_objects_v2(Bucket=b)) == (403, "AccessDenied")
+    assert error(lambda: server.anonymous().list_objects_v2(Bucket=b)) == (403, "AccessDenied")
     assert error(lambda: server.client(BOB).list_objects_v2(Bucket=b)) == (403, "AccessDenied")
     assert [o["Key"] for o in s3.list_objects_v2(Bucket=b)["Contents"]] == ["foo"]
     s3.put_bucket_acl(Bucket=b, AccessControlPolicy={"Owner": before["Owner"], "Grants": before["Grants"]})
     assert listed(s3.get_bucket_acl(Bucket=b)) == listed(before)
-    anonymous(server).list_objects_v2(Bucket=b)
+    server.anonymous().list_objects_v2(Bucket=b)
 
 
 def test_grant_headers_list_only_what_they_grant(server, s3):
@@ -234,7 +225,7 @@ def test_sigv2_dates(server):
 def test_a_deleted_object_is_no_such_key_to_whoever_may_list(server, s3):
     """test_object_raw_get_object_gone (and test_cors_origin_response's GET of a missing key):
     404 NoSuchKey to a caller the bucket lets list it, AccessDenied to any other."""
-    anon = anonymous(server)
+    anon = server.anonymous()
     public = fresh_bucket(s3, "gone", ACL="public-read")
     private = fresh_bucket(s3, "gone")
     for b in (public, private):
