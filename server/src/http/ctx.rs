@@ -9,6 +9,7 @@ use super::error::S3Error;
 use super::target::Target;
 use crate::auth::authenticate::RequestAuth;
 use crate::auth::{authorize_object, authorize_with_acl, Action, Gate, Identity};
+use crate::engine::store::ShardStore;
 use crate::metrics::Op;
 use crate::net::budget::BodyClient;
 use crate::node::Shard;
@@ -92,6 +93,46 @@ impl Ctx {
         self.allow_on(action, bucket, self.policy_key())
     }
 
+    /// What the permission check weighs for `action` (evaluated as `op`) on `bucket` and
+    /// `key`: the bucket's owner, incarnation and ACL (without its public grants where the
+    /// public access block ignores them), and what the bucket policy says (`prefix` stands for
+    /// the request's `s3:prefix`). Nothing for a request that names no bucket.
+    fn weigh<'s>(
+        &self,
+        store: &'s ShardStore,
+        op: Op,
+        action: Action,
+        bucket: Option<&str>,
+        key: Option<&str>,
+        prefix: Option<&str>,
+    ) -> Weighed<'s> {
+        let Some(bucket) = bucket else {
+            return Weighed {
+                owner: None,
+                incarnation: None,
+                acl: None,
+                decision: Decision::NotApplicable,
+            };
+        };
+        let found = store.bucket_access(bucket);
+        let guards = store.bucket_guards(bucket).unwrap_or_default();
+        let owner = found.map(|(owner, _, _)| owner);
+        let asked = Asked {
+            who: self.identity(),
+            op,
+            action,
+            bucket,
+            key,
+            prefix,
+        };
+        Weighed {
+            owner,
+            incarnation: found.map(|(_, incarnation, _)| incarnation),
+            acl: bucket_policy::effective_acl(found.map(|(_, _, acl)| acl), &guards),
+            decision: bucket_policy::decide(self, &asked, owner, &guards),
+        }
+    }
+
     /// [`Ctx::allow`] on `key` of `bucket` (a copy's source) as the bucket policy sees it.
     pub fn allow_on(
         &self,
@@ -100,33 +141,10 @@ impl Ctx {
         key: Option<&str>,
     ) -> Result<Option<u64>, S3Error> {
         let store = self.shard.tier.store.borrow();
-        let found = bucket.and_then(|b| store.bucket_access(b));
-        let (owner, incarnation, acl) =
-            found.map_or((None, None, None), |(o, i, a)| (Some(o), Some(i), Some(a)));
-        let guards = bucket
-            .and_then(|b| store.bucket_guards(b))
-            .unwrap_or_default();
-        let decision = bucket.map_or(Decision::NotApplicable, |b| {
-            let asked = Asked {
-                who: self.identity(),
-                op: self.op.get(),
-                action,
-                bucket: b,
-                key,
-                prefix: None,
-            };
-            bucket_policy::decide(self, &asked, owner, &guards)
-        });
-        let acl = bucket_policy::effective_acl(acl, &guards);
-        authorize_with_acl(
-            &self.auth.identity,
-            action,
-            bucket,
-            owner,
-            acl.as_deref(),
-            decision,
-        )?;
-        Ok(incarnation)
+        let w = self.weigh(&store, self.op.get(), action, bucket, key, None);
+        let acl = w.acl.as_deref();
+        authorize_with_acl(self.identity(), action, bucket, w.owner, acl, w.decision)?;
+        Ok(w.incarnation)
     }
 
     /// Whether the caller may read `key` of `bucket` as a copy's source (the bucket policy
@@ -142,26 +160,16 @@ impl Ctx {
     /// prefix): a read of a missing key answers NoSuchKey then, AccessDenied otherwise.
     pub fn may_list_key(&self, bucket: &str, key: &str) -> bool {
         let store = self.shard.tier.store.borrow();
-        let found = store.bucket_access(bucket);
-        let guards = store.bucket_guards(bucket).unwrap_or_default();
-        let owner = found.map(|(owner, _, _)| owner);
-        let asked = Asked {
-            who: self.identity(),
-            op: Op::ListObjects,
-            action: Action::List,
-            bucket,
-            key: None,
-            prefix: Some(key),
-        };
-        let decision = bucket_policy::decide(self, &asked, owner, &guards);
-        let acl = bucket_policy::effective_acl(found.map(|(_, _, acl)| acl), &guards);
+        let (op, action) = (Op::ListObjects, Action::List);
+        let w = self.weigh(&store, op, action, Some(bucket), None, Some(key));
+        let acl = w.acl.as_deref();
         authorize_with_acl(
             self.identity(),
-            Action::List,
+            action,
             Some(bucket),
-            owner,
-            acl.as_deref(),
-            decision,
+            w.owner,
+            acl,
+            w.decision,
         )
         .is_ok()
     }
@@ -174,27 +182,18 @@ impl Ctx {
         bucket: &str,
     ) -> Result<(Option<u64>, Gate), S3Error> {
         let store = self.shard.tier.store.borrow();
-        let found = store.bucket_access(bucket);
-        let guards = store.bucket_guards(bucket).unwrap_or_default();
-        let owner = found.map(|(owner, _, _)| owner);
-        let asked = Asked {
-            who: self.identity(),
-            op: self.op.get(),
-            action,
-            bucket,
-            key: self.policy_key(),
-            prefix: None,
-        };
-        let decision = bucket_policy::decide(self, &asked, owner, &guards);
-        let acl = bucket_policy::effective_acl(found.map(|(_, _, acl)| acl), &guards);
-        let gate = authorize_object(
-            &self.auth.identity,
-            action,
-            bucket,
-            owner,
-            acl.as_deref(),
-            decision,
-        )?;
-        Ok((found.map(|(_, incarnation, _)| incarnation), gate))
+        let key = self.policy_key();
+        let w = self.weigh(&store, self.op.get(), action, Some(bucket), key, None);
+        let acl = w.acl.as_deref();
+        let gate = authorize_object(self.identity(), action, bucket, w.owner, acl, w.decision)?;
+        Ok((w.incarnation, gate))
     }
+}
+
+/// What [`Ctx::weigh`] found.
+struct Weighed<'s> {
+    owner: Option<&'s str>,
+    incarnation: Option<u64>,
+    acl: Option<std::borrow::Cow<'s, yutu_api::acl::Acl>>,
+    decision: Decision,
 }
