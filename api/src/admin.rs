@@ -32,6 +32,9 @@ pub const STATUS_PATH: &str = "/admin/v1/status";
 /// A node's own part of a bucket listing (nodes ask each other when a client lists a cluster
 /// bucket): `POST` a [`LocalListRequest`], answered with [`LocalListEntry`]s.
 pub const LOCAL_LIST_PATH: &str = "/admin/v1/local/list";
+/// The versions of what a node holds (objects and tombstones) of keys it owns with another
+/// node, for anti-entropy: `POST` a [`VersionsRequest`], answered with a [`VersionsPage`].
+pub const LOCAL_VERSIONS_PATH: &str = "/admin/v1/local/versions";
 
 /// Bytes used of a tier's capacity.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -290,4 +293,34 @@ pub struct LocalListEntry {
     pub etag: String,
     #[serde(default)]
     pub modified_ms: u64,
+}
+
+/// One page of the versions a node holds of a bucket's keys that it owns with `partner`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionsRequest {
+    pub bucket: String,
+    /// Exclusive lower bound.
+    #[serde(default)]
+    pub after: Option<String>,
+    pub limit: usize,
+    /// The node asking: only keys it owns too are listed.
+    pub partner: String,
+}
+
+/// The version of one key a node holds: of its object, or of its delete (a tombstone).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionEntry {
+    pub key: String,
+    pub version: crate::version::Version,
+    #[serde(default)]
+    pub deleted: bool,
+}
+
+/// A page of [`VersionEntry`]s in key order. `next` is where the next page starts (exclusive;
+/// the last key looked at, which may be past the last entry listed), `None` at the end.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionsPage {
+    pub entries: Vec<VersionEntry>,
+    #[serde(default)]
+    pub next: Option<String>,
 }

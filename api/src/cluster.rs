@@ -23,6 +23,9 @@ pub const REPLICA_META_HEADER: &str = "x-yutu-replica-meta";
 /// Header carrying the sending node's bearer token on forwarded requests (the client's own
 /// `Authorization` travels unchanged, so the owner checks the client itself).
 pub const NODE_TOKEN_HEADER: &str = "x-yutu-node-token";
+/// On a replica delete: the delete's version ([`crate::version::Version`], text form), kept
+/// as a tombstone by the owner; an object newer than it stays.
+pub const VERSION_HEADER: &str = "x-yutu-version";
 /// The largest replica count a bucket may ask for.
 pub const MAX_REPLICAS: u32 = 7;
 /// Path of the membership document every node serves (`GET`, any authenticated caller).

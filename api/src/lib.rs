@@ -32,6 +32,7 @@ pub mod route;
 pub mod sigv4;
 pub mod size;
 pub mod token;
+pub mod version;
 pub mod xml;
 pub mod xml_attributes;
 

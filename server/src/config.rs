@@ -143,6 +143,15 @@ pub struct Flags {
     /// (default 256MiB).
     #[arg(long)]
     pub rereplicate_rate: Option<ByteSize>,
+    /// Seconds between anti-entropy passes, which bring this node's copies up to the newest
+    /// version the other owners hold (default 30; a pass also runs at once after every
+    /// membership change and when the node rejoins).
+    #[arg(long)]
+    pub sync_interval_secs: Option<u64>,
+    /// Seconds a delete is remembered (as a tombstone) so that an owner that missed it
+    /// cannot bring the object back (default 86400).
+    #[arg(long)]
+    pub tombstone_ttl_secs: Option<u64>,
     /// TOML file with any of the settings above, and `[[users]]`.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -163,6 +172,8 @@ pub struct ClusterSettings {
     pub key: Option<Vec<u8>>,
     /// Bytes per second re-replication may send.
     pub rereplicate_rate: u64,
+    /// How often anti-entropy runs when nothing else triggers it.
+    pub sync_interval: std::time::Duration,
 }
 
 /// The kid of the cluster's shared key in the keyring.
@@ -276,6 +287,8 @@ pub struct FileConfig {
     pub lease_ttl_secs: Option<u64>,
     pub cluster_key_file: Option<PathBuf>,
     pub rereplicate_rate: Option<ByteSize>,
+    pub sync_interval_secs: Option<u64>,
+    pub tombstone_ttl_secs: Option<u64>,
     #[serde(default)]
     pub users: Vec<User>,
     #[serde(default)]
@@ -287,6 +300,8 @@ pub struct FileConfig {
 pub struct Settings {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
+    /// How long a delete is remembered as a tombstone (`--tombstone-ttl-secs`).
+    pub tombstone_ttl: std::time::Duration,
     pub memory: u64,
     pub shards: usize,
     pub max_object_size: u64,
@@ -566,6 +581,13 @@ impl Settings {
                     .expect("the default listen address is a valid socket address")
             }),
             data_dir: data_dir.clone(),
+            tombstone_ttl: std::time::Duration::from_secs(
+                flags
+                    .tombstone_ttl_secs
+                    .or(file.tombstone_ttl_secs)
+                    .unwrap_or(86_400)
+                    .clamp(1, 30 * 86_400),
+            ),
             memory,
             shards,
             max_object_size,
@@ -659,6 +681,15 @@ fn cluster_settings(
             "--lease-ttl-secs must be 2 to 300".into(),
         ));
     }
+    let sync = flags
+        .sync_interval_secs
+        .or(file.sync_interval_secs)
+        .unwrap_or(30);
+    if !(1..=86_400).contains(&sync) {
+        return Err(ConfigError::Invalid(
+            "--sync-interval-secs must be 1 to 86400".into(),
+        ));
+    }
     let key =
         match flags
             .cluster_key_file
@@ -703,6 +734,7 @@ fn cluster_settings(
             .or(file.rereplicate_rate)
             .map_or(256 << 20, |b| b.0)
             .max(1),
+        sync_interval: std::time::Duration::from_secs(sync),
     })
 }
 

@@ -253,6 +253,8 @@ pub struct ShardMetrics {
     pub durable_used: Gauge,
     pub durable_limit: Gauge,
     pub durable_refused: Counter,
+    /// Writes not applied because the shard held a newer version of the key.
+    pub superseded_writes: Counter,
     pub durable_dropped: Counter,
     /// Writes refused by a bucket quota.
     pub quota_refused: Counter,
@@ -301,6 +303,7 @@ impl Default for ShardMetrics {
             durable_used: Gauge::default(),
             durable_limit: Gauge::default(),
             durable_refused: Counter::default(),
+            superseded_writes: Counter::default(),
             durable_dropped: Counter::default(),
             quota_refused: Counter::default(),
             kv_limit_leased: Counter::default(),
@@ -431,7 +434,7 @@ type Reading = (
 /// The families with one series per shard (and per reading).
 fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE};
-    let table: [(&str, MetricType, &str, &[Reading]); 28] = [
+    let table: [(&str, MetricType, &str, &[Reading]); 29] = [
         (
             "yutu_tier_hits_total",
             COUNTER,
@@ -486,7 +489,7 @@ fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
         (
             "yutu_durable_limit_bytes",
             GAUGE,
-            "Most NVMe bytes `disk` buckets may hold (capacity less two regions per shard).",
+            "Most NVMe bytes `disk` buckets may hold (their records counted in whole regions, less two regions per shard).",
             &[(None, |m| m.durable_limit.get())],
         ),
         (
@@ -494,6 +497,12 @@ fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
             COUNTER,
             "Durable writes refused because the NVMe tier could not keep them (507).",
             &[(None, |m| m.durable_refused.get())],
+        ),
+        (
+            "yutu_superseded_writes_total",
+            COUNTER,
+            "Writes not applied because the shard held a newer version of the key (last writer wins).",
+            &[(None, |m| m.superseded_writes.get())],
         ),
         (
             "yutu_quota_refused_total",

@@ -79,6 +79,8 @@ pub fn start(settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
                     cluster.clone(),
                 ))
                 .detach();
+                glommio::spawn_local(crate::cluster::sync::run(shard.clone(), cluster.clone()))
+                    .detach();
             }
             crate::http::service::accept_loop(shard, listener, listening).await;
         })

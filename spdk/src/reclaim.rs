@@ -198,7 +198,15 @@ impl<B: Bdev + 'static> RegionStore<B> {
                     value: &d.as_ref()[value],
                 };
                 self.wait_for_write_slot().await;
-                let placed = self.place(RecordKind::Put, &rec, Some((old, reserve)))?;
+                let mut placed = self.place(RecordKind::Put, &rec, Some((old, reserve)))?;
+                if matches!(placed, Place::NoRoom) && reserve > 0 {
+                    // An entry the policy keeps (an acknowledged durable write) is never
+                    // dropped to keep room for the record that triggered the reclamation:
+                    // that record waits for the next region instead. Reclaiming right after
+                    // activating a fresh region (`make_room`), the victim's live entries
+                    // always fit in it, as they fitted in the victim.
+                    placed = self.place(RecordKind::Put, &rec, Some((old, 0)))?;
+                }
                 let mut st = sh.state.borrow_mut();
                 match placed {
                     Place::Done(_) => {

@@ -15,9 +15,11 @@ pub enum ReclaimAction {
     /// Read it and return its bytes in [`Reclaimed::readmitted`] for the caller to re-insert
     /// into DRAM; it leaves the NVMe tier.
     Readmit,
-    /// Copy it into the active region under a new sequence number; it stays in the tier. When
-    /// there is no room for it (the active region is needed for the record that triggered the
-    /// reclamation) it is dropped and reported as such.
+    /// Copy it into the active region under a new sequence number; it stays in the tier, even
+    /// when that leaves no room for the record that triggered the reclamation (which then
+    /// waits for the next region). Only a reclamation with no active region to copy into (or
+    /// one started by [`crate::RegionStore::reclaim_oldest`] into a region too full for it)
+    /// drops it, and reports it as such.
     Rewrite,
 }
 

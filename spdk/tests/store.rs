@@ -463,6 +463,45 @@ async fn concurrent_writers_and_readers<B: Backend>() {
     assert_eq!(st.appended_records, 240);
 }
 
+/// Entries the policy keeps are never dropped, even when the region reclaimed is full of them
+/// and the record that triggered the reclamation is large: it waits for the next region.
+async fn rewrite_never_drops_a_full_region<B: Backend>() {
+    // 8 regions of 64 KiB; records of 20 000 bytes: three fill a region.
+    let dev = B::create(512 << 10);
+    let cfg = config(64 << 10, 16 << 10);
+    let policy = |_: &ReclaimCandidate<'_>| ReclaimAction::Rewrite;
+    let store = RegionStore::open_with_policy(dev.open().await, cfg.clone(), Box::new(policy))
+        .await
+        .expect("open");
+    let mut reports = Vec::new();
+    // Six objects written once: two full regions of live records.
+    for i in 0..6u64 {
+        let put = store
+            .append("b", &format!("keep/{i}"), &value(i, 20_000))
+            .await
+            .expect("put");
+        reports.extend(put.reclaimed);
+    }
+    // Then one key overwritten until the log has wrapped around twice.
+    for i in 0..60u64 {
+        let put = store
+            .append("b", "hot", &value(100 + i, 20_000))
+            .await
+            .expect("put");
+        reports.extend(put.reclaimed);
+    }
+    assert!(store.stats().regions_reclaimed > 8);
+    let dropped: Vec<_> = reports.iter().flat_map(|r| r.dropped.iter()).collect();
+    assert!(dropped.is_empty(), "dropped {dropped:?}");
+    for i in 0..6u64 {
+        let got = store
+            .read_key("b", &format!("keep/{i}"))
+            .await
+            .expect("read");
+        assert_eq!(got.as_deref(), Some(&value(i, 20_000)[..]), "keep/{i}");
+    }
+}
+
 both_backends!(
     write_read_across_chunks_and_regions,
     overwrite_and_delete_survive_restart,
@@ -472,4 +511,5 @@ both_backends!(
     reclaim_drops_oldest_regions_first,
     reclaim_policy_readmits_and_rewrites,
     concurrent_writers_and_readers,
+    rewrite_never_drops_a_full_region,
 );

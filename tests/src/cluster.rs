@@ -2,6 +2,7 @@
 //! authentication on (alice and bob as users, a shared cluster key), each node with a data
 //! directory that survives its restarts.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -22,6 +23,17 @@ pub struct TestCluster {
     nodes: Vec<Option<Server>>,
     dir: tempfile::TempDir,
     args: Vec<String>,
+    /// The addresses each node listened on when last seen running, so that
+    /// [`TestCluster::restart_same_port`] can bring it back on them after it was killed.
+    ports: Vec<Option<NodePorts>>,
+}
+
+/// The addresses a node listens on: its HTTP port and, once known (see
+/// [`TestCluster::pin_ports`]), its transfer engine's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodePorts {
+    pub http: SocketAddr,
+    pub transfer: Option<SocketAddr>,
 }
 
 impl TestCluster {
@@ -37,6 +49,7 @@ impl TestCluster {
             nodes: Vec::new(),
             dir,
             args: args.iter().map(|s| s.to_string()).collect(),
+            ports: Vec::new(),
         };
         for i in 0..n {
             let s = c.spawn(i, &[]);
@@ -56,6 +69,11 @@ impl TestCluster {
     }
 
     pub fn spawn_with_etcd(&self, i: usize, etcd: &str, extra: &[&str]) -> Server {
+        self.spawn_listening(i, etcd, "127.0.0.1:0", extra)
+    }
+
+    /// Starts node `i` listening on `listen` (`127.0.0.1:0` for a free port).
+    fn spawn_listening(&self, i: usize, etcd: &str, listen: &str, extra: &[&str]) -> Server {
         let data = self.dir.path().join(format!("node{i}"));
         let given = |flag: &str| self.args.iter().any(|a| a == flag) || extra.contains(&flag);
         // Small nodes unless the test says otherwise.
@@ -70,7 +88,7 @@ impl TestCluster {
         .flat_map(|(flag, value)| [*flag, *value])
         .collect();
         let mut cmd = Command::new(bin_path("yutu-server"));
-        cmd.args(["--listen", "127.0.0.1:0", "--etcd", etcd])
+        cmd.args(["--listen", listen, "--etcd", etcd])
             .args(["--node-name", &format!("node{i}")])
             .arg("--cluster-key-file")
             .arg(self.dir.path().join("cluster.key"))
@@ -99,6 +117,7 @@ impl TestCluster {
 
     /// SIGKILLs node `i`.
     pub fn kill(&mut self, i: usize) {
+        self.remember_ports(i);
         if let Some(s) = self.nodes[i].take() {
             s.kill();
         }
@@ -106,6 +125,7 @@ impl TestCluster {
 
     /// Stops node `i` with SIGTERM and waits for it to exit.
     pub fn stop(&mut self, i: usize) {
+        self.remember_ports(i);
         if let Some(mut s) = self.nodes[i].take() {
             s.terminate();
             assert!(
@@ -222,4 +242,108 @@ impl TestCluster {
     pub fn dir(&self) -> PathBuf {
         self.dir.path().to_path_buf()
     }
+
+    /// Whether node `i` is running (not killed or stopped by the test).
+    pub fn is_running(&self, i: usize) -> bool {
+        self.nodes.get(i).is_some_and(|n| n.is_some())
+    }
+
+    /// Records the HTTP address of node `i` while it runs (kept with the transfer address
+    /// [`TestCluster::pin_ports`] found, if the node still listens where it did).
+    fn remember_ports(&mut self, i: usize) {
+        let Some(http) = self.nodes.get(i).and_then(|n| n.as_ref()).map(|s| s.addr) else {
+            return;
+        };
+        if self.ports.len() <= i {
+            self.ports.resize(i + 1, None);
+        }
+        let transfer = self.ports[i]
+            .filter(|p| p.http == http)
+            .and_then(|p| p.transfer);
+        self.ports[i] = Some(NodePorts { http, transfer });
+    }
+
+    /// Node `i`'s HTTP and transfer addresses (the transfer one from its membership record),
+    /// recorded so that [`TestCluster::restart_same_port`] restarts it on both. Panics if the
+    /// node does not answer.
+    pub fn pin_ports(&mut self, i: usize) -> NodePorts {
+        let http = self.node(i).addr;
+        let name = format!("node{i}");
+        let transfer = self
+            .membership(i)
+            .expect("the node answers with its membership")
+            .members
+            .into_iter()
+            .find(|m| m.name == name)
+            .and_then(|m| m.transfer)
+            .and_then(|t| t.parse().ok());
+        if self.ports.len() <= i {
+            self.ports.resize(i + 1, None);
+        }
+        let ports = NodePorts { http, transfer };
+        self.ports[i] = Some(ports);
+        ports
+    }
+
+    /// The addresses node `i` was last seen listening on.
+    pub fn ports(&self, i: usize) -> Option<NodePorts> {
+        self.ports.get(i).copied().flatten()
+    }
+
+    /// Starts node `i` again on its data directory and on the same HTTP address (and transfer
+    /// address, when [`TestCluster::pin_ports`] recorded it) as its last run, SIGKILLing it
+    /// first if it still runs: what an operator's restart does, where clients and peers keep
+    /// the node's address. Panics (with the node's log) if it cannot bind them.
+    pub fn restart_same_port(&mut self, i: usize, extra: &[&str]) {
+        self.kill(i);
+        let ports = self
+            .ports(i)
+            .unwrap_or_else(|| panic!("node{i} never ran: no address to restart it on"));
+        let transfer = ports.transfer.map(|t| t.to_string());
+        let mut args: Vec<&str> = extra.to_vec();
+        if let Some(t) = &transfer {
+            if !extra.contains(&"--transfer-listen") {
+                args.extend(["--transfer-listen", t.as_str()]);
+            }
+        }
+        let etcd = self.etcd.url.clone();
+        let s = self.spawn_listening(i, &etcd, &ports.http.to_string(), &args);
+        assert_eq!(s.addr, ports.http, "node{i} restarted on another address");
+        self.nodes[i] = Some(s);
+    }
+
+    /// Freezes node `i` (SIGSTOP): its sockets stay open and the kernel still accepts
+    /// connections for it, but nothing answers. The node is SIGKILLed on drop as usual.
+    pub fn pause(&self, i: usize) {
+        signal(self.node(i).pid(), "-STOP");
+    }
+
+    /// Thaws node `i` after [`TestCluster::pause`] (SIGCONT).
+    pub fn resume(&self, i: usize) {
+        signal(self.node(i).pid(), "-CONT");
+    }
+
+    /// Node `i`'s own part of the admin stats (`/admin/v1/local/stats`: `settled`,
+    /// `rebalancing`, `under_replicated`...), or `None` while it does not answer.
+    pub fn local_stats(&self, i: usize) -> Option<yutu_api::admin::NodeStats> {
+        let auth = format!("Bearer {}", Self::admin_token());
+        let path = format!("{}/stats", yutu_api::admin::LOCAL_PREFIX);
+        let r = self
+            .node(i)
+            .client()
+            .try_get(&path, &[("authorization", &auth)])?;
+        (r.status == 200)
+            .then(|| serde_json::from_slice(&r.body).ok())
+            .flatten()
+    }
+}
+
+/// Sends `sig` (`-STOP`, `-CONT`...) to process `pid` with kill(1) (the test crate has no
+/// libc binding), and checks that it was delivered.
+fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {sig} {pid} failed");
 }

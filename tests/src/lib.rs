@@ -9,6 +9,8 @@
 
 pub mod cluster;
 pub mod etcd;
+pub mod faults;
+pub mod history;
 pub mod http;
 pub mod imports;
 pub mod kv;

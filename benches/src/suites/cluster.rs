@@ -14,6 +14,12 @@
 //! - `rereplication_MBps`: after that kill, bytes copied to new owners over the time from the
 //!   membership change until every object is on two survivors again; reference:
 //!   `--rereplicate-rate`.
+//! - `rejoin_repair_MBps` (and `rejoin_repair_s`): two nodes with an NVMe tier and a `disk`
+//!   bucket of 2 replicas holding `--repair-mib` MiB (1 MiB objects); one node stops, every
+//!   object is overwritten through the other, and the stopped node restarts on its data
+//!   directory with all of it stale. Measured: from its restart until anti-entropy has it
+//!   caught up (`yutu_cluster_caught_up 1`), checked by reading every object's version from
+//!   it; reference: `--rereplicate-rate`, the most repair may send.
 //!
 //! Needs Debian's `etcd` on the PATH (`scripts/install-bench-deps.sh`).
 
@@ -61,6 +67,9 @@ pub struct ClusterArgs {
     /// S3 GETs per side of the forwarding case.
     #[arg(long, default_value_t = 2000)]
     pub gets: usize,
+    /// MiB of stale data a node rejoins with in the repair case (0: skip the case).
+    #[arg(long, default_value_t = 1024)]
+    pub repair_mib: usize,
 }
 
 pub async fn run(args: &ClusterArgs) -> anyhow::Result<Report> {
@@ -115,10 +124,22 @@ struct Node {
 
 fn start_node(bin: &Path, etcd: Option<&str>, name: &str, memory: &str) -> anyhow::Result<Node> {
     let dir = TempDir::new_in(&std::env::temp_dir(), "yutu-bench-cluster-")?;
+    start_node_in(bin, etcd, name, memory, dir, &["--nvme-capacity", "0"])
+}
+
+fn start_node_in(
+    bin: &Path,
+    etcd: Option<&str>,
+    name: &str,
+    memory: &str,
+    dir: TempDir,
+    extra: &[&str],
+) -> anyhow::Result<Node> {
     let mut cmd = Command::new(bin);
     cmd.args(["--no-auth", "--listen", "127.0.0.1:0", "--memory", memory])
-        .args(["--shards", "1", "--nvme-capacity", "0", "--node-name", name])
+        .args(["--shards", "1", "--node-name", name])
         .args(["--lease-ttl-secs", &LEASE_TTL_SECS.to_string()])
+        .args(extra)
         .arg("--data-dir")
         .arg(dir.path())
         .env("NO_COLOR", "1");
@@ -458,6 +479,9 @@ fn run_blocking(args: &ClusterArgs) -> anyhow::Result<Report> {
     r.mb_per_s = Some(mbps);
     results.push(r);
     drop(nodes);
+    if args.repair_mib > 0 {
+        results.extend(rejoin_repair(&bin, &etcd.url, args)?);
+    }
     Ok(Report {
         suite: "cluster".into(),
         notes: Default::default(),
@@ -465,4 +489,130 @@ fn run_blocking(args: &ClusterArgs) -> anyhow::Result<Report> {
         machine: Machine::detect(),
         results,
     })
+}
+
+/// A metric's value from a node's `/metrics` (0 when absent).
+fn metric(addr: SocketAddr, name: &str) -> anyhow::Result<f64> {
+    let (_, body) = http(addr, "GET", "/metrics", &[], b"")?;
+    Ok(String::from_utf8_lossy(&body)
+        .lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
+/// The ETag a node holds itself for `path` (a HEAD it serves locally).
+fn local_etag(addr: SocketAddr, path: &str) -> anyhow::Result<Option<String>> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        stream,
+        "HEAD {path} HTTP/1.1\r\nHost: {addr}\r\nx-yutu-forwarded: bench\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut head = String::new();
+    stream.read_to_string(&mut head)?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Ok(None);
+    }
+    Ok(head.lines().find_map(|l| {
+        l.to_ascii_lowercase()
+            .strip_prefix("etag:")
+            .map(|v| v.trim().to_string())
+    }))
+}
+
+/// The rejoin case (see the module doc): a node comes back with `--repair-mib` of stale data.
+fn rejoin_repair(bin: &Path, etcd: &str, args: &ClusterArgs) -> anyhow::Result<Vec<BenchResult>> {
+    const REPAIR_BUCKET: &str = "repairha";
+    let objects = args.repair_mib.max(1);
+    let nvme = format!("{}MiB", objects * 2 + 512);
+    let extra = ["--nvme-capacity", nvme.as_str(), "--cluster", "repairbench"];
+    let dir_a = TempDir::new_in(&std::env::temp_dir(), "yutu-bench-repair-")?;
+    let dir_b = TempDir::new_in(&std::env::temp_dir(), "yutu-bench-repair-")?;
+    let a = start_node_in(bin, Some(etcd), "ra", "256MiB", dir_a, &extra)?;
+    let mut b = Some(start_node_in(
+        bin,
+        Some(etcd),
+        "rb",
+        "256MiB",
+        dir_b,
+        &extra,
+    )?);
+    wait_members(a.addr, 2)?;
+    let (status, body) = http(
+        a.addr,
+        "PUT",
+        &format!("/{REPAIR_BUCKET}"),
+        &[("x-yutu-replicas", "2"), ("x-yutu-durability", "disk")],
+        b"",
+    )?;
+    if status != 200 {
+        bail!(
+            "creating {REPAIR_BUCKET} answered {status}: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    eprintln!("repair: writing {objects} MiB on two nodes");
+    let old = vec![1u8; 1 << 20];
+    for k in 0..objects {
+        let (status, _) = http(a.addr, "PUT", &format!("/{REPAIR_BUCKET}/o{k}"), &[], &old)?;
+        if status != 200 {
+            bail!("PUT of o{k} answered {status}");
+        }
+    }
+    // Stop rb gracefully (its data stays), overwrite everything through ra alone.
+    let dir_b = match b.take() {
+        Some(Node { child, _dir, .. }) => {
+            // SIGTERM, and the wait for it to exit (the data directory stays).
+            drop(child);
+            _dir
+        }
+        None => bail!("rb is not running"),
+    };
+    wait_members(a.addr, 1)?;
+    eprintln!("repair: overwriting {objects} MiB while rb is away");
+    let new = vec![2u8; 1 << 20];
+    let mut fresh = Vec::with_capacity(objects);
+    for k in 0..objects {
+        let path = format!("/{REPAIR_BUCKET}/o{k}");
+        let (status, _) = http(a.addr, "PUT", &path, &[], &new)?;
+        if status != 200 {
+            bail!("overwrite of o{k} answered {status}");
+        }
+        fresh.push(local_etag(a.addr, &path)?.context("ra holds what it acknowledged")?);
+    }
+    let restarted = Instant::now();
+    let b = start_node_in(bin, Some(etcd), "rb", "256MiB", dir_b, &extra)?;
+    let deadline = Duration::from_secs(600);
+    while metric(b.addr, "yutu_cluster_caught_up")? < 1.0 {
+        if restarted.elapsed() > deadline {
+            bail!("rb did not catch up within {deadline:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = restarted.elapsed();
+    for (k, etag) in fresh.iter().enumerate() {
+        let held = local_etag(b.addr, &format!("/{REPAIR_BUCKET}/o{k}"))?;
+        if held.as_deref() != Some(etag.as_str()) {
+            bail!("rb caught up but holds {held:?} of o{k}, not {etag}");
+        }
+    }
+    let mib = objects as f64;
+    let mbps = mib / took.as_secs_f64();
+    let mut r = row(
+        "rejoin_repair_MBps",
+        mbps,
+        "MiB/s",
+        "--rereplicate-rate",
+        (REREPLICATE_RATE >> 20) as f64,
+    );
+    r.mb_per_s = Some(mbps);
+    let s = row(
+        &format!("rejoin_repair_{objects}MiB_s"),
+        took.as_secs_f64(),
+        "s",
+        "--rereplicate-rate",
+        mib / (REREPLICATE_RATE >> 20) as f64,
+    );
+    Ok(vec![r, s])
 }

@@ -102,6 +102,7 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
                                 l.id = Some(id);
                                 l.alive_until = Some(sent + ttl);
                                 l.etcd_ok = Some(Instant::now());
+                                l.epoch += 1;
                             });
                             next_keep_alive = sent + ttl / 3;
                             cluster.set_outage(false);

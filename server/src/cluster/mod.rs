@@ -15,6 +15,7 @@ pub mod buckets;
 pub mod etcd;
 pub mod rebalance;
 pub mod replica;
+pub mod sync;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -95,6 +96,14 @@ pub struct ClusterMetrics {
     pub handed_off: AtomicU64,
     /// Keys the last rebalancing pass could not move (an owner unreachable): retried.
     pub pending_moves: AtomicU64,
+    /// Keys (or members) the last anti-entropy pass could not bring up to date: retried.
+    pub sync_pending: AtomicU64,
+    /// Keys anti-entropy brought up to date, objects bytes it pulled, deletes it applied.
+    pub synced_keys: AtomicU64,
+    pub synced_bytes: AtomicU64,
+    pub synced_deletes: AtomicU64,
+    /// Replica writes and deletes an owner ignored because it held a newer version.
+    pub superseded: AtomicU64,
 }
 
 /// A digest of a membership, to tell whether the rebalancer's last completed pass was
@@ -121,6 +130,9 @@ struct Lease {
     alive_until: Option<Instant>,
     /// When etcd last answered.
     etcd_ok: Option<Instant>,
+    /// How many times the node has joined (a new lease each time): a node that joins again
+    /// must catch up before it answers reads as an owner.
+    epoch: u64,
 }
 
 /// The node's part in the cluster, shared by every shard.
@@ -150,6 +162,9 @@ pub struct Cluster {
     /// Bucket names etcd did not have when last asked, and when: a client naming buckets
     /// that do not exist must not turn every request into an etcd read.
     absent: Mutex<HashMap<String, Instant>>,
+    /// The lease epoch and membership digest of the last completed anti-entropy pass
+    /// ([`Cluster::caught_up`]).
+    synced: Mutex<(u64, u64)>,
 }
 
 /// How long a bucket etcd did not have is not asked about again.
@@ -177,6 +192,7 @@ impl Cluster {
             budget: Mutex::new((0.0, Instant::now())),
             absent: Mutex::new(HashMap::new()),
             name_conflicts: AtomicU64::new(0),
+            synced: Mutex::new((0, 0)),
         }))
     }
 
@@ -317,6 +333,46 @@ impl Cluster {
         }
     }
 
+    /// How many times this node has joined the cluster (0 before the first time).
+    pub fn lease_epoch(&self) -> u64 {
+        self.with_lease(|l| l.epoch)
+    }
+
+    /// Records that an anti-entropy pass completed under lease `epoch` against the members
+    /// of `digest` ([`members_digest`]).
+    pub fn set_caught_up(&self, epoch: u64, digest: u64) {
+        match self.synced.lock() {
+            Ok(mut s) => *s = (epoch, digest),
+            Err(p) => *p.into_inner() = (epoch, digest),
+        }
+    }
+
+    /// Whether this node's copies are known to be as new as the other owners': it may act as
+    /// an owner now, and an anti-entropy pass completed since it last joined (a restart, or
+    /// a lease lost to a pause or a cut from etcd, makes it join again). Until then it sends
+    /// reads of its keys to the other owners first: it may have come back with old data. A
+    /// node that stayed in the cluster through a membership change missed no acknowledged
+    /// write of the keys it owned, so the change alone does not make it fall behind.
+    pub fn caught_up(&self) -> bool {
+        if self.writable().is_err() {
+            return false;
+        }
+        let synced = match self.synced.lock() {
+            Ok(s) => *s,
+            Err(p) => *p.into_inner(),
+        };
+        synced.0 == self.lease_epoch()
+    }
+
+    /// Whether the last anti-entropy pass ran against the membership seen now.
+    pub fn synced_with_members(&self) -> bool {
+        let synced = match self.synced.lock() {
+            Ok(s) => *s,
+            Err(p) => *p.into_inner(),
+        };
+        synced.1 == members_digest(&self.view().members)
+    }
+
     /// Whether the lease is surely alive (a keep-alive succeeded within its TTL).
     pub fn lease_alive(&self) -> bool {
         self.with_lease(|l| l.alive_until.is_some_and(|u| Instant::now() < u))
@@ -445,7 +501,19 @@ impl Cluster {
              # HELP yutu_cluster_rereplication_failures_total Copies to a new owner that failed (retried).\n\
              # TYPE yutu_cluster_rereplication_failures_total counter\nyutu_cluster_rereplication_failures_total {}\n\
              # HELP yutu_cluster_handed_off_total Copies this node dropped once it no longer owned the key and every owner held it.\n\
-             # TYPE yutu_cluster_handed_off_total counter\nyutu_cluster_handed_off_total {}\n",
+             # TYPE yutu_cluster_handed_off_total counter\nyutu_cluster_handed_off_total {}\n\
+             # HELP yutu_cluster_caught_up 1 once an anti-entropy pass completed since this node last joined (before that it sends reads of its keys to the other owners first).\n\
+             # TYPE yutu_cluster_caught_up gauge\nyutu_cluster_caught_up {}\n\
+             # HELP yutu_cluster_sync_pending Keys or members the last anti-entropy pass could not bring up to date (retried).\n\
+             # TYPE yutu_cluster_sync_pending gauge\nyutu_cluster_sync_pending {}\n\
+             # HELP yutu_cluster_synced_keys_total Keys anti-entropy brought up to date from another owner.\n\
+             # TYPE yutu_cluster_synced_keys_total counter\nyutu_cluster_synced_keys_total {}\n\
+             # HELP yutu_cluster_synced_bytes_total Object bytes anti-entropy pulled from other owners.\n\
+             # TYPE yutu_cluster_synced_bytes_total counter\nyutu_cluster_synced_bytes_total {}\n\
+             # HELP yutu_cluster_synced_deletes_total Deletes anti-entropy applied from other owners' tombstones.\n\
+             # TYPE yutu_cluster_synced_deletes_total counter\nyutu_cluster_synced_deletes_total {}\n\
+             # HELP yutu_cluster_superseded_total Replica writes and deletes ignored because this node held a newer version of the key.\n\
+             # TYPE yutu_cluster_superseded_total counter\nyutu_cluster_superseded_total {}\n",
             view.members.len(),
             view.revision,
             self.in_outage() as u8,
@@ -463,6 +531,12 @@ impl Cluster {
             c(&m.rereplicated_bytes),
             c(&m.rereplication_failures),
             c(&m.handed_off),
+            self.caught_up() as u8,
+            c(&m.sync_pending),
+            c(&m.synced_keys),
+            c(&m.synced_bytes),
+            c(&m.synced_deletes),
+            c(&m.superseded),
         )
     }
 }

@@ -197,6 +197,21 @@ async fn move_key(
     let designated = alive_old.first().is_some_and(|o| *o == me);
     let stray = !old_o.iter().any(|o| o == me);
     let mut ok = true;
+    // The version held here: an owner holding it or a newer one needs no copy. Copies are
+    // sent whatever the owner holds and applied there only when newer ("last writer wins"),
+    // so a copy never replaces a newer write the owner took meanwhile.
+    let (b, k) = (bucket.to_string(), key.to_string());
+    let mine = match shard
+        .run_step(shard.id, move |s| {
+            crate::tier::Step::Done(s.tier.version_of(&b, &k))
+        })
+        .await
+    {
+        Ok(Some((v, false))) => v,
+        // Gone meanwhile (deleted or only a tombstone left): nothing to move.
+        Ok(_) => return true,
+        Err(_) => return false,
+    };
     let mut data = None;
     for t in new_o.iter().filter(|t| *t != me && !alive_old.contains(t)) {
         if !designated && !stray {
@@ -207,9 +222,9 @@ async fn move_key(
             continue;
         };
         if !designated {
-            match replica::holds(cluster, member, bucket, key).await {
-                Ok(true) => continue,
-                Ok(false) => {}
+            match replica::held_version(cluster, member, bucket, key).await {
+                Ok(Some(v)) if v >= mine => continue,
+                Ok(_) => {}
                 Err(e) => {
                     tracing::debug!(error = %e, "cannot ask an owner");
                     ok = false;
@@ -234,7 +249,7 @@ async fn move_key(
             return true;
         };
         cluster.throttle(bytes.len() as u64).await;
-        match replica::push(cluster, member, bucket, key, meta, bytes.clone(), true).await {
+        match replica::push(cluster, member, bucket, key, meta, bytes.clone(), false).await {
             Ok(false) => {}
             Ok(true) => {
                 cluster
@@ -264,9 +279,9 @@ async fn move_key(
         let Some(member) = target.member(t) else {
             return false;
         };
-        match replica::holds(cluster, member, bucket, key).await {
-            Ok(true) => {}
-            Ok(false) => {
+        match replica::held_version(cluster, member, bucket, key).await {
+            Ok(Some(v)) if v >= mine => {}
+            Ok(_) => {
                 // Not there (this node was not the one to send it): send it now.
                 let (b, k) = (bucket.to_string(), key.to_string());
                 let Ok(Ok((meta, _, bytes))) = shard
@@ -278,7 +293,7 @@ async fn move_key(
                     return true;
                 };
                 cluster.throttle(bytes.len() as u64).await;
-                if replica::push(cluster, member, bucket, key, &meta, bytes, true)
+                if replica::push(cluster, member, bucket, key, &meta, bytes, false)
                     .await
                     .is_err()
                 {

@@ -14,10 +14,13 @@ use std::time::Duration;
 use base64::Engine as _;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method};
-use yutu_api::cluster::{Member, FORWARDED_HEADER, REPLICA_HEADER, REPLICA_META_HEADER};
+use yutu_api::admin::{VersionsPage, VersionsRequest, LOCAL_VERSIONS_PATH};
+use yutu_api::cluster::{
+    Member, FORWARDED_HEADER, REPLICA_HEADER, REPLICA_META_HEADER, VERSION_HEADER,
+};
 
 use super::Cluster;
-use crate::model::ObjectMeta;
+use crate::model::{ObjectMeta, Version};
 use crate::net::client::Client;
 
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +52,15 @@ pub fn object_path(bucket: &str, key: &str) -> String {
         percent_encoding::utf8_percent_encode(bucket, PATH),
         percent_encoding::utf8_percent_encode(key, PATH)
     )
+}
+
+/// Headers of a node's own read of another node's copy (re-replication, anti-entropy, a
+/// copy source): the replica header has it served from what that node holds, even while it
+/// is catching up (a forwarded client read would be refused then).
+fn internal() -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(REPLICA_HEADER, HeaderValue::from_static("1"));
+    h
 }
 
 /// Idle connections kept per peer and shard.
@@ -170,15 +182,20 @@ pub async fn push(
     }
 }
 
-/// Deletes `bucket/key` on `to` (absent counts as done).
+/// Deletes `bucket/key` on `to` (absent counts as done) as of `version`: the owner keeps a
+/// tombstone of it, and keeps an object newer than it.
 pub async fn remove(
     cluster: &Cluster,
     to: &Member,
     bucket: &str,
     key: &str,
+    version: Version,
 ) -> Result<(), ReplicaError> {
     let mut headers = HeaderMap::new();
     headers.insert(REPLICA_HEADER, HeaderValue::from_static("1"));
+    if let Ok(v) = HeaderValue::from_str(&version.to_text()) {
+        headers.insert(VERSION_HEADER, v);
+    }
     let (status, body) = call(
         cluster,
         to,
@@ -207,13 +224,73 @@ pub async fn holds(
         to,
         Method::HEAD,
         &object_path(bucket, key),
-        HeaderMap::new(),
+        internal(),
         Bytes::new(),
     )
     .await?;
     match status {
         200 => Ok(true),
         404 => Ok(false),
+        _ => Err(refused(to, status, &body)),
+    }
+}
+
+/// The versions `to` holds of a page of keys it owns with this node (anti-entropy).
+pub async fn versions(
+    cluster: &Cluster,
+    to: &Member,
+    req: &VersionsRequest,
+) -> Result<VersionsPage, ReplicaError> {
+    let body = serde_json::to_vec(req).map_err(|e| ReplicaError::Meta(e.to_string()))?;
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let (status, body) = call(
+        cluster,
+        to,
+        Method::POST,
+        LOCAL_VERSIONS_PATH,
+        headers,
+        Bytes::from(body),
+    )
+    .await?;
+    if status != 200 {
+        return Err(refused(to, status, &body));
+    }
+    serde_json::from_slice(&body).map_err(|e| ReplicaError::Refused {
+        node: to.name.clone(),
+        status,
+        message: format!("an unreadable versions page: {e}"),
+    })
+}
+
+/// The version of `bucket/key` that `to` holds itself (`None`: it holds no object).
+pub async fn held_version(
+    cluster: &Cluster,
+    to: &Member,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<Version>, ReplicaError> {
+    let (status, headers, body) = call_full(
+        cluster,
+        to,
+        Method::HEAD,
+        &object_path(bucket, key),
+        internal(),
+        Bytes::new(),
+    )
+    .await?;
+    match status {
+        200 => Ok(Some(
+            headers
+                .get(REPLICA_META_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| decode_meta(v, 0))
+                .map_or(Version::ZERO, |m| m.version),
+        )),
+        404 => Ok(None),
         _ => Err(refused(to, status, &body)),
     }
 }
@@ -238,7 +315,7 @@ pub async fn fetch(
         to,
         Method::GET,
         &object_path(bucket, key),
-        HeaderMap::new(),
+        internal(),
         Bytes::new(),
     )
     .await?;

@@ -607,6 +607,7 @@ mod tests {
             owner: String::new(),
             acl: Default::default(),
             kv: false,
+            version: crate::model::Version::ZERO,
         }
     }
 

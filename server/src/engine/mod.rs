@@ -13,5 +13,6 @@ pub mod multipart;
 pub mod peers;
 pub mod pinning;
 pub mod store;
+pub mod tombstones;
 
 pub use store::ShardStore;

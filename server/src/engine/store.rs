@@ -57,6 +57,11 @@ impl Staged {
     pub fn meta(&self) -> &ObjectMeta {
         &self.meta
     }
+
+    /// Gives the staged object the version its write-through was stamped with.
+    pub fn set_version(&mut self, version: crate::model::Version) {
+        self.meta.version = version;
+    }
 }
 
 pub(crate) struct Entry {
@@ -587,6 +592,15 @@ impl ShardStore {
     }
 
     /// The ETag of the DRAM (or in-flight demotion) version of `bucket/key`.
+    /// The metadata of `bucket/key` in DRAM (or the demotion queue), without counting an
+    /// access: version checks and anti-entropy must not reorder eviction.
+    pub fn dram_meta(&self, bucket: &str, key: &str) -> Option<Arc<ObjectMeta>> {
+        match self.buckets.get(bucket)?.objects.get(key) {
+            Some(e) => Some(e.meta.clone()),
+            None => self.demoting_get(bucket, key).map(|(m, _)| m.clone()),
+        }
+    }
+
     pub fn dram_etag(&self, bucket: &str, key: &str) -> Option<&str> {
         match self.buckets.get(bucket)?.objects.get(key) {
             Some(e) => Some(e.meta.etag.as_str()),
@@ -750,9 +764,14 @@ impl ShardStore {
         bucket: &str,
         key: &str,
         extent: Extent,
-        meta: ObjectMeta,
+        mut meta: ObjectMeta,
         charge: u64,
     ) -> Arc<ObjectMeta> {
+        // Every object has a version once it is visible: a write that did not get one on
+        // its way here (a completed upload, a KV block) gets it now.
+        if meta.version.is_zero() {
+            meta.version = crate::model::version::CLOCK.now();
+        }
         self.remove_entry(bucket, key);
         let size = meta.size;
         let id = self.next_id;
@@ -1070,6 +1089,7 @@ mod tests {
             owner: String::new(),
             acl: Default::default(),
             kv: false,
+            version: crate::model::Version::ZERO,
         }
     }
 

@@ -269,6 +269,9 @@ pub async fn put_object_acl(
     check_settable(ctx, bucket, &acl)?;
     let mut new = (*meta).clone();
     new.acl = acl;
+    // An ACL change is a write of its own: it gets a new version, so that the other owners
+    // take it.
+    new.version = crate::model::Version::ZERO;
     let cond = WriteConditions {
         if_match: Some(meta.etag.clone()),
         incarnation,

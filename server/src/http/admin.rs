@@ -36,6 +36,12 @@ use crate::cluster::Cluster;
 const MAX_BODY: u64 = 64 * 1024;
 /// How long a member may take to answer its part.
 const MEMBER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a member may take to report its stats (`nodes`, `stats`, `status`), connecting
+/// included. Reporting is cheap, so a member that has not answered by then is stopped
+/// (SIGSTOP), overloaded or cut off: it is reported unreachable, with the reason, rather than
+/// holding the whole answer up to [`MEMBER_TIMEOUT`] (the kernel accepts connections for a
+/// stopped process, so only a deadline tells it apart from a slow one).
+const STATS_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub(super) fn json(value: &impl Serialize) -> Result<Resp, S3Error> {
     let body = serde_json::to_vec(value).map_err(|e| {
@@ -76,7 +82,7 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
     }
     let m = &ctx.method;
     match path.as_str() {
-        NODES_PATH | STATS_PATH if m == Method::GET => json(&nodes(ctx).await?),
+        NODES_PATH | STATS_PATH if m == Method::GET => nodes_json(ctx).await,
         STATUS_PATH if m == Method::GET => json(&status(ctx).await?),
         EVICT_PATH if m == Method::POST => {
             let req: EvictRequest = parse(ctx, body).await?;
@@ -109,6 +115,7 @@ async fn local_call(ctx: &Ctx, call: &str, body: Incoming) -> Result<Resp, S3Err
             json(&local::replicate(ctx, parse(ctx, body).await?).await?)
         }
         ("/list", &Method::POST) => json(&local::list(ctx, parse(ctx, body).await?).await?),
+        ("/versions", &Method::POST) => json(&local::versions(ctx, parse(ctx, body).await?).await?),
         _ => Err(S3Error::new(S3ErrorCode::InvalidRequest).msg("Unknown admin endpoint.")),
     }
 }
@@ -120,6 +127,38 @@ pub(super) async fn ask<T: DeserializeOwned>(
     method: Method,
     call: &str,
     body: Option<Vec<u8>>,
+) -> Result<T, String> {
+    ask_within(cluster, member, method, call, body, MEMBER_TIMEOUT).await
+}
+
+/// [`ask`], given up on after `deadline` in all (connecting, sending, the answer).
+async fn ask_within<T: DeserializeOwned>(
+    cluster: &Cluster,
+    member: &Member,
+    method: Method,
+    call: &str,
+    body: Option<Vec<u8>>,
+    deadline: Duration,
+) -> Result<T, String> {
+    let work = async {
+        ask_once(cluster, member, method, call, body, deadline)
+            .await
+            .map_err(|e| glommio::GlommioError::<()>::IoError(std::io::Error::other(e)))
+    };
+    match glommio::timer::timeout(deadline, work).await {
+        Ok(answer) => Ok(answer),
+        Err(glommio::GlommioError::TimedOut(_)) => Err(format!("no answer within {deadline:?}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+async fn ask_once<T: DeserializeOwned>(
+    cluster: &Cluster,
+    member: &Member,
+    method: Method,
+    call: &str,
+    body: Option<Vec<u8>>,
+    deadline: Duration,
 ) -> Result<T, String> {
     let peer = forward::authority(&member.url).ok_or_else(|| format!("URL {}", member.url))?;
     let mut req = http::Request::builder()
@@ -138,7 +177,7 @@ pub(super) async fn ask<T: DeserializeOwned>(
         forward::set(h, "authorization", &format!("Bearer {token}"));
     }
     let sender = forward::connect(peer).await.map_err(|e| e.to_string())?;
-    let (head, body) = forward::exchange_raw(peer, sender, req, MEMBER_TIMEOUT, 16 << 20)
+    let (head, body) = forward::exchange_raw(peer, sender, req, deadline, 16 << 20)
         .await
         .map_err(|e| e.to_string())?;
     if !head.status.is_success() {
@@ -154,17 +193,19 @@ pub(super) async fn ask<T: DeserializeOwned>(
     serde_json::from_slice(&body).map_err(|e| format!("unreadable answer: {e}"))
 }
 
-/// Every member's answer to `call`, in member order (`Err` for one that failed).
+/// Every member's answer to `call`, in member order (`Err` for one that failed), each given
+/// up on after `deadline`.
 async fn ask_all<T: DeserializeOwned>(
     cluster: &Arc<Cluster>,
     members: &[Member],
     method: Method,
     call: &str,
     body: Option<Vec<u8>>,
+    deadline: Duration,
 ) -> Vec<Result<T, String>> {
     let calls = members
         .iter()
-        .map(|m| ask::<T>(cluster, m, method.clone(), call, body.clone()));
+        .map(|m| ask_within::<T>(cluster, m, method.clone(), call, body.clone(), deadline));
     futures::future::join_all(calls).await
 }
 
@@ -184,17 +225,59 @@ fn unreachable(member: &Member) -> NodeStats {
     }
 }
 
+/// The field an unreachable member's entry gets in the `nodes` answer: why it is reported so
+/// (`NodeStats` has no field for it; clients that do not know it ignore it).
+const REASON_FIELD: &str = "reason";
+
+/// `GET /admin/v1/nodes` and `/stats`: [`nodes`], with the reason each unreachable member is
+/// reported so.
+async fn nodes_json(ctx: &Ctx) -> Result<Resp, S3Error> {
+    let (all, reasons) = nodes_with_reasons(ctx).await?;
+    if reasons.is_empty() {
+        return json(&all);
+    }
+    let mut doc = serde_json::to_value(&all).map_err(|e| {
+        tracing::error!(error = %e, "cannot encode an admin answer");
+        S3Error::new(S3ErrorCode::InternalError)
+    })?;
+    if let Some(entries) = doc.get_mut("nodes").and_then(|n| n.as_array_mut()) {
+        for (entry, node) in entries.iter_mut().zip(&all.nodes) {
+            if let (Some(fields), Some(reason)) = (entry.as_object_mut(), reasons.get(&node.name)) {
+                fields.insert(REASON_FIELD.into(), reason.clone().into());
+            }
+        }
+    }
+    json(&doc)
+}
+
 async fn nodes(ctx: &Ctx) -> Result<NodesResponse, S3Error> {
+    Ok(nodes_with_reasons(ctx).await?.0)
+}
+
+/// Every member's stats, asked for in parallel, each within [`STATS_TIMEOUT`]: one that does
+/// not answer in time is reported unreachable (never up), and the map says why, by name.
+async fn nodes_with_reasons(
+    ctx: &Ctx,
+) -> Result<(NodesResponse, std::collections::HashMap<String, String>), S3Error> {
+    let mut reasons = std::collections::HashMap::new();
     let Some(cluster) = &ctx.cluster else {
-        return Ok(NodesResponse {
+        let all = NodesResponse {
             cluster: String::new(),
             revision: 0,
             nodes: vec![local::stats(ctx).await?],
-        });
+        };
+        return Ok((all, reasons));
     };
     let view = cluster.view();
-    let answers: Vec<Result<NodeStats, String>> =
-        ask_all(cluster, &view.members, Method::GET, "/stats", None).await;
+    let answers: Vec<Result<NodeStats, String>> = ask_all(
+        cluster,
+        &view.members,
+        Method::GET,
+        "/stats",
+        None,
+        STATS_TIMEOUT,
+    )
+    .await;
     let nodes = view
         .members
         .iter()
@@ -202,15 +285,17 @@ async fn nodes(ctx: &Ctx) -> Result<NodesResponse, S3Error> {
         .map(|(m, a)| {
             a.unwrap_or_else(|e| {
                 tracing::warn!(node = %m.name, error = %e, "a member did not answer the admin call");
+                reasons.insert(m.name.clone(), e);
                 unreachable(m)
             })
         })
         .collect();
-    Ok(NodesResponse {
+    let all = NodesResponse {
         cluster: cluster.settings.name.clone(),
         revision: view.revision,
         nodes,
-    })
+    };
+    Ok((all, reasons))
 }
 
 async fn status(ctx: &Ctx) -> Result<StatusResponse, S3Error> {
@@ -254,8 +339,15 @@ async fn fan_out<Q: Serialize, T: DeserializeOwned + Default>(
     };
     let members = members.unwrap_or_else(|| cluster.view().members.clone());
     let body = serde_json::to_vec(req).map_err(|e| bad(e.to_string()))?;
-    let answers: Vec<Result<T, String>> =
-        ask_all(cluster, &members, Method::POST, call, Some(body)).await;
+    let answers: Vec<Result<T, String>> = ask_all(
+        cluster,
+        &members,
+        Method::POST,
+        call,
+        Some(body),
+        MEMBER_TIMEOUT,
+    )
+    .await;
     let mut total = T::default();
     let mut failed = Vec::new();
     for (m, a) in members.iter().zip(answers) {

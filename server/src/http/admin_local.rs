@@ -78,11 +78,17 @@ pub async fn stats(ctx: &Ctx) -> Result<NodeStats, S3Error> {
         let m = &cluster.metrics;
         out.rebalancing = m.rebalancing.load(Relaxed) > 0;
         // Settled against the membership this answer reports, not an older one.
+        // And caught up: anti-entropy has brought its copies to the other owners' versions.
         out.settled = !out.rebalancing
-            && m.settled.load(Relaxed) == crate::cluster::members_digest(&view.members);
+            && m.settled.load(Relaxed) == crate::cluster::members_digest(&view.members)
+            && cluster.caught_up()
+            && cluster.synced_with_members()
+            && m.sync_pending.load(Relaxed) == 0;
         out.rereplicated_keys = m.rereplicated_keys.load(Relaxed);
         out.rereplicated_bytes = m.rereplicated_bytes.load(Relaxed);
-        out.under_replicated = m.pending_moves.load(Relaxed);
+        // Keys a copy to an owner is still owed for: moves the rebalancer retries, and keys
+        // (or members) anti-entropy could not bring up to date yet.
+        out.under_replicated = m.pending_moves.load(Relaxed) + m.sync_pending.load(Relaxed);
         out.handed_off = m.handed_off.load(Relaxed);
     }
     Ok(out)
@@ -377,4 +383,26 @@ pub async fn list(ctx: &Ctx, req: LocalListRequest) -> Result<Vec<LocalListEntry
             },
         })
         .collect())
+}
+
+/// The versions this node holds of a page of keys it owns with the node asking
+/// (anti-entropy, [`crate::cluster::sync`]).
+pub async fn versions(
+    ctx: &Ctx,
+    req: yutu_api::admin::VersionsRequest,
+) -> Result<yutu_api::admin::VersionsPage, S3Error> {
+    let Some(cluster) = ctx.cluster.clone() else {
+        return Err(S3Error::new(S3ErrorCode::InvalidRequest)
+            .msg("Versions are compared between the nodes of a cluster."));
+    };
+    if !ctx.shard.tier.store.borrow().bucket_exists(&req.bucket) {
+        return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
+    }
+    let view = cluster.view();
+    let me = cluster.node.clone();
+    let parts = ctx
+        .shard
+        .broadcast(move |s| crate::cluster::sync::shard_versions(s, &view, &me, &req))
+        .await?;
+    Ok(crate::cluster::sync::merge_pages(parts))
 }

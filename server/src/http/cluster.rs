@@ -23,6 +23,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
 use yutu_api::cluster::{
     Member, FORWARDED_HEADER, NODE_TOKEN_HEADER, REPLICA_HEADER, REPLICA_META_HEADER,
+    VERSION_HEADER,
 };
 use yutu_api::S3ErrorCode;
 
@@ -36,6 +37,7 @@ use crate::cluster::replica::{self, PATH};
 use crate::cluster::{Cluster, ClusterMetrics, NODE_SUBJECT_PREFIX};
 use crate::metrics::Op;
 use crate::model::conditions::ReadConditions;
+use crate::model::Version;
 
 /// The name of the node that sent this request, when it proves to be one of the cluster's.
 pub fn from_node(
@@ -102,6 +104,12 @@ pub enum Plan {
     /// Send it to the first of these that can be reached (this node may be among them, for
     /// writes, when the owners before it are down).
     Remote(Vec<Member>),
+    /// A read of a key this node owns while it is not caught up ([`Cluster::caught_up`]):
+    /// ask these other owners first, and serve it here only when none answers.
+    OthersFirst(Vec<Member>),
+    /// A read another node forwarded here while this node is not caught up: answered 503,
+    /// so that the forwarding node asks the next owner instead of getting old data.
+    CatchingUp,
 }
 
 pub fn plan(ctx: &Ctx, cluster: &Cluster, op: Op, bucket: &str, key: &str) -> Plan {
@@ -109,7 +117,17 @@ pub fn plan(ctx: &Ctx, cluster: &Cluster, op: Op, bucket: &str, key: &str) -> Pl
         replicate_to: Vec::new(),
     };
     if ctx.peer.is_some() {
-        if ctx.headers.contains_key(REPLICA_HEADER) || !replicated(op) {
+        let internal = ctx.headers.contains_key(REPLICA_HEADER);
+        if !internal && !coordinated(op) && !cluster.caught_up() {
+            let view = cluster.view();
+            let shared = view
+                .owners(bucket, key)
+                .is_some_and(|o| o.len() > 1 && o.iter().any(|m| m.name == cluster.node));
+            if shared {
+                return Plan::CatchingUp;
+            }
+        }
+        if internal || !replicated(op) {
             return local;
         }
         // Forwarded to this node as the coordinator.
@@ -128,6 +146,11 @@ pub fn plan(ctx: &Ctx, cluster: &Cluster, op: Op, bucket: &str, key: &str) -> Pl
         };
     }
     let view = cluster.view();
+    if view.revision == 0 {
+        // Started, but etcd not read yet: whose keys are whose is unknown, and what this
+        // node holds may be old. The client retries (503) in a moment.
+        return Plan::CatchingUp;
+    }
     let Some(owners) = view.owners(bucket, key) else {
         return local;
     };
@@ -146,6 +169,14 @@ pub fn plan(ctx: &Ctx, cluster: &Cluster, op: Op, bucket: &str, key: &str) -> Pl
         return Plan::Remote(owners.into_iter().cloned().collect());
     }
     match me {
+        Some(i) if owners.len() > 1 && !cluster.caught_up() => Plan::OthersFirst(
+            owners
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, m)| (*m).clone())
+                .collect(),
+        ),
         Some(i) => Plan::LocalThen(
             owners
                 .iter()
@@ -203,7 +234,12 @@ pub(super) fn outgoing(
     let headers = req.headers_mut();
     *headers = forward::end_to_end(&ctx.headers);
     // What a client sent in the cluster's own headers is not passed on as if a node said it.
-    for h in [REPLICA_HEADER, NODE_TOKEN_HEADER, REPLICA_META_HEADER] {
+    for h in [
+        REPLICA_HEADER,
+        NODE_TOKEN_HEADER,
+        REPLICA_META_HEADER,
+        VERSION_HEADER,
+    ] {
         headers.remove(h);
     }
     forward::set(headers, FORWARDED_HEADER, &cluster.node);
@@ -302,6 +338,59 @@ pub async fn forward_read(
     }
 }
 
+/// The version this node holds of `bucket/key` (object or tombstone), from its shard.
+async fn local_version(ctx: &Ctx, bucket: &str, key: &str) -> Option<(Version, bool)> {
+    let (b, k) = (bucket.to_string(), key.to_string());
+    ctx.shard
+        .run_step(ctx.shard.owner(bucket, key), move |s| {
+            crate::tier::Step::Done(s.tier.version_of(&b, &k))
+        })
+        .await
+        .ok()
+        .flatten()
+}
+
+/// A 404 answered to another node names the delete's version when a tombstone is held: the
+/// asking node can tell "deleted" from "not here yet".
+pub async fn with_tombstone(ctx: &Ctx, bucket: &str, key: &str, mut e: S3Error) -> S3Error {
+    if let Some((v, true)) = local_version(ctx, bucket, key).await {
+        if let Ok(name) = http::header::HeaderName::from_bytes(VERSION_HEADER.as_bytes()) {
+            e.headers.push((name, v.to_text()));
+        }
+    }
+    e
+}
+
+/// A read of a key this node owns while it is not caught up: the other owners' answer when
+/// it is authoritative (the object, or a 404 of a delete newer than what is held here),
+/// `None` when the read is to be served here (no other owner answered, or none holds the key
+/// and none knows it deleted).
+pub async fn read_from_others(
+    ctx: &Ctx,
+    cluster: &Arc<Cluster>,
+    others: &[Member],
+    bucket: &str,
+    key: &str,
+) -> Option<Resp> {
+    let resp = forward_read(ctx, cluster, others).await.ok()?;
+    let status = resp.status();
+    if status.is_server_error() {
+        return None;
+    }
+    if status != StatusCode::NOT_FOUND {
+        return Some(resp);
+    }
+    let deleted = resp
+        .headers()
+        .get(VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(Version::parse)?;
+    match local_version(ctx, bucket, key).await {
+        Some((held, false)) if held > deleted => None,
+        _ => Some(resp),
+    }
+}
+
 /// Copies the result of a write the coordinator has just applied to the other owners; fails
 /// if any of them does not confirm.
 pub async fn replicate(
@@ -341,7 +430,13 @@ pub async fn replicate(
                         .await
                         .map(|_| ())
                 }
-                None => replica::remove(cluster, owner, bucket, key).await,
+                None => {
+                    let version = ctx
+                        .deleted_as
+                        .get()
+                        .unwrap_or_else(|| crate::model::version::CLOCK.now());
+                    replica::remove(cluster, owner, bucket, key, version).await
+                }
             }
         }
     });
@@ -546,11 +641,13 @@ pub async fn member_pages(
     pages
 }
 
-/// Deletes `keys` (grouped by local shard) on every other owner, for DeleteObjects; the keys
-/// some owner could not delete are moved to `errors` and left out of the answer.
+/// Deletes `keys` (grouped by local shard) on every other owner as of `version`, for
+/// DeleteObjects; the keys some owner could not delete are moved to `errors` and left out of
+/// the answer.
 pub async fn delete_elsewhere(
     cluster: &Arc<Cluster>,
     bucket: &str,
+    version: crate::model::Version,
     by_shard: std::collections::BTreeMap<usize, Vec<String>>,
     errors: &mut Vec<yutu_api::xml::DeleteError>,
 ) -> std::collections::BTreeMap<usize, Vec<String>> {
@@ -572,7 +669,7 @@ pub async fn delete_elsewhere(
                     .collect();
                 async move {
                     for o in &owners {
-                        replica::remove(cluster, o, bucket, key).await?;
+                        replica::remove(cluster, o, bucket, key, version).await?;
                     }
                     Ok::<(), replica::ReplicaError>(())
                 }

@@ -30,9 +30,22 @@ pub struct Ctx {
     pub client: Option<std::net::IpAddr>,
     /// The operation, once the request is routed (what the bucket policy evaluates).
     pub op: std::cell::Cell<Op>,
+    /// The version a delete was applied with here, for its coordinator to send the other
+    /// owners the same one.
+    pub deleted_as: std::cell::Cell<Option<crate::model::Version>>,
 }
 
 impl Ctx {
+    /// The version a replica delete from another node carries (`None` for a client's
+    /// delete: the node stamps it).
+    pub fn replica_version(&self) -> Option<crate::model::Version> {
+        if !self.is_replica_copy() {
+            return None;
+        }
+        self.header(yutu_api::cluster::VERSION_HEADER)
+            .and_then(crate::model::Version::parse)
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }

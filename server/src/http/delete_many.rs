@@ -101,9 +101,14 @@ pub async fn delete_objects(
     }
     // In a cluster the copies on the other owners go first: a key is reported deleted only
     // once no owner holds it.
+    // One version for the whole request, the same on every owner.
+    let version = ctx
+        .replica_version()
+        .unwrap_or_else(|| crate::model::version::CLOCK.now());
     let by_shard = match (&ctx.cluster, &ctx.peer) {
         (Some(cluster), None) => {
-            super::cluster::delete_elsewhere(cluster, bucket, by_shard, &mut result.error).await
+            super::cluster::delete_elsewhere(cluster, bucket, version, by_shard, &mut result.error)
+                .await
         }
         _ => by_shard,
     };
@@ -111,7 +116,9 @@ pub async fn delete_objects(
         let (b, k) = (bucket.to_string(), keys.clone());
         match ctx
             .shard
-            .run_step(shard, move |s| s.tier.delete_in(b, k, incarnation))
+            .run_step(shard, move |s| {
+                s.tier.delete_versioned(b, k, Some(version), incarnation)
+            })
             .await
         {
             Ok(Ok(_)) => {

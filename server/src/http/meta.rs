@@ -48,6 +48,7 @@ impl RequestMeta {
             owner: String::new(),
             acl: Default::default(),
             kv: false,
+            version: crate::model::Version::ZERO,
         }
     }
 }

@@ -117,6 +117,12 @@ pub async fn store(
 ) -> Result<Arc<ObjectMeta>, S3Error> {
     let (b, k) = (bucket.to_string(), key.to_string());
     let checked = !ctx.is_replica_copy();
+    let mut meta = meta;
+    if checked {
+        // A new write (a copy's metadata may come from its source): the tier stamps it with
+        // a new version. A replica copy keeps its coordinator's.
+        meta.version = crate::model::Version::ZERO;
+    }
     Ok(ctx
         .shard
         .run_step(ctx.shard.owner(bucket, key), move |s| {
@@ -348,7 +354,10 @@ pub async fn delete(
     check_key(key)?;
     let cond = delete_conditions(ctx)?;
     let (b, k) = (bucket.to_string(), key.to_string());
-    ctx.shard
+    // A replica delete keeps its coordinator's version; a client's is stamped here.
+    let version = ctx.replica_version();
+    let applied = ctx
+        .shard
         .run_step(ctx.shard.owner(bucket, key), move |s| {
             if !cond.is_empty() {
                 let current =
@@ -367,10 +376,12 @@ pub async fn delete(
                                     Err(StoreError::PreconditionFailed)
                                 }
                                 Err(e) if e != StoreError::NoSuchKey => Err(e),
-                                _ => match tier.delete_in(b, vec![k], incarnation) {
-                                    Step::Done(r) => r,
-                                    Step::Wait(f) => f.await,
-                                },
+                                _ => {
+                                    match tier.delete_versioned(b, vec![k], version, incarnation) {
+                                        Step::Done(r) => r,
+                                        Step::Wait(f) => f.await,
+                                    }
+                                }
                             }
                         }));
                     }
@@ -379,8 +390,9 @@ pub async fn delete(
                     return Step::Done(Err(StoreError::PreconditionFailed));
                 }
             }
-            s.tier.delete_in(b, vec![k], incarnation)
+            s.tier.delete_versioned(b, vec![k], version, incarnation)
         })
         .await??;
+    ctx.deleted_as.set(Some(applied.0));
     Ok(empty(StatusCode::NO_CONTENT))
 }

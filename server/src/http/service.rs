@@ -351,6 +351,7 @@ async fn route(
         cluster,
         peer,
         op: std::cell::Cell::new(Op::Unsupported),
+        deleted_as: std::cell::Cell::new(None),
     };
     // Mooncake master's query endpoints: a GET of exactly `/get_all_segments`, `/query_key`
     // or `/batch_query_keys` (no valid bucket name holds `_`, so no bucket is shadowed).
@@ -561,14 +562,17 @@ async fn route(
                                 return (op, r.map_err(|e| e.bucket(&b).key(&k)))
                             }
                             super::cluster::Forwarded::Here(incoming) => {
-                                // The owners before this node are down: it coordinates.
+                                // The owners before this node do not answer: it
+                                // coordinates, and the write is acknowledged only when every
+                                // owner holds it, those down included (503 until their
+                                // leases expire and the owners are recomputed without them).
                                 body = Some(incoming);
                                 if super::cluster::replicated(op) {
-                                    let me = owners
+                                    replicate_to = owners
                                         .iter()
-                                        .position(|m| m.name == cluster.node)
-                                        .unwrap_or(0);
-                                    replicate_to = owners[me + 1..].to_vec();
+                                        .filter(|m| m.name != cluster.node)
+                                        .cloned()
+                                        .collect();
                                 }
                             }
                         }
@@ -576,6 +580,25 @@ async fn route(
                     super::cluster::Plan::Remote(owners) => {
                         let r = super::cluster::forward_read(&ctx, &cluster, &owners).await;
                         return (op, r.map_err(|e| e.bucket(&b).key(&k)));
+                    }
+                    super::cluster::Plan::CatchingUp => {
+                        return (
+                            op,
+                            Err(S3Error::new(S3ErrorCode::ServiceUnavailable)
+                                .msg("This node is joining the cluster or catching up with the other owners of the key; retry, or ask another owner.")
+                                .bucket(&b)
+                                .key(&k)),
+                        );
+                    }
+                    super::cluster::Plan::OthersFirst(others) => {
+                        // This node may hold old copies (it came back or the members
+                        // changed, and anti-entropy has not finished): an owner that is
+                        // caught up answers; only when none answers is it served here.
+                        if let Some(resp) =
+                            super::cluster::read_from_others(&ctx, &cluster, &others, &b, &k).await
+                        {
+                            return (op, Ok(resp));
+                        }
                     }
                 }
                 if super::cluster::coordinated(op) {
@@ -630,6 +653,13 @@ async fn route(
             }
             .await;
             let r = match (&ctx.cluster, r) {
+                (Some(_), Err(e))
+                    if ctx.peer.is_some()
+                        && e.code == S3ErrorCode::NoSuchKey
+                        && matches!(op, Op::GetObject | Op::HeadObject) =>
+                {
+                    Err(super::cluster::with_tombstone(&ctx, &b, &k, e).await)
+                }
                 (Some(cluster), Ok(resp))
                     if !replicate_to.is_empty() && resp.status().is_success() =>
                 {

@@ -8,8 +8,10 @@ pub mod error;
 pub mod listing;
 pub mod object;
 pub mod read;
+pub mod version;
 
 pub use durability::Durability;
 pub use error::StoreError;
 pub use object::{BucketInfo, ListedMeta, ObjectMeta};
 pub use read::{serve, GetResult};
+pub use version::Version;

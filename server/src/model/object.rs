@@ -6,6 +6,7 @@ use std::time::SystemTime;
 use super::checksum::Checksum;
 use super::durability::Durability;
 use super::listing::Listable;
+use super::version::Version;
 
 /// What the server knows about a stored object besides its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +34,10 @@ pub struct ObjectMeta {
     /// published to the conductor under [`yutu_api::block_hash::BlockHash::of_key`]. Objects
     /// written through S3 are KV blocks only when their key is a block hash.
     pub kv: bool,
+    /// The write's place among the writes of this key ([`crate::model::version`]): replicas
+    /// keep the newest. [`Version::ZERO`] until the write is applied, and in records written
+    /// before versions existed.
+    pub version: Version,
 }
 
 /// The id a KV event names `key` by: any key of a block written through the KV API
@@ -62,6 +67,7 @@ impl ObjectMeta {
             owner: String::new(),
             acl: Default::default(),
             kv: true,
+            version: Version::ZERO,
         }
     }
 

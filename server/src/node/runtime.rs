@@ -78,7 +78,34 @@ impl Node {
     }
 }
 
+/// How long [`bind_first`] keeps trying an address in use before it gives up. The shards
+/// accept through io_uring, and when a node is SIGKILLed the kernel tears its rings down after
+/// the process is gone: until then the accepts still pending keep its listening sockets (and
+/// the connections they accepted) open, for tens of milliseconds or more on a busy host. A
+/// restart at once would find its port taken and fail; it waits for them instead. A live node
+/// on the address keeps it taken, so a second node is still refused, after this long.
+const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(3);
+/// Pause between two tries.
+const BIND_RETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(25);
+
 fn bind_first(addr: SocketAddr) -> Result<std::net::TcpListener, StartError> {
+    let deadline = std::time::Instant::now() + BIND_RETRY;
+    let mut waited = false;
+    loop {
+        match try_bind_first(addr) {
+            Err(StartError::InUse(_)) if std::time::Instant::now() < deadline => {
+                if !waited {
+                    tracing::info!(%addr, "the address is in use; waiting for a previous run's sockets to close");
+                    waited = true;
+                }
+                std::thread::sleep(BIND_RETRY_EVERY);
+            }
+            other => return other,
+        }
+    }
+}
+
+fn try_bind_first(addr: SocketAddr) -> Result<std::net::TcpListener, StartError> {
     let err = |source| StartError::Listen { addr, source };
     let domain = socket2::Domain::for_address(addr);
     let sock = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))
@@ -97,6 +124,23 @@ fn bind_first(addr: SocketAddr) -> Result<std::net::TcpListener, StartError> {
     Ok(sock.into())
 }
 
+/// The listening socket of a shard other than the first: it joins the port `bind_first` holds
+/// (SO_REUSEPORT) and sets SO_REUSEADDR as that one does. The connections a listener accepts
+/// inherit its options, and when the process dies (SIGKILL, or a SIGTERM that closes them
+/// first) they linger in TIME_WAIT or FIN_WAIT2 for up to a minute; the kernel lets the next
+/// run's `bind_first` (SO_REUSEADDR, no SO_REUSEPORT) share the port with them only if they
+/// carry SO_REUSEADDR too. Without it here, a node restarted on its port failed with "address
+/// in use" for about a minute after any connection accepted by shards 1 and up.
+fn bind_shard(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let domain = socket2::Domain::for_address(addr);
+    let sock = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    sock.set_reuse_address(true)?;
+    sock.set_reuse_port(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(1024)?;
+    Ok(sock.into())
+}
+
 fn policy(kind: EvictionKind) -> Box<dyn EvictionPolicy> {
     match kind {
         EvictionKind::Lru => Box::new(Lru::new()),
@@ -110,6 +154,8 @@ const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 /// Starts every shard and returns once all of them are accepting connections. Raising `stop`
 /// stops them gracefully; [`Node::join`] returns when all have stopped.
 pub fn start(settings: Settings, serve: Serve, stop: StopFlag) -> Result<Node, StartError> {
+    // The node's versions carry its id (see `model::version`).
+    crate::model::version::CLOCK.set_node(crate::model::version::node_id(&settings.node_name));
     let buckets = Catalog::new(&settings.data_dir)
         .load()
         .map_err(|e| StartError::Catalog(e.to_string()))?;
@@ -249,7 +295,11 @@ async fn run_shard(
         // SAFETY: the descriptor came from `bind_first`, which gave up ownership of it with
         // `into_raw_fd`; it is moved here exactly once.
         Some(fd) => unsafe { TcpListener::from_raw_fd(fd) },
-        None => TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?,
+        None => {
+            let sock = bind_shard(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+            // SAFETY: `into_raw_fd` gives up the descriptor, which the listener now owns.
+            unsafe { TcpListener::from_raw_fd(sock.into_raw_fd()) }
+        }
     };
     let shard_memory = settings.shard_memory();
     // One allocator node per 1 KiB of capacity bounds the object count (and the index
@@ -299,6 +349,7 @@ async fn run_shard(
         tracing::info!(shard = id, report = ?report, "NVMe tier recovered");
     }
     let tier = Rc::new(TieredStore::new(store, nvme, metrics[id].clone()));
+    tier.set_tombstone_ttl(settings.tombstone_ttl);
     let sink_usage = usage.clone();
     tier.on_usage_change(Box::new(move |bucket, bytes| {
         sink_usage.set_shard(bucket, id, bytes)

@@ -10,7 +10,8 @@
 //! - a PUT into a `memory` bucket publishes in DRAM and tombstones an older NVMe version
 //!   before it answers, so a restart cannot resurrect the older bytes; a PUT into a `disk`
 //!   bucket appends to NVMe and syncs before publishing and answering, and is refused when
-//!   the durable bytes would exceed what the tier can keep ([`durable`]);
+//!   the durable bytes would exceed what the tier can keep ([`durable`]); the durable writes
+//!   of one key take turns, so both tiers apply them in one order (`order.rs`);
 //! - a DELETE removes the key from both tiers (tombstone synced for `disk` buckets), and no
 //!   promotion already reading the key may bring it back;
 //! - conditions (`If-Match`, `If-None-Match`) are decided against the newest version in any
@@ -21,7 +22,9 @@
 
 pub mod durable;
 pub mod nvme;
+mod order;
 pub mod record;
+mod versions;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -50,6 +53,8 @@ use record::{decode_meta, encode_meta, is_kv};
 
 /// NVMe hits no larger than this share of a shard's DRAM are promoted back into DRAM.
 const PROMOTE_SHARE: u64 = 16;
+/// Most tombstones a shard keeps (about 100 bytes each).
+const TOMBSTONES_PER_SHARD: usize = 1 << 20;
 
 /// The result of a write: the stored version's metadata.
 pub type PutResult = Result<Arc<ObjectMeta>, StoreError>;
@@ -105,8 +110,13 @@ pub struct TieredStore {
     deleting: Flights,
     /// Keys with a durable (write-through) write in flight.
     writing: Flights,
+    /// Turns of the durable writes of each key: they are checked, appended, synced and
+    /// published one after the other (`order.rs`).
+    order: order::KeyOrder,
     /// Bytes of live `disk` records on this shard's NVMe, and their limit.
     pub durable: DurableBudget,
+    /// Deletes remembered, so that an older copy of a deleted key is not taken back.
+    tombstones: RefCell<crate::engine::tombstones::Tombstones>,
     /// Told a bucket's bytes on this shard after a delete changed them (the node's quota
     /// accounting, which this layer does not know).
     usage_sink: RefCell<Option<UsageSink>>,
@@ -178,9 +188,20 @@ impl TieredStore {
             metrics,
             deleting: Flights::default(),
             writing: Flights::default(),
+            order: order::KeyOrder::default(),
             durable,
             usage_sink: RefCell::new(None),
+            tombstones: RefCell::new(crate::engine::tombstones::Tombstones::new(
+                Duration::from_secs(86_400),
+                TOMBSTONES_PER_SHARD,
+            )),
         }
+    }
+
+    /// Sets how long deletes are remembered (`--tombstone-ttl-secs`).
+    pub fn set_tombstone_ttl(&self, ttl: Duration) {
+        *self.tombstones.borrow_mut() =
+            crate::engine::tombstones::Tombstones::new(ttl, TOMBSTONES_PER_SHARD);
     }
 
     /// Sets who is told a bucket's bytes on this shard when a delete changes them.
@@ -348,18 +369,32 @@ impl TieredStore {
         bucket: String,
         key: String,
         data: Bytes,
-        meta: ObjectMeta,
+        mut meta: ObjectMeta,
         cond: WriteConditions,
     ) -> Step<PutResult> {
         let decided = match self.check_write(&bucket, &key, &cond) {
             Ok(d) => d,
             Err(e) => return Step::Done(Err(e)),
         };
+        Self::stamp(&mut meta);
+        if self.superseded(&bucket, &key, meta.version) {
+            self.metrics.superseded_writes.inc();
+            return Step::Done(
+                self.store
+                    .borrow()
+                    .check_bucket(&bucket, decided.incarnation)
+                    .map(|()| versions::as_written(meta)),
+            );
+        }
         if !self.is_disk(&bucket) {
+            let version = meta.version;
             let r = self
                 .store
                 .borrow_mut()
                 .put(&bucket, &key, &data, meta, &decided);
+            if r.is_ok() {
+                self.applied(&bucket, &key, version);
+            }
             return self.after_memory_write(bucket, key, r);
         }
         let writing = InFlight::enter(&self.writing, &bucket, &key);
@@ -482,7 +517,22 @@ impl TieredStore {
         let Some(nvme) = self.nvme.clone() else {
             return Err(StoreError::Device("no NVMe tier".into()));
         };
+        // Held until this write is published or refused: the key's next durable write is
+        // checked, placed and published after this one, in both tiers alike.
+        let _turn = self.order.turn(bucket, key).await?;
         self.store.borrow().check_write(bucket, key, cond)?;
+        let mut meta = meta;
+        Self::stamp(&mut meta);
+        if let Some(s) = staged.as_mut() {
+            s.set_version(meta.version);
+        }
+        // A newer version (or delete) was applied while this write waited for its turn:
+        // this one is overwritten already. Appending it would leave NVMe's newest record
+        // older than what DRAM serves, and a restart would bring the older one back.
+        if self.superseded(bucket, key, meta.version) {
+            self.metrics.superseded_writes.inc();
+            return Ok(Arc::new(meta));
+        }
         let blob = encode_meta(&meta, true)?;
         let max = nvme.max_value_len(bucket, key, blob.len());
         if data.len() as u64 > max {
@@ -504,11 +554,29 @@ impl TieredStore {
         self.after_reclaim(&appended.reclaimed);
         nvme.sync(&appended.location).await.map_err(nvme_error)?;
         self.publish_gauges();
-        let mut store = self.store.borrow_mut();
-        // Publish only if no newer write-through of the key got there first.
-        if nvme.get(bucket, key) != Some(appended.location) {
+        // No other write of the key was placed during this one's turn: the index points at
+        // this record, at its copy when a reclamation rewrote it forward (a larger sequence
+        // number, same bytes), or at nothing when a delete removed it meanwhile.
+        match nvme.get(bucket, key) {
+            Some(now) if now.seq() >= appended.location.seq() => {}
+            _ => return Ok(Arc::new(meta)),
+        }
+        if self.superseded_in_dram(bucket, key, meta.version) {
+            self.metrics.superseded_writes.inc();
+            if self.deleted_since(bucket, key, meta.version) {
+                // Deleted while it was being written: the record must not come back at
+                // the next start.
+                let d = nvme.delete(bucket, key).await.map_err(nvme_error)?;
+                self.durable.forget(bucket, key);
+                self.after_reclaim(&d.reclaimed);
+                if let Some(seq) = d.seq {
+                    nvme.sync_seq(seq).await.map_err(nvme_error)?;
+                }
+            }
             return Ok(Arc::new(meta));
         }
+        self.applied(bucket, key, meta.version);
+        let mut store = self.store.borrow_mut();
         let stored = match staged.take() {
             Some(s) => store.publish_staged(bucket, key, s),
             None => match store.put(
@@ -820,6 +888,8 @@ impl TieredStore {
 
     fn publish_gauges(&self) {
         self.metrics.durable_used.set(self.durable.used());
+        // The limit follows the largest durable record held (see `durable`).
+        self.metrics.durable_limit.set(self.durable.limit());
     }
 
     // ---- background work ------------------------------------------------------------------

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::checksum::{Algorithm, Checksum};
 use crate::model::object::PartLayout;
-use crate::model::{ObjectMeta, StoreError};
+use crate::model::{ObjectMeta, StoreError, Version};
 
 /// The metadata blob of an NVMe record.
 #[derive(Serialize, Deserialize)]
@@ -48,6 +48,9 @@ pub(crate) struct StoredMeta {
     /// records written before this field existed and in every S3-written record).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     kv: bool,
+    /// The write's version (absent in records written before versions existed: zero).
+    #[serde(default, skip_serializing_if = "Version::is_zero")]
+    version: Version,
 }
 
 pub fn encode_meta(m: &ObjectMeta, disk: bool) -> Result<Vec<u8>, StoreError> {
@@ -88,6 +91,7 @@ pub fn encode_meta(m: &ObjectMeta, disk: bool) -> Result<Vec<u8>, StoreError> {
         owner: m.owner.clone(),
         acl: m.acl.clone(),
         kv: m.kv,
+        version: m.version,
     };
     serde_json::to_vec(&stored)
         .map_err(|e| StoreError::Device(format!("cannot encode the object's metadata: {e}")))
@@ -124,6 +128,7 @@ pub fn decode_meta(blob: &[u8], size: u64) -> Option<ObjectMeta> {
         owner: s.owner,
         acl: s.acl,
         kv: s.kv,
+        version: s.version,
     })
 }
 
