@@ -305,6 +305,10 @@ pub struct VersionsRequest {
     pub limit: usize,
     /// The node asking: only keys it owns too are listed.
     pub partner: String,
+    /// The etcd revision of the asker's view of the cluster: a node whose own view is older
+    /// refuses (503), as it would compute other owners.
+    #[serde(default)]
+    pub revision: i64,
 }
 
 /// The version of one key a node holds: of its object, or of its delete (a tombstone).

@@ -175,7 +175,9 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>) {
         }
         let view = cluster.view();
         let epoch = cluster.lease_epoch();
-        if view.members.is_empty() || cluster.writable().is_err() {
+        // A view without this node (read before it registered) owns it nothing: a pass then
+        // would pull nothing and count as caught up.
+        if view.member(&cluster.node).is_none() || cluster.writable().is_err() {
             continue;
         }
         let due = last_members.as_ref() != Some(&view.members)
@@ -233,6 +235,7 @@ async fn pass(shard: &Rc<Shard>, cluster: &Arc<Cluster>, view: &Arc<View>) -> Pa
                     after: after.clone(),
                     limit: PAGE,
                     partner: me.clone(),
+                    revision: view.revision,
                 };
                 let page = match replica::versions(cluster, partner, &req).await {
                     Ok(p) => p,

@@ -399,6 +399,15 @@ pub async fn versions(
         return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
     }
     let view = cluster.view();
+    // The asker pulls what it is shown: shown less than what it owns (this node's view not
+    // having it as a member yet, or another member less), it would count itself caught up
+    // with keys still old.
+    if view.revision < req.revision || view.member(&req.partner).is_none() {
+        return Err(S3Error::new(S3ErrorCode::ServiceUnavailable).msg(format!(
+            "This node's view of the cluster (etcd revision {}) is older than {}'s ({}); ask again.",
+            view.revision, req.partner, req.revision
+        )));
+    }
     let me = cluster.node.clone();
     let parts = ctx
         .shard
