@@ -87,7 +87,14 @@ fn restarts_on_its_ports(down: fn(&mut TestCluster, usize)) {
         for k in 0..30 {
             let path = format!("/again/r{round}k{k}");
             let via = [0, 2][k % 2];
-            let r = admin(&c, via, "PUT", &path, format!("v{k}").as_bytes());
+            // A restarted node refuses writes of its keys (503) until it has caught up with
+            // the other owners: retried.
+            let mut r = admin(&c, via, "PUT", &path, format!("v{k}").as_bytes());
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while r.status == 503 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+                r = admin(&c, via, "PUT", &path, format!("v{k}").as_bytes());
+            }
             assert_eq!(r.status, 200, "{path}: {}", r.text());
             on1 += usize::from(c.holders(&path).contains(&1));
         }

@@ -102,8 +102,6 @@ pub struct ClusterMetrics {
     pub synced_keys: AtomicU64,
     pub synced_bytes: AtomicU64,
     pub synced_deletes: AtomicU64,
-    /// Replica writes and deletes an owner ignored because it held a newer version.
-    pub superseded: AtomicU64,
 }
 
 /// A digest of a membership, to tell whether the rebalancer's last completed pass was
@@ -364,6 +362,14 @@ impl Cluster {
         synced.0 == self.lease_epoch()
     }
 
+    /// Whether this node owns `bucket/key` together with other nodes (a bucket of more than
+    /// one replica): the keys anti-entropy keeps up to date.
+    pub fn shares(&self, bucket: &str, key: &str) -> bool {
+        self.view()
+            .owners(bucket, key)
+            .is_some_and(|o| o.len() > 1 && o.iter().any(|m| m.name == self.node))
+    }
+
     /// Whether the last anti-entropy pass ran against the membership seen now.
     pub fn synced_with_members(&self) -> bool {
         let synced = match self.synced.lock() {
@@ -511,9 +517,7 @@ impl Cluster {
              # HELP yutu_cluster_synced_bytes_total Object bytes anti-entropy pulled from other owners.\n\
              # TYPE yutu_cluster_synced_bytes_total counter\nyutu_cluster_synced_bytes_total {}\n\
              # HELP yutu_cluster_synced_deletes_total Deletes anti-entropy applied from other owners' tombstones.\n\
-             # TYPE yutu_cluster_synced_deletes_total counter\nyutu_cluster_synced_deletes_total {}\n\
-             # HELP yutu_cluster_superseded_total Replica writes and deletes ignored because this node held a newer version of the key.\n\
-             # TYPE yutu_cluster_superseded_total counter\nyutu_cluster_superseded_total {}\n",
+             # TYPE yutu_cluster_synced_deletes_total counter\nyutu_cluster_synced_deletes_total {}\n",
             view.members.len(),
             view.revision,
             self.in_outage() as u8,
@@ -536,7 +540,6 @@ impl Cluster {
             c(&m.synced_keys),
             c(&m.synced_bytes),
             c(&m.synced_deletes),
-            c(&m.superseded),
         )
     }
 }

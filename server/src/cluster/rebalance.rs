@@ -304,8 +304,10 @@ async fn move_key(
         }
     }
     let (b, k) = (bucket.to_string(), key.to_string());
+    // Only the version the owners confirmed: a newer write that reached this node meanwhile
+    // stays until the next pass has its owners hold it.
     match shard
-        .run_step(shard.id, move |s| s.tier.delete(b, vec![k]))
+        .run_step(shard.id, move |s| s.tier.drop_copy(b, k, mine))
         .await
     {
         Ok(Ok(_)) => {

@@ -6,10 +6,11 @@
 //! the other owners. With the delete's version kept here, every owner refuses writes older
 //! than the delete, and anti-entropy hands the tombstone to an owner that missed it.
 //!
-//! Tombstones are kept for `ttl` (an owner that is away longer than that rejoins through a
-//! full comparison with the others, which only deletes what they have tombstones for), and at
-//! most `limit` at once per shard: past it the oldest go first, and are counted, so the
-//! structure stays bounded whatever a client deletes.
+//! Tombstones are kept for `ttl` after the delete was made, by the delete's version (the same
+//! age on every node, so one owner pulling a tombstone from another never makes it young
+//! again), and at most `limit` at once per shard: past it the oldest go first, and are
+//! counted, so the structure stays bounded whatever a client deletes. An owner away longer
+//! than `ttl` may bring back keys deleted meanwhile (see the README's cluster notes).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -56,11 +57,24 @@ impl Tombstones {
 
     /// The version of the delete of `bucket/key`, if one is remembered.
     pub fn get(&self, bucket: &str, key: &str) -> Option<Version> {
+        if self.by_key.is_empty() {
+            return None;
+        }
         // A tuple key cannot be looked up by borrowed parts without allocating; deletes and
         // replica writes are rare enough for this to be fine.
         self.by_key
             .get(&(bucket.to_string(), key.to_string()))
             .map(|t| t.version)
+            .filter(|v| self.fresh(*v))
+    }
+
+    /// Whether a delete of `version` is younger than the ttl (by the clock it was made with).
+    fn fresh(&self, version: Version) -> bool {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        version.millis().saturating_add(self.ttl.as_millis() as u64) > now_ms
     }
 
     /// Remembers a delete (the newer of two deletes of a key wins).
@@ -70,6 +84,9 @@ impl Tombstones {
 
     fn record_at(&mut self, bucket: &str, key: &str, version: Version, now: Instant) {
         self.expire(now);
+        if !self.fresh(version) {
+            return;
+        }
         let id = (bucket.to_string(), key.to_string());
         match self.by_key.get_mut(&id) {
             Some(t) if t.version >= version => return,
@@ -78,10 +95,11 @@ impl Tombstones {
             }
             None => {
                 while self.by_key.len() >= self.limit {
-                    if !self.drop_oldest() {
-                        break;
+                    match self.drop_oldest() {
+                        None => break,
+                        Some(true) => self.dropped += 1,
+                        Some(false) => {}
                     }
-                    self.dropped += 1;
                 }
                 self.by_key.insert(id, Tomb { version, at: now });
             }
@@ -123,6 +141,7 @@ impl Tombstones {
         self.by_key
             .range((start, Bound::Unbounded))
             .take_while(|((b, _), _)| b == bucket)
+            .filter(|(_, t)| self.fresh(t.version))
             .take(limit)
             .map(|((_, k), t)| (k.clone(), t.version))
             .collect()
@@ -138,17 +157,16 @@ impl Tombstones {
         }
     }
 
-    /// Pops the oldest entry of `order`; removes its tombstone if it is still the one that
-    /// entry recorded. Whether there was an entry.
-    fn drop_oldest(&mut self) -> bool {
-        let Some((at, bucket, key)) = self.order.pop_front() else {
-            return false;
-        };
+    /// Pops the oldest entry of `order` and removes its tombstone if it is still the one that
+    /// entry recorded: `None` when there was no entry, else whether a tombstone went.
+    fn drop_oldest(&mut self) -> Option<bool> {
+        let (at, bucket, key) = self.order.pop_front()?;
         let id = (bucket, key);
         if self.by_key.get(&id).is_some_and(|t| t.at == at) {
             self.by_key.remove(&id);
+            return Some(true);
         }
-        true
+        Some(false)
     }
 }
 
@@ -156,8 +174,31 @@ impl Tombstones {
 mod tests {
     use super::*;
 
-    fn v(clock: u64) -> Version {
-        Version { clock, node: 1 }
+    /// A version made at the tests' start (plus `n` ticks), so they order by `n`.
+    fn v(n: u64) -> Version {
+        static BASE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let ms = *BASE.get_or_init(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64
+        });
+        Version {
+            clock: (ms << 16) + n,
+            node: 1,
+        }
+    }
+
+    #[test]
+    fn deletes_older_than_the_ttl_are_not_kept_or_shown() {
+        let mut t = Tombstones::new(Duration::from_secs(60), 100);
+        let old = Version {
+            clock: 1 << 16,
+            node: 1,
+        };
+        t.record("b", "k", old);
+        assert_eq!(t.get("b", "k"), None);
+        assert!(t.range("b", None, 10).is_empty());
     }
 
     #[test]

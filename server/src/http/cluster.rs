@@ -118,14 +118,12 @@ pub fn plan(ctx: &Ctx, cluster: &Cluster, op: Op, bucket: &str, key: &str) -> Pl
     };
     if ctx.peer.is_some() {
         let internal = ctx.headers.contains_key(REPLICA_HEADER);
-        if !internal && !coordinated(op) && !cluster.caught_up() {
-            let view = cluster.view();
-            let shared = view
-                .owners(bucket, key)
-                .is_some_and(|o| o.len() > 1 && o.iter().any(|m| m.name == cluster.node));
-            if shared {
-                return Plan::CatchingUp;
-            }
+        if !internal
+            && !coordinated(op)
+            && (cluster.view().revision == 0
+                || (!cluster.caught_up() && cluster.shares(bucket, key)))
+        {
+            return Plan::CatchingUp;
         }
         if internal || !replicated(op) {
             return local;
@@ -320,7 +318,14 @@ pub async fn forward_read(
             Ok(resp)
                 if resp.status().is_server_error() || resp.status() == StatusCode::NOT_FOUND =>
             {
-                last = Some(resp);
+                // A 404 naming a delete is the most telling answer kept: it says the key is
+                // gone, not that this owner has not got it yet.
+                let keeps_tombstone = last.as_ref().is_some_and(|l| {
+                    l.status() == StatusCode::NOT_FOUND && l.headers().contains_key(VERSION_HEADER)
+                });
+                if !keeps_tombstone {
+                    last = Some(resp);
+                }
             }
             Ok(resp) => return Ok(resp),
             Err(e) => {

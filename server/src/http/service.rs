@@ -601,6 +601,22 @@ async fn route(
                         }
                     }
                 }
+                if super::cluster::coordinated(op)
+                    && !ctx.is_replica_copy()
+                    && !cluster.caught_up()
+                    && cluster.shares(&b, &k)
+                {
+                    // Coordinating reads the key here first (conditions, ACL changes, copies
+                    // onto themselves): with what may be old data, it could write that back
+                    // as the newest version.
+                    return (
+                        op,
+                        Err(S3Error::new(S3ErrorCode::ServiceUnavailable)
+                            .msg("This node is catching up with the other owners of the key after joining the cluster; retry in a moment.")
+                            .bucket(&b)
+                            .key(&k)),
+                    );
+                }
                 if super::cluster::coordinated(op) {
                     if let Err(e) = cluster.writable() {
                         crate::cluster::ClusterMetrics::inc(&cluster.metrics.writes_refused);

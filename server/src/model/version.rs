@@ -49,7 +49,7 @@ impl Hlc {
         let wall = wall();
         let mut prev = self.last.load(Ordering::Relaxed);
         loop {
-            let next = wall.max(prev + 1);
+            let next = wall.max(prev.saturating_add(1));
             match self
                 .last
                 .compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed)

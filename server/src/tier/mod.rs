@@ -376,7 +376,7 @@ impl TieredStore {
             Ok(d) => d,
             Err(e) => return Step::Done(Err(e)),
         };
-        Self::stamp(&mut meta);
+        self.stamp(bucket.as_str(), key.as_str(), &mut meta);
         if self.superseded(&bucket, &key, meta.version) {
             self.metrics.superseded_writes.inc();
             return Step::Done(
@@ -522,7 +522,7 @@ impl TieredStore {
         let _turn = self.order.turn(bucket, key).await?;
         self.store.borrow().check_write(bucket, key, cond)?;
         let mut meta = meta;
-        Self::stamp(&mut meta);
+        self.stamp(bucket, key, &mut meta);
         if let Some(s) = staged.as_mut() {
             s.set_version(meta.version);
         }

@@ -48,13 +48,18 @@ impl TieredStore {
         nvme_meta(nvme, bucket, key).map(|(_, m)| m)
     }
 
-    /// Gives a write its version: a new one from the clock for a write made here, or the
-    /// clock moved past the version a write brings from another node.
-    pub(super) fn stamp(meta: &mut ObjectMeta) {
+    /// Gives a write its version: a new one from the clock for a write made here (newer than
+    /// what is held of the key, whatever the clock: a clock stepped back, or one behind the
+    /// node that wrote the held version), or the clock moved past the version a write brings
+    /// from another node.
+    pub(super) fn stamp(&self, bucket: &str, key: &str, meta: &mut ObjectMeta) {
         if meta.version.is_zero() {
+            if let Some((held, _)) = self.version_of(bucket, key) {
+                observe(held);
+            }
             meta.version = CLOCK.now();
         } else {
-            CLOCK.observe(meta.version);
+            observe(meta.version);
         }
     }
 
@@ -127,7 +132,9 @@ impl TieredStore {
     /// Deletes `keys` of `bucket` as of `version` (a new version from the clock when `None`:
     /// a client's delete on its coordinator), keeping a tombstone of each. An object newer
     /// than the delete stays. Answers the delete's version and, per key, whether an object
-    /// was removed.
+    /// was removed. In a `disk` bucket each key is decided and deleted in its turn among the
+    /// key's durable writes ([`super::order`]): a write still on its way to NVMe is decided
+    /// against in its order, never removed under it.
     pub fn delete_versioned(
         self: &Rc<Self>,
         bucket: String,
@@ -135,16 +142,49 @@ impl TieredStore {
         version: Option<Version>,
         incarnation: Option<u64>,
     ) -> Step<Result<(Version, Vec<bool>), StoreError>> {
-        let version = match version {
-            Some(v) => {
-                CLOCK.observe(v);
-                v
-            }
-            None => CLOCK.now(),
-        };
         if let Err(e) = self.store.borrow().check_bucket(&bucket, incarnation) {
             return Step::Done(Err(e));
         }
+        let version = match version {
+            Some(v) => {
+                observe(v);
+                v
+            }
+            None => {
+                for k in &keys {
+                    if let Some((held, _)) = self.version_of(&bucket, k) {
+                        observe(held);
+                    }
+                }
+                CLOCK.now()
+            }
+        };
+        if !self.is_disk(&bucket) {
+            return self.delete_decided(bucket, keys, version, incarnation);
+        }
+        let this = self.clone();
+        Step::wait(async move {
+            let mut out = Vec::with_capacity(keys.len());
+            for key in keys {
+                let _turn = this.order.turn(&bucket, &key).await?;
+                let r = match this.delete_decided(bucket.clone(), vec![key], version, incarnation) {
+                    Step::Done(r) => r,
+                    Step::Wait(f) => f.await,
+                }?;
+                out.push(r.1.first().copied().unwrap_or(false));
+            }
+            Ok((version, out))
+        })
+    }
+
+    /// [`TieredStore::delete_versioned`] with the version decided.
+    fn delete_decided(
+        self: &Rc<Self>,
+        bucket: String,
+        keys: Vec<String>,
+        version: Version,
+        incarnation: Option<u64>,
+    ) -> Step<Result<(Version, Vec<bool>), StoreError>> {
         let (older, newer): (Vec<usize>, Vec<usize>) = (0..keys.len()).partition(|&i| {
             self.object_version(&bucket, &keys[i])
                 .is_none_or(|held| held <= version)
@@ -178,6 +218,38 @@ impl TieredStore {
             Step::Done(r) => Step::Done(r.map(spread)),
             Step::Wait(f) => Step::wait(async move { f.await.map(spread) }),
         }
+    }
+
+    /// Drops this node's copy of `bucket/key` (a hand-off: no tombstone, it is no delete)
+    /// only if it is still `version`: a newer write that arrived meanwhile stays.
+    pub fn drop_copy(
+        self: &Rc<Self>,
+        bucket: String,
+        key: String,
+        version: Version,
+    ) -> Step<Result<bool, StoreError>> {
+        if self.object_version(&bucket, &key) != Some(version) {
+            return Step::Done(Ok(false));
+        }
+        match self.delete_in(bucket, vec![key], None) {
+            Step::Done(r) => Step::Done(r.map(|e| e.first().copied().unwrap_or(false))),
+            Step::Wait(f) => {
+                Step::wait(async move { f.await.map(|e| e.first().copied().unwrap_or(false)) })
+            }
+        }
+    }
+}
+
+/// Moves the clock past a version from elsewhere, unless it claims to be from more than a
+/// day ahead of this node's wall clock: a version that far off would pin the key (every
+/// later write older than it) and is taken as it is without moving the clock.
+fn observe(v: Version) {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    if v.millis() <= now_ms.saturating_add(86_400_000) {
+        CLOCK.observe(v);
     }
 }
 
