@@ -88,9 +88,10 @@ pub struct NodeStats {
     /// 1 while the node moves keys after a membership change.
     #[serde(default)]
     pub rebalancing: bool,
-    /// The node's last rebalancing pass completed against the membership it sees now: keys
-    /// it holds beyond what it owns (a put's extra copies) are no longer dropped by a pass
-    /// still to come. False while a membership change is not yet worked through.
+    /// The node's last rebalancing pass completed against the membership it sees now (keys
+    /// it holds beyond what it owns, a put's extra copies, are no longer dropped by a pass
+    /// still to come), and anti-entropy has caught it up with the other owners against that
+    /// membership. False while a membership change or a rejoin is not yet worked through.
     #[serde(default)]
     pub settled: bool,
     /// Keys copied to new owners and bytes, since the node started.
@@ -98,13 +99,18 @@ pub struct NodeStats {
     pub rereplicated_keys: u64,
     #[serde(default)]
     pub rereplicated_bytes: u64,
-    /// Keys whose copy to a new owner failed in the last pass (retried): the node's share of
-    /// under-replicated keys.
+    /// Keys whose copy to a new owner failed in the last rebalancing pass, plus keys (or
+    /// members) the last anti-entropy pass could not bring up to date (both retried): the
+    /// node's share of under-replicated keys.
     #[serde(default)]
     pub under_replicated: u64,
     /// Copies dropped because the node no longer owns the key.
     #[serde(default)]
     pub handed_off: u64,
+    /// Why the node is reported `unreachable` (no answer within the per-member deadline,
+    /// refused connection, ...); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl NodeStats {

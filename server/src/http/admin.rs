@@ -222,51 +222,24 @@ fn unreachable(member: &Member) -> NodeStats {
         rereplicated_bytes: 0,
         under_replicated: 0,
         handed_off: 0,
+        reason: None,
     }
 }
 
-/// The field an unreachable member's entry gets in the `nodes` answer: why it is reported so
-/// (`NodeStats` has no field for it; clients that do not know it ignore it).
-const REASON_FIELD: &str = "reason";
-
-/// `GET /admin/v1/nodes` and `/stats`: [`nodes`], with the reason each unreachable member is
-/// reported so.
+/// `GET /admin/v1/nodes` and `/stats`.
 async fn nodes_json(ctx: &Ctx) -> Result<Resp, S3Error> {
-    let (all, reasons) = nodes_with_reasons(ctx).await?;
-    if reasons.is_empty() {
-        return json(&all);
-    }
-    let mut doc = serde_json::to_value(&all).map_err(|e| {
-        tracing::error!(error = %e, "cannot encode an admin answer");
-        S3Error::new(S3ErrorCode::InternalError)
-    })?;
-    if let Some(entries) = doc.get_mut("nodes").and_then(|n| n.as_array_mut()) {
-        for (entry, node) in entries.iter_mut().zip(&all.nodes) {
-            if let (Some(fields), Some(reason)) = (entry.as_object_mut(), reasons.get(&node.name)) {
-                fields.insert(REASON_FIELD.into(), reason.clone().into());
-            }
-        }
-    }
-    json(&doc)
-}
-
-async fn nodes(ctx: &Ctx) -> Result<NodesResponse, S3Error> {
-    Ok(nodes_with_reasons(ctx).await?.0)
+    json(&nodes(ctx).await?)
 }
 
 /// Every member's stats, asked for in parallel, each within [`STATS_TIMEOUT`]: one that does
-/// not answer in time is reported unreachable (never up), and the map says why, by name.
-async fn nodes_with_reasons(
-    ctx: &Ctx,
-) -> Result<(NodesResponse, std::collections::HashMap<String, String>), S3Error> {
-    let mut reasons = std::collections::HashMap::new();
+/// not answer in time is reported unreachable (never up), with the reason.
+async fn nodes(ctx: &Ctx) -> Result<NodesResponse, S3Error> {
     let Some(cluster) = &ctx.cluster else {
-        let all = NodesResponse {
+        return Ok(NodesResponse {
             cluster: String::new(),
             revision: 0,
             nodes: vec![local::stats(ctx).await?],
-        };
-        return Ok((all, reasons));
+        });
     };
     let view = cluster.view();
     let answers: Vec<Result<NodeStats, String>> = ask_all(
@@ -285,17 +258,18 @@ async fn nodes_with_reasons(
         .map(|(m, a)| {
             a.unwrap_or_else(|e| {
                 tracing::warn!(node = %m.name, error = %e, "a member did not answer the admin call");
-                reasons.insert(m.name.clone(), e);
-                unreachable(m)
+                NodeStats {
+                    reason: Some(e),
+                    ..unreachable(m)
+                }
             })
         })
         .collect();
-    let all = NodesResponse {
+    Ok(NodesResponse {
         cluster: cluster.settings.name.clone(),
         revision: view.revision,
         nodes,
-    };
-    Ok((all, reasons))
+    })
 }
 
 async fn status(ctx: &Ctx) -> Result<StatusResponse, S3Error> {

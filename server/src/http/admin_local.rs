@@ -60,6 +60,7 @@ pub async fn stats(ctx: &Ctx) -> Result<NodeStats, S3Error> {
         rereplicated_bytes: 0,
         under_replicated: 0,
         handed_off: 0,
+        reason: None,
     };
     if let Some(cluster) = &ctx.cluster {
         use std::sync::atomic::Ordering::Relaxed;

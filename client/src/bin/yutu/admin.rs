@@ -693,6 +693,7 @@ mod tests {
             rereplicated_bytes: 0,
             under_replicated: 0,
             handed_off: 0,
+            reason: None,
         }
     }
 
