@@ -58,6 +58,8 @@ pub enum Fault {
     /// Kill etcd until every node sees the outage (longer than a lease), then restart it on
     /// its data.
     EtcdStoppedAndRestarted,
+    /// etcd SIGSTOPped until every node sees the outage, then SIGCONT.
+    EtcdFrozen,
 }
 
 /// A scenario: the cluster, the load, the faults, the bounds.
@@ -438,12 +440,22 @@ fn apply(c: &mut TestCluster, fault: Fault, rng: &mut Rng) -> String {
             rejoined(c);
             format!("SIGSTOP node{victim} until the others dropped it, then SIGCONT")
         }
-        Fault::EtcdStoppedAndRestarted => {
-            c.etcd.kill();
+        Fault::EtcdStoppedAndRestarted | Fault::EtcdFrozen => {
+            // Stopped (SIGSTOP: connections hang) or killed (refused).
+            let frozen = fault == Fault::EtcdFrozen;
+            if frozen {
+                c.etcd.pause();
+            } else {
+                c.etcd.kill();
+            }
             let seen = wait_until(wait, || {
                 (0..NODES).all(|i| c.node(i).metric_sum("yutu_cluster_etcd_outage") == 1.0)
             });
-            c.etcd.restart();
+            if frozen {
+                c.etcd.resume();
+            } else {
+                c.etcd.restart();
+            }
             assert!(seen, "the nodes never saw etcd gone");
             let back = wait_until(Duration::from_secs(30), || {
                 (0..NODES).all(|i| {
@@ -454,7 +466,11 @@ fn apply(c: &mut TestCluster, fault: Fault, rng: &mut Rng) -> String {
             });
             assert!(back, "the nodes never saw etcd back");
             rejoined(c);
-            "etcd killed until every node saw the outage, then restarted".to_string()
+            if frozen {
+                "etcd SIGSTOPped until every node saw the outage, then SIGCONT".to_string()
+            } else {
+                "etcd killed until every node saw the outage, then restarted".to_string()
+            }
         }
     }
 }

@@ -68,14 +68,15 @@ fn sigstop_longer_than_the_lease() {
     run(&s).assert_clean();
 }
 
-/// Twice, etcd is killed until every node sees the outage (longer than a lease), then
-/// restarted on its data: the nodes carry on with the membership they last read.
+/// etcd stopped (SIGSTOP: its connections hang) and then killed, each until every node sees
+/// the outage (longer than a lease), then resumed or restarted on its data: the nodes carry
+/// on with the membership they last read.
 #[test]
 fn etcd_stopped_and_restarted() {
     let s = Scenario::new(
         "etcd_stopped_and_restarted",
         6,
-        &[Fault::EtcdStoppedAndRestarted; 2],
+        &[Fault::EtcdFrozen, Fault::EtcdStoppedAndRestarted],
     );
     run(&s).assert_clean();
 }

@@ -98,6 +98,9 @@ pub struct ClusterMetrics {
     pub pending_moves: AtomicU64,
     /// Keys (or members) the last anti-entropy pass could not bring up to date: retried.
     pub sync_pending: AtomicU64,
+    /// Hints delivered (a copy an owner missed, sent again) and dropped past the limit.
+    pub hints_delivered: AtomicU64,
+    pub hints_dropped: AtomicU64,
     /// Keys anti-entropy brought up to date, objects bytes it pulled, deletes it applied.
     pub synced_keys: AtomicU64,
     pub synced_bytes: AtomicU64,
@@ -163,6 +166,8 @@ pub struct Cluster {
     /// The lease epoch and membership digest of the last completed anti-entropy pass
     /// ([`Cluster::caught_up`]).
     synced: Mutex<(u64, u64)>,
+    /// Copies owed to other owners ([`sync::Hints`]).
+    pub hints: Mutex<sync::Hints>,
 }
 
 /// How long a bucket etcd did not have is not asked about again.
@@ -191,6 +196,7 @@ impl Cluster {
             absent: Mutex::new(HashMap::new()),
             name_conflicts: AtomicU64::new(0),
             synced: Mutex::new((0, 0)),
+            hints: Mutex::new(sync::Hints::default()),
         }))
     }
 
@@ -370,6 +376,26 @@ impl Cluster {
             .is_some_and(|o| o.len() > 1 && o.iter().any(|m| m.name == self.node))
     }
 
+    /// Remembers that `member` missed the write of `bucket/key` this node applied: the copy is
+    /// sent again until it lands ([`sync`]).
+    pub fn hint(&self, member: &str, bucket: &str, key: &str) {
+        let mut h = match self.hints.lock() {
+            Ok(h) => h,
+            Err(p) => p.into_inner(),
+        };
+        if !h.add(member, bucket, key) {
+            ClusterMetrics::inc(&self.metrics.hints_dropped);
+        }
+    }
+
+    /// Copies owed to other owners now.
+    pub fn hints_pending(&self) -> u64 {
+        match self.hints.lock() {
+            Ok(h) => h.len() as u64,
+            Err(p) => p.into_inner().len() as u64,
+        }
+    }
+
     /// Whether the last anti-entropy pass ran against the membership seen now.
     pub fn synced_with_members(&self) -> bool {
         let synced = match self.synced.lock() {
@@ -517,7 +543,13 @@ impl Cluster {
              # HELP yutu_cluster_synced_bytes_total Object bytes anti-entropy pulled from other owners.\n\
              # TYPE yutu_cluster_synced_bytes_total counter\nyutu_cluster_synced_bytes_total {}\n\
              # HELP yutu_cluster_synced_deletes_total Deletes anti-entropy applied from other owners' tombstones.\n\
-             # TYPE yutu_cluster_synced_deletes_total counter\nyutu_cluster_synced_deletes_total {}\n",
+             # TYPE yutu_cluster_synced_deletes_total counter\nyutu_cluster_synced_deletes_total {}\n\
+             # HELP yutu_cluster_hints Copies of writes this node applied that an owner missed (its write was refused with 503) and that are sent again until they land: keys under-replicated meanwhile.\n\
+             # TYPE yutu_cluster_hints gauge\nyutu_cluster_hints {}\n\
+             # HELP yutu_cluster_hints_delivered_total Missed copies sent again and applied by their owner.\n\
+             # TYPE yutu_cluster_hints_delivered_total counter\nyutu_cluster_hints_delivered_total {}\n\
+             # HELP yutu_cluster_hints_dropped_total Missed copies not remembered because the hint limit was reached (anti-entropy repairs them within a sync interval).\n\
+             # TYPE yutu_cluster_hints_dropped_total counter\nyutu_cluster_hints_dropped_total {}\n",
             view.members.len(),
             view.revision,
             self.in_outage() as u8,
@@ -540,6 +572,9 @@ impl Cluster {
             c(&m.synced_keys),
             c(&m.synced_bytes),
             c(&m.synced_deletes),
+            self.hints_pending(),
+            c(&m.hints_delivered),
+            c(&m.hints_dropped),
         )
     }
 }

@@ -84,12 +84,14 @@ pub async fn stats(ctx: &Ctx) -> Result<NodeStats, S3Error> {
             && m.settled.load(Relaxed) == crate::cluster::members_digest(&view.members)
             && cluster.caught_up()
             && cluster.synced_with_members()
-            && m.sync_pending.load(Relaxed) == 0;
+            && m.sync_pending.load(Relaxed) == 0
+            && cluster.hints_pending() == 0;
         out.rereplicated_keys = m.rereplicated_keys.load(Relaxed);
         out.rereplicated_bytes = m.rereplicated_bytes.load(Relaxed);
         // Keys a copy to an owner is still owed for: moves the rebalancer retries, and keys
         // (or members) anti-entropy could not bring up to date yet.
-        out.under_replicated = m.pending_moves.load(Relaxed) + m.sync_pending.load(Relaxed);
+        out.under_replicated =
+            m.pending_moves.load(Relaxed) + m.sync_pending.load(Relaxed) + cluster.hints_pending();
         out.handed_off = m.handed_off.load(Relaxed);
     }
     Ok(out)

@@ -446,10 +446,14 @@ pub async fn replicate(
         }
     });
     let results = futures::future::join_all(sends).await;
-    let failed: Vec<String> = results
-        .into_iter()
-        .filter_map(|r| r.err().map(|e| e.to_string()))
-        .collect();
+    let mut failed: Vec<String> = Vec::new();
+    for (owner, r) in to.iter().zip(results) {
+        if let Err(e) = r {
+            // Applied here but not there: sent again until it lands (a hint).
+            cluster.hint(&owner.name, bucket, key);
+            failed.push(e.to_string());
+        }
+    }
     let sent = to.len() - failed.len();
     cluster
         .metrics
