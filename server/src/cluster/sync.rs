@@ -8,7 +8,8 @@
 //! reaches the others through their passes. What is applied goes through the same "newer
 //! wins" rule as every replica write, so a pass racing a client write can never undo it.
 //!
-//! A node runs a pass when it (re)joins the cluster, after every membership change, and every
+//! A node runs a pass when it (re)joins the cluster, after every membership change (once its
+//! rebalancer has moved the keys the change gave new owners), and every
 //! `--sync-interval-secs`. Until a pass has completed under its current lease, the node is
 //! not *caught up* ([`Cluster::caught_up`]): it sends reads of keys it owns to the other
 //! owners first, so a node that comes back with old data (a restart, a pause longer than its
@@ -321,7 +322,12 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>) {
         if view.member(&cluster.node).is_none() || cluster.writable().is_err() {
             continue;
         }
-        let due = last_members.as_ref() != Some(&view.members)
+        // After a membership change the pass waits for the rebalancer to have moved the keys
+        // (both walk every key, on the same cores; copies to new owners first). A node that
+        // joined again (a new epoch) is not kept waiting: it catches up at once.
+        let rebalanced =
+            cluster.metrics.settled.load(Ordering::Relaxed) == super::members_digest(&view.members);
+        let due = (last_members.as_ref() != Some(&view.members) && rebalanced)
             || epoch != last_epoch
             || last_pass.is_none_or(|t| t.elapsed() >= interval);
         if !due {
