@@ -154,8 +154,9 @@ mod tests {
 
     #[test]
     fn round_trip_and_corruption() {
-        let dir = std::env::temp_dir().join(format!("yutu-catalog-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed when the test ends (a fixed name under /tmp was left behind by every run).
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let c = Catalog::new(&dir);
         let _ = std::fs::remove_file(dir.join("buckets.json"));
         assert!(c.load().unwrap().is_empty());
