@@ -591,9 +591,9 @@ async fn route(
                         );
                     }
                     super::cluster::Plan::OthersFirst(others) => {
-                        // This node may hold old copies (it came back or the members
-                        // changed, and anti-entropy has not finished): an owner that is
-                        // caught up answers; only when none answers is it served here.
+                        // This node may hold old copies (it joined again, and anti-entropy
+                        // has not caught it up yet): an owner that is caught up answers;
+                        // only when none answers is it served here.
                         if let Some(resp) =
                             super::cluster::read_from_others(&ctx, &cluster, &others, &b, &k).await
                         {
