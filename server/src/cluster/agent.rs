@@ -194,15 +194,7 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
             }
             Err(e) => etcd_failed(&cluster, "read the membership", &e),
         }
-        let _ = futures_lite::future::or(
-            async {
-                glommio::timer::sleep(POLL_INTERVAL).await;
-            },
-            async {
-                shard.stop.stopped().await;
-            },
-        )
-        .await;
+        shard.stop.sleep(POLL_INTERVAL).await;
     }
 }
 
@@ -234,15 +226,7 @@ async fn watch_etcd_reach(shard: Rc<Shard>, cluster: Arc<Cluster>) {
             }
             cluster.set_outage(verdict_logged == Some(Verdict::Outage));
         }
-        let _ = futures_lite::future::or(
-            async {
-                glommio::timer::sleep(PROBE_INTERVAL).await;
-            },
-            async {
-                shard.stop.stopped().await;
-            },
-        )
-        .await;
+        shard.stop.sleep(PROBE_INTERVAL).await;
     }
 }
 

@@ -54,18 +54,7 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>) {
     // node brings back after a restart).
     let mut done: Option<Vec<Member>> = None;
     loop {
-        let stopped = futures_lite::future::or(
-            async {
-                glommio::timer::sleep(CHECK_INTERVAL).await;
-                false
-            },
-            async {
-                shard.stop.stopped().await;
-                true
-            },
-        )
-        .await;
-        if stopped {
+        if shard.stop.sleep(CHECK_INTERVAL).await {
             return;
         }
         let target = cluster.view();

@@ -298,18 +298,7 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>) {
     let mut last_pass: Option<Instant> = None;
     let mut last_epoch = 0;
     loop {
-        let stopped = futures_lite::future::or(
-            async {
-                glommio::timer::sleep(TICK).await;
-                false
-            },
-            async {
-                shard.stop.stopped().await;
-                true
-            },
-        )
-        .await;
-        if stopped {
+        if shard.stop.sleep(TICK).await {
             return;
         }
         if cluster.writable().is_ok() {

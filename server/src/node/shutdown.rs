@@ -89,6 +89,22 @@ impl StopSignal {
         self.0.stopped.get()
     }
 
+    /// Waits `d`, or less if the node starts stopping meanwhile: whether it is stopping (the
+    /// pause of a background loop between two rounds).
+    pub async fn sleep(&self, d: std::time::Duration) -> bool {
+        futures_lite::future::or(
+            async {
+                glommio::timer::sleep(d).await;
+                false
+            },
+            async {
+                self.stopped().await;
+                true
+            },
+        )
+        .await
+    }
+
     /// Resolves once the node is stopping.
     pub fn stopped(&self) -> Stopped {
         Stopped {

@@ -66,34 +66,24 @@ impl TieredStore {
     /// Whether a write of `version` is older than (or the same as) what this shard holds of
     /// the key: then it is not applied.
     pub(super) fn superseded(&self, bucket: &str, key: &str, version: Version) -> bool {
-        if self
-            .tombstones
-            .borrow()
-            .get(bucket, key)
-            .is_some_and(|t| t >= version)
-        {
-            return true;
-        }
-        self.object_version(bucket, key)
-            .is_some_and(|held| !held.is_zero() && held >= version)
+        self.deleted_since(bucket, key, version)
+            || self
+                .object_version(bucket, key)
+                .is_some_and(|held| !held.is_zero() && held >= version)
     }
 
     /// Whether a durable write of `version`, on NVMe now, must not be published: a delete
     /// newer than it was applied meanwhile, or DRAM holds a version as new.
     pub(super) fn superseded_in_dram(&self, bucket: &str, key: &str, version: Version) -> bool {
-        if self
-            .tombstones
-            .borrow()
-            .get(bucket, key)
-            .is_some_and(|t| t >= version)
-        {
-            return true;
-        }
-        let dram = self.store.borrow().dram_meta(bucket, key);
-        dram.is_some_and(|m| !m.version.is_zero() && m.version >= version)
+        self.deleted_since(bucket, key, version)
+            || self
+                .store
+                .borrow()
+                .dram_meta(bucket, key)
+                .is_some_and(|m| !m.version.is_zero() && m.version >= version)
     }
 
-    /// Whether a delete newer than `version` is remembered.
+    /// Whether a delete as new as `version` or newer is remembered.
     pub(super) fn deleted_since(&self, bucket: &str, key: &str, version: Version) -> bool {
         self.tombstones
             .borrow()
