@@ -209,19 +209,26 @@ impl Cluster {
     }
 
     fn set_view(&self, view: View) {
-        let view = Arc::new(view);
-        match self.view.write() {
-            Ok(mut v) => *v = view,
-            Err(p) => *p.into_inner() = view,
-        }
+        self.update_view(|v| *v = view);
+    }
+
+    /// Changes the current view in place, under its lock: a read-modify-write that copied the
+    /// view outside the lock could put back a view older than one the agent stored meanwhile
+    /// (a member that had just joined vanished from it until etcd's revision moved again).
+    fn update_view(&self, change: impl FnOnce(&mut View)) {
+        let mut slot = match self.view.write() {
+            Ok(v) => v,
+            Err(p) => p.into_inner(),
+        };
+        change(Arc::make_mut(&mut slot));
     }
 
     /// Adds one bucket to the current view (created here, or just read from etcd), so that
     /// this node routes it before the next poll.
     pub fn learn_bucket(&self, name: &str, config: BucketConfig) {
-        let mut view = (*self.view()).clone();
-        view.buckets.insert(name.to_string(), config);
-        self.set_view(view);
+        self.update_view(|v| {
+            v.buckets.insert(name.to_string(), config);
+        });
     }
 
     fn mirrored<T>(&self, f: impl FnOnce(&mut std::collections::BTreeSet<String>) -> T) -> T {
@@ -277,20 +284,20 @@ impl Cluster {
 
     /// Marks `node` draining (or not) in this node's view before the next poll confirms it.
     pub fn set_draining_locally(&self, node: &str, on: bool) {
-        let mut view = (*self.view()).clone();
-        for m in &mut view.members {
-            if m.name == node {
-                m.draining = on;
+        self.update_view(|v| {
+            for m in &mut v.members {
+                if m.name == node {
+                    m.draining = on;
+                }
             }
-        }
-        self.set_view(view);
+        });
     }
 
     /// Drops one bucket from the current view.
     pub fn forget_bucket(&self, name: &str) {
-        let mut view = (*self.view()).clone();
-        view.buckets.remove(name);
-        self.set_view(view);
+        self.update_view(|v| {
+            v.buckets.remove(name);
+        });
     }
 
     fn with_lease<T>(&self, f: impl FnOnce(&mut Lease) -> T) -> T {
@@ -621,3 +628,64 @@ pub async fn set_draining(cluster: &Cluster, node: &str, on: bool) -> Result<(),
 /// Subjects of node tokens start with this; users cannot be named so (a token's `sub` is the
 /// issuer's choice, but only a holder of the cluster key can sign one).
 pub const NODE_SUBJECT_PREFIX: &str = "node:";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> BucketConfig {
+        serde_json::from_str(r#"{"owner":"u","durability":"memory","replicas":2,"created_ms":0}"#)
+            .expect("a bucket configuration")
+    }
+
+    /// Defect: `learn_bucket` copied the view, changed the copy and stored it, outside the
+    /// lock; a view the agent stored meanwhile was put back to the older one (a member that
+    /// had just joined vanished until etcd's revision moved again). Two threads race: the
+    /// agent's stand-in stores views of ever higher revisions, the other learns buckets; a
+    /// reader must never see the revision go down, and the last one stored must stay.
+    #[test]
+    fn learning_a_bucket_never_puts_back_an_older_view() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let settings = crate::config::Settings::resolve(crate::config::Flags {
+            etcd: vec!["http://127.0.0.1:1".into()],
+            no_auth: true,
+            data_dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        })
+        .expect("settings");
+        let cluster = Cluster::new(&settings).expect("a cluster node");
+        let last = 200_000;
+        let done = AtomicBool::new(false);
+        let went_back = std::thread::scope(|s| {
+            s.spawn(|| {
+                for revision in 1..=last {
+                    cluster.set_view(View {
+                        revision,
+                        ..View::default()
+                    });
+                }
+                done.store(true, Ordering::Release);
+            });
+            let learner = s.spawn(|| {
+                let mut i = 0u64;
+                while !done.load(Ordering::Acquire) {
+                    cluster.learn_bucket(&format!("b{}", i % 8), config());
+                    i += 1;
+                }
+            });
+            let mut seen = 0;
+            let mut went_back = None;
+            while !done.load(Ordering::Acquire) && went_back.is_none() {
+                let now = cluster.view().revision;
+                if now < seen {
+                    went_back = Some((seen, now));
+                }
+                seen = now;
+            }
+            learner.join().expect("learner");
+            went_back
+        });
+        assert_eq!(went_back, None, "the revision went back (seen, then read)");
+        assert_eq!(cluster.view().revision, last);
+    }
+}
