@@ -298,7 +298,7 @@ mod tests {
             .collect()
     }
 
-    /// The balance the README quotes: 100 nodes, 1M keys, max/mean of keys per node, and the
+    /// The balance docs/operations.md quotes: 100 nodes, 1M keys, max/mean of keys per node, and the
     /// share of keys that move when a 101st node joins.
     #[test]
     fn balance_and_movement_over_100_nodes_and_1m_keys() {

@@ -1,5 +1,5 @@
 //! `yutu-bench`: Yutu's benchmarks, each reported as a ratio against a reference measured in the
-//! same run (DESIGN.md, "Measuring"), because absolute numbers drift between runs and machines.
+//! same run (docs/benchmarks.md, "Measuring"), because absolute numbers drift between runs and machines.
 //!
 //! Every suite prints a table to stdout (progress goes to stderr) and, with `--json FILE`,
 //! writes one JSON object for scripts. Suites start and stop the servers they need themselves,

@@ -1,5 +1,5 @@
 //! nginx as the HTTP reference: a well-known fast server moving the same bytes over the same
-//! loopback, measured by the same client in the same run (DESIGN.md, "Measuring").
+//! loopback, measured by the same client in the same run (docs/benchmarks.md, "Measuring").
 //!
 //! The bench starts its own nginx with a generated config in a scratch directory on tmpfs
 //! (`/dev/shm`), so the reference never touches a disk and does not depend on, or disturb, any

@@ -1,4 +1,4 @@
-//! The one output format every suite shares (DESIGN.md, "Measuring").
+//! The one output format every suite shares (docs/benchmarks.md, "Measuring").
 //!
 //! Absolute numbers drift between runs and machines, so each result carries the reference it
 //! was measured against in the same run and the ratio of the two; scripts compare ratios, people

@@ -17,7 +17,7 @@ const MEMORY: u64 = 256 << 20;
 /// Its body budget: the default, half of the memory.
 const BUDGET: u64 = 128 << 20;
 /// What the process holds besides its DRAM and the bodies in flight (binary, libraries,
-/// glommio's rings, connection buffers); the README states the same bound.
+/// glommio's rings, connection buffers); docs/architecture.md states the same bound.
 const OVERHEAD: u64 = 64 << 20;
 
 /// A DRAM-only node of `MEMORY` (default body budget) with this body timeout.

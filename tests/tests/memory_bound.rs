@@ -7,7 +7,7 @@ use yutu_tests::{pattern, Server};
 const CAPACITY: u64 = 64 << 20;
 /// What the process may hold beyond its DRAM capacity: the binary and its libraries,
 /// glommio's rings and I/O buffers, hyper's connection buffers and the request bodies in
-/// flight. The README states the same figure.
+/// flight. docs/architecture.md states the same figure.
 const OVERHEAD: u64 = 64 << 20;
 
 #[test]

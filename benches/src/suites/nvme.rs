@@ -29,7 +29,7 @@ use yutu_spdk::measure::{run_spill, SpillConfig};
 use crate::report::{BenchResult, Machine, Reference, Report};
 use crate::tempdir::TempDir;
 
-/// Ratio of fio's bandwidth the store should reach (DESIGN.md, "Measuring").
+/// Ratio of fio's bandwidth the store should reach (docs/benchmarks.md, "Measuring").
 const TARGET: f64 = 0.8;
 
 /// Options of `yutu-bench nvme`.

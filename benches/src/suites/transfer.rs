@@ -35,7 +35,7 @@ use yutu_transfer::{
 use crate::report::{BenchResult, Machine, Reference, Report};
 
 const BLOCK: usize = 2 << 20;
-/// The ratio both cases should reach (DESIGN.md, "Measuring").
+/// The ratio both cases should reach (docs/benchmarks.md, "Measuring").
 const TARGET: f64 = 0.8;
 
 /// Options of `yutu-bench transfer`.

@@ -10,7 +10,7 @@
 //! age on every node, so one owner pulling a tombstone from another never makes it young
 //! again), and at most `limit` at once per shard: past it the oldest go first, and are
 //! counted, so the structure stays bounded whatever a client deletes. An owner away longer
-//! than `ttl` may bring back keys deleted meanwhile (see the README's cluster notes).
+//! than `ttl` may bring back keys deleted meanwhile (see the cluster notes in docs/operations.md).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};

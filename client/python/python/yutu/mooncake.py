@@ -13,7 +13,7 @@ The methods keep Mooncake's names, argument order and return conventions: ``0`` 
 count on success, Mooncake's negative ``ErrorCode`` values on failure (never an exception for
 a failed operation), ``b""`` for a ``get`` that found nothing, ``1``/``0``/``-1`` from
 ``is_exist``. ``setup``'s ``master_server_addr`` names the Yutu node (``http://host:port``, or
-``host:port``, or several separated by commas); ``tenant_id`` is the bucket. The README's
+``host:port``, or several separated by commas); ``tenant_id`` is the bucket. docs/python.md's
 table lists every Mooncake method: supported, supported differently, or not.
 """
 
@@ -96,7 +96,7 @@ class ReplicateConfig:
     them soft for ``soft_pin_ttl_ms`` (rounded up to seconds; Mooncake's 30 minutes when
     None); ``preferred_segments``/``preferred_segment`` naming a cluster member (its name, or
     its URL's or transfer engine's ``host:port``) give that node a copy too. The rest is
-    accepted and ignored; the README has the details."""
+    accepted and ignored; docs/python.md has the details."""
 
     def __init__(self):
         self.replica_num = 1
