@@ -189,11 +189,43 @@ pub async fn get(
             .msg("Cannot specify both Range header and partNumber query parameter"));
     }
     let cond = ReadConditions::from_headers(&ctx.headers, "");
-    // A part read resolves the part against the current object, then reads its bytes; should
-    // the object be replaced in between, the bytes would be another object's, so the read
-    // starts again (a few times, then answers with what it found).
+    let (result, part) = read_for_get(ctx, bucket, key, part_number, head_only, cond).await?;
+    let (meta, range, data) = match result {
+        Ok(x) => x,
+        Err(StoreError::NotModified(meta)) => {
+            let b = meta::to_response(
+                Response::builder().status(StatusCode::NOT_MODIFIED),
+                &meta,
+                false,
+                false,
+            );
+            return Ok(b.body(Full::new(Bytes::new())).unwrap_or_default());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let resp = found_response(ctx, &meta, range, part.as_ref());
+    let resp = response_overrides(ctx, resp);
+    ctx.shard.metrics.bytes_out.add(data.len() as u64);
+    resp.body(Full::new(data)).map_err(|e| {
+        tracing::error!(error = %e, "cannot build a GET response");
+        S3Error::new(S3ErrorCode::InternalError)
+    })
+}
+
+/// Reads the object (or the part `part_number`) from its shard. A part read resolves the
+/// part against the current object, then reads its bytes; should the object be replaced in
+/// between, the bytes would be another object's, so the read starts again (a few times, then
+/// answers with what it found).
+async fn read_for_get(
+    ctx: &Ctx,
+    bucket: &str,
+    key: &str,
+    part_number: Option<u32>,
+    head_only: bool,
+    cond: ReadConditions,
+) -> Result<(crate::model::GetResult, Option<ObjectPart>), S3Error> {
     let mut attempts = 0;
-    let (result, part) = loop {
+    loop {
         attempts += 1;
         let (range, part) = match part_number {
             None => (ctx.header("range").and_then(parse_range), None),
@@ -221,55 +253,14 @@ pub async fn get(
         let changed =
             matches!((&result, &part), (Ok((m, _, _)), Some((_, etag))) if m.etag != *etag);
         if !changed || attempts >= 3 {
-            break (result, part.map(|(p, _)| p));
-        }
-    };
-    let checksum_mode = ctx
-        .header("x-amz-checksum-mode")
-        .is_some_and(|v| v.eq_ignore_ascii_case("enabled"));
-    let (meta, range, data) = match result {
-        Ok(x) => x,
-        Err(StoreError::NotModified(meta)) => {
-            let b = meta::to_response(
-                Response::builder().status(StatusCode::NOT_MODIFIED),
-                &meta,
-                false,
-                false,
-            );
-            return Ok(b.body(Full::new(Bytes::new())).unwrap_or_default());
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let length = range.map_or(meta.size, |r| r.len());
-    let mut resp = Response::builder()
-        .status(if range.is_some() {
-            StatusCode::PARTIAL_CONTENT
-        } else {
-            StatusCode::OK
-        })
-        .header("content-length", length)
-        .header("accept-ranges", "bytes");
-    if let Some(r) = range {
-        resp = resp.header("content-range", r.content_range(meta.size));
-    }
-    resp = meta::to_response(resp, &meta, checksum_mode, range.is_some());
-    if let (Some(p), Some(c), true) = (&part, &meta.checksum, checksum_mode) {
-        // A part read carries the part's own checksum (of the object's algorithm and type),
-        // which describes exactly the bytes sent.
-        if let Some(v) = &p.checksum {
-            resp = resp
-                .header(c.algorithm.header(), v.as_str())
-                .header("x-amz-checksum-type", c.type_name());
+            return Ok((result, part.map(|(p, _)| p)));
         }
     }
-    if ctx.peer.is_some() {
-        // Another node reading a copy (a copy source, a re-replication) gets the metadata
-        // whole.
-        if let Some(v) = crate::cluster::replica::encode_meta_header(&meta) {
-            resp = resp.header(yutu_api::cluster::REPLICA_META_HEADER, v);
-        }
-    }
-    // `response-*` query parameters override headers of this one response (S3's GetObject).
+}
+
+/// Sets the headers the `response-*` query parameters ask for, over this one response's
+/// (S3's GetObject).
+fn response_overrides(ctx: &Ctx, mut resp: http::response::Builder) -> http::response::Builder {
     for (param, header) in [
         ("response-content-type", "content-type"),
         ("response-content-disposition", "content-disposition"),
@@ -286,11 +277,50 @@ pub async fn get(
             }
         }
     }
-    ctx.shard.metrics.bytes_out.add(data.len() as u64);
-    resp.body(Full::new(data)).map_err(|e| {
-        tracing::error!(error = %e, "cannot build a GET response");
-        S3Error::new(S3ErrorCode::InternalError)
-    })
+    resp
+}
+
+/// The response to a GET or HEAD that found `meta`: status, length, range, the object's
+/// headers and (for a part read with checksum mode on) the part's checksum.
+fn found_response(
+    ctx: &Ctx,
+    meta: &ObjectMeta,
+    range: Option<yutu_api::ByteRange>,
+    part: Option<&ObjectPart>,
+) -> http::response::Builder {
+    let checksum_mode = ctx
+        .header("x-amz-checksum-mode")
+        .is_some_and(|v| v.eq_ignore_ascii_case("enabled"));
+    let length = range.map_or(meta.size, |r| r.len());
+    let mut resp = Response::builder()
+        .status(if range.is_some() {
+            StatusCode::PARTIAL_CONTENT
+        } else {
+            StatusCode::OK
+        })
+        .header("content-length", length)
+        .header("accept-ranges", "bytes");
+    if let Some(r) = range {
+        resp = resp.header("content-range", r.content_range(meta.size));
+    }
+    resp = meta::to_response(resp, meta, checksum_mode, range.is_some());
+    if let (Some(p), Some(c), true) = (part, &meta.checksum, checksum_mode) {
+        // A part read carries the part's own checksum (of the object's algorithm and type),
+        // which describes exactly the bytes sent.
+        if let Some(v) = &p.checksum {
+            resp = resp
+                .header(c.algorithm.header(), v.as_str())
+                .header("x-amz-checksum-type", c.type_name());
+        }
+    }
+    if ctx.peer.is_some() {
+        // Another node reading a copy (a copy source, a re-replication) gets the metadata
+        // whole.
+        if let Some(v) = crate::cluster::replica::encode_meta_header(meta) {
+            resp = resp.header(yutu_api::cluster::REPLICA_META_HEADER, v);
+        }
+    }
+    resp
 }
 
 /// `?partNumber=N` of a GET/HEAD: `None` without one; refused unless 1 to 10,000.

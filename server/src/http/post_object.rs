@@ -53,15 +53,6 @@ fn policy_error(e: PostPolicyError) -> S3Error {
     S3Error::new(e.s3_code()).msg(e.to_string())
 }
 
-/// Whether a request is a form upload: `POST /bucket` with a multipart/form-data body.
-pub fn is_form(ctx: &Ctx) -> bool {
-    ctx.header("content-type").is_some_and(|c| {
-        c.trim_start()
-            .to_ascii_lowercase()
-            .starts_with("multipart/form-data")
-    })
-}
-
 /// The form's text fields, and the file's content type and bytes.
 struct Form {
     fields: FormFields,
@@ -280,36 +271,7 @@ pub async fn post_object(ctx: &Ctx, mut body_in: Incoming, bucket: &str) -> Resu
     let fields_reserved = body::reserve_for(ctx, &anonymous, FORM_OVERHEAD).await?;
     let mut reader = body::BodyReader::new(ctx, &mut body_in);
     let mut all = BytesMut::new();
-    // Parsed again at every KiB received, not at every frame: a form sent a byte at a time
-    // costs no more than 64 parses of at most 64 KiB.
-    let mut parsed_at = 0;
-    let head = loop {
-        match reader.next().await? {
-            Some(data) => all.extend_from_slice(&data),
-            None => match fields_before_file(&all, &boundary).await? {
-                Some(head) => break head,
-                // The body ended before its file: the whole parse says what is wrong.
-                None => {
-                    return Err(parse_form(all.freeze(), &boundary)
-                        .await
-                        .err()
-                        .unwrap_or_else(no_file))
-                }
-            },
-        }
-        if all.len() < parsed_at + 1024 {
-            continue;
-        }
-        parsed_at = all.len();
-        if let Some(head) = fields_before_file(&all, &boundary).await? {
-            break head;
-        }
-        if all.len() as u64 > FORM_OVERHEAD {
-            return Err(malformed(format!(
-                "The form's fields before its file exceed {FORM_OVERHEAD} bytes."
-            )));
-        }
-    };
+    let head = read_fields(&mut reader, &mut all, &boundary).await?;
     // The form's signer, not the (unsigned) request, is who writes.
     let (identity, policy) = signer(ctx, &head.fields)?;
     let key = head
@@ -323,30 +285,7 @@ pub async fn post_object(ctx: &Ctx, mut body_in: Incoming, bucket: &str) -> Resu
     if let Some(policy) = &policy {
         policy.check_fields(&checked).map_err(policy_error)?;
     }
-    let incarnation = {
-        let store = ctx.shard.tier.store.borrow();
-        let found = store.bucket_access(bucket);
-        let owner = found.map(|(o, _, _)| o);
-        let guards = store.bucket_guards(bucket).unwrap_or_default();
-        let asked = super::bucket_policy::Asked {
-            who: &identity,
-            op: crate::metrics::Op::PostObject,
-            action: Action::Write,
-            bucket,
-            key: Some(&key),
-            prefix: None,
-        };
-        let decision = super::bucket_policy::decide(ctx, &asked, owner, &guards);
-        authorize_with_acl(
-            &identity,
-            Action::Write,
-            Some(bucket),
-            owner,
-            found.map(|(_, _, a)| a),
-            decision,
-        )?;
-        found.map(|(_, i, _)| i)
-    };
+    let incarnation = authorize_signer(ctx, &identity, bucket, &key)?;
     // Now the file: reserved against the signer (an unsigned form: the anonymous pool).
     let client = ctx.body_client_as(&identity);
     let (rest, cap) = match expected {
@@ -382,8 +321,94 @@ pub async fn post_object(ctx: &Ctx, mut body_in: Incoming, bucket: &str) -> Resu
             "Your proposed upload exceeds {what} of {limit} bytes."
         )));
     }
-    let mut meta = form_meta(&form)?;
-    // The form's `acl` field is its x-amz-acl.
+    let meta = object_meta(ctx, &form, &identity, bucket)?;
+    let cond = WriteConditions {
+        incarnation,
+        ..WriteConditions::default()
+    };
+    let stored = store(ctx, bucket, &key, form.file.clone(), meta, cond).await?;
+    Ok(success(&form, bucket, key, &stored.etag))
+}
+
+/// Reads the form up to its file part (parsed again at every KiB received, not at every
+/// frame: a form sent a byte at a time costs no more than 64 parses of at most 64 KiB): its
+/// fields, at most [`FORM_OVERHEAD`] bytes of them.
+async fn read_fields(
+    reader: &mut body::BodyReader<'_>,
+    all: &mut BytesMut,
+    boundary: &str,
+) -> Result<Head, S3Error> {
+    let mut parsed_at = 0;
+    loop {
+        match reader.next().await? {
+            Some(data) => all.extend_from_slice(&data),
+            None => match fields_before_file(all, boundary).await? {
+                Some(head) => return Ok(head),
+                // The body ended before its file: the whole parse says what is wrong.
+                None => {
+                    return Err(parse_form(all.split().freeze(), boundary)
+                        .await
+                        .err()
+                        .unwrap_or_else(no_file))
+                }
+            },
+        }
+        if all.len() < parsed_at + 1024 {
+            continue;
+        }
+        parsed_at = all.len();
+        if let Some(head) = fields_before_file(all, boundary).await? {
+            return Ok(head);
+        }
+        if all.len() as u64 > FORM_OVERHEAD {
+            return Err(malformed(format!(
+                "The form's fields before its file exceed {FORM_OVERHEAD} bytes."
+            )));
+        }
+    }
+}
+
+/// Whether the form's signer may write `key` into `bucket` (bucket policy, then ACL), and
+/// the incarnation of the bucket it was checked against.
+fn authorize_signer(
+    ctx: &Ctx,
+    identity: &Identity,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<u64>, S3Error> {
+    let store = ctx.shard.tier.store.borrow();
+    let found = store.bucket_access(bucket);
+    let owner = found.map(|(o, _, _)| o);
+    let guards = store.bucket_guards(bucket).unwrap_or_default();
+    let asked = super::bucket_policy::Asked {
+        who: identity,
+        op: crate::metrics::Op::PostObject,
+        action: Action::Write,
+        bucket,
+        key: Some(key),
+        prefix: None,
+    };
+    let decision = super::bucket_policy::decide(ctx, &asked, owner, &guards);
+    authorize_with_acl(
+        identity,
+        Action::Write,
+        Some(bucket),
+        owner,
+        found.map(|(_, _, a)| a),
+        decision,
+    )?;
+    Ok(found.map(|(_, i, _)| i))
+}
+
+/// The stored object's metadata: the form's headers, its `acl` field as x-amz-acl, the
+/// signer as owner, checksum, size and ETag.
+fn object_meta(
+    ctx: &Ctx,
+    form: &Form,
+    identity: &Identity,
+    bucket: &str,
+) -> Result<ObjectMeta, S3Error> {
+    let mut meta = form_meta(form)?;
     let owner = identity.name().to_string();
     let bucket_owner = ctx
         .shard
@@ -406,36 +431,37 @@ pub async fn post_object(ctx: &Ctx, mut body_in: Incoming, bucket: &str) -> Resu
     .map_err(|e| S3Error::new(S3ErrorCode::InvalidArgument).msg(e.to_string()))?
     .unwrap_or_default();
     meta.owner = owner;
-    meta.checksum = form_checksum(&form)?;
+    meta.checksum = form_checksum(form)?;
     meta.size = form.file.len() as u64;
     meta.etag = format!("\"{}\"", hex::encode(md5(&form.file)));
-    let cond = WriteConditions {
-        incarnation,
-        ..WriteConditions::default()
-    };
-    let stored = store(ctx, bucket, &key, form.file.clone(), meta, cond).await?;
+    Ok(meta)
+}
+
+/// The answer to a stored upload: the redirect the form asks for, or the status it asks for
+/// (201 with a PostResponse document, 200, or 204 by default).
+fn success(form: &Form, bucket: &str, key: String, etag: &str) -> Resp {
     let location = format!("/{bucket}/{}", key);
     if let Some(url) = form.fields.get("success_action_redirect") {
-        if let Ok(to) = success_redirect(url, bucket, &key, &stored.etag) {
-            return Ok(Response::builder()
+        if let Ok(to) = success_redirect(url, bucket, &key, etag) {
+            return Response::builder()
                 .status(StatusCode::SEE_OTHER)
                 .header(header::LOCATION, to)
-                .header(header::ETAG, &stored.etag)
+                .header(header::ETAG, etag)
                 .body(Full::new(Bytes::new()))
-                .unwrap_or_default());
+                .unwrap_or_default();
         }
     }
     let status = success_action_status(form.fields.get("success_action_status"));
     let builder = Response::builder()
-        .header(header::ETAG, &stored.etag)
+        .header(header::ETAG, etag)
         .header(header::LOCATION, &location);
-    Ok(match status {
+    match status {
         201 => {
             let doc = PostResponse {
                 location,
                 bucket: bucket.to_string(),
                 key,
-                etag: stored.etag.clone(),
+                etag: etag.to_string(),
             };
             builder
                 .status(StatusCode::CREATED)
@@ -451,5 +477,5 @@ pub async fn post_object(ctx: &Ctx, mut body_in: Incoming, bucket: &str) -> Resu
             .status(StatusCode::NO_CONTENT)
             .body(Full::new(Bytes::new()))
             .unwrap_or_default(),
-    })
+    }
 }
