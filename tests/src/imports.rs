@@ -75,16 +75,28 @@ pub fn crate_paths_with_tests(file: &syn::File) -> BTreeSet<String> {
 }
 
 fn paths_in(attrs: &[Attribute], items: &[Item], tests: bool) -> BTreeSet<String> {
+    read(attrs, items, tests).found
+}
+
+fn read(attrs: &[Attribute], items: &[Item], tests: bool) -> Reader {
     let mut reader = Reader {
         tests,
         found: BTreeSet::new(),
+        full: BTreeSet::new(),
     };
     if tests || !is_test_only(attrs) {
         for item in items {
             reader.visit_item(item);
         }
     }
-    reader.found
+    reader
+}
+
+/// Every path of the file that starts with `crate`, `super` or `self`, whole (`use
+/// super::{a::B, c}` gives `[super, a, B]` and `[super, c]`), leaving out `#[cfg(test)]`
+/// items. In macro tokens, `crate::name` only.
+pub fn module_paths(file: &syn::File) -> BTreeSet<Vec<String>> {
+    read(&file.attrs, &file.items, false).full
 }
 
 /// A visitor collecting the first segment after `crate` of every path it meets.
@@ -92,6 +104,8 @@ struct Reader {
     /// Whether to read `#[cfg(test)]` items too.
     tests: bool,
     found: BTreeSet<String>,
+    /// Whole paths from `crate`, `super` or `self` (see [`module_paths`]).
+    full: BTreeSet<Vec<String>>,
 }
 
 impl Reader {
@@ -114,7 +128,11 @@ impl Reader {
                         continue;
                     }
                     match next {
-                        TokenTree::Ident(name) => self.add(name),
+                        TokenTree::Ident(name) => {
+                            self.add(name);
+                            self.full
+                                .insert(vec!["crate".to_string(), name.unraw().to_string()]);
+                        }
                         TokenTree::Group(group) if group.delimiter() == Delimiter::Brace => {
                             let parser = Punctuated::<UseTree, syn::Token![,]>::parse_terminated;
                             if let Ok(trees) = syn::parse::Parser::parse2(parser, group.stream()) {
@@ -233,6 +251,17 @@ impl<'ast> Visit<'ast> for Reader {
     }
 
     fn visit_path(&mut self, path: &'ast syn::Path) {
+        let whole: Vec<String> = path
+            .segments
+            .iter()
+            .map(|s| s.ident.unraw().to_string())
+            .collect();
+        if path.leading_colon.is_none()
+            && whole.len() > 1
+            && matches!(whole[0].as_str(), "crate" | "super" | "self")
+        {
+            self.full.insert(whole);
+        }
         let mut segments = path.segments.iter();
         if let (None, Some(first), Some(second)) =
             (path.leading_colon, segments.next(), segments.next())
@@ -253,6 +282,13 @@ impl<'ast> Visit<'ast> for Reader {
             }
         }
         from_crate(self, &item.tree);
+        let mut leaves = Vec::new();
+        use_leaves(&item.tree, &mut Vec::new(), &mut leaves);
+        for (path, _) in leaves {
+            if path.len() > 1 && matches!(path[0].as_str(), "crate" | "super" | "self") {
+                self.full.insert(path);
+            }
+        }
     }
 
     fn visit_macro(&mut self, mac: &'ast syn::Macro) {
@@ -580,4 +616,87 @@ pub fn roots(src: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+/// The module graph of one target between its files: each file's module (`http::service`)
+/// -> the file modules its paths lead to (a path counts as the longest
+/// file module it starts with, `super` and `self` taken from the file's place). `#[cfg(test)]`
+/// files and items add nothing.
+pub fn file_graph(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    // (file, its module path, whether its children sit in its own directory, test-only)
+    let mut queue = vec![(root.to_path_buf(), Vec::<String>::new(), true, false)];
+    let mut files: Vec<(Vec<String>, syn::File)> = Vec::new();
+    while let Some((path, module, mod_rs, test)) = queue.pop() {
+        let ast = parse(&path);
+        let test = test || is_test_only(&ast.attrs);
+        let dir = path.parent().expect("a file has a directory");
+        let children = if mod_rs {
+            dir.to_path_buf()
+        } else {
+            dir.join(path.file_stem().expect("a file has a name"))
+        };
+        for decl in mod_decls(&ast) {
+            let base = decl.within.iter().fold(children.clone(), |d, m| d.join(m));
+            let (child, child_mod_rs) = match &decl.path {
+                Some(p) if decl.within.is_empty() => (dir.join(p), true),
+                Some(p) => (base.join(p), true),
+                None if base.join(format!("{}.rs", decl.name)).exists() => {
+                    (base.join(format!("{}.rs", decl.name)), false)
+                }
+                None => (base.join(&decl.name).join("mod.rs"), true),
+            };
+            let mut child_module = module.clone();
+            child_module.extend(decl.within.iter().cloned());
+            child_module.push(decl.name.clone());
+            queue.push((child, child_module, child_mod_rs, test || decl.test));
+        }
+        if !test {
+            files.push((module, ast));
+        }
+    }
+    let name = |m: &[String]| {
+        if m.is_empty() {
+            "crate".to_string()
+        } else {
+            m.join("::")
+        }
+    };
+    let known: BTreeSet<Vec<String>> = files.iter().map(|(m, _)| m.clone()).collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, ast) in &files {
+        let from = name(module);
+        let targets = graph.entry(from.clone()).or_default();
+        for path in module_paths(ast) {
+            let mut at: Vec<String> = Vec::new();
+            let mut rest = path.as_slice();
+            match rest.first().map(String::as_str) {
+                Some("crate") => rest = &rest[1..],
+                Some("self") => {
+                    at = module.clone();
+                    rest = &rest[1..];
+                }
+                Some("super") => {
+                    at = module.clone();
+                    while rest.first().is_some_and(|s| s == "super") {
+                        at.pop();
+                        rest = &rest[1..];
+                    }
+                }
+                _ => continue,
+            }
+            let mut full = at;
+            full.extend(rest.iter().cloned());
+            let to = (0..=full.len())
+                .rev()
+                .map(|n| &full[..n])
+                .find(|p| known.contains(*p))
+                .map(name);
+            // The root's names are its re-exports (aliases the top-level check resolves).
+            if let Some(to) = to.filter(|to| *to != from && to != "crate") {
+                targets.insert(to);
+            }
+        }
+    }
+    graph.remove("crate");
+    graph
 }

@@ -17,8 +17,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use yutu_tests::imports::{
-    crate_paths, crate_paths_with_tests, cycles, mod_decls, read_target, root_names, roots,
-    rust_files, workspace, ModDecl,
+    crate_paths, crate_paths_with_tests, cycles, file_graph, mod_decls, read_target, root_names,
+    roots, rust_files, workspace, ModDecl,
 };
 
 /// The crates whose `src/` is checked.
@@ -53,6 +53,35 @@ const ALLOWED: &[Allowed] = &[Allowed {
     why: "not broken yet: metrics and routing read the Conductor's state and its scratch \
               space; the state wants a module of its own below all three",
 }];
+
+/// Cycles among the files of one target allowed for now, as [`ALLOWED`] (module paths of
+/// files, `http::service`).
+const ALLOWED_FILES: &[Allowed] = &[
+    Allowed {
+        root: "conductor/src/lib.rs",
+        edges: &[
+            "conductor -> metrics",
+            "conductor -> routing",
+            "metrics -> conductor",
+            "routing -> conductor",
+        ],
+        why: "the top-level cycle of ALLOWED, seen from its files",
+    },
+    Allowed {
+        root: "server/src/lib.rs",
+        edges: &[
+            "engine::kv -> engine::store",
+            "engine::multipart -> engine::store",
+            "engine::pinning -> engine::store",
+            "engine::store -> engine::kv",
+            "engine::store -> engine::multipart",
+            "engine::store -> engine::pinning",
+        ],
+        why: "one `impl ShardStore` split over files by concern (KV blocks, multipart parts, \
+              pins): each part needs the store's private fields and the store calls each \
+              part's hooks (eviction, removal); they are one type, not layers",
+    },
+];
 
 fn sorted(mut v: Vec<String>) -> Vec<String> {
     v.sort();
@@ -113,6 +142,51 @@ fn top_level_modules_import_each_other_in_no_circle() {
         if !found_roots.contains(a.root) {
             problems.push(format!("ALLOWED names {}, which is no crate root", a.root));
         }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The same rule one level down: no two files of a crate import each other in a circle, so
+/// that each file can be read knowing only the files below it.
+#[test]
+fn files_import_each_other_in_no_circle() {
+    let ws = workspace();
+    let mut problems = Vec::new();
+    for krate in CRATES {
+        for root in roots(&ws.join(krate).join("src")) {
+            let name = root
+                .strip_prefix(&ws)
+                .expect("under the workspace")
+                .to_string_lossy()
+                .replace('\\', "/");
+            let allowed: BTreeSet<Vec<String>> = ALLOWED_FILES
+                .iter()
+                .filter(|a| a.root == name)
+                .map(|a| sorted(a.edges.iter().map(|e| e.to_string()).collect()))
+                .collect();
+            let found: BTreeSet<Vec<String>> =
+                cycles(&file_graph(&root)).into_iter().map(sorted).collect();
+            for cycle in found.difference(&allowed) {
+                problems.push(format!(
+                    "{name}: these imports form a cycle among files:\n    {}",
+                    cycle.join("\n    ")
+                ));
+            }
+            for gone in allowed.difference(&found) {
+                problems.push(format!(
+                    "{name}: the allowed file cycle [{}] is no longer there as listed: update \
+                     or remove its ALLOWED_FILES entry",
+                    gone.join(", ")
+                ));
+            }
+        }
+    }
+    for a in ALLOWED_FILES {
+        assert!(
+            !a.why.is_empty(),
+            "{}: an allowed cycle needs a reason",
+            a.root
+        );
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
@@ -255,6 +329,41 @@ fn the_checker_follows_mod_declarations_and_reexports() {
             "e.rs",
             "lib.rs"
         ])
+    );
+}
+
+#[test]
+fn the_file_graph_follows_super_self_and_crate_paths() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let write = |path: &str, text: &str| {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    };
+    write(
+        "lib.rs",
+        "mod h;\npub use h::a::Thing;\n#[cfg(test)]\nmod t;\n",
+    );
+    write("h/mod.rs", "mod a;\nmod b;\nmod c;\npub fn helper() {}\n");
+    write("h/a.rs", "use super::b::{X, self as bb};\n");
+    write("h/b.rs", "fn f() { super::a::g(); super::helper(); }\n#[cfg(test)]\nmod tests { use crate::h::c; }\n");
+    write(
+        "h/c.rs",
+        "use crate::h::a::Y;\nfn g() -> crate::Thing { self::inner() }\n",
+    );
+    write("t.rs", "use crate::h::c;\n");
+    let graph = file_graph(&dir.path().join("lib.rs"));
+    let edges: Vec<String> = graph
+        .iter()
+        .flat_map(|(from, to)| to.iter().map(move |to| format!("{from} -> {to}")))
+        .collect();
+    assert_eq!(
+        edges,
+        ["h::a -> h::b", "h::b -> h", "h::b -> h::a", "h::c -> h::a"]
+    );
+    assert_eq!(
+        cycles(&graph),
+        vec![vec!["h::a -> h::b".to_string(), "h::b -> h::a".into()]]
     );
 }
 

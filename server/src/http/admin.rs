@@ -7,7 +7,6 @@
 //! does its own part (`admin_local`), and adds the answers up. A single node does its part
 //! and answers.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,24 +21,21 @@ use yutu_api::admin::{
     DRAIN_PATH, EVICT_PATH, LOCAL_PREFIX, NODES_PATH, PIN_PATH, REPLICATE_PATH, STATS_PATH,
     STATUS_PATH, UNPIN_PATH,
 };
-use yutu_api::cluster::{Member, FORWARDED_HEADER};
+use yutu_api::cluster::Member;
 use yutu_api::S3ErrorCode;
 
 use super::admin_local as local;
 use super::ctx::Ctx;
 use super::error::S3Error;
-use super::forward;
+use super::peer_call::{ask_all, MEMBER_TIMEOUT};
 use super::Resp;
-use crate::cluster::Cluster;
 
 /// Largest admin request body.
 const MAX_BODY: u64 = 64 * 1024;
-/// How long a member may take to answer its part.
-const MEMBER_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a member may take to report its stats (`nodes`, `stats`, `status`), connecting
 /// included. Reporting is cheap, so a member that has not answered by then is stopped
 /// (SIGSTOP), overloaded or cut off: it is reported unreachable, with the reason, rather than
-/// holding the whole answer up to [`MEMBER_TIMEOUT`] (the kernel accepts connections for a
+/// holding the whole answer up to [`MEMBER_TIMEOUT`](super::peer_call::MEMBER_TIMEOUT) (the kernel accepts connections for a
 /// stopped process, so only a deadline tells it apart from a slow one).
 const STATS_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -118,95 +114,6 @@ async fn local_call(ctx: &Ctx, call: &str, body: Incoming) -> Result<Resp, S3Err
         ("/versions", &Method::POST) => json(&local::versions(ctx, parse(ctx, body).await?).await?),
         _ => Err(S3Error::new(S3ErrorCode::InvalidRequest).msg("Unknown admin endpoint.")),
     }
-}
-
-/// Sends `method LOCAL_PREFIX/call` with `body` to `member`, as this node.
-pub(super) async fn ask<T: DeserializeOwned>(
-    cluster: &Cluster,
-    member: &Member,
-    method: Method,
-    call: &str,
-    body: Option<Vec<u8>>,
-) -> Result<T, String> {
-    ask_within(cluster, member, method, call, body, MEMBER_TIMEOUT).await
-}
-
-/// [`ask`], given up on after `deadline` in all (connecting, sending, the answer).
-async fn ask_within<T: DeserializeOwned>(
-    cluster: &Cluster,
-    member: &Member,
-    method: Method,
-    call: &str,
-    body: Option<Vec<u8>>,
-    deadline: Duration,
-) -> Result<T, String> {
-    let work = async {
-        ask_once(cluster, member, method, call, body, deadline)
-            .await
-            .map_err(|e| glommio::GlommioError::<()>::IoError(std::io::Error::other(e)))
-    };
-    match glommio::timer::timeout(deadline, work).await {
-        Ok(answer) => Ok(answer),
-        Err(glommio::GlommioError::TimedOut(_)) => Err(format!("no answer within {deadline:?}")),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-async fn ask_once<T: DeserializeOwned>(
-    cluster: &Cluster,
-    member: &Member,
-    method: Method,
-    call: &str,
-    body: Option<Vec<u8>>,
-    deadline: Duration,
-) -> Result<T, String> {
-    let peer = forward::authority(&member.url).ok_or_else(|| format!("URL {}", member.url))?;
-    let mut req = http::Request::builder()
-        .method(method)
-        .uri(format!("{LOCAL_PREFIX}{call}"))
-        .body(match body {
-            Some(b) => forward::bytes_body(Bytes::from(b)),
-            None => forward::empty_body(),
-        })
-        .map_err(|e| e.to_string())?;
-    let h = req.headers_mut();
-    forward::set(h, "host", peer);
-    forward::set(h, "content-type", "application/json");
-    forward::set(h, FORWARDED_HEADER, &cluster.node);
-    if let Some(token) = cluster.node_token() {
-        forward::set(h, "authorization", &format!("Bearer {token}"));
-    }
-    let sender = forward::connect(peer).await.map_err(|e| e.to_string())?;
-    let (head, body) = forward::exchange_raw(peer, sender, req, deadline, 16 << 20)
-        .await
-        .map_err(|e| e.to_string())?;
-    if !head.status.is_success() {
-        return Err(format!(
-            "answered {}: {}",
-            head.status,
-            String::from_utf8_lossy(&body)
-                .chars()
-                .take(200)
-                .collect::<String>()
-        ));
-    }
-    serde_json::from_slice(&body).map_err(|e| format!("unreadable answer: {e}"))
-}
-
-/// Every member's answer to `call`, in member order (`Err` for one that failed), each given
-/// up on after `deadline`.
-async fn ask_all<T: DeserializeOwned>(
-    cluster: &Arc<Cluster>,
-    members: &[Member],
-    method: Method,
-    call: &str,
-    body: Option<Vec<u8>>,
-    deadline: Duration,
-) -> Vec<Result<T, String>> {
-    let calls = members
-        .iter()
-        .map(|m| ask_within::<T>(cluster, m, method.clone(), call, body.clone(), deadline));
-    futures::future::join_all(calls).await
 }
 
 fn unreachable(member: &Member) -> NodeStats {

@@ -170,7 +170,7 @@ pub async fn get_attributes(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, 
             );
         }
     }
-    let (meta, _) = super::objects::read_local(ctx, bucket, key, true).await?;
+    let (meta, _) = super::common::read_local(ctx, bucket, key, true).await?;
     let xml = to_xml(
         "GetObjectAttributesResponse",
         &document(&meta, &attrs, max_parts, marker),

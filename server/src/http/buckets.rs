@@ -14,8 +14,10 @@ use yutu_api::xml::{
 };
 use yutu_api::{parse_size, validate_bucket_name, S3ErrorCode};
 
+use super::common::{bucket_error, empty, unavailable};
 use super::ctx::Ctx;
 use super::error::S3Error;
+use super::forward;
 use super::target::Target;
 use super::{body, xml_response, Resp};
 use crate::auth::can_see;
@@ -187,7 +189,7 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
                 Err(crate::cluster::buckets::ClusterBucketError::Local(
                     crate::node::BucketError::AlreadyOwned,
                 )) if !shard.settings.bucket_exists_conflict => {}
-                r => r.map_err(super::cluster::bucket_error)?,
+                r => r.map_err(super::common::bucket_error)?,
             }
         }
         None if replicas.is_some_and(|n| n > 1) => {
@@ -490,4 +492,68 @@ pub async fn list_objects(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
         StatusCode::OK,
         to_xml("ListBucketResult", &doc),
     ))
+}
+
+/// DeleteBucket in a cluster: refused while any member holds an object of the bucket, then
+/// deleted in etcd (every node drops it when it reads the change).
+pub async fn delete_in_cluster(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
+    let Some(cluster) = ctx.cluster.clone() else {
+        return Err(S3Error::new(S3ErrorCode::InternalError));
+    };
+    let view = cluster.view();
+    if !view.buckets.contains_key(bucket) {
+        // A bucket of this node alone (from before it joined).
+        return delete(ctx, bucket).await;
+    }
+    let path = format!(
+        "/{}?list-type=2&max-keys=1",
+        utf8_percent_encode(bucket, crate::cluster::replica::PATH)
+    );
+    for member in &view.members {
+        let peer = forward::authority(&member.url)
+            .ok_or_else(|| unavailable(format!("Member {} has no http:// URL.", member.name)))?;
+        let mut req = http::Request::builder()
+            .method(http::Method::GET)
+            .uri(&path)
+            .body(forward::empty_body())
+            .map_err(|e| S3Error::new(S3ErrorCode::InternalError).msg(e.to_string()))?;
+        let h = req.headers_mut();
+        forward::set(h, "host", peer);
+        forward::set(h, yutu_api::cluster::FORWARDED_HEADER, &cluster.node);
+        if let Some(token) = cluster.node_token() {
+            forward::set(h, "authorization", &format!("Bearer {token}"));
+        }
+        let answer = async {
+            let sender = forward::connect(peer).await?;
+            forward::exchange_raw(peer, sender, req, std::time::Duration::from_secs(10), 1 << 20).await
+        }
+        .await
+        .map_err(|e| {
+            unavailable(format!(
+                "Cannot check that member {} holds nothing of the bucket ({e}); nothing was deleted.",
+                member.name
+            ))
+        })?;
+        let (head, body) = answer;
+        if head.status == StatusCode::NOT_FOUND {
+            continue;
+        }
+        if !head.status.is_success() {
+            return Err(unavailable(format!(
+                "Member {} answered {} to the emptiness check; nothing was deleted.",
+                member.name, head.status
+            )));
+        }
+        if memchr_contains(&body, b"<Key>") {
+            return Err(S3Error::new(S3ErrorCode::BucketNotEmpty));
+        }
+    }
+    crate::cluster::buckets::delete(&ctx.shard, &cluster, bucket)
+        .await
+        .map_err(bucket_error)?;
+    Ok(empty(StatusCode::NO_CONTENT))
+}
+
+fn memchr_contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }

@@ -27,13 +27,14 @@ use yutu_api::cluster::{
 };
 use yutu_api::S3ErrorCode;
 
+use super::common::unavailable;
 use super::ctx::Ctx;
 use super::error::S3Error;
 use super::forward::{self, ProxyBody};
 use super::Resp;
 use crate::auth::tokens::TokenVerifier;
 use crate::auth::Identity;
-use crate::cluster::replica::{self, PATH};
+use crate::cluster::replica;
 use crate::cluster::{Cluster, ClusterMetrics, NODE_SUBJECT_PREFIX};
 use crate::metrics::Op;
 use crate::model::conditions::ReadConditions;
@@ -192,10 +193,6 @@ pub enum Forwarded {
     Done(Result<Resp, S3Error>),
     /// The owners before this node could not be reached: serve it here (with its body).
     Here(hyper::body::Incoming),
-}
-
-fn unavailable(msg: String) -> S3Error {
-    S3Error::new(S3ErrorCode::ServiceUnavailable).msg(msg)
 }
 
 /// How long an exchange with a peer may take: the client's body at the slowest allowed rate,
@@ -511,80 +508,6 @@ pub async fn know_bucket(ctx: &Ctx, cluster: &Arc<Cluster>, bucket: &str) {
     }
 }
 
-/// DeleteBucket in a cluster: refused while any member holds an object of the bucket, then
-/// deleted in etcd (every node drops it when it reads the change).
-pub async fn delete_bucket(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
-    let Some(cluster) = ctx.cluster.clone() else {
-        return Err(S3Error::new(S3ErrorCode::InternalError));
-    };
-    let view = cluster.view();
-    if !view.buckets.contains_key(bucket) {
-        // A bucket of this node alone (from before it joined).
-        return super::buckets::delete(ctx, bucket).await;
-    }
-    let path = format!(
-        "/{}?list-type=2&max-keys=1",
-        percent_encoding::utf8_percent_encode(bucket, PATH)
-    );
-    for member in &view.members {
-        let peer = forward::authority(&member.url)
-            .ok_or_else(|| unavailable(format!("Member {} has no http:// URL.", member.name)))?;
-        let mut req = http::Request::builder()
-            .method(Method::GET)
-            .uri(&path)
-            .body(forward::empty_body())
-            .map_err(|e| S3Error::new(S3ErrorCode::InternalError).msg(e.to_string()))?;
-        let h = req.headers_mut();
-        forward::set(h, "host", peer);
-        forward::set(h, FORWARDED_HEADER, &cluster.node);
-        if let Some(token) = cluster.node_token() {
-            forward::set(h, "authorization", &format!("Bearer {token}"));
-        }
-        let answer = async {
-            let sender = forward::connect(peer).await?;
-            forward::exchange_raw(peer, sender, req, Duration::from_secs(10), 1 << 20).await
-        }
-        .await
-        .map_err(|e| {
-            unavailable(format!(
-                "Cannot check that member {} holds nothing of the bucket ({e}); nothing was deleted.",
-                member.name
-            ))
-        })?;
-        let (head, body) = answer;
-        if head.status == StatusCode::NOT_FOUND {
-            continue;
-        }
-        if !head.status.is_success() {
-            return Err(unavailable(format!(
-                "Member {} answered {} to the emptiness check; nothing was deleted.",
-                member.name, head.status
-            )));
-        }
-        if memchr_contains(&body, b"<Key>") {
-            return Err(S3Error::new(S3ErrorCode::BucketNotEmpty));
-        }
-    }
-    crate::cluster::buckets::delete(&ctx.shard, &cluster, bucket)
-        .await
-        .map_err(bucket_error)?;
-    Ok(super::objects::empty(StatusCode::NO_CONTENT))
-}
-
-fn memchr_contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-/// The S3 error of a cluster bucket operation.
-pub fn bucket_error(e: crate::cluster::buckets::ClusterBucketError) -> S3Error {
-    match e {
-        crate::cluster::buckets::ClusterBucketError::Local(e) => e.into(),
-        crate::cluster::buckets::ClusterBucketError::Etcd(e) => unavailable(format!(
-            "The cluster's configuration store (etcd) cannot be reached, so buckets cannot be created or deleted now: {e}."
-        )),
-    }
-}
-
 /// The other members' pages of a cluster bucket's listing. A member that does not answer is
 /// left out (its keys are on their other owners when the bucket has replicas) and logged.
 pub async fn member_pages(
@@ -611,7 +534,7 @@ pub async fn member_pages(
         .filter(|m| m.name != cluster.node)
         .collect();
     let calls = others.iter().map(|m| {
-        super::admin::ask::<Vec<LocalListEntry>>(
+        super::peer_call::ask::<Vec<LocalListEntry>>(
             cluster,
             m,
             Method::POST,

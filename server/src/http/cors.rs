@@ -63,7 +63,7 @@ async fn set(ctx: &Ctx, bucket: &str, cors: Option<CorsConfiguration>) -> Result
     match &ctx.cluster {
         Some(cluster) => crate::cluster::buckets::change(&ctx.shard, cluster, bucket, change)
             .await
-            .map_err(super::cluster::bucket_error),
+            .map_err(super::common::bucket_error),
         None => Ok(buckets::change(&ctx.shard, bucket.to_string(), change).await?),
     }
 }

@@ -1,11 +1,12 @@
 //! Everything a handler needs about one request, once it is routed and authenticated.
 
 use std::rc::Rc;
+use std::time::SystemTime;
 
 use http::{HeaderMap, Method, Uri};
 
-use super::bucket_policy::{self, Asked};
 use super::error::S3Error;
+use super::permission::{self, Asked};
 use super::target::Target;
 use crate::auth::authenticate::RequestAuth;
 use crate::auth::{authorize_object, authorize_with_acl, Action, Gate, Identity};
@@ -13,7 +14,7 @@ use crate::engine::store::ShardStore;
 use crate::metrics::Op;
 use crate::net::budget::BodyClient;
 use crate::node::Shard;
-use yutu_api::bucket_policy::Decision;
+use yutu_api::bucket_policy::{keys, Context, Decision};
 
 pub struct Ctx {
     pub shard: Rc<Shard>,
@@ -141,9 +142,76 @@ impl Ctx {
         Weighed {
             owner,
             incarnation: found.map(|(_, incarnation, _)| incarnation),
-            acl: bucket_policy::effective_acl(found.map(|(_, _, acl)| acl), &guards),
-            decision: bucket_policy::decide(self, &asked, owner, &guards),
+            acl: permission::effective_acl(found.map(|(_, _, acl)| acl), &guards),
+            decision: permission::decide(&asked, owner, &guards, |p| self.policy_context(p)),
         }
+    }
+
+    /// The condition values of the request: the caller's address and name, the time, its
+    /// headers and the listing parameters a policy may test (`prefix`, when given, stands for
+    /// the request's `s3:prefix`).
+    pub fn policy_context(&self, prefix: Option<&str>) -> Context {
+        let ctx = self;
+        let mut c = Context::new();
+        if let Some(ip) = ctx.client {
+            c.insert(keys::SOURCE_IP, ip.to_string());
+        }
+        let tls = ctx.shard.settings.tls.is_some();
+        c.insert(keys::SECURE_TRANSPORT, if tls { "true" } else { "false" });
+        let now = SystemTime::now();
+        c.insert(
+            keys::CURRENT_TIME,
+            humantime::format_rfc3339_seconds(now).to_string(),
+        );
+        if let Ok(d) = now.duration_since(SystemTime::UNIX_EPOCH) {
+            c.insert(keys::EPOCH_TIME, d.as_secs().to_string());
+        }
+        if let Identity::User(u) = ctx.identity() {
+            c.insert(keys::USERNAME, u.name.clone());
+            c.insert(keys::USERID, u.name.clone());
+        }
+        for (key, header) in [
+            (keys::REFERER, "referer"),
+            (keys::USER_AGENT, "user-agent"),
+            (keys::X_AMZ_ACL, "x-amz-acl"),
+            (keys::X_AMZ_CONTENT_SHA256, "x-amz-content-sha256"),
+            (keys::X_AMZ_COPY_SOURCE, "x-amz-copy-source"),
+            (keys::X_AMZ_METADATA_DIRECTIVE, "x-amz-metadata-directive"),
+            (
+                keys::X_AMZ_SERVER_SIDE_ENCRYPTION,
+                "x-amz-server-side-encryption",
+            ),
+            (keys::X_AMZ_STORAGE_CLASS, "x-amz-storage-class"),
+        ] {
+            if let Some(v) = ctx.header(header) {
+                c.insert(key, v);
+            }
+        }
+        for grant in [
+            "x-amz-grant-read",
+            "x-amz-grant-write",
+            "x-amz-grant-read-acp",
+            "x-amz-grant-write-acp",
+            "x-amz-grant-full-control",
+        ] {
+            if let Some(v) = ctx.header(grant) {
+                c.insert(&format!("s3:{grant}"), v);
+            }
+        }
+        if let Some(p) = prefix {
+            c.insert(keys::PREFIX, p);
+        }
+        for (key, param) in [
+            (keys::PREFIX, "prefix"),
+            (keys::DELIMITER, "delimiter"),
+            (keys::MAX_KEYS, "max-keys"),
+            (keys::VERSION_ID, "versionId"),
+        ] {
+            if let Some(v) = ctx.target.param(param).filter(|_| prefix.is_none()) {
+                c.insert(key, v);
+            }
+        }
+        c
     }
 
     /// [`Ctx::allow`] on `key` of `bucket` (a copy's source) as the bucket policy sees it.

@@ -9,9 +9,10 @@ use yutu_api::xml::{
 };
 use yutu_api::S3ErrorCode;
 
+use super::common::read_local;
 use super::ctx::Ctx;
 use super::error::S3Error;
-use super::objects::{bucket_must_exist, check_key, read_local};
+use super::objects::{bucket_must_exist, check_key};
 use super::{payload, xml_response, Resp};
 use crate::model::conditions::DeleteConditions;
 

@@ -24,11 +24,11 @@ use yutu_transfer::{
 
 use super::ctx::Ctx;
 use super::error::S3Error;
-use super::kv_api::{
+use super::kv_peers::session_peer;
+use super::kv_shards::{
     bad, by_shard, check_keys, check_lens, end_puts, json, lease, owner_of, revoke_all, start_puts,
     DEFAULT_TTL,
 };
-use super::kv_peers::session_peer;
 use super::Resp;
 use crate::kv::direct::{self, Copied};
 use crate::node::Shard;
@@ -331,13 +331,13 @@ async fn pin_blocks(
             AdminPin::Soft(std::time::Instant::now() + std::time::Duration::from_secs(s))
         }
         Some(_) => {
-            return Err(super::kv_api::bad(format!(
+            return Err(super::kv_shards::bad(format!(
                 "pin.soft_ttl_secs must be 1 to {}.",
                 yutu_api::kv::MAX_SOFT_PIN_SECS
             )))
         }
     };
-    for (shard, idx) in super::kv_api::by_shard(ctx, bucket, keys) {
+    for (shard, idx) in super::kv_shards::by_shard(ctx, bucket, keys) {
         let (b, ks): (String, Vec<String>) = (
             bucket.to_string(),
             idx.iter().map(|&i| keys[i].clone()).collect(),
@@ -380,7 +380,7 @@ pub(super) async fn put_from(
     // With `if_absent`, the blocks whose key is present are left out here and answer an
     // empty ETag; `wanted` maps the blocks still to store back onto the request.
     let wanted: Vec<usize> = if req.if_absent {
-        let present = super::kv_api::exists(ctx, bucket, &keys).await?;
+        let present = super::kv_shards::exists(ctx, bucket, &keys).await?;
         (0..requested).filter(|&i| !present[i]).collect()
     } else {
         (0..requested).collect()

@@ -17,7 +17,7 @@ use yutu_transfer::{NodeAddress, TransferEngine};
 
 use super::ctx::Ctx;
 use super::error::S3Error;
-use super::kv_api::{bad, json};
+use super::kv_shards::{bad, json};
 use super::Resp;
 use crate::engine::peers::PeerError;
 

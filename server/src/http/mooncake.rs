@@ -220,7 +220,7 @@ async fn local_sizes(
     keys: &[String],
 ) -> Result<Vec<Option<u64>>, S3Error> {
     let mut out = vec![None; keys.len()];
-    for (shard, idx) in super::kv_api::by_shard(ctx, bucket, keys) {
+    for (shard, idx) in super::kv_shards::by_shard(ctx, bucket, keys) {
         let ks: Vec<String> = idx.iter().map(|i| keys[*i].clone()).collect();
         let b = bucket.to_string();
         let sizes = ctx

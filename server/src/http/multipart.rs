@@ -14,10 +14,11 @@ use yutu_api::xml::{
 };
 use yutu_api::{parse_range, S3ErrorCode};
 
+use super::common::{empty, read_local};
 use super::copy::{fetch_source, invalid_source_range};
 use super::ctx::Ctx;
 use super::error::S3Error;
-use super::objects::{bucket_must_exist, check_key, check_write_conditions, empty, read_local};
+use super::objects::{bucket_must_exist, check_key, check_write_conditions};
 use super::{meta, payload, xml_response, Resp};
 use crate::engine::multipart::{
     multipart_etag, ClaimedChecksum, CompletePart, Upload, MAX_PART_NUMBER,

@@ -9,6 +9,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use yutu_api::{parse_range, validate_object_key, KeyError, S3ErrorCode};
 
+use super::common::{empty, read_local};
 use super::ctx::Ctx;
 use super::error::S3Error;
 use super::{meta, payload, Resp};
@@ -27,13 +28,6 @@ pub fn check_key(key: &str) -> Result<(), S3Error> {
         };
         S3Error::new(code).msg(format!("{e}."))
     })
-}
-
-pub fn empty(status: StatusCode) -> Resp {
-    Response::builder()
-        .status(status)
-        .body(Full::new(Bytes::new()))
-        .unwrap_or_default()
 }
 
 /// The payload limit for one object: the configured maximum, and what fits in a shard.
@@ -137,25 +131,6 @@ pub async fn store(
             s.tier.put(b, k, data, meta, cond).holding(admitted)
         })
         .await??)
-}
-
-/// The object's metadata and (unless `head_only`) bytes, read unconditionally on the shard
-/// that owns it.
-pub async fn read_local(
-    ctx: &Ctx,
-    bucket: &str,
-    key: &str,
-    head_only: bool,
-) -> Result<(Arc<ObjectMeta>, Bytes), S3Error> {
-    let (b, k) = (bucket.to_string(), key.to_string());
-    let found = ctx
-        .shard
-        .run_step(ctx.shard.owner(bucket, key), move |s| {
-            s.tier.get(b, k, None, head_only, ReadConditions::default())
-        })
-        .await?;
-    let (meta, _, data) = found?;
-    Ok((meta, data))
 }
 
 /// GetObject/HeadObject. A [`Gate::Object`] request is first checked against the object's

@@ -380,7 +380,7 @@ fn authorize_signer(
     let found = store.bucket_access(bucket);
     let owner = found.map(|(o, _, _)| o);
     let guards = store.bucket_guards(bucket).unwrap_or_default();
-    let asked = super::bucket_policy::Asked {
+    let asked = super::permission::Asked {
         who: identity,
         op: crate::metrics::Op::PostObject,
         action: Action::Write,
@@ -388,7 +388,7 @@ fn authorize_signer(
         key: Some(key),
         prefix: None,
     };
-    let decision = super::bucket_policy::decide(ctx, &asked, owner, &guards);
+    let decision = super::permission::decide(&asked, owner, &guards, |p| ctx.policy_context(p));
     authorize_with_acl(
         identity,
         Action::Write,

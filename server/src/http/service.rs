@@ -406,7 +406,7 @@ async fn serve_bucket(ctx: &Ctx, op: Op, b: &str, body: Incoming) -> Result<Resp
         Op::PutBucketOwnershipControls => ownership::put(ctx, body, b).await,
         Op::DeleteBucketOwnershipControls => ownership::delete(ctx, b).await,
         Op::DeleteBucket if ctx.cluster.is_some() && ctx.peer.is_none() => {
-            super::cluster::delete_bucket(ctx, b).await
+            buckets::delete_in_cluster(ctx, b).await
         }
         Op::DeleteBucket => buckets::delete(ctx, b).await,
         Op::HeadBucket => buckets::head(ctx, b),
