@@ -49,8 +49,10 @@ impl Gauge {
     }
 }
 
-/// The S3 (and ops) operations requests are counted by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The S3 (and ops) operations requests are counted by; a variant's name is its metric label
+/// (`op="GetObject"`). What a request is, and so its operation, is decided in
+/// `http/endpoint.rs`, with the permission and policy action each operation needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::VariantArray, strum::IntoStaticStr)]
 pub enum Op {
     ListBuckets,
     CreateBucket,
@@ -102,102 +104,12 @@ pub enum Op {
 }
 
 impl Op {
-    pub const ALL: [Op; 45] = [
-        Op::ListBuckets,
-        Op::CreateBucket,
-        Op::DeleteBucket,
-        Op::HeadBucket,
-        Op::ListObjects,
-        Op::PutObject,
-        Op::GetObject,
-        Op::HeadObject,
-        Op::DeleteObject,
-        Op::CopyObject,
-        Op::DeleteObjects,
-        Op::ListObjectVersions,
-        Op::GetBucketLocation,
-        Op::CreateMultipartUpload,
-        Op::UploadPart,
-        Op::UploadPartCopy,
-        Op::CompleteMultipartUpload,
-        Op::AbortMultipartUpload,
-        Op::ListParts,
-        Op::ListMultipartUploads,
-        Op::GetObjectAttributes,
-        Op::GetBucketAcl,
-        Op::PutBucketAcl,
-        Op::GetObjectAcl,
-        Op::PutObjectAcl,
-        Op::GetBucketCors,
-        Op::PutBucketCors,
-        Op::DeleteBucketCors,
-        Op::CorsPreflight,
-        Op::GetBucketPolicy,
-        Op::PutBucketPolicy,
-        Op::DeleteBucketPolicy,
-        Op::GetBucketPolicyStatus,
-        Op::GetPublicAccessBlock,
-        Op::PutPublicAccessBlock,
-        Op::DeletePublicAccessBlock,
-        Op::GetBucketOwnershipControls,
-        Op::PutBucketOwnershipControls,
-        Op::DeleteBucketOwnershipControls,
-        Op::PostObject,
-        Op::Admin,
-        Op::Kv,
-        Op::MooncakeMaster,
-        Op::Ops,
-        Op::Unsupported,
-    ];
+    /// Every operation, in declaration order (the order of the metric arrays).
+    pub const ALL: &'static [Op] = <Op as strum::VariantArray>::VARIANTS;
 
+    /// The metric label: the variant's name.
     pub fn name(self) -> &'static str {
-        match self {
-            Op::ListBuckets => "ListBuckets",
-            Op::CreateBucket => "CreateBucket",
-            Op::DeleteBucket => "DeleteBucket",
-            Op::HeadBucket => "HeadBucket",
-            Op::ListObjects => "ListObjects",
-            Op::PutObject => "PutObject",
-            Op::GetObject => "GetObject",
-            Op::HeadObject => "HeadObject",
-            Op::DeleteObject => "DeleteObject",
-            Op::CopyObject => "CopyObject",
-            Op::DeleteObjects => "DeleteObjects",
-            Op::ListObjectVersions => "ListObjectVersions",
-            Op::GetBucketLocation => "GetBucketLocation",
-            Op::CreateMultipartUpload => "CreateMultipartUpload",
-            Op::UploadPart => "UploadPart",
-            Op::UploadPartCopy => "UploadPartCopy",
-            Op::CompleteMultipartUpload => "CompleteMultipartUpload",
-            Op::AbortMultipartUpload => "AbortMultipartUpload",
-            Op::ListParts => "ListParts",
-            Op::ListMultipartUploads => "ListMultipartUploads",
-            Op::GetObjectAttributes => "GetObjectAttributes",
-            Op::GetBucketAcl => "GetBucketAcl",
-            Op::PutBucketAcl => "PutBucketAcl",
-            Op::GetObjectAcl => "GetObjectAcl",
-            Op::PutObjectAcl => "PutObjectAcl",
-            Op::GetBucketCors => "GetBucketCors",
-            Op::PutBucketCors => "PutBucketCors",
-            Op::DeleteBucketCors => "DeleteBucketCors",
-            Op::CorsPreflight => "CorsPreflight",
-            Op::GetBucketPolicy => "GetBucketPolicy",
-            Op::PutBucketPolicy => "PutBucketPolicy",
-            Op::DeleteBucketPolicy => "DeleteBucketPolicy",
-            Op::GetBucketPolicyStatus => "GetBucketPolicyStatus",
-            Op::GetPublicAccessBlock => "GetPublicAccessBlock",
-            Op::PutPublicAccessBlock => "PutPublicAccessBlock",
-            Op::DeletePublicAccessBlock => "DeletePublicAccessBlock",
-            Op::GetBucketOwnershipControls => "GetBucketOwnershipControls",
-            Op::PutBucketOwnershipControls => "PutBucketOwnershipControls",
-            Op::DeleteBucketOwnershipControls => "DeleteBucketOwnershipControls",
-            Op::PostObject => "PostObject",
-            Op::Admin => "Admin",
-            Op::Kv => "Kv",
-            Op::MooncakeMaster => "MooncakeMaster",
-            Op::Ops => "Ops",
-            Op::Unsupported => "Unsupported",
-        }
+        self.into()
     }
 
     fn index(self) -> usize {

@@ -12,10 +12,10 @@
 //! object, chosen by method and sub-resource.
 
 use http::{HeaderMap, Method};
+use yutu_api::mooncake_master::{BATCH_QUERY_KEYS_PATH, GET_ALL_SEGMENTS_PATH, QUERY_KEY_PATH};
 use yutu_api::S3ErrorCode;
 
 use super::error::S3Error;
-use super::mooncake;
 use super::target::Target;
 use crate::auth::Action;
 use crate::metrics::Op;
@@ -30,7 +30,7 @@ pub enum Endpoint {
     /// `OPTIONS`: a CORS preflight (browsers send it without credentials).
     CorsPreflight,
     /// One of Mooncake master's query endpoints (`/get_all_segments`, ...).
-    Mooncake(mooncake::Endpoint),
+    Mooncake(MooncakeEndpoint),
     /// `GET /v1/cluster`: the membership a client routes itself with.
     Membership,
     /// `/admin/...`: the admin API.
@@ -69,7 +69,7 @@ impl Endpoint {
             return Err(S3Error::new(S3ErrorCode::NotImplemented)
                 .msg(format!("The ?{sub} sub-resource is not implemented.")));
         }
-        if let Some(m) = mooncake::endpoint(method, target) {
+        if let Some(m) = mooncake_endpoint(method, target) {
             return Ok(Endpoint::Mooncake(m));
         }
         if !target.virtual_host {
@@ -115,6 +115,29 @@ impl Endpoint {
     /// objects only.
     pub fn needs_credentials(&self) -> bool {
         matches!(self, Endpoint::Membership | Endpoint::Admin | Endpoint::Kv)
+    }
+}
+
+/// Which of Mooncake master's query endpoints a request is (`mooncake.rs` serves them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MooncakeEndpoint {
+    Segments,
+    QueryKey,
+    BatchQueryKeys,
+}
+
+/// A GET of exactly `/get_all_segments`, `/query_key` or `/batch_query_keys` (no valid bucket
+/// name holds `_`, so no bucket is shadowed).
+fn mooncake_endpoint(method: &Method, target: &Target) -> Option<MooncakeEndpoint> {
+    if method != Method::GET || target.virtual_host || target.key.is_some() {
+        return None;
+    }
+    let path = format!("/{}", target.bucket.as_deref()?);
+    match path.as_str() {
+        GET_ALL_SEGMENTS_PATH => Some(MooncakeEndpoint::Segments),
+        QUERY_KEY_PATH => Some(MooncakeEndpoint::QueryKey),
+        BATCH_QUERY_KEYS_PATH => Some(MooncakeEndpoint::BatchQueryKeys),
+        _ => None,
     }
 }
 
@@ -241,6 +264,55 @@ pub fn action(op: Op) -> Action {
     }
 }
 
+/// The bucket-policy action an S3 operation is evaluated as (`s3:GetObject`...); `None` for
+/// calls outside the S3 operations (KV, Mooncake's queries, admin), which are evaluated as
+/// the permission they need.
+pub fn policy_action(op: Op) -> Option<&'static str> {
+    use yutu_api::bucket_policy::actions::*;
+    match op {
+        Op::ListObjects | Op::HeadBucket => Some(LIST_BUCKET),
+        Op::ListObjectVersions => Some(LIST_BUCKET_VERSIONS),
+        Op::ListMultipartUploads => Some(LIST_BUCKET_MULTIPART_UPLOADS),
+        Op::GetBucketLocation => Some(GET_BUCKET_LOCATION),
+        Op::ListBuckets => Some(LIST_ALL_MY_BUCKETS),
+        Op::CreateBucket => Some(CREATE_BUCKET),
+        Op::DeleteBucket => Some(DELETE_BUCKET),
+        Op::GetObject | Op::HeadObject => Some(GET_OBJECT),
+        Op::GetObjectAttributes => Some(GET_OBJECT_ATTRIBUTES),
+        Op::PutObject
+        | Op::CopyObject
+        | Op::PostObject
+        | Op::CreateMultipartUpload
+        | Op::UploadPart
+        | Op::UploadPartCopy
+        | Op::CompleteMultipartUpload => Some(PUT_OBJECT),
+        Op::DeleteObject | Op::DeleteObjects => Some(DELETE_OBJECT),
+        Op::AbortMultipartUpload => Some(ABORT_MULTIPART_UPLOAD),
+        Op::ListParts => Some(LIST_MULTIPART_UPLOAD_PARTS),
+        Op::GetBucketAcl => Some(GET_BUCKET_ACL),
+        Op::PutBucketAcl => Some(PUT_BUCKET_ACL),
+        Op::GetObjectAcl => Some(GET_OBJECT_ACL),
+        Op::PutObjectAcl => Some(PUT_OBJECT_ACL),
+        Op::GetBucketCors => Some(GET_BUCKET_CORS),
+        Op::PutBucketCors | Op::DeleteBucketCors => Some(PUT_BUCKET_CORS),
+        Op::GetBucketPolicy => Some(GET_BUCKET_POLICY),
+        Op::PutBucketPolicy => Some(PUT_BUCKET_POLICY),
+        Op::DeleteBucketPolicy => Some(DELETE_BUCKET_POLICY),
+        Op::GetBucketPolicyStatus => Some(GET_BUCKET_POLICY_STATUS),
+        Op::GetPublicAccessBlock => Some(GET_BUCKET_PUBLIC_ACCESS_BLOCK),
+        Op::PutPublicAccessBlock | Op::DeletePublicAccessBlock => {
+            Some(PUT_BUCKET_PUBLIC_ACCESS_BLOCK)
+        }
+        Op::GetBucketOwnershipControls => Some("s3:GetBucketOwnershipControls"),
+        Op::PutBucketOwnershipControls | Op::DeleteBucketOwnershipControls => {
+            Some("s3:PutBucketOwnershipControls")
+        }
+        Op::CorsPreflight | Op::Admin | Op::Kv | Op::MooncakeMaster | Op::Ops | Op::Unsupported => {
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,6 +332,72 @@ mod tests {
 
     fn op(method: Method, uri: &str) -> Op {
         parse(method, uri, &[]).expect("an endpoint").op()
+    }
+
+    #[test]
+    fn only_a_get_of_exactly_the_three_paths_is_mooncake() {
+        let get = Method::GET;
+        assert_eq!(
+            mooncake_endpoint(
+                &get,
+                &Target::parse(&"/get_all_segments".parse().unwrap()).unwrap()
+            ),
+            Some(MooncakeEndpoint::Segments)
+        );
+        assert_eq!(
+            mooncake_endpoint(
+                &get,
+                &Target::parse(&"/query_key?key=a".parse().unwrap()).unwrap()
+            ),
+            Some(MooncakeEndpoint::QueryKey)
+        );
+        assert_eq!(
+            mooncake_endpoint(
+                &get,
+                &Target::parse(&"/batch_query_keys?keys=a,b&bucket=x".parse().unwrap()).unwrap()
+            ),
+            Some(MooncakeEndpoint::BatchQueryKeys)
+        );
+        assert_eq!(
+            mooncake_endpoint(
+                &Method::HEAD,
+                &Target::parse(&"/query_key?key=a".parse().unwrap()).unwrap()
+            ),
+            None
+        );
+        assert_eq!(
+            mooncake_endpoint(
+                &Method::PUT,
+                &Target::parse(&"/get_all_segments".parse().unwrap()).unwrap()
+            ),
+            None
+        );
+        assert_eq!(
+            mooncake_endpoint(
+                &get,
+                &Target::parse(&"/query_key/k".parse().unwrap()).unwrap()
+            ),
+            None
+        );
+        assert_eq!(
+            mooncake_endpoint(
+                &get,
+                &Target::parse(&"/query-key?key=a".parse().unwrap()).unwrap()
+            ),
+            None
+        );
+        assert_eq!(
+            mooncake_endpoint(&get, &Target::parse(&"/".parse().unwrap()).unwrap()),
+            None
+        );
+        let domains = vec!["localhost".to_string()];
+        let vhost = Target::parse_with_host(
+            &"/query_key".parse().unwrap(),
+            Some("query.localhost"),
+            &domains,
+        )
+        .unwrap();
+        assert_eq!(mooncake_endpoint(&get, &vhost), None);
     }
 
     #[test]

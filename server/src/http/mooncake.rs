@@ -27,16 +27,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, Method, Response, StatusCode};
+use http::{header, Response, StatusCode};
 use http_body_util::Full;
 use percent_encoding::percent_decode_str;
 use serde::Serialize;
 use yutu_api::kv::MAX_BATCH;
 use yutu_api::mooncake_master::{
     BatchError, BatchQueryResponse, ErrorResponse, KeyResult, QueryKeyResponse, Replica,
-    BATCH_QUERY_KEYS_PATH, DEFAULT_BUCKET, GET_ALL_SEGMENTS_PATH, INVALID_KEY, INVALID_KEY_CODE,
-    JSON_CONTENT_TYPE, NO_KEYS, OBJECT_NOT_FOUND, OBJECT_NOT_FOUND_CODE, PROTOCOL_TCP,
-    QUERY_KEY_PATH, RPC_FAIL, RPC_FAIL_CODE, SEGMENTS_CONTENT_TYPE,
+    DEFAULT_BUCKET, INVALID_KEY, INVALID_KEY_CODE, JSON_CONTENT_TYPE, NO_KEYS, OBJECT_NOT_FOUND,
+    OBJECT_NOT_FOUND_CODE, PROTOCOL_TCP, RPC_FAIL, RPC_FAIL_CODE, SEGMENTS_CONTENT_TYPE,
 };
 use yutu_api::S3ErrorCode;
 
@@ -56,27 +55,7 @@ pub const OWNER_DEADLINE: Duration = Duration::from_secs(3);
 /// Largest owner's answer read (a batch of [`MAX_BATCH`] keys, several copies each).
 const OWNER_ANSWER_LIMIT: u64 = 16 << 20;
 
-/// Which of Mooncake's endpoints a request is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    Segments,
-    QueryKey,
-    BatchQueryKeys,
-}
-
-/// The endpoint a request addresses, if it is one (see the module's routing rule).
-pub fn endpoint(method: &Method, target: &Target) -> Option<Endpoint> {
-    if method != Method::GET || target.virtual_host || target.key.is_some() {
-        return None;
-    }
-    let path = format!("/{}", target.bucket.as_deref()?);
-    match path.as_str() {
-        GET_ALL_SEGMENTS_PATH => Some(Endpoint::Segments),
-        QUERY_KEY_PATH => Some(Endpoint::QueryKey),
-        BATCH_QUERY_KEYS_PATH => Some(Endpoint::BatchQueryKeys),
-        _ => None,
-    }
-}
+pub use super::endpoint::MooncakeEndpoint as Endpoint;
 
 pub async fn serve(ctx: &Ctx, endpoint: Endpoint) -> Result<Resp, S3Error> {
     match endpoint {
@@ -460,36 +439,6 @@ mod tests {
 
     fn target(uri: &str) -> Target {
         Target::parse(&uri.parse().unwrap()).unwrap()
-    }
-
-    #[test]
-    fn only_a_get_of_exactly_the_three_paths_is_mooncake() {
-        let get = Method::GET;
-        assert_eq!(
-            endpoint(&get, &target("/get_all_segments")),
-            Some(Endpoint::Segments)
-        );
-        assert_eq!(
-            endpoint(&get, &target("/query_key?key=a")),
-            Some(Endpoint::QueryKey)
-        );
-        assert_eq!(
-            endpoint(&get, &target("/batch_query_keys?keys=a,b&bucket=x")),
-            Some(Endpoint::BatchQueryKeys)
-        );
-        assert_eq!(endpoint(&Method::HEAD, &target("/query_key?key=a")), None);
-        assert_eq!(endpoint(&Method::PUT, &target("/get_all_segments")), None);
-        assert_eq!(endpoint(&get, &target("/query_key/k")), None);
-        assert_eq!(endpoint(&get, &target("/query-key?key=a")), None);
-        assert_eq!(endpoint(&get, &target("/")), None);
-        let domains = vec!["localhost".to_string()];
-        let vhost = Target::parse_with_host(
-            &"/query_key".parse().unwrap(),
-            Some("query.localhost"),
-            &domains,
-        )
-        .unwrap();
-        assert_eq!(endpoint(&get, &vhost), None);
     }
 
     #[test]

@@ -15,57 +15,18 @@ use crate::metrics::Op;
 /// S3 operations: KV, Mooncake's queries, a copy's source) its permission's.
 pub fn action_name(op: Op, action: Action) -> &'static str {
     use actions::*;
-    match op {
-        Op::ListObjects | Op::HeadBucket => LIST_BUCKET,
-        Op::ListObjectVersions => LIST_BUCKET_VERSIONS,
-        Op::ListMultipartUploads => LIST_BUCKET_MULTIPART_UPLOADS,
-        Op::GetBucketLocation => GET_BUCKET_LOCATION,
-        Op::ListBuckets => LIST_ALL_MY_BUCKETS,
-        Op::CreateBucket => CREATE_BUCKET,
-        Op::DeleteBucket => DELETE_BUCKET,
-        Op::GetObject | Op::HeadObject => GET_OBJECT,
-        Op::GetObjectAttributes => GET_OBJECT_ATTRIBUTES,
-        Op::PutObject
-        | Op::CopyObject
-        | Op::PostObject
-        | Op::CreateMultipartUpload
-        | Op::UploadPart
-        | Op::UploadPartCopy
-        | Op::CompleteMultipartUpload => PUT_OBJECT,
-        Op::DeleteObject | Op::DeleteObjects => DELETE_OBJECT,
-        Op::AbortMultipartUpload => ABORT_MULTIPART_UPLOAD,
-        Op::ListParts => LIST_MULTIPART_UPLOAD_PARTS,
-        Op::GetBucketAcl => GET_BUCKET_ACL,
-        Op::PutBucketAcl => PUT_BUCKET_ACL,
-        Op::GetObjectAcl => GET_OBJECT_ACL,
-        Op::PutObjectAcl => PUT_OBJECT_ACL,
-        Op::GetBucketCors => GET_BUCKET_CORS,
-        Op::PutBucketCors | Op::DeleteBucketCors => PUT_BUCKET_CORS,
-        Op::GetBucketPolicy => GET_BUCKET_POLICY,
-        Op::PutBucketPolicy => PUT_BUCKET_POLICY,
-        Op::DeleteBucketPolicy => DELETE_BUCKET_POLICY,
-        Op::GetBucketPolicyStatus => GET_BUCKET_POLICY_STATUS,
-        Op::GetPublicAccessBlock => GET_BUCKET_PUBLIC_ACCESS_BLOCK,
-        Op::PutPublicAccessBlock | Op::DeletePublicAccessBlock => PUT_BUCKET_PUBLIC_ACCESS_BLOCK,
-        Op::GetBucketOwnershipControls => "s3:GetBucketOwnershipControls",
-        Op::PutBucketOwnershipControls | Op::DeleteBucketOwnershipControls => {
-            "s3:PutBucketOwnershipControls"
-        }
-        Op::CorsPreflight | Op::Admin | Op::Kv | Op::MooncakeMaster | Op::Ops | Op::Unsupported => {
-            match action {
-                Action::Read => GET_OBJECT,
-                Action::List => LIST_BUCKET,
-                Action::Write => PUT_OBJECT,
-                Action::Delete => DELETE_OBJECT,
-                Action::ReadAcl => GET_OBJECT_ACL,
-                Action::WriteAcl => PUT_OBJECT_ACL,
-                Action::Configure => PUT_BUCKET_CORS,
-                Action::CreateBucket => CREATE_BUCKET,
-                Action::DeleteBucket => DELETE_BUCKET,
-                Action::ListBuckets => LIST_ALL_MY_BUCKETS,
-            }
-        }
-    }
+    super::endpoint::policy_action(op).unwrap_or(match action {
+        Action::Read => GET_OBJECT,
+        Action::List => LIST_BUCKET,
+        Action::Write => PUT_OBJECT,
+        Action::Delete => DELETE_OBJECT,
+        Action::ReadAcl => GET_OBJECT_ACL,
+        Action::WriteAcl => PUT_OBJECT_ACL,
+        Action::Configure => PUT_BUCKET_CORS,
+        Action::CreateBucket => CREATE_BUCKET,
+        Action::DeleteBucket => DELETE_BUCKET,
+        Action::ListBuckets => LIST_ALL_MY_BUCKETS,
+    })
 }
 
 /// Whether an operation manages the policy itself: the bucket's owner may always do it, even
