@@ -13,6 +13,7 @@
 pub mod agent;
 pub mod buckets;
 pub mod etcd;
+pub mod hints;
 pub mod rebalance;
 pub mod replica;
 pub mod sync;
@@ -166,8 +167,8 @@ pub struct Cluster {
     /// The lease epoch and membership digest of the last completed anti-entropy pass
     /// ([`Cluster::caught_up`]).
     synced: Mutex<(u64, u64)>,
-    /// Copies owed to other owners ([`sync::Hints`]).
-    pub hints: Mutex<sync::Hints>,
+    /// Copies owed to other owners ([`hints::Hints`]).
+    pub hints: Mutex<hints::Hints>,
 }
 
 /// How long a bucket etcd did not have is not asked about again.
@@ -196,7 +197,7 @@ impl Cluster {
             absent: Mutex::new(HashMap::new()),
             name_conflicts: AtomicU64::new(0),
             synced: Mutex::new((0, 0)),
-            hints: Mutex::new(sync::Hints::default()),
+            hints: Mutex::new(hints::Hints::default()),
         }))
     }
 
