@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use libfuzzer_sys::fuzz_target;
-use yutu_spdk::{RamBdev, RegionStore, StoreConfig};
+use yutu_blockstore::{RamBdev, RegionStore, StoreConfig};
 
 const DEVICE: usize = 512 << 10;
 

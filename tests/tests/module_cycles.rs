@@ -27,7 +27,7 @@ const CRATES: &[&str] = &[
     "client",
     "conductor",
     "transfer",
-    "spdk",
+    "blockstore",
     "server",
     "benches",
 ];

@@ -217,7 +217,7 @@ fn durable_overflow_is_refused_before_the_ack_and_across_a_restart() {
 
 /// Durable objects written once and then left alone while other durable keys are
 /// overwritten: the log wraps around, and the oldest regions, still full of live durable
-/// records, are reclaimed. Every acknowledged object must survive it. (`yutu-spdk` used to
+/// records, are reclaimed. Every acknowledged object must survive it. (`yutu-blockstore` used to
 /// keep room for the record that triggered the reclamation and drop the live entries that
 /// did not fit then: 4 of 12 objects here, with 16 MiB of live durable data in 64 MiB.)
 #[test]

@@ -1,4 +1,4 @@
-//! The `nvme` suite: spill bandwidth of the NVMe tier's region store (`yutu-spdk`) against fio
+//! The `nvme` suite: spill bandwidth of the NVMe tier's region store (`yutu-blockstore`) against fio
 //! doing plain O_DIRECT io_uring I/O on the same file system, in the same run.
 //!
 //! For each record size (1 MiB and 4 MiB) and each repetition, the two sides run one after the
@@ -24,7 +24,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context as _};
 use clap::Args;
-use yutu_spdk::measure::{run_spill, SpillConfig};
+use yutu_blockstore::measure::{run_spill, SpillConfig};
 
 use crate::report::{BenchResult, Machine, Reference, Report};
 use crate::tempdir::TempDir;

@@ -21,7 +21,7 @@
 //!
 //! This bounds the regions the durable records need once packed one after another, as
 //! writes and reclamation rewrites place them. It relies on reclamation never dropping a
-//! record it was told to rewrite: `yutu-spdk` rewrites a kept record even when that leaves
+//! record it was told to rewrite: `yutu-blockstore` rewrites a kept record even when that leaves
 //! no room for the record that triggered the reclamation (which waits for the next region).
 
 use std::cell::{Cell, RefCell};

@@ -1,7 +1,7 @@
 //! DRAM and NVMe as one store: a shard's [`TieredStore`].
 //!
 //! The DRAM tier is the synchronous [`ShardStore`]; the NVMe tier is the shard's
-//! [`RegionStore`](yutu_spdk::RegionStore). Everything here that waits for the device runs on
+//! [`RegionStore`](yutu_blockstore::RegionStore). Everything here that waits for the device runs on
 //! the shard's own executor, so both tiers are still owned by one thread, and an operation
 //! that needs no device answers at once ([`Step::Done`]) without spawning a task:
 //!
@@ -166,7 +166,7 @@ fn nvme_meta(
     nvme: &Nvme,
     bucket: &str,
     key: &str,
-) -> Option<(yutu_spdk::Location, Arc<ObjectMeta>)> {
+) -> Option<(yutu_blockstore::Location, Arc<ObjectMeta>)> {
     let loc = nvme.get(bucket, key)?;
     let blob = nvme.meta(bucket, key)?;
     let meta = decode_meta(&blob, loc.value_len())?;
@@ -318,7 +318,7 @@ impl TieredStore {
         key: &str,
         meta: &Arc<ObjectMeta>,
         value: &[u8],
-        loc: yutu_spdk::Location,
+        loc: yutu_blockstore::Location,
     ) {
         if in_flight(&self.deleting, bucket, key) || in_flight(&self.writing, bucket, key) {
             return;
@@ -865,7 +865,7 @@ impl TieredStore {
     }
 
     /// Objects a region reclamation dropped left the node unless DRAM still has them.
-    fn after_reclaim(&self, reclaimed: &[yutu_spdk::Reclaimed]) {
+    fn after_reclaim(&self, reclaimed: &[yutu_blockstore::Reclaimed]) {
         let mut store = self.store.borrow_mut();
         for r in reclaimed {
             for o in &r.dropped {

@@ -1,6 +1,6 @@
 //! This shard's part of the NVMe tier: opening the region store on the shared file.
 
-use yutu_spdk::{RegionStore, UringBdev};
+use yutu_blockstore::{RegionStore, UringBdev};
 
 use super::record::is_durable;
 use crate::model::StoreError;
@@ -8,7 +8,7 @@ use crate::model::StoreError;
 pub type Nvme = RegionStore<UringBdev>;
 
 /// A device error, logged once here and reported as the request's error.
-pub fn nvme_error(e: yutu_spdk::StoreError) -> StoreError {
+pub fn nvme_error(e: yutu_blockstore::StoreError) -> StoreError {
     tracing::error!(error = %e, "NVMe tier");
     StoreError::Device(e.to_string())
 }
@@ -23,15 +23,15 @@ pub async fn open(
     let bdev = UringBdev::open(path)
         .await
         .map_err(|e| format!("cannot open the NVMe tier {}: {e}", path.display()))?;
-    let mut config = yutu_spdk::StoreConfig::for_shard(shard, nshards);
+    let mut config = yutu_blockstore::StoreConfig::for_shard(shard, nshards);
     config.region_size = region_size(capacity, nshards);
     // Reclaiming a region drops the demoted copies of `memory` objects (the tier is a cache)
     // but rewrites `disk` objects forward: they were acknowledged as durable.
-    let policy = |c: &yutu_spdk::ReclaimCandidate<'_>| {
+    let policy = |c: &yutu_blockstore::ReclaimCandidate<'_>| {
         if is_durable(c.meta) {
-            yutu_spdk::ReclaimAction::Rewrite
+            yutu_blockstore::ReclaimAction::Rewrite
         } else {
-            yutu_spdk::ReclaimAction::Drop
+            yutu_blockstore::ReclaimAction::Drop
         }
     };
     RegionStore::open_with_policy(bdev, config, Box::new(policy))
@@ -48,7 +48,7 @@ pub fn region_size(capacity: u64, nshards: u32) -> u64 {
 }
 
 /// Prepares the NVMe file before the shards open it: created and preallocated once, with its
-/// first block written (glommio's poll-ring probe must read real data, see `yutu-spdk`).
+/// first block written (glommio's poll-ring probe must read real data, see `yutu-blockstore`).
 pub fn prepare_file(path: &std::path::Path, capacity: u64) -> Result<(), String> {
     UringBdev::prepare_file(path, capacity).map_err(|e| e.to_string())
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use glommio::{LocalExecutorBuilder, Placement};
-use yutu_spdk::{Bdev, RamBdev, UringBdev};
+use yutu_blockstore::{Bdev, RamBdev, UringBdev};
 
 /// Runs `f` on a fresh glommio executor (as a server shard would) and propagates its panics.
 pub fn run<F, Fut>(f: F)
@@ -76,7 +76,7 @@ pub fn direct_io_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("YUTU_SPDK_TEST_DIR") {
         candidates.push(d.into());
     }
-    candidates.push(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("yutu-spdk"));
+    candidates.push(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("yutu-blockstore"));
     candidates.push("/var/tmp".into());
     candidates.push("/tmp".into());
     candidates
@@ -92,7 +92,7 @@ impl TempDir {
     pub fn new(tag: &str) -> Self {
         static N: AtomicU32 = AtomicU32::new(0);
         let path = direct_io_dir().join(format!(
-            "yutu-spdk-{tag}-{}-{}",
+            "yutu-blockstore-{tag}-{}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         ));

@@ -34,6 +34,8 @@ pub const REGION_HEADER_LEN: usize = 96;
 
 const MAGIC: [u8; 8] = *b"YUTUREGN";
 const VERSION: u16 = 1;
+// The on-disk format's key context keeps the crate's old name: changing it would make every
+// existing record fail its checksum.
 const KEY_CONTEXT: &str = "yutu-spdk region record checksum key v1";
 
 /// The header at the start of every region in use.

@@ -6,7 +6,7 @@ mod common;
 use std::rc::Rc;
 
 use common::{run, value, Backend, File, TempDir};
-use yutu_spdk::{Bdev, BdevError, RegionStore, StoreConfig, UringBdev};
+use yutu_blockstore::{Bdev, BdevError, RegionStore, StoreConfig, UringBdev};
 
 fn config(shard: u32, nshards: u32) -> StoreConfig {
     StoreConfig {
@@ -81,7 +81,7 @@ fn tmpfs_is_refused() {
             eprintln!("no /dev/shm; nothing to check");
             return;
         }
-        let path = shm.join(format!("yutu-spdk-tmpfs-{}", std::process::id()));
+        let path = shm.join(format!("yutu-blockstore-tmpfs-{}", std::process::id()));
         let res = UringBdev::open_file(&path, 1 << 20).await;
         let _ = std::fs::remove_file(&path);
         match res {
@@ -182,7 +182,7 @@ fn a_truncated_file_loses_only_its_cut_regions() {
     });
 }
 
-/// Needs root and loop devices: `cargo test -p yutu-spdk --test uring -- --ignored`.
+/// Needs root and loop devices: `cargo test -p yutu-blockstore --test uring -- --ignored`.
 #[test]
 #[ignore = "needs root and a free loop device"]
 fn raw_block_device() {

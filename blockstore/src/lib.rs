@@ -1,4 +1,4 @@
-//! `yutu-spdk`: the NVMe tier of a Yutu storage node, a user-space block storage engine in
+//! `yutu-blockstore`: the NVMe tier of a Yutu storage node, a user-space block storage engine in
 //! SPDK's shape.
 //!
 //! # Layers
@@ -25,7 +25,7 @@
 //! # Using it from a shard
 //!
 //! ```no_run
-//! use yutu_spdk::{RegionStore, StoreConfig, UringBdev};
+//! use yutu_blockstore::{RegionStore, StoreConfig, UringBdev};
 //!
 //! # async fn shard(shard: u32, nshards: u32) -> Result<(), Box<dyn std::error::Error>> {
 //! // Inside the shard's glommio executor. Every shard opens the same file or device.

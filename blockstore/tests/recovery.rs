@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{value, Backend};
-use yutu_spdk::{Location, RegionStore, StoreConfig};
+use yutu_blockstore::{Location, RegionStore, StoreConfig};
 
 fn config() -> StoreConfig {
     StoreConfig {
@@ -173,7 +173,7 @@ async fn other_layouts_are_refused_or_discarded<B: Backend>() {
         ..config()
     };
     match RegionStore::open(dev.open().await, cfg.clone()).await {
-        Err(yutu_spdk::StoreError::ForeignRegion { nshards: 1, .. }) => {}
+        Err(yutu_blockstore::StoreError::ForeignRegion { nshards: 1, .. }) => {}
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("foreign layout accepted"),
     }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use common::{value, Backend};
-use yutu_spdk::{ReclaimAction, ReclaimCandidate, RegionStore, StoreConfig, StoreError};
+use yutu_blockstore::{ReclaimAction, ReclaimCandidate, RegionStore, StoreConfig, StoreError};
 
 fn config(region_size: u64, write_chunk: usize) -> StoreConfig {
     StoreConfig {
@@ -278,12 +278,12 @@ async fn stale_and_corrupt_reads_are_errors<B: Backend>() {
 }
 
 /// Appends `n` values of `len` bytes named `{prefix}{i}`; returns every reclamation report.
-async fn fill<D: yutu_spdk::Bdev + 'static>(
+async fn fill<D: yutu_blockstore::Bdev + 'static>(
     store: &RegionStore<D>,
     prefix: &str,
     n: u64,
     len: usize,
-) -> Vec<yutu_spdk::Reclaimed> {
+) -> Vec<yutu_blockstore::Reclaimed> {
     let mut reports = Vec::new();
     for i in 0..n {
         let put = store

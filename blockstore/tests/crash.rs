@@ -5,7 +5,7 @@
 mod common;
 
 use common::{run, value};
-use yutu_spdk::{RamBdev, ReclaimAction, ReclaimCandidate, RegionStore, StoreConfig};
+use yutu_blockstore::{RamBdev, ReclaimAction, ReclaimCandidate, RegionStore, StoreConfig};
 
 fn config() -> StoreConfig {
     StoreConfig {

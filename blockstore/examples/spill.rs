@@ -1,10 +1,10 @@
 //! Measures the region store's spill bandwidth on a file, without the bench harness:
 //!
 //! ```text
-//! cargo run --release -p yutu-spdk --example spill -- DIR [RECORD_BYTES] [TOTAL_MIB] [CHUNK_KIB] [INFLIGHT] [READERS] [IO_MEMORY_MIB]
+//! cargo run --release -p yutu-blockstore --example spill -- DIR [RECORD_BYTES] [TOTAL_MIB] [CHUNK_KIB] [INFLIGHT] [READERS] [IO_MEMORY_MIB]
 //! ```
 
-use yutu_spdk::measure::{run_spill, SpillConfig};
+use yutu_blockstore::measure::{run_spill, SpillConfig};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
