@@ -24,7 +24,6 @@
 
 use std::hash::{BuildHasher, Hasher};
 use std::io::Read;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,21 +33,32 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use ureq::Agent;
 use yutu_api::kv::{
-    CopiedResponse, EtagsResponse, ExistsResponse, GetIntoRequest, KeysRequest, KvOp, PeerRequest,
-    PeerResponse, PeerSecret, PrefixResponse, PutFromBlock, PutFromRequest, PutIdsRequest,
-    PutStartBlock, PutStartRequest, PutStartResponse, RemoveResponse, RevokeResponse, StartedPut,
-    ENGINE_PATH, PEERS_PATH,
+    CopiedResponse, EtagsResponse, ExistsResponse, GetIntoRequest, KvOp, PeerRequest, PeerResponse,
+    PeerSecret, PrefixResponse, PutFromBlock, PutFromRequest, PutIdsRequest, PutStartBlock,
+    PutStartRequest, PutStartResponse, RemoveResponse, RevokeResponse, StartedPut, ENGINE_PATH,
+    PEERS_PATH,
 };
 use yutu_transfer::{
-    EngineConfig, HugePages, LocalSegment, MemoryRegion, NodeAddress, NodeId, RegionError,
-    SegmentDescriptor, TransferEngine, TransferError, TransferRequest,
+    EngineConfig, HugePages, LocalSegment, MemoryRegion, NodeAddress, NodeId, SegmentDescriptor,
+    TransferEngine, TransferRequest,
 };
 
 pub use yutu_api::block_hash::{BlockHash, BlockHasher};
 
+mod checks;
 mod cluster;
 mod device;
+mod error;
+mod http;
 mod lanes;
+mod options;
+
+use checks::{check_batch, check_range, expect_len, same_len};
+pub use error::KvError;
+use http::{
+    call_get, check_bucket, check_status, keys_request, kv_agent, kv_path, read_json, signed_get,
+};
+pub use options::{KvOptions, PutMode, PutOptions};
 
 pub use device::{
     BlockFailures, DeviceBuffer, Memory, STAGING_BUFFERS, STAGING_HALF, STAGING_WAIT,
@@ -57,122 +67,13 @@ pub use yutu_transfer::device::staging::{BlockError, DeviceBlock};
 pub use yutu_transfer::device::{CancelToken, Device, DeviceError, DeviceMemory, HostDevice};
 
 use crate::address::encode_key;
-use crate::error::{error_from_response, Resource};
+use crate::error::Resource;
 use crate::ClientError;
 
 /// Most keys the server takes in one batch.
 pub const MAX_BATCH: usize = yutu_api::kv::MAX_BATCH;
 
-/// Largest JSON answer read (4096 descriptors fit in well under 2 MiB).
-const JSON_LIMIT: u64 = 16 << 20;
-/// How much of an error body is read.
-const ERROR_BODY_LIMIT: u64 = 64 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What can go wrong in a KV call.
-#[derive(Debug, thiserror::Error)]
-pub enum KvError {
-    /// The HTTP side: an S3 error from the server, a transport failure, a bad URL, or an
-    /// answer this client cannot read.
-    #[error(transparent)]
-    Client(#[from] ClientError),
-    /// Moving the bytes failed (or the engine could not start).
-    #[error("transfer failed: {0}")]
-    Transfer(#[from] TransferError),
-    /// Allocating a buffer, or reading or writing it out of bounds.
-    #[error("buffer: {0}")]
-    Region(#[from] RegionError),
-    /// The arguments do not fit together (lengths differ, ranges outside the buffer...);
-    /// caught before anything is sent.
-    #[error("invalid argument: {0}")]
-    InvalidArgument(String),
-    /// The server answered with success, but with something that does not match the request.
-    #[error("invalid response from server: {0}")]
-    InvalidResponse(String),
-    /// A device (GPU) call failed: no driver, memory that is not the device's, a failed copy.
-    #[error("device: {0}")]
-    Device(#[from] yutu_transfer::device::DeviceError),
-    /// Some blocks of a staged (device) batch failed and the others were moved: which
-    /// failed, why, and the others' results.
-    #[error("{0}")]
-    Blocks(Box<BlockFailures>),
-    /// Every staging buffer stayed in use by other threads for too long.
-    #[error("busy: {0}")]
-    Busy(String),
-}
-
-impl KvError {
-    /// The S3 error code, when the server sent one.
-    pub fn code(&self) -> Option<&str> {
-        match self {
-            KvError::Client(e) => e.code(),
-            _ => None,
-        }
-    }
-}
-
-/// What a put does to a key that is already stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PutMode {
-    /// Replace it (S3's PUT).
-    #[default]
-    Overwrite,
-    /// Leave it as it is.
-    IfAbsent,
-}
-
-/// Per-put choices (Mooncake's `ReplicateConfig`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PutOptions {
-    pub mode: PutMode,
-    /// Copies in a cluster: the first `replicas` nodes of each key's placement order (the
-    /// bucket's replica count when `None`). Copies beyond the bucket's owners serve reads
-    /// routed to them and last until the next membership change.
-    pub replicas: Option<u32>,
-    /// A node that gets a copy too (by member name), besides the owners.
-    pub preferred_node: Option<String>,
-    /// Pin the blocks where they are stored.
-    pub pin: Option<yutu_api::kv::BlockPin>,
-}
-
-/// How [`KvClient::new`] sets up its transfer engine.
-#[derive(Debug, Clone)]
-pub struct KvOptions {
-    /// The engine's node id; `None` picks a random one (it must differ from the server's).
-    pub node_id: Option<u64>,
-    /// Offer shm to same-host servers (a Unix socket in a private temporary directory).
-    pub shm: bool,
-    /// Where the engine's tcp listener binds; `None` is loopback on an ephemeral port, which
-    /// only a server on this host can reach.
-    pub tcp_listen: Option<SocketAddr>,
-    /// What the server should connect to when it differs from the bound address.
-    pub tcp_advertise: Option<SocketAddr>,
-    /// Lifetime of a put between put-start and put-end (server default when `None`).
-    pub put_ttl_ms: Option<u64>,
-    /// Sign every call with these (a node with authentication); `None` sends unsigned calls
-    /// (a node started with `--no-auth`).
-    pub credentials: Option<crate::Credentials>,
-    /// Or send this bearer token with every call (`yutu token issue`).
-    pub token: Option<String>,
-    /// When the node is part of a cluster, route every key to its owners (learned from the
-    /// node's membership) instead of sending everything to this one node.
-    pub route: bool,
-}
-
-impl Default for KvOptions {
-    fn default() -> KvOptions {
-        KvOptions {
-            node_id: None,
-            shm: true,
-            tcp_listen: None,
-            tcp_advertise: None,
-            put_ttl_ms: None,
-            credentials: None,
-            token: None,
-            route: true,
-        }
-    }
-}
 
 /// The engine and what must outlive it; the shm directory goes when the last user does.
 struct Inner {
@@ -1022,167 +923,6 @@ impl KvClient {
     pub fn shard_lanes(&self) -> usize {
         self.lanes.as_ref().map_or(0, |l| l.found())
     }
-}
-
-/// A GET of `path`; with the answer, the shard that served it.
-#[allow(clippy::type_complexity)]
-fn call_get<T: DeserializeOwned>(
-    agent: &Agent,
-    base: &str,
-    path: &str,
-    signer: Option<(&crate::Credentials, &str)>,
-) -> Result<(T, Option<(usize, usize)>), KvError> {
-    let resp = signed_get(agent, base, path, signer)?;
-    let served = lanes::served_by(&resp);
-    Ok((read_json(resp)?, served))
-}
-
-/// Sends a GET of `path`, signed when there is a signer.
-fn signed_get(
-    agent: &Agent,
-    base: &str,
-    path: &str,
-    signer: Option<(&crate::Credentials, &str)>,
-) -> Result<ureq::http::Response<ureq::Body>, KvError> {
-    let mut req = agent.get(format!("{base}{path}"));
-    if let Some((c, host)) = signer {
-        let now = std::time::SystemTime::now();
-        // As in `KvClient::call_post`: the path after the base URL is what the node receives.
-        for (name, value) in c.sign("GET", host, path, "", b"", now) {
-            req = req.header(name, value);
-        }
-    }
-    Ok(req.call().map_err(ClientError::from)?)
-}
-
-/// An agent for KV calls. Every KV call is a small JSON request: sent in one write (see
-/// `coalesce`).
-fn kv_agent(config: ureq::config::Config, https: bool) -> Agent {
-    use crate::coalesce::CoalescingConnector;
-    use ureq::unversioned::resolver::DefaultResolver;
-    use ureq::unversioned::transport::{Connector, DefaultConnector};
-    if https {
-        // TLS (and proxies) as ureq does them.
-        let chain = DefaultConnector::new().chain(CoalescingConnector);
-        Agent::with_parts(config, chain, DefaultResolver::default())
-    } else {
-        let chain = ().chain(crate::tcp::KvTcpConnector).chain(CoalescingConnector);
-        Agent::with_parts(config, chain, DefaultResolver::default())
-    }
-}
-
-/// The body of exists, prefix and remove.
-fn keys_request(keys: &[String]) -> KeysRequest {
-    KeysRequest {
-        keys: keys.to_vec(),
-        ttl_ms: None,
-    }
-}
-
-/// `/v1/kv/{bucket}/{op}`, refusing buckets that would address something else.
-fn kv_path(bucket: &str, op: KvOp) -> Result<String, KvError> {
-    check_bucket(bucket)?;
-    Ok(op.path(&encode_key(bucket)))
-}
-
-/// Only what would make a path address something else is refused here; the node checks the
-/// naming rules.
-fn check_bucket(bucket: &str) -> Result<(), KvError> {
-    if bucket.is_empty() || bucket.contains('/') {
-        return Err(KvError::InvalidArgument(format!(
-            "bucket name {bucket:?} must be non-empty and without '/'"
-        )));
-    }
-    Ok(())
-}
-
-fn read_json<T: DeserializeOwned>(
-    mut resp: ureq::http::Response<ureq::Body>,
-) -> Result<T, KvError> {
-    check_status(&mut resp, Resource::Bucket)?;
-    let raw = resp
-        .body_mut()
-        .with_config()
-        .limit(JSON_LIMIT)
-        .read_to_vec()
-        .map_err(ClientError::from)?;
-    serde_json::from_slice(&raw)
-        .map_err(|e| KvError::InvalidResponse(format!("malformed KV answer: {e}")))
-}
-
-/// An answer that is not a success as the error it carries (a 404 of `resource`: no such
-/// bucket, or no such key).
-fn check_status(
-    resp: &mut ureq::http::Response<ureq::Body>,
-    resource: Resource,
-) -> Result<(), KvError> {
-    let status = resp.status().as_u16();
-    if !(200..300).contains(&status) {
-        let header = |name: &str| {
-            resp.headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
-        let (code, message) = (header("x-amz-error-code"), header("x-amz-error-message"));
-        let mut raw = Vec::new();
-        let _ = resp
-            .body_mut()
-            .as_reader()
-            .take(ERROR_BODY_LIMIT)
-            .read_to_end(&mut raw);
-        return Err(error_from_response(
-            status,
-            &String::from_utf8_lossy(&raw),
-            code.as_deref(),
-            message.as_deref(),
-            resource,
-        )
-        .into());
-    }
-    Ok(())
-}
-
-fn same_len(keys: &[String], n: usize, what: &str) -> Result<(), KvError> {
-    if keys.len() != n {
-        return Err(KvError::InvalidArgument(format!(
-            "{} keys but {n} {what}",
-            keys.len()
-        )));
-    }
-    Ok(())
-}
-
-fn check_batch(keys: &[String]) -> Result<(), KvError> {
-    if keys.len() > MAX_BATCH {
-        return Err(KvError::InvalidArgument(format!(
-            "{} keys in one batch; the server takes at most {MAX_BATCH}",
-            keys.len()
-        )));
-    }
-    if let Some(i) = keys.iter().position(|k| k.is_empty()) {
-        return Err(KvError::InvalidArgument(format!("key {i} is empty")));
-    }
-    Ok(())
-}
-
-fn check_range(buf: &Buffer, i: usize, off: u64, len: u64) -> Result<(), KvError> {
-    if off.checked_add(len).is_none_or(|end| end > buf.len()) {
-        return Err(KvError::InvalidArgument(format!(
-            "key {i}: bytes {off}..{off}+{len} are outside the {}-byte buffer",
-            buf.len()
-        )));
-    }
-    Ok(())
-}
-
-fn expect_len(got: usize, want: usize, what: &str) -> Result<(), KvError> {
-    if got != want {
-        return Err(KvError::InvalidResponse(format!(
-            "{what} answered {got} results for {want} keys"
-        )));
-    }
-    Ok(())
 }
 
 /// A random node id: unlikely to collide with the server's or another client's, and not
