@@ -755,9 +755,9 @@ mod tests {
 
     #[test]
     fn flags_override_file_override_defaults() {
-        let dir = std::env::temp_dir().join(format!("yutu-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("c.toml");
+        // Removed when the test ends, whatever happens.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
         std::fs::write(
             &path,
             "memory = \"64MiB\"\nshards = 2\nmax_object_size = 1048576\n",
