@@ -323,6 +323,25 @@ impl TestCluster {
         signal(self.node(i).pid(), "-CONT");
     }
 
+    /// Waits (30 s at most) until every node that runs reports itself settled: its rebalancer
+    /// done with the membership it sees, caught up with the other owners by anti-entropy, and
+    /// owing no hint. Until a node is caught up it answers reads of its keys from other nodes
+    /// (and [`TestCluster::holders`]' local reads) with 503.
+    pub fn wait_settled(&self) {
+        let running: Vec<usize> = (0..self.nodes.len())
+            .filter(|i| self.nodes[*i].is_some())
+            .collect();
+        let mut last = Vec::new();
+        let ok = wait_until(Duration::from_secs(30), || {
+            last = running
+                .iter()
+                .map(|i| self.local_stats(*i).is_some_and(|st| st.settled))
+                .collect();
+            last.iter().all(|s| *s)
+        });
+        assert!(ok, "nodes {running:?} settled: {last:?}");
+    }
+
     /// Node `i`'s own part of the admin stats (`/admin/v1/local/stats`: `settled`,
     /// `rebalancing`, `under_replicated`...), or `None` while it does not answer.
     pub fn local_stats(&self, i: usize) -> Option<yutu_api::admin::NodeStats> {
