@@ -464,6 +464,33 @@ impl Target {
     }
 }
 
+/// The files of the out-of-line modules `ast` (the file at `path`) declares, found as rustc
+/// finds them, each with whether its own children sit in its directory (a `mod.rs`, a
+/// `#[path]`). `mod_rs`: whether `path`'s children sit in its directory (a root, a `mod.rs`).
+fn declared_files(path: &Path, mod_rs: bool, ast: &syn::File) -> Vec<(ModDecl, PathBuf, bool)> {
+    let dir = path.parent().expect("a file has a directory");
+    let children = if mod_rs {
+        dir.to_path_buf()
+    } else {
+        dir.join(path.file_stem().expect("a file has a name"))
+    };
+    mod_decls(ast)
+        .into_iter()
+        .map(|decl| {
+            let base = decl.within.iter().fold(children.clone(), |d, m| d.join(m));
+            let (file, mod_rs) = match &decl.path {
+                Some(p) if decl.within.is_empty() => (dir.join(p), true),
+                Some(p) => (base.join(p), true),
+                None if base.join(format!("{}.rs", decl.name)).exists() => {
+                    (base.join(format!("{}.rs", decl.name)), false)
+                }
+                None => (base.join(&decl.name).join("mod.rs"), true),
+            };
+            (decl, file, mod_rs)
+        })
+        .collect()
+}
+
 /// Reads a target from its root file (`lib.rs`, `main.rs`, a `bin/` file), following `mod`
 /// declarations as rustc does and recording every file it reaches in `seen`. Test-only
 /// modules are followed (so their files count as reached) but add nothing to the graph.
@@ -488,22 +515,7 @@ pub fn read_target(root: &Path, seen: &mut BTreeSet<PathBuf>) -> Target {
         let ast = parse(&file.path);
         seen.insert(file.path.clone());
         let test = file.test || is_test_only(&ast.attrs);
-        let dir = file.path.parent().expect("a file has a directory");
-        let children = if file.mod_rs {
-            dir.to_path_buf()
-        } else {
-            dir.join(file.path.file_stem().expect("a file has a name"))
-        };
-        for decl in mod_decls(&ast) {
-            let base = decl.within.iter().fold(children.clone(), |d, m| d.join(m));
-            let (path, mod_rs) = match &decl.path {
-                Some(p) if decl.within.is_empty() => (dir.join(p), true),
-                Some(p) => (base.join(p), true),
-                None if base.join(format!("{}.rs", decl.name)).exists() => {
-                    (base.join(format!("{}.rs", decl.name)), false)
-                }
-                None => (base.join(&decl.name).join("mod.rs"), true),
-            };
+        for (decl, path, mod_rs) in declared_files(&file.path, file.mod_rs, &ast) {
             let top = file
                 .top
                 .clone()
@@ -629,22 +641,7 @@ pub fn file_graph(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
     while let Some((path, module, mod_rs, test)) = queue.pop() {
         let ast = parse(&path);
         let test = test || is_test_only(&ast.attrs);
-        let dir = path.parent().expect("a file has a directory");
-        let children = if mod_rs {
-            dir.to_path_buf()
-        } else {
-            dir.join(path.file_stem().expect("a file has a name"))
-        };
-        for decl in mod_decls(&ast) {
-            let base = decl.within.iter().fold(children.clone(), |d, m| d.join(m));
-            let (child, child_mod_rs) = match &decl.path {
-                Some(p) if decl.within.is_empty() => (dir.join(p), true),
-                Some(p) => (base.join(p), true),
-                None if base.join(format!("{}.rs", decl.name)).exists() => {
-                    (base.join(format!("{}.rs", decl.name)), false)
-                }
-                None => (base.join(&decl.name).join("mod.rs"), true),
-            };
+        for (decl, child, child_mod_rs) in declared_files(&path, mod_rs, &ast) {
             let mut child_module = module.clone();
             child_module.extend(decl.within.iter().cloned());
             child_module.push(decl.name.clone());

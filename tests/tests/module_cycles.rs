@@ -88,6 +88,45 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
     v
 }
 
+/// Compares the cycles `found` in target `name` with the ones `allowed` lists for it,
+/// adding a problem for every new cycle and every allowed one that is gone (`what`: "top-level
+/// modules" or "files"; `list`: the name of the list to update).
+fn compare(
+    name: &str,
+    allowed: &[Allowed],
+    graph: &BTreeMap<String, BTreeSet<String>>,
+    what: &str,
+    list: &str,
+    problems: &mut Vec<String>,
+) {
+    let allowed: BTreeSet<Vec<String>> = allowed
+        .iter()
+        .filter(|a| a.root == name)
+        .map(|a| sorted(a.edges.iter().map(|e| e.to_string()).collect()))
+        .collect();
+    let found: BTreeSet<Vec<String>> = cycles(graph).into_iter().map(sorted).collect();
+    for cycle in found.difference(&allowed) {
+        problems.push(format!(
+            "{name}: these imports form a cycle among {what}:\n    {}",
+            cycle.join("\n    ")
+        ));
+    }
+    for gone in allowed.difference(&found) {
+        problems.push(format!(
+            "{name}: the allowed cycle [{}] is no longer there as listed: update or remove its \
+             {list} entry",
+            gone.join(", ")
+        ));
+    }
+}
+
+/// Writes `text` at `path` under `dir`, making folders as needed.
+fn write_file(dir: &std::path::Path, path: &str, text: &str) {
+    let path = dir.join(path);
+    std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+    std::fs::write(path, text).expect("write");
+}
+
 #[test]
 fn top_level_modules_import_each_other_in_no_circle() {
     let ws = workspace();
@@ -103,26 +142,15 @@ fn top_level_modules_import_each_other_in_no_circle() {
                 .to_string_lossy()
                 .replace('\\', "/");
             let target = read_target(&root, &mut seen);
-            let allowed: BTreeSet<Vec<String>> = ALLOWED
-                .iter()
-                .filter(|a| a.root == name)
-                .map(|a| sorted(a.edges.iter().map(|e| e.to_string()).collect()))
-                .collect();
-            let found: BTreeSet<Vec<String>> =
-                cycles(&target.edges()).into_iter().map(sorted).collect();
-            for cycle in found.difference(&allowed) {
-                problems.push(format!(
-                    "{name}: these imports form a cycle among top-level modules:\n    {}",
-                    cycle.join("\n    ")
-                ));
-            }
-            for gone in allowed.difference(&found) {
-                problems.push(format!(
-                    "{name}: the allowed cycle [{}] is no longer there as listed: update or \
-                     remove its ALLOWED entry",
-                    gone.join(", ")
-                ));
-            }
+            let graph = target.edges();
+            compare(
+                &name,
+                ALLOWED,
+                &graph,
+                "top-level modules",
+                "ALLOWED",
+                &mut problems,
+            );
             found_roots.insert(name);
         }
         for file in rust_files(&src).iter().filter(|f| !seen.contains(*f)) {
@@ -159,26 +187,15 @@ fn files_import_each_other_in_no_circle() {
                 .expect("under the workspace")
                 .to_string_lossy()
                 .replace('\\', "/");
-            let allowed: BTreeSet<Vec<String>> = ALLOWED_FILES
-                .iter()
-                .filter(|a| a.root == name)
-                .map(|a| sorted(a.edges.iter().map(|e| e.to_string()).collect()))
-                .collect();
-            let found: BTreeSet<Vec<String>> =
-                cycles(&file_graph(&root)).into_iter().map(sorted).collect();
-            for cycle in found.difference(&allowed) {
-                problems.push(format!(
-                    "{name}: these imports form a cycle among files:\n    {}",
-                    cycle.join("\n    ")
-                ));
-            }
-            for gone in allowed.difference(&found) {
-                problems.push(format!(
-                    "{name}: the allowed file cycle [{}] is no longer there as listed: update \
-                     or remove its ALLOWED_FILES entry",
-                    gone.join(", ")
-                ));
-            }
+            let graph = file_graph(&root);
+            compare(
+                &name,
+                ALLOWED_FILES,
+                &graph,
+                "files",
+                "ALLOWED_FILES",
+                &mut problems,
+            );
         }
     }
     for a in ALLOWED_FILES {
@@ -286,11 +303,7 @@ fn after() { crate::after::x(); }
 #[test]
 fn the_checker_follows_mod_declarations_and_reexports() {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let write = |path: &str, text: &str| {
-        let path = dir.path().join(path);
-        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
-        std::fs::write(path, text).expect("write");
-    };
+    let write = |path: &str, text: &str| write_file(dir.path(), path, text);
     write(
         "lib.rs",
         "mod a;\nmod b;\nmod c { mod d; }\n#[cfg(test)]\nmod e;\npub use a::Thing;\n",
@@ -335,11 +348,7 @@ fn the_checker_follows_mod_declarations_and_reexports() {
 #[test]
 fn the_file_graph_follows_super_self_and_crate_paths() {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let write = |path: &str, text: &str| {
-        let path = dir.path().join(path);
-        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
-        std::fs::write(path, text).expect("write");
-    };
+    let write = |path: &str, text: &str| write_file(dir.path(), path, text);
     write(
         "lib.rs",
         "mod h;\npub use h::a::Thing;\n#[cfg(test)]\nmod t;\n",
