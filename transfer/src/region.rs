@@ -14,6 +14,10 @@
 //! it (created with `MFD_ALLOW_SEALING`), and otherwise the region is simply not offered over
 //! shm ([`MemoryRegion::sealed`]).
 //!
+//! A region can also name memory the process already has ([`MemoryRegion::process_memory`]:
+//! an engine's numpy array or torch tensor). It is no memfd; a same-host peer reaches it
+//! through the owner's memory file instead of a mapping (see `transport/shm/mapping.rs`).
+//!
 //! A region can also name GPU memory ([`MemoryRegion::device_memory`]): no memfd, no CPU
 //! access (every CPU path refuses it with [`RegionError::DeviceMemory`]), only an address
 //! range for the rdma transport to register with the NIC (GPUDirect RDMA).
@@ -99,6 +103,10 @@ struct RegionInner {
     fd: Option<OwnedFd>,
     /// The GPU whose memory this is (`ptr` is then a device address the CPU must not touch).
     device: Option<u32>,
+    /// Memory this process already had (an engine's array or tensor), not a memfd: a
+    /// same-host peer reaches it through this process's memory file, see
+    /// [`MemoryRegion::process_memory`].
+    process: bool,
     page_size: usize,
     huge: bool,
     sealed: bool,
@@ -245,7 +253,49 @@ impl MemoryRegion {
                 owned_map_len: None,
                 fd: None,
                 device: Some(ordinal),
+                process: false,
                 page_size: GPU_PAGE,
+                huge: false,
+                sealed: false,
+            }),
+        })
+    }
+
+    /// A region naming memory this process already has (a numpy array, a torch tensor, an
+    /// engine's host pool): no memfd, no second mapping. A same-host peer reaches it without
+    /// a staging copy through the memory file of this process (`/proc/self/mem`), which the
+    /// shm listener hands to a peer only with a checked descriptor of such a region (see
+    /// `transport/shm/mapping.rs` for why that file and not `process_vm_writev`); the other
+    /// transports copy through the pointer like any region.
+    ///
+    /// # Safety
+    ///
+    /// `[ptr, ptr + len)` must be readable and writable memory of this process that stays
+    /// mapped until the region and all its clones are dropped (after
+    /// [`crate::TransferEngine::unregister`] and after in-flight transfers complete). Peers
+    /// write into it at any time while it is registered, as into any region.
+    pub unsafe fn process_memory(ptr: *mut u8, len: usize) -> Result<MemoryRegion, RegionError> {
+        if len == 0 {
+            return Err(RegionError::Empty);
+        }
+        let out = || RegionError::OutOfBounds {
+            offset: ptr as u64,
+            len: len as u64,
+            size: usize::MAX as u64,
+        };
+        if (ptr as usize).checked_add(len).is_none() {
+            return Err(out());
+        }
+        let ptr = NonNull::new(ptr).ok_or_else(out)?;
+        Ok(MemoryRegion {
+            inner: Arc::new(RegionInner {
+                ptr,
+                len,
+                owned_map_len: None,
+                fd: None,
+                device: None,
+                process: true,
+                page_size: crate::sys::page_size(),
                 huge: false,
                 sealed: false,
             }),
@@ -267,6 +317,7 @@ impl MemoryRegion {
                 owned_map_len,
                 fd: Some(fd),
                 device: None,
+                process: false,
                 page_size,
                 huge: page_size > crate::sys::page_size(),
                 sealed,
@@ -299,6 +350,11 @@ impl MemoryRegion {
     /// The GPU whose memory this region is, `None` for host memory.
     pub fn device(&self) -> Option<u32> {
         self.inner.device
+    }
+
+    /// True for memory this process already had ([`MemoryRegion::process_memory`]).
+    pub fn process(&self) -> bool {
+        self.inner.process
     }
 
     /// Size of the pages backing the region: 2 MiB for hugetlbfs, else the base page size.
@@ -370,6 +426,7 @@ impl fmt::Debug for MemoryRegion {
             .field("page_size", &self.inner.page_size)
             .field("sealed", &self.inner.sealed)
             .field("device", &self.inner.device)
+            .field("process", &self.inner.process)
             .field("owned_mapping", &self.inner.owned_map_len.is_some())
             .finish()
     }

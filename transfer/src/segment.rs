@@ -47,7 +47,8 @@ pub(crate) struct SegmentEntry {
     pub(crate) engine: u64,
     pub(crate) region: MemoryRegion,
     key: SegmentKey,
-    /// The memfd may be handed to same-host peers (it is sealed against shrinking).
+    /// Same-host peers may reach the whole segment: its memfd (sealed against shrinking), or
+    /// for process memory the owner's memory file.
     pub(crate) shareable: bool,
 }
 
@@ -165,7 +166,8 @@ impl SegmentTable {
         let id = SegmentId(self.next.fetch_add(1, Ordering::Relaxed));
         let key = SegmentKey::random().map_err(|e| TransferError::setup("read /dev/urandom", e))?;
         // A guarded segment's ranges are granted one by one; its memfd would give them all.
-        let shareable = allow_shm && region.sealed() && guard.is_none();
+        // Process memory is shared through the owner's memory file, never a memfd.
+        let shareable = allow_shm && (region.sealed() || region.process()) && guard.is_none();
         let entry = Arc::new(SegmentEntry {
             guard,
             id,

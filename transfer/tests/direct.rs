@@ -99,3 +99,59 @@ fn peers_on_other_hosts_or_unknown_are_refused_up_front() {
         Err(TransferError::UnknownPeer { .. })
     ));
 }
+
+/// Memory the peer process already had (an engine's array), registered as process memory:
+/// reached through the peer's memory file, copied straight into and out of, by direct
+/// access and by the workers, and refused once it is unmapped instead of faulting here.
+#[test]
+fn a_peer_process_memory_is_reached_without_a_mapping() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, server) = pair(dir.path(), true);
+    let len = 256 << 10;
+    // SAFETY: a fresh anonymous mapping of our own; unmapped below only after the test is
+    // done with it through the region (and the region is then only used to show the error).
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    // SAFETY: the mapping above is ours and stays mapped until the munmap at the end.
+    let region = unsafe { MemoryRegion::process_memory(base.cast(), len) }.unwrap();
+    assert!(region.process() && region.fd().is_none());
+    let cli = client.register(region).unwrap();
+    assert!(cli.shm_shareable());
+    cli.region().write_at(0, &pattern(5, len)).unwrap();
+    let desc = cli.descriptor(4096, 128 << 10).unwrap();
+
+    let range = server.map_direct(&[desc]).unwrap().remove(0).unwrap();
+    assert!(range.is_process_memory());
+    let mut got = vec![0u8; 8192];
+    range.read_at(100, &mut got).unwrap();
+    assert_eq!(got, pattern(5, len)[4096 + 100..4096 + 100 + 8192]);
+    range.write_at(10, &[0x5a; 1000]).unwrap();
+    assert_eq!(read(&cli, 4096 + 10, 1000), vec![0x5a; 1000]);
+    assert!(matches!(
+        range.write_at((128 << 10) - 10, &[0; 11]),
+        Err(TransferError::OutOfBounds { .. })
+    ));
+
+    // The workers' shm lane reaches it too: one-sided write from the server's segment.
+    let src = segment(&server, 64 << 10);
+    src.region().write_at(0, &pattern(9, 64 << 10)).unwrap();
+    server
+        .transfer([yutu_transfer::TransferRequest::write(&src, 0, &desc).range(0, 64 << 10)])
+        .unwrap();
+    assert_eq!(read(&cli, 4096, 64 << 10), pattern(9, 64 << 10));
+
+    // Gone from the peer's address space: the copy fails with an error, nothing faults.
+    // SAFETY: our own mapping from above; nothing reads it through a Rust reference.
+    assert_eq!(unsafe { libc::munmap(base, len) }, 0);
+    let err = range.write_at(0, &[1; 64]).unwrap_err();
+    assert!(matches!(err, TransferError::Io { .. }), "{err}");
+}

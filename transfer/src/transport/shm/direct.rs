@@ -73,35 +73,56 @@ impl DirectRange {
 
     /// Copies `src` into the range, starting `at` bytes in.
     pub fn write_at(&self, at: u64, src: &[u8]) -> Result<(), TransferError> {
-        let dst = self.bounds(at, src.len() as u64)?;
-        // SAFETY: `bounds` checked the range against the live mapping held by `self.mapping`;
-        // `src` is a Rust slice of this process, never part of a peer mapping we hand out as
-        // a slice, so the two do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
-        Ok(())
+        let offset = self.bounds(at, src.len() as u64)?;
+        // SAFETY: `src` is a Rust slice of this process, valid for the call and never part
+        // of a peer mapping we hand out as a slice.
+        let done = unsafe { self.mapping.write_from(offset, src.as_ptr(), src.len()) };
+        self.finish(done, at, src.len())
     }
 
     /// Copies `dst.len()` bytes of the range, starting `at` bytes in, into `dst`.
     pub fn read_at(&self, at: u64, dst: &mut [u8]) -> Result<(), TransferError> {
-        let src = self.bounds(at, dst.len() as u64)?;
-        // SAFETY: as in `write_at`; `dst` is exclusively borrowed memory of this process.
-        unsafe { std::ptr::copy_nonoverlapping(src.cast_const(), dst.as_mut_ptr(), dst.len()) };
-        Ok(())
+        let offset = self.bounds(at, dst.len() as u64)?;
+        // SAFETY: `dst` is exclusively borrowed memory of this process.
+        let done = unsafe { self.mapping.read_into(offset, dst.as_mut_ptr(), dst.len()) };
+        self.finish(done, at, dst.len())
     }
 
-    /// Pointer to `at` when `[at, at + len)` lies inside the range.
-    fn bounds(&self, at: u64, len: u64) -> Result<*mut u8, TransferError> {
-        let out = TransferError::OutOfBounds {
+    /// True when the range is a peer process's own memory (reached through its memory file)
+    /// rather than a shared mapping.
+    pub fn is_process_memory(&self) -> bool {
+        self.mapping.is_process()
+    }
+
+    /// The mapping's offset of `at` when `[at, at + len)` lies inside the range.
+    fn bounds(&self, at: u64, len: u64) -> Result<u64, TransferError> {
+        if at.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(self.out_of_bounds(at, len as usize));
+        }
+        Ok(self.offset + at)
+    }
+
+    fn out_of_bounds(&self, at: u64, len: usize) -> TransferError {
+        TransferError::OutOfBounds {
             index: 0,
             side: Side::Remote,
             offset: at,
-            len,
+            len: len as u64,
             limit: self.len,
-        };
-        if at.checked_add(len).is_none_or(|end| end > self.len) {
-            return Err(out);
         }
-        self.mapping.range(self.offset + at, len).ok_or(out)
+    }
+
+    fn finish(
+        &self,
+        done: Option<std::io::Result<()>>,
+        at: u64,
+        len: usize,
+    ) -> Result<(), TransferError> {
+        match done {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(TransferError::io(KIND, self.node, e)),
+            None => Err(self.out_of_bounds(at, len)),
+        }
     }
 }
 

@@ -226,8 +226,11 @@ fn apply(
         })?;
         let key = (peer.node, peer.incarnation, desc.segment);
         if mappings.get(&key).is_none() {
-            let mapping = PeerMapping::map(fd, verdict.segment_len)
-                .map_err(|m| TransferError::unavailable(KIND, peer.node, m))?;
+            let mapping = match verdict.process {
+                Some(base) => PeerMapping::process(fd, base, verdict.segment_len),
+                None => PeerMapping::map(fd, verdict.segment_len),
+            }
+            .map_err(|m| TransferError::unavailable(KIND, peer.node, m))?;
             mappings.insert(key, mapping);
         }
     }
@@ -248,23 +251,26 @@ fn copy(mappings: &MappingCache, peer: &NodeAddress, op: &SliceOp) -> Result<(),
         .get(&(peer.node, peer.incarnation, op.remote.segment))
         .ok_or_else(|| TransferError::unavailable(KIND, peer.node, "segment not mapped"))?;
     // Submit checked remote_offset + len <= desc.len; the verdict checked desc.end() <= segment.
-    let remote = mapping
-        .range(op.remote.offset + op.remote_offset, op.len)
-        .ok_or(TransferError::Refused {
+    let offset = op.remote.offset + op.remote_offset;
+    let local = op.local_ptr()?;
+    // SAFETY: the local range was bounds-checked against the live region kept by `op.local`;
+    // the peer's side is checked by `mapping` itself, and the target verified the token for
+    // the remote range in this very batch. They belong to different mappings (or processes),
+    // so Rust-level overlap is impossible (two mappings of the same memfd may alias
+    // physically; such a transfer copies unspecified bytes, as documented).
+    let done = unsafe {
+        match op.op {
+            TransferOp::Read => mapping.read_into(offset, local, op.len_usize()),
+            TransferOp::Write => mapping.write_from(offset, local.cast_const(), op.len_usize()),
+        }
+    };
+    match done {
+        Some(Ok(())) => Ok(()),
+        Some(Err(e)) => Err(TransferError::io(KIND, peer.node, e)),
+        None => Err(TransferError::Refused {
             node: peer.node,
             segment: op.remote.segment,
             reason: Refusal::OutOfBounds,
-        })?;
-    let local = op.local_ptr()?;
-    let (src, dst) = match op.op {
-        TransferOp::Read => (remote.cast_const(), local),
-        TransferOp::Write => (local.cast_const(), remote),
-    };
-    // SAFETY: both ranges were bounds-checked against live mappings (the local region kept by
-    // `op.local`, the peer's by the `mapping` Arc); the target verified the token for the
-    // remote range in this very batch. They belong to different mappings, so Rust-level
-    // overlap is impossible (two mappings of the same memfd may alias physically; such a
-    // transfer copies unspecified bytes, as documented).
-    unsafe { std::ptr::copy_nonoverlapping(src, dst, op.len_usize()) };
-    Ok(())
+        }),
+    }
 }

@@ -6,11 +6,16 @@
 //! socket is created under a temporary name, given its mode, and renamed into place, so it is
 //! never reachable with looser permissions; it is removed when the listener stops.
 //!
+//! A segment of process memory (`MemoryRegion::process_memory`) has no memfd: with a checked
+//! descriptor of one, the listener sends this process's memory file (`/proc/self/mem`,
+//! opened once at start) instead, and the segment's address. See `mapping.rs` for what that
+//! grants and why it is safe to hand over.
+//!
 //! The same connection also answers proof challenges (see `proof.rs`), so a node can check
 //! that a socket a client names is that client's engine before it sends it anything else.
 
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -66,6 +71,7 @@ impl ShmListener {
             .map_err(|e| setup("set the mode of", e))?;
         std::fs::rename(&tmp, &path).map_err(|e| setup("move into place", e))?;
         let hello = wire::encode_hello(opts.node, opts.incarnation);
+        let memory = Arc::new(open_own_memory());
         let wake_path = path.clone();
         let idle = opts.idle_timeout;
         let prover = opts.prover;
@@ -79,7 +85,12 @@ impl ShmListener {
             listening,
             move || listener.accept().map(|(s, _)| s),
             move |stream: UnixStream| {
-                if let Err(err) = serve(stream, &segments, &prover, &hello, idle, &serve_counters) {
+                let own = Own {
+                    prover: &prover,
+                    hello: &hello,
+                    memory: memory.as_ref().as_ref(),
+                };
+                if let Err(err) = serve(stream, &segments, &own, idle, &serve_counters) {
                     tracing::debug!(%err, "shm control connection ended");
                 }
             },
@@ -105,17 +116,40 @@ impl Drop for ShmListener {
     }
 }
 
+/// This process's memory file, handed to peers for its process-memory segments; `None` (and
+/// those segments answered `NotShareable`) when procfs is not mounted.
+fn open_own_memory() -> Option<OwnedFd> {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/proc/self/mem")
+    {
+        Ok(f) => Some(f.into()),
+        Err(err) => {
+            tracing::warn!(%err, "cannot open /proc/self/mem: process memory is not offered over shm");
+            None
+        }
+    }
+}
+
+/// What a connection answers with about this engine itself.
+struct Own<'a> {
+    prover: &'a Prover,
+    hello: &'a [u8; wire::HELLO_LEN],
+    memory: Option<&'a OwnedFd>,
+}
+
 fn serve(
     mut stream: UnixStream,
     segments: &SegmentTable,
-    prover: &Prover,
-    hello: &[u8; wire::HELLO_LEN],
+    own: &Own<'_>,
     idle: Duration,
     counters: &ListenerCounters,
 ) -> io::Result<()> {
+    let prover = own.prover;
     stream.set_read_timeout(Some(idle))?;
     stream.set_write_timeout(Some(idle))?;
-    stream.write_all(hello)?;
+    stream.write_all(own.hello)?;
     loop {
         let mut header = [0u8; HEADER_LEN];
         match stream.read_exact(&mut header) {
@@ -154,22 +188,27 @@ fn serve(
                 Ok(entry) => match segments.check_descriptor(&entry.desc, entry.desc.access) {
                     Err(refusal) => Err(refusal),
                     Ok(seg) if !seg.shareable => Err(Refusal::NotShareable),
+                    Ok(seg) if seg.region.process() && own.memory.is_none() => {
+                        Err(Refusal::NotShareable)
+                    }
                     Ok(_) if entry.desc.access != Access::ReadWrite => Err(Refusal::WrongAccess),
                     Ok(seg) => {
                         let len = seg.region.len() as u64;
                         let stable = seg.guard.is_none();
+                        let process = seg.region.process().then(|| seg.region.as_ptr() as u64);
                         if entry.attach {
                             attached.push(seg);
                         }
-                        Ok((len, stable))
+                        Ok((len, stable, process))
                     }
                 },
             };
             verdicts.push(match verdict {
-                Ok((segment_len, stable)) => Verdict {
+                Ok((segment_len, stable, process)) => Verdict {
                     status: Ok(()),
                     segment_len,
                     stable,
+                    process,
                 },
                 Err(refusal) => {
                     ListenerCounters::add(&counters.refused, 1);
@@ -177,12 +216,20 @@ fn serve(
                         status: Err(refusal),
                         segment_len: 0,
                         stable: false,
+                        process: None,
                     }
                 }
             });
         }
-        // Only shareable segments are attached, and those are memfds.
-        let fds: Vec<BorrowedFd<'_>> = attached.iter().filter_map(|s| s.region.fd()).collect();
+        // Only shareable segments are attached: memfds, or process memory (whose fd is the
+        // memory file, present or refused above).
+        let fds: Vec<BorrowedFd<'_>> = attached
+            .iter()
+            .filter_map(|s| match s.region.process() {
+                true => own.memory.map(|m| m.as_fd()),
+                false => s.region.fd(),
+            })
+            .collect();
         let msg = wire::encode_verdicts(&verdicts, fds.len());
         send_with_fds(stream.as_fd(), &msg, &fds)?;
     }

@@ -7,14 +7,20 @@
 //! check    (initiator → target): magic "YTC1" | count u16 | 0u16 |
 //!          count x (descriptor, 54 bytes binary | flags u8: bit 0 = attach)
 //! verdicts (target → initiator): magic "YTV1" | count u16 | fds u16 |
-//!          count x (status u8: 0 ok or a Refusal code, bit 7 = stable | segment length u64)
-//!          with one memfd (SCM_RIGHTS) per accepted entry that asked to attach, in order
+//!          count x (status u8: 0 ok or a Refusal code, bit 7 = stable, bit 6 = process |
+//!                   segment length u64 | segment address u64)
+//!          with one fd (SCM_RIGHTS) per accepted entry that asked to attach, in order: the
+//!          segment's memfd, or for process memory the target's memory file
 //! prove    (initiator → target, in place of a check, 48 bytes):
 //!          magic "YTP1" | 0u8 x4 | challenger node u64 | nonce (32 bytes)
 //! answer   (target → initiator, 40 bytes): magic "YTA1" |
 //!          status u8 (0: the proof follows, else a Refusal code) | 0u8 x3 |
 //!          proof (32 bytes; zeros with a refusal)
 //! ```
+//!
+//! "Process" (bit 6 of an accepting status) says the segment is memory the target process
+//! already had (`MemoryRegion::process_memory`): the fd is the target's `/proc/self/mem`, and
+//! the segment starts at the address that follows the length (zero for a memfd segment).
 //!
 //! "Stable" (bit 7 of an accepting status) says the segment has no range guard: the verdict
 //! holds for as long as the segment stays registered, so an initiator may reuse it for the
@@ -36,11 +42,12 @@ pub(crate) const CHECK_MAGIC: [u8; 4] = *b"YTC1";
 pub(crate) const VERDICT_MAGIC: [u8; 4] = *b"YTV1";
 pub(crate) const PROVE_MAGIC: [u8; 4] = *b"YTP1";
 pub(crate) const ANSWER_MAGIC: [u8; 4] = *b"YTA1";
-pub(crate) const VERSION: u8 = 1;
+/// Version 2: verdicts carry the segment address and the process bit.
+pub(crate) const VERSION: u8 = 2;
 pub(crate) const HELLO_LEN: usize = 24;
 pub(crate) const HEADER_LEN: usize = 8;
 pub(crate) const CHECK_ENTRY_LEN: usize = SegmentDescriptor::ENCODED_LEN + 1;
-pub(crate) const VERDICT_ENTRY_LEN: usize = 9;
+pub(crate) const VERDICT_ENTRY_LEN: usize = 17;
 /// What follows a prove message's header: the challenger's node id and the nonce.
 pub(crate) const PROVE_BODY_LEN: usize = 8 + NONCE_LEN;
 pub(crate) const PROVE_LEN: usize = HEADER_LEN + PROVE_BODY_LEN;
@@ -51,6 +58,8 @@ pub(crate) const MAX_ENTRIES: usize = super::fdpass::MAX_FDS;
 pub(crate) const FLAG_ATTACH: u8 = 1;
 /// Bit 7 of an accepting verdict's status: the verdict does not expire (no range guard).
 pub(crate) const STATUS_STABLE: u8 = 0x80;
+/// Bit 6 of an accepting verdict's status: process memory, reached through the memory file.
+pub(crate) const STATUS_PROCESS: u8 = 0x40;
 
 pub(crate) fn encode_hello(node: NodeId, incarnation: u64) -> [u8; HELLO_LEN] {
     let mut b = [0u8; HELLO_LEN];
@@ -87,6 +96,9 @@ pub(crate) struct Verdict {
     pub(crate) segment_len: u64,
     /// Accepted, and valid until the segment is unregistered (no guard to consult again).
     pub(crate) stable: bool,
+    /// For process memory, the segment's address in the target process (its fd is then the
+    /// target's memory file); `None` for a memfd segment.
+    pub(crate) process: Option<u64>,
 }
 
 pub(crate) fn encode_check(entries: &[CheckEntry]) -> Vec<u8> {
@@ -194,11 +206,14 @@ pub(crate) fn encode_verdicts(verdicts: &[Verdict], fds: usize) -> Vec<u8> {
     out.extend_from_slice(&(fds as u16).to_le_bytes());
     for v in verdicts {
         out.push(match v.status {
-            Ok(()) if v.stable => STATUS_STABLE,
-            Ok(()) => 0,
+            Ok(()) => {
+                (if v.stable { STATUS_STABLE } else { 0 })
+                    | (if v.process.is_some() { STATUS_PROCESS } else { 0 })
+            }
             Err(r) => r.code(),
         });
         out.extend_from_slice(&v.segment_len.to_le_bytes());
+        out.extend_from_slice(&v.process.unwrap_or(0).to_le_bytes());
     }
     out
 }
@@ -215,13 +230,18 @@ pub(crate) fn decode_verdicts(b: &[u8], expected: usize) -> Result<(Vec<Verdict>
     let fds = u16::from_le_bytes([b[6], b[7]]) as usize;
     let verdicts = b[HEADER_LEN..]
         .chunks_exact(VERDICT_ENTRY_LEN)
-        .map(|e| Verdict {
-            status: match e[0] {
-                0 | STATUS_STABLE => Ok(()),
-                code => Err(Refusal::from_code(code).unwrap_or(Refusal::BadRequest)),
-            },
-            segment_len: u64_at(e, 1),
-            stable: e[0] == STATUS_STABLE,
+        .map(|e| {
+            let accepted = e[0] & !(STATUS_STABLE | STATUS_PROCESS) == 0;
+            Verdict {
+                status: if accepted {
+                    Ok(())
+                } else {
+                    Err(Refusal::from_code(e[0]).unwrap_or(Refusal::BadRequest))
+                },
+                segment_len: u64_at(e, 1),
+                stable: accepted && e[0] & STATUS_STABLE != 0,
+                process: (accepted && e[0] & STATUS_PROCESS != 0).then(|| u64_at(e, 9)),
+            }
         })
         .collect();
     Ok((verdicts, fds))
@@ -266,21 +286,30 @@ mod tests {
                 status: Ok(()),
                 segment_len: 4096,
                 stable: false,
+                process: None,
             },
             Verdict {
                 status: Ok(()),
                 segment_len: 8192,
                 stable: true,
+                process: None,
             },
             Verdict {
                 status: Err(Refusal::BadToken),
                 segment_len: 0,
                 stable: false,
+                process: None,
+            },
+            Verdict {
+                status: Ok(()),
+                segment_len: 1 << 20,
+                stable: true,
+                process: Some(0x7f12_3456_7000),
             },
         ];
         let bytes = encode_verdicts(&verdicts, 1);
-        assert_eq!(decode_verdicts(&bytes, 3), Ok((verdicts.to_vec(), 1)));
-        assert!(decode_verdicts(&bytes, 2).is_err());
+        assert_eq!(decode_verdicts(&bytes, 4), Ok((verdicts.to_vec(), 1)));
+        assert!(decode_verdicts(&bytes, 3).is_err());
     }
 
     #[test]
