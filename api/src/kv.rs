@@ -89,6 +89,10 @@ pub const MAX_TTL_MS: u64 = 60_000;
 /// Largest request document the node reads (4096 keys and descriptors fit).
 pub const MAX_REQUEST_BYTES: u64 = 4 << 20;
 
+/// Most spans one get-into or put-from may name when its blocks are scattered or gathered
+/// (`parts`): a layer-first engine names one span per layer and block.
+pub const MAX_SPANS: usize = 65_536;
+
 /// A per-bucket KV call: `POST /v1/kv/{bucket}/{op}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KvOp {
@@ -246,6 +250,11 @@ pub struct GetIntoRequest {
     pub ranges: Option<Vec<(u64, u64)>>,
     /// The client's engine, as registered at [`PEERS_PATH`]; it owns the memory.
     pub session: String,
+    /// Scatter: key `i`'s block fills the next `parts[i]` targets (or ranges) in order, its
+    /// first bytes the first one; the room for it is their sum. Absent: one each. At most
+    /// [`MAX_SPANS`] targets in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<Vec<u32>>,
 }
 
 /// Where a [`GetIntoRequest`] wants its blocks, once the form is known to be consistent.
@@ -273,6 +282,7 @@ impl GetIntoRequest {
             buffer: None,
             ranges: None,
             session,
+            parts: None,
         }
     }
 
@@ -289,6 +299,7 @@ impl GetIntoRequest {
             buffer: Some(buffer),
             ranges: Some(ranges),
             session,
+            parts: None,
         }
     }
 
@@ -326,6 +337,39 @@ pub struct PutFromRequest {
     /// be evicted only when nothing else can be, for its TTL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin: Option<BlockPin>,
+    /// Gather: the `i`th block stored is the concatenation of the next `parts[i]` entries of
+    /// `blocks`, in order, which must all name its key. Absent: one entry per block. At most
+    /// [`MAX_SPANS`] entries in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<Vec<u32>>,
+}
+
+/// Groups `n` entries by `parts` (see [`GetIntoRequest::parts`]): the index range of each
+/// group, or why the counts do not fit (a zero count, a sum other than `n`, too many spans).
+pub fn part_ranges(parts: Option<&[u32]>, n: usize) -> Result<Vec<std::ops::Range<usize>>, String> {
+    let Some(parts) = parts else {
+        return Ok((0..n).map(|i| i..i + 1).collect());
+    };
+    if n > MAX_SPANS {
+        return Err(format!("{n} spans; at most {MAX_SPANS} in one call"));
+    }
+    let mut out = Vec::with_capacity(parts.len());
+    let mut at = 0usize;
+    for (i, &p) in parts.iter().enumerate() {
+        if p == 0 {
+            return Err(format!("parts[{i}] is 0; a block has at least one span"));
+        }
+        let end = at.saturating_add(p as usize);
+        if end > n {
+            return Err(format!("parts add up to more than the {n} spans given"));
+        }
+        out.push(at..end);
+        at = end;
+    }
+    if at != n {
+        return Err(format!("parts add up to {at}, but {n} spans are given"));
+    }
+    Ok(out)
 }
 
 /// How put blocks are pinned.
@@ -804,6 +848,20 @@ mod tests {
     }
 
     #[test]
+    fn parts_group_spans_by_block() {
+        assert_eq!(part_ranges(None, 3), Ok(vec![0..1, 1..2, 2..3]));
+        assert_eq!(part_ranges(Some(&[2, 1, 3]), 6), Ok(vec![0..2, 2..3, 3..6]));
+        assert!(part_ranges(Some(&[2, 0, 3]), 5).is_err());
+        assert!(part_ranges(Some(&[2, 2]), 3).is_err());
+        assert!(part_ranges(Some(&[1]), 3).is_err());
+        assert!(part_ranges(Some(&[u32::MAX, u32::MAX]), 3).is_err());
+        assert!(part_ranges(Some(&[1; 2]), MAX_SPANS + 1).is_err());
+        let text =
+            r#"{"keys":["a"],"buffer":null,"ranges":[[0,4],[8,4]],"session":"s","parts":[2]}"#;
+        assert!(serde_json::from_str::<GetIntoRequest>(text).is_ok());
+    }
+
+    #[test]
     fn shard_header() {
         assert_eq!(parse_shard_header("1/4"), Some((1, 4)));
         for bad in ["4/4", "1", "a/2", "1/", "-1/2", ""] {
@@ -823,6 +881,7 @@ mod tests {
             session: "s1".into(),
             if_absent: false,
             pin: None,
+            parts: None,
         };
         exact(
             &req,

@@ -52,6 +52,7 @@ mod error;
 mod http;
 mod lanes;
 mod options;
+mod parts;
 
 use checks::{check_batch, check_range, expect_len, same_len};
 pub use error::KvError;
@@ -59,6 +60,7 @@ use http::{
     call_get, check_bucket, check_status, keys_request, kv_agent, kv_path, read_json, signed_get,
 };
 pub use options::{KvOptions, PutMode, PutOptions};
+pub use parts::Parts;
 
 pub use device::{
     BlockFailures, DeviceBuffer, Memory, STAGING_BUFFERS, STAGING_HALF, STAGING_WAIT,
@@ -495,6 +497,7 @@ impl KvClient {
             session: self.session.clone(),
             if_absent: mode == PutMode::IfAbsent,
             pin: options.pin,
+            parts: None,
         };
         let ended: EtagsResponse = self.call_post_keys(
             Some((bucket, keys)),

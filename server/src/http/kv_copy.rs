@@ -41,7 +41,8 @@ struct Span {
     len: u64,
 }
 
-fn spans(req: &GetIntoRequest) -> Result<Vec<Span>, S3Error> {
+/// The targets of a get-into: per key, the spans its block is scattered over.
+fn spans(req: &GetIntoRequest) -> Result<Vec<Vec<Span>>, S3Error> {
     let n = req.keys.len();
     let out: Vec<Span> = match req.targets() {
         Some(GetIntoTargets::PerKey(targets)) => targets
@@ -66,10 +67,24 @@ fn spans(req: &GetIntoRequest) -> Result<Vec<Span>, S3Error> {
             ))
         }
     };
-    if out.len() != n {
-        return Err(bad("Give one target per key."));
+    let groups = yutu_api::kv::part_ranges(req.parts.as_deref(), out.len()).map_err(bad)?;
+    if groups.len() != n {
+        return Err(bad(match req.parts {
+            None => "Give one target per key.".to_string(),
+            Some(_) => format!("parts name {} blocks for {n} keys.", groups.len()),
+        }));
     }
-    Ok(out)
+    Ok(regroup(out, &groups))
+}
+
+/// `flat` cut into the groups `groups` (consecutive index ranges covering it).
+fn regroup<T: Clone>(flat: Vec<T>, groups: &[std::ops::Range<usize>]) -> Vec<Vec<T>> {
+    groups.iter().map(|g| flat[g.clone()].to_vec()).collect()
+}
+
+/// A block's spans' total length.
+fn room(spans: &[Span]) -> u64 {
+    spans.iter().map(|s| s.len).sum()
 }
 
 /// Every range must lie inside its descriptor and name the caller's own memory: a
@@ -152,6 +167,24 @@ async fn map_spans(
     Ok(Some(out))
 }
 
+/// [`map_spans`] over every block's spans, answered per block.
+async fn map_blocks(
+    engine: &TransferEngine,
+    blocks: &[Vec<Span>],
+) -> Result<Option<Vec<Vec<DirectRange>>>, S3Error> {
+    let flat: Vec<Span> = blocks.iter().flatten().copied().collect();
+    let Some(mapped) = map_spans(engine, &flat).await? else {
+        return Ok(None);
+    };
+    let mut mapped = mapped.into_iter();
+    Ok(Some(
+        blocks
+            .iter()
+            .map(|b| mapped.by_ref().take(b.len()).collect())
+            .collect(),
+    ))
+}
+
 fn unreachable_buffer(e: &TransferError) -> S3Error {
     bad(format!("Cannot reach the client's buffer: {e}."))
 }
@@ -165,8 +198,8 @@ pub(super) async fn get_into(
     check_keys(&req.keys)?;
     let spans = spans(&req)?;
     let (engine, client) = session_peer(ctx, &req.session)?;
-    check_spans(&spans, client.node)?;
-    let copied = match map_spans(&engine, &spans).await? {
+    check_spans(&spans.concat(), client.node)?;
+    let copied = match map_blocks(&engine, &spans).await? {
         Some(targets) => copy_out_direct(ctx, bucket, &req.keys, targets).await?,
         None => {
             let _call = super::kv_peers::engine_call(ctx)?;
@@ -176,8 +209,8 @@ pub(super) async fn get_into(
     Ok(json(&CopiedResponse { copied }))
 }
 
-/// A shard's keys with their mapped ranges.
-type Items = Vec<(String, DirectRange)>;
+/// A shard's keys with their mapped ranges (several when a block is scattered or gathered).
+type Items = Vec<(String, Vec<DirectRange>)>;
 
 /// Runs `op` on each owning shard with its keys and their mapped ranges, all shards at
 /// once; per shard, the indices of its keys and its answer.
@@ -185,7 +218,7 @@ async fn on_owners<R, F>(
     ctx: &Ctx,
     bucket: &str,
     keys: &[String],
-    ranges: Vec<DirectRange>,
+    ranges: Vec<Vec<DirectRange>>,
     op: fn(Rc<Shard>, String, Items) -> F,
 ) -> Result<Vec<(Vec<usize>, R)>, S3Error>
 where
@@ -213,7 +246,7 @@ async fn copy_out_direct(
     ctx: &Ctx,
     bucket: &str,
     keys: &[String],
-    targets: Vec<DirectRange>,
+    targets: Vec<Vec<DirectRange>>,
 ) -> Result<Vec<Option<u64>>, S3Error> {
     let answers = on_owners(ctx, bucket, keys, targets, direct::copy_out).await?;
     let mut copied = vec![None; keys.len()];
@@ -228,6 +261,11 @@ async fn copy_out_direct(
                         keys[i]
                     )))
                 }
+                Copied::Unreachable(why) => {
+                    return Err(bad(format!(
+                        "Cannot write into the client's buffer: {why}."
+                    )))
+                }
             };
         }
     }
@@ -240,7 +278,7 @@ async fn copy_out_engine(
     engine: &TransferEngine,
     bucket: &str,
     keys: &[String],
-    spans: &[Span],
+    spans: &[Vec<Span>],
 ) -> Result<Vec<Option<u64>>, S3Error> {
     let (leases, found) = lease(ctx, bucket, keys, DEFAULT_TTL).await?;
     let result = async {
@@ -249,17 +287,29 @@ async fn copy_out_engine(
         let mut segments = ShardSegments::default();
         for (i, f) in found.iter().enumerate() {
             let Some((shard, b, _)) = f else { continue };
-            let span = spans[i];
-            if span.len < b.len {
+            let parts = &spans[i];
+            if room(parts) < b.len {
                 return Err(bad(format!(
                     "Target {i} has {} bytes; block {} has {}.",
-                    span.len, keys[i], b.len
+                    room(parts),
+                    keys[i],
+                    b.len
                 )));
             }
             let segment = segments.get(ctx, *shard).await?;
-            requests.push(
-                TransferRequest::write(&segment, b.offset, &span.desc).range(span.offset, b.len),
-            );
+            // Scatter: each span takes the block's next bytes until the block is out.
+            let mut done = 0;
+            for span in parts {
+                let take = span.len.min(b.len - done);
+                if take == 0 {
+                    break;
+                }
+                requests.push(
+                    TransferRequest::write(&segment, b.offset + done, &span.desc)
+                        .range(span.offset, take),
+                );
+                done += take;
+            }
             copied[i] = Some(b.len);
         }
         run_batch(engine, requests).await?;
@@ -358,22 +408,35 @@ pub(super) async fn put_from(
     bucket: &str,
     req: PutFromRequest,
 ) -> Result<Resp, S3Error> {
-    let requested = req.blocks.len();
-    let mut spans = Vec::with_capacity(requested);
+    let groups = yutu_api::kv::part_ranges(req.parts.as_deref(), req.blocks.len()).map_err(bad)?;
+    let requested = groups.len();
+    let mut spans: Vec<Vec<Span>> = Vec::with_capacity(requested);
     let mut lens = Vec::with_capacity(requested);
-    for b in req.blocks {
-        spans.push(Span {
-            desc: req.buffer,
-            offset: b.offset,
-            len: b.len,
-        });
-        lens.push((b.key, b.len));
+    for g in groups {
+        let entries = &req.blocks[g];
+        let key = &entries[0].key;
+        if let Some(other) = entries.iter().find(|b| &b.key != key) {
+            return Err(bad(format!(
+                "The parts of block {key} name another key, {}.",
+                other.key
+            )));
+        }
+        let parts: Vec<Span> = entries
+            .iter()
+            .map(|b| Span {
+                desc: req.buffer,
+                offset: b.offset,
+                len: b.len,
+            })
+            .collect();
+        lens.push((key.clone(), room(&parts)));
+        spans.push(parts);
     }
     let keys: Vec<String> = lens.iter().map(|(k, _)| k.clone()).collect();
     check_keys(&keys)?;
     check_lens(ctx, &lens)?;
     let (engine, client) = session_peer(ctx, &req.session)?;
-    check_spans(&spans, client.node)?;
+    check_spans(&spans.concat(), client.node)?;
     if let Some(pin) = req.pin {
         pin_blocks(ctx, bucket, &keys, pin).await?;
     }
@@ -395,10 +458,10 @@ pub(super) async fn put_from(
         (
             wanted.iter().map(|&i| keys[i].clone()).collect(),
             wanted.iter().map(|&i| lens[i].clone()).collect(),
-            wanted.iter().map(|&i| spans[i]).collect::<Vec<_>>(),
+            wanted.iter().map(|&i| spans[i].clone()).collect::<Vec<_>>(),
         )
     };
-    let stored = match map_spans(&engine, &spans).await? {
+    let stored = match map_blocks(&engine, &spans).await? {
         Some(sources) => put_from_direct(ctx, bucket, &keys, sources).await?,
         None => {
             let _call = super::kv_peers::engine_call(ctx)?;
@@ -415,7 +478,7 @@ async fn put_from_direct(
     ctx: &Ctx,
     bucket: &str,
     keys: &[String],
-    sources: Vec<DirectRange>,
+    sources: Vec<Vec<DirectRange>>,
 ) -> Result<Vec<String>, S3Error> {
     let answers = on_owners(ctx, bucket, keys, sources, direct::put_from).await?;
     let mut etags = vec![String::new(); keys.len()];
@@ -434,21 +497,27 @@ async fn put_from_engine(
     engine: &TransferEngine,
     bucket: &str,
     blocks: &[(String, u64)],
-    spans: &[Span],
+    spans: &[Vec<Span>],
 ) -> Result<Vec<String>, S3Error> {
     let (ids, reserved) = start_puts(ctx, bucket, blocks, DEFAULT_TTL).await?;
     let moved = async {
         let mut segments = ShardSegments::default();
         let mut requests = Vec::with_capacity(blocks.len());
-        for ((key, len), (span, desc)) in blocks.iter().zip(spans.iter().zip(&reserved)) {
+        for ((key, len), (parts, desc)) in blocks.iter().zip(spans.iter().zip(&reserved)) {
             if *len == 0 {
                 continue;
             }
             let shard = ctx.shard.owner(bucket, key);
             let segment = segments.get(ctx, shard).await?;
-            requests.push(
-                TransferRequest::read(&segment, desc.offset, &span.desc).range(span.offset, *len),
-            );
+            // Gather: each span fills the reserved range's next bytes.
+            let mut done = 0;
+            for span in parts.iter().filter(|s| s.len > 0) {
+                requests.push(
+                    TransferRequest::read(&segment, desc.offset + done, &span.desc)
+                        .range(span.offset, span.len),
+                );
+                done += span.len;
+            }
         }
         run_batch(engine, requests).await
     }

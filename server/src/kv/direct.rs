@@ -17,7 +17,7 @@ use crate::node::Shard;
 use crate::tier::PutResult;
 
 /// What a get-into did for one key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Copied {
     /// The block's bytes are in the client's buffer.
     Len(u64),
@@ -25,25 +25,55 @@ pub enum Copied {
     Missing,
     /// The block did not fit the room the client gave it; nothing was written for it.
     TooSmall { len: u64, room: u64 },
+    /// The client's memory could not be written (its process exited, the range was
+    /// unmapped): why. The call fails; the node does not.
+    Unreachable(String),
 }
 
-fn copy_into(target: &DirectRange, bytes: &[u8]) -> Copied {
-    let (len, room) = (bytes.len() as u64, target.len());
+/// Scatters `bytes` over the ranges of `target`, in order (one range unless the client
+/// split the block's room).
+fn copy_into(target: &[DirectRange], bytes: &[u8]) -> Copied {
+    let (len, room) = (bytes.len() as u64, total(target));
     if len > room {
         return Copied::TooSmall { len, room };
     }
-    match target.write_at(0, bytes) {
-        Ok(()) => Copied::Len(len),
-        // Unreachable after the length check; reported rather than assumed.
-        Err(_) => Copied::TooSmall { len, room },
+    let mut rest = bytes;
+    for part in target {
+        if rest.is_empty() {
+            break;
+        }
+        let take = rest.len().min(part.len() as usize);
+        if let Err(e) = part.write_at(0, &rest[..take]) {
+            return Copied::Unreachable(e.to_string());
+        }
+        rest = &rest[take..];
     }
+    Copied::Len(len)
+}
+
+/// Bytes in `ranges` together.
+fn total(ranges: &[DirectRange]) -> u64 {
+    ranges.iter().map(DirectRange::len).sum()
+}
+
+/// Gathers the ranges of `source`, in order, into `dst` (their total length).
+fn gather(source: &[DirectRange], dst: &mut [u8]) -> bool {
+    let mut at = 0usize;
+    for part in source {
+        let n = part.len() as usize;
+        if part.read_at(0, &mut dst[at..at + n]).is_err() {
+            return false;
+        }
+        at += n;
+    }
+    at == dst.len()
 }
 
 /// get-into for a same-host client: each key's block copied into its target range.
 pub async fn copy_out(
     shard: Rc<Shard>,
     bucket: String,
-    items: Vec<(String, DirectRange)>,
+    items: Vec<(String, Vec<DirectRange>)>,
 ) -> Result<Vec<Copied>, StoreError> {
     let mut out = Vec::with_capacity(items.len());
     for (key, target) in items {
@@ -70,7 +100,7 @@ async fn copy_out_nvme(
     shard: &Rc<Shard>,
     bucket: &str,
     key: &str,
-    target: &DirectRange,
+    target: &[DirectRange],
 ) -> Result<Copied, StoreError> {
     if shard.tier.nvme.is_none() {
         shard.metrics.misses.inc();
@@ -100,11 +130,12 @@ async fn copy_out_nvme(
 pub async fn put_from(
     shard: Rc<Shard>,
     bucket: String,
-    items: Vec<(String, DirectRange)>,
+    items: Vec<(String, Vec<DirectRange>)>,
 ) -> Vec<PutResult> {
     let mut out = Vec::with_capacity(items.len());
     for (key, source) in items {
-        let admitted = match shard.admit(&bucket, &[(&key, source.len())]) {
+        let len = total(&source);
+        let admitted = match shard.admit(&bucket, &[(&key, len)]) {
             Ok(a) => a,
             Err(e) => {
                 out.push(Err(e));
@@ -113,9 +144,7 @@ pub async fn put_from(
         };
         let r = shard
             .tier
-            .put_filled(&bucket, &key, source.len(), |dst| {
-                source.read_at(0, dst).is_ok()
-            })
+            .put_filled(&bucket, &key, len, |dst| gather(&source, dst))
             .await;
         drop(admitted);
         out.push(r);

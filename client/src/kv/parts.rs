@@ -1,0 +1,160 @@
+//! Engine memory and scattered blocks: a range of memory the process already has (a numpy
+//! array, a torch tensor, an engine's host pool) registered as it is, and get-into / put-from
+//! calls whose blocks are scattered over, or gathered from, several ranges of one buffer
+//! (a layer-first engine keeps one span per layer of each block).
+//!
+//! With the node on the same host, the node copies straight between its arena and such
+//! memory through this process's memory file (`yutu_transfer::MemoryRegion::process_memory`):
+//! one copy, no staging buffer. Elsewhere the node's transfer engine reaches it over tcp.
+
+use std::sync::Arc;
+
+use yutu_api::kv::{
+    CopiedResponse, EtagsResponse, GetIntoRequest, KvOp, PutFromBlock, PutFromRequest, MAX_SPANS,
+};
+use yutu_transfer::MemoryRegion;
+
+use super::checks::{check_batch, check_range, expect_len, same_len};
+use super::http::kv_path;
+use super::{Buffer, KvClient, KvError, PutMode, PutOptions};
+
+/// One block's spans: `(offset, len)` ranges of the buffer, in order.
+pub type Parts = Vec<(u64, u64)>;
+
+impl KvClient {
+    /// Registers `len` bytes at `ptr`, memory this process already has, as a [`Buffer`]: the
+    /// node reads and writes it in place (no staging copy on the same host). Unregistered
+    /// when the buffer is dropped.
+    ///
+    /// # Safety
+    ///
+    /// `[ptr, ptr + len)` must be readable and writable memory of this process that stays
+    /// mapped until the returned buffer is dropped; the node writes into it during
+    /// get-into calls that name it, as into any registered buffer.
+    pub unsafe fn register_host(&self, ptr: *mut u8, len: u64) -> Result<Buffer, KvError> {
+        let len = usize::try_from(len)
+            .map_err(|_| KvError::InvalidArgument(format!("{len} bytes do not fit in memory")))?;
+        // SAFETY: the caller's contract is the region's.
+        let region = unsafe { MemoryRegion::process_memory(ptr, len) }?;
+        let segment = self.inner.engine.register(region)?;
+        Ok(Buffer {
+            segment,
+            inner: Arc::clone(&self.inner),
+        })
+    }
+
+    /// Fetches each `keys[i]` into the ranges `parts[i]` of `buf`, in order (scatter: the
+    /// block's first bytes fill the first range; the room for it is their sum). One node call;
+    /// each block's length, `None` where the key is absent. Talks to this client's node only
+    /// (`InvalidArgument` for a client that routes over a cluster).
+    pub fn batch_get_into_parts(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        parts: &[Parts],
+    ) -> Result<Vec<Option<u64>>, KvError> {
+        let (ranges, counts) = self.check_parts(keys, buf, parts)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut body =
+            GetIntoRequest::into_buffer(keys.to_vec(), buf.whole()?, ranges, self.session.clone());
+        body.parts = Some(counts);
+        let answer: CopiedResponse = self.call_post_keys(
+            Some((bucket, keys)),
+            &kv_path(bucket, KvOp::GetInto)?,
+            &body,
+        )?;
+        expect_len(answer.copied.len(), keys.len(), "get-into")?;
+        for (i, c) in answer.copied.iter().enumerate() {
+            let room: u64 = parts[i].iter().map(|p| p.1).sum();
+            if c.is_some_and(|n| n > room) {
+                return Err(KvError::InvalidResponse(format!(
+                    "get-into claims more bytes for key {i} than its {room}-byte room"
+                )));
+            }
+        }
+        Ok(answer.copied)
+    }
+
+    /// Stores each `keys[i]` as the concatenation of the ranges `parts[i]` of `buf` (gather),
+    /// with the put's `options` (mode and pin; one node, as [`KvClient::batch_get_into_parts`]).
+    /// One node call; the ETags in order (empty for a key kept by [`PutMode::IfAbsent`]).
+    pub fn batch_put_from_parts(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        parts: &[Parts],
+        options: &PutOptions,
+    ) -> Result<Vec<String>, KvError> {
+        let (_, counts) = self.check_parts(keys, buf, parts)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let blocks = keys
+            .iter()
+            .zip(parts)
+            .flat_map(|(key, p)| {
+                p.iter().map(|&(offset, len)| PutFromBlock {
+                    key: key.clone(),
+                    offset,
+                    len,
+                })
+            })
+            .collect();
+        let body = PutFromRequest {
+            blocks,
+            buffer: buf.whole()?,
+            session: self.session.clone(),
+            if_absent: options.mode == PutMode::IfAbsent,
+            pin: options.pin,
+            parts: Some(counts),
+        };
+        let ended: EtagsResponse = self.call_post_keys(
+            Some((bucket, keys)),
+            &kv_path(bucket, KvOp::PutFrom)?,
+            &body,
+        )?;
+        expect_len(ended.etags.len(), keys.len(), "put-from")?;
+        Ok(ended.etags)
+    }
+
+    /// Checks a scattered batch before anything is sent: the flattened ranges and the count
+    /// of each block's.
+    fn check_parts(
+        &self,
+        keys: &[String],
+        buf: &Buffer,
+        parts: &[Parts],
+    ) -> Result<(Vec<(u64, u64)>, Vec<u32>), KvError> {
+        self.check_buffer(buf)?;
+        same_len(keys, parts.len(), "part lists")?;
+        check_batch(keys)?;
+        if self.route.is_some() {
+            return Err(KvError::InvalidArgument(
+                "scattered blocks go to one node; this client routes over a cluster".into(),
+            ));
+        }
+        let spans: usize = parts.iter().map(Vec::len).sum();
+        if spans > MAX_SPANS {
+            return Err(KvError::InvalidArgument(format!(
+                "{spans} spans in one batch; the server takes at most {MAX_SPANS}"
+            )));
+        }
+        let mut ranges = Vec::with_capacity(spans);
+        let mut counts = Vec::with_capacity(parts.len());
+        for (i, p) in parts.iter().enumerate() {
+            if p.is_empty() || p.iter().all(|&(_, len)| len == 0) {
+                return Err(KvError::InvalidArgument(format!("key {i} has no room")));
+            }
+            for &(off, len) in p {
+                check_range(buf, i, off, len)?;
+                ranges.push((off, len));
+            }
+            counts.push(p.len() as u32);
+        }
+        Ok((ranges, counts))
+    }
+}
