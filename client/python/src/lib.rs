@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 mod device;
 mod errors;
 mod hashing;
+mod in_place;
 mod memory;
 mod slab;
 mod staging;

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use yutu_client::kv::{Buffer, KvClient, PutOptions, MAX_BATCH};
 
 use crate::errors::{Error, Result};
+use crate::in_place::InPlace;
 use crate::memory::Span;
 
 /// The largest block a get stages: a caller's capacity above it is capped to it (a get into
@@ -29,6 +30,8 @@ const TAKE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The pool of staging buffers of one store.
 pub struct Staging {
+    /// Registered engine memory the node reaches without staging (tried first).
+    pub in_place: InPlace,
     state: Mutex<PoolState>,
     freed: Condvar,
     /// Bytes per half of a buffer: the largest chunk of a batch.
@@ -88,6 +91,7 @@ impl Staging {
     /// A pool of up to `max_buffers` buffers whose halves hold `chunk` bytes.
     pub fn new(chunk: u64, max_buffers: usize) -> Staging {
         Staging {
+            in_place: InPlace::default(),
             state: Mutex::new(PoolState {
                 free: Vec::new(),
                 total: 0,
@@ -185,6 +189,9 @@ impl Staging {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
+        if let Some(done) = self.in_place.get_into(kv, bucket, keys, dests) {
+            return done;
+        }
         let caps: Vec<u64> = dests
             .iter()
             .map(|d| total(d).min(MAX_STAGED_BLOCK))
@@ -258,6 +265,9 @@ impl Staging {
         check_lens(keys, srcs.len())?;
         if keys.is_empty() {
             return Ok(());
+        }
+        if let Some(done) = self.in_place.put_from(kv, bucket, keys, srcs, options) {
+            return done;
         }
         let lens: Vec<u64> = srcs.iter().map(|s| total(s)).collect();
         if let Some(i) = lens.iter().position(|&l| l > MAX_STAGED_BLOCK) {

@@ -521,6 +521,12 @@ impl Store {
                 }
             }
             s.registry.register(ptr, size, device)?;
+            if device.is_none() {
+                // SAFETY: the caller registers the range as transfer memory it keeps mapped
+                // until it unregisters it (the contract of `register_buffer`), and the
+                // registry has just accepted it.
+                unsafe { s.staging.in_place.register(&s.kv, ptr, size) };
+            }
             if let Some(ordinal) = device {
                 let memory = DeviceMemory {
                     ordinal,
@@ -582,15 +588,18 @@ impl Store {
     fn unregister_buffer(&self, ptr: usize) -> PyResult<bool> {
         let s = self.open()?;
         s.gpu_ranges_lock().remove(&ptr);
+        s.staging.in_place.unregister(ptr);
         Ok(s.registry.unregister(ptr))
     }
 
-    /// How the blocks of the GPU range registered at `ptr` travel: `"gpudirect: ..."` when
-    /// the NIC reaches it, else `"staged: "` and why; None when no GPU range starts at `ptr`.
+    /// How the blocks of the range registered at `ptr` travel: for a GPU range
+    /// `"gpudirect: ..."` when the NIC reaches it, for a host range `"in place"` when the
+    /// node reaches it without staging; else `"staged: "` and why. None when no registered
+    /// range starts at `ptr`.
     fn buffer_path(&self, ptr: usize) -> PyResult<Option<String>> {
         let s = self.open()?;
         let path = s.gpu_ranges_lock().get(&ptr).map(|b| b.path().to_string());
-        Ok(path)
+        Ok(path.or_else(|| s.staging.in_place.path(ptr)))
     }
 
     /// Stores each `keys[i]` from `sizes[i]` bytes at `ptrs[i]`, which must lie in a

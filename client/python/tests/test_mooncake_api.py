@@ -81,6 +81,34 @@ def test_multi_buffers_gather_and_scatter(mc, pool):
     assert got == [INVALID, layers * block]
 
 
+def test_registered_host_memory_moves_in_place(mc, pool):
+    """A registered numpy array is registered with the client's engine as it is: the node on
+    this host writes blocks straight into it and reads them straight out of it (its
+    ``buffer_path`` says "in place"), scattered and gathered, with no staging buffer."""
+    p = pool.ctypes.data
+    assert mc._store.buffer_path(p) == "in place"
+    rng = np.random.default_rng(5)
+    layers, block, n = 4, 8192, 16
+    pool[: layers * n * block] = rng.integers(0, 256, layers * n * block, dtype=np.uint8)
+    keys = [f"inplace{i}" for i in range(n)]
+    ptrs = [[p + j * n * block + i * block for j in range(layers)] for i in range(n)]
+    assert mc.batch_put_from_multi_buffers(keys, ptrs, [[block] * layers] * n) == [0] * n
+    out = p + (8 << 20)
+    got = mc.batch_get_into(keys, [out + i * layers * block for i in range(n)],
+                            [layers * block] * n)
+    assert got == [layers * block] * n
+    for i in range(n):
+        want = b"".join(bytes(pool[j * n * block + i * block:j * n * block + (i + 1) * block])
+                        for j in range(layers))
+        assert bytes(pool[(out - p) + i * layers * block:(out - p) + (i + 1) * layers * block]) == want
+    # Memory outside every registered range still works, through staging.
+    other = np.zeros(layers * block, dtype=np.uint8)
+    assert mc.get_into(keys[3], other.ctypes.data, other.nbytes) == layers * block
+    assert bytes(other) == mc.get(keys[3])
+    assert mc.unregister_buffer(p) == 0
+    assert mc._store.buffer_path(p) is None
+
+
 def test_multi_buffers_bad_shapes(mc, pool, node, bucket):
     p = pool.ctypes.data
     # Shapes that disagree fail every key.
