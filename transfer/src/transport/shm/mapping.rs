@@ -93,7 +93,10 @@ impl PeerMapping {
         if len == 0 {
             return Err("empty segment".into());
         }
-        if base.checked_add(len as u64).is_none_or(|end| end > i64::MAX as u64) {
+        if base
+            .checked_add(len as u64)
+            .is_none_or(|end| end > i64::MAX as u64)
+        {
             return Err("the segment's address range is not a process address range".into());
         }
         if !is_memory_file(&file) {

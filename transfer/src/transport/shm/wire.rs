@@ -208,7 +208,11 @@ pub(crate) fn encode_verdicts(verdicts: &[Verdict], fds: usize) -> Vec<u8> {
         out.push(match v.status {
             Ok(()) => {
                 (if v.stable { STATUS_STABLE } else { 0 })
-                    | (if v.process.is_some() { STATUS_PROCESS } else { 0 })
+                    | (if v.process.is_some() {
+                        STATUS_PROCESS
+                    } else {
+                        0
+                    })
             }
             Err(r) => r.code(),
         });
