@@ -5,31 +5,43 @@ Both systems are driven by the *same* functions calling `MooncakeDistributedStor
 Mooncake's from `mooncake.store` (PyPI `mooncake-transfer-engine-non-cuda`), Yutu's drop-in
 from `yutu.mooncake` (`client/python`). So a row measures the store, not the harness. The
 script starts everything itself, on free loopback ports and in a scratch directory, and
-tears it all down on exit (also on Ctrl-C or SIGTERM):
+tears it all down on exit (also on Ctrl-C or SIGTERM). Mooncake runs in its two modes on one
+host, each with its own `mooncake_master` (embedded HTTP metadata server), and each row is
+compared with the better of the two:
 
-  Mooncake: `mooncake_master` with its embedded HTTP metadata server, plus one process that
-            holds the global segment (--memory bytes); clients mount nothing.
-  Yutu:     `yutu-server` with authentication on, --memory of DRAM and no NVMe tier; the
-            first start's admin token (DATA_DIR/auth/admin-token) goes to the clients as
-            YUTU_TOKEN.
+  mooncake          TCP holder: one process holds the global segment (--memory bytes); the
+                    clients mount nothing, so every get and put crosses loopback TCP to it.
+  mooncake-inproc   in-process: the client mounts the global segment itself (--memory bytes;
+                    in the 4-process row each of the 4 clients mounts --memory/4 and reads
+                    keys it put), and puts name its own segment (ReplicateConfig
+                    preferred_segment = get_hostname()), so its gets and puts are local
+                    memcpys (the transfer engine's memcpy path, on by itself with TCP only).
+                    No holder process.
+  yutu              `yutu-server` with authentication on, --memory of DRAM and no NVMe tier;
+                    the first start's admin token (DATA_DIR/auth/admin-token) goes to the
+                    clients as YUTU_TOKEN.
 
-Rows (each measured on both systems, in alternating order, median of --reps repetitions):
+Rows (each measured on every system, in alternating order, median of --reps repetitions):
   batch_put_from / batch_get_into of 2 MiB blocks in batches of 16      (GB/s)
   batch_put_from / batch_get_into of 4 KiB blocks in batches of 256     (ops/s)
   get (bytes API) of a 4 KiB value, p50 and p99                          (us)
   is_exist of a present key, p50 and p99                                 (us)
   4 client processes at once, each batch_get_into 2 MiB x 16             (aggregate GB/s)
 Each client owns one numpy array registered with register_buffer. Every case checks the
-bytes once, outside the timing. Before the first put row, each client writes and removes
---memory/2 of 2 MiB blocks, untimed (not with --quick): neither store prefaults its memory,
-so without this the put rows mostly measure first-touch page faults. Keys are distinct per system and per run. The table's
-ratio is yutu/mooncake for throughputs and mooncake/yutu for latencies, so > 1 always means
-Yutu is ahead.
+bytes once, outside the timing. Before the first put row, each client writes --memory/2 of
+2 MiB blocks and then removes them, untimed (not with --quick): no store prefaults its memory,
+so without this the put rows mostly measure first-touch page faults. Keys are distinct per
+system and per run. The table has one column per Mooncake mode; its ratio is against
+Mooncake's better mode in that row (marked *): yutu/mooncake for throughputs and
+mooncake/yutu for latencies, so > 1 always means Yutu is ahead of Mooncake at its best. In
+--json, a row's `reference` is that better mode (`reference.mode`: "tcp" or "inproc"), and
+`reference.modes` has each mode's numbers.
 
 Setup (scripts/install-bench-deps.sh creates .venv-bench with both packages):
   cargo build --release -p yutu-server
   .venv-bench/bin/python benches/python/mooncake_compare.py [--quick] [--json FILE]
-  .venv-bench/bin/python benches/python/mooncake_compare.py --only mooncake   # one side
+  .venv-bench/bin/python benches/python/mooncake_compare.py --only mooncake   # one system
+  .venv-bench/bin/python benches/python/mooncake_compare.py --only mooncake-inproc --only yutu
 
 The clients run as worker processes of this same script (`--worker`), with the interpreter
 running it.
@@ -57,7 +69,9 @@ MiB = 1 << 20
 GiB = 1 << 30
 
 REPO = Path(__file__).resolve().parents[2]
-SYSTEMS = ("mooncake", "yutu")
+SYSTEMS = ("mooncake", "mooncake-inproc", "yutu")
+# Mooncake's modes: system -> the mode's name in the table and the JSON report.
+MOONCAKE_MODES = {"mooncake": "tcp", "mooncake-inproc": "inproc"}
 
 # The two block shapes of the batch rows: (block size, blocks per batch).
 BIG = (2 * MiB, 16)
@@ -113,7 +127,7 @@ class Workload:
         self.np = np
         self.conf = conf
         self.system = conf["system"]
-        if self.system == "mooncake":
+        if self.system in MOONCAKE_MODES:
             from mooncake.store import MooncakeDistributedStore
         else:
             from yutu.mooncake import MooncakeDistributedStore
@@ -131,6 +145,16 @@ class Workload:
             raise RuntimeError(f"{self.system}: setup returned {rc}")
         if conf.get("holder"):
             return
+        # Extra arguments of every put: in Mooncake's in-process mode, the replica goes to
+        # this client's own segment (the master's allocation otherwise picks any mounted
+        # segment at random, and with several clients most reads would cross TCP).
+        self.put_kw: dict = {}
+        if conf.get("prefer_local_segment"):
+            from mooncake.store import ReplicateConfig
+
+            cfg = ReplicateConfig()
+            cfg.preferred_segment = self.store.get_hostname()
+            self.put_kw = {"config": cfg}
         # One array per client: [source region | destination region], both BIG[0]*BIG[1].
         self.region = BIG[0] * BIG[1]
         self.buf = np.empty(2 * self.region, dtype=np.uint8)
@@ -180,20 +204,24 @@ class Workload:
     def op_prepare(self, tag: str, size: int, batch: int, batches: int) -> dict:
         sizes = [size] * batch
         for g in range(batches):
-            rcs = self.store.batch_put_from(self.keys(tag, g, batch), self.src_ptrs(g, size, batch), sizes)
+            rcs = self.store.batch_put_from(self.keys(tag, g, batch), self.src_ptrs(g, size, batch), sizes,
+                                            **self.put_kw)
             if any(r != 0 for r in rcs):
                 raise RuntimeError(f"prepare {tag}: batch_put_from returned {list(rcs)[:8]}...")
         self.check_batch(tag, batches - 1, size, batch)
         return {}
 
     def op_warm(self, size: int, batch: int, batches: int) -> dict:
-        """Writes and removes `batches` batches, untimed: a store that has not touched its
-        memory yet pays page faults on the first writes, and the put rows should measure the
-        steady state of both systems, not which one prefaults its arena."""
+        """Writes `batches` batches, then removes them, untimed: a store that has not touched
+        its memory yet pays page faults on the first writes, and the put rows should measure the
+        steady state of every system, not which one prefaults its arena. All are written before
+        any is removed: Mooncake's allocator gives a removed batch's space to the next one, so
+        removing each batch right away touches one batch's worth of the segment, not all of it."""
         sizes = [size] * batch
-        for g in range(batches):
-            keys = self.keys("warm", g, batch)
-            self.store.batch_put_from(keys, self.src_ptrs(g, size, batch), sizes)
+        groups = [self.keys("warm", g, batch) for g in range(batches)]
+        for g, keys in enumerate(groups):
+            self.store.batch_put_from(keys, self.src_ptrs(g, size, batch), sizes, **self.put_kw)
+        for keys in groups:
             self.remove_keys(keys)
         return {}
 
@@ -202,11 +230,11 @@ class Workload:
         keys = [self.keys(tag, g, batch) for g in range(batches)]
         ptrs = [self.src_ptrs(g, size, batch) for g in range(batch)]
         warm = self.keys(tag + "w", 0, batch)
-        self.store.batch_put_from(warm, ptrs[0], sizes)  # first-touch costs, untimed
+        self.store.batch_put_from(warm, ptrs[0], sizes, **self.put_kw)  # first-touch costs, untimed
         errors = 0
         t0 = time.perf_counter()
         for g in range(batches):
-            rcs = self.store.batch_put_from(keys[g], ptrs[g % batch], sizes)
+            rcs = self.store.batch_put_from(keys[g], ptrs[g % batch], sizes, **self.put_kw)
             for r in rcs:
                 if r != 0:
                     errors += 1
@@ -246,7 +274,7 @@ class Workload:
     def op_prepare_values(self, tag: str, n: int, size: int) -> dict:
         for i in range(n):
             s = (i * size) % (self.region - size)
-            rc = self.store.put(f"{self.prefix}{tag}-{i}", self.buf[s : s + size])
+            rc = self.store.put(f"{self.prefix}{tag}-{i}", self.buf[s : s + size], **self.put_kw)
             if rc != 0:
                 raise RuntimeError(f"prepare {tag}: put returned {rc}")
         got = self.store.get(f"{self.prefix}{tag}-{n - 1}")
@@ -313,7 +341,7 @@ class Workload:
         errors = 0
         t0 = time.perf_counter()
         for names, src, _dst, sizes in batch:
-            rcs = self.store.batch_put_from_multi_buffers(names, src, sizes)
+            rcs = self.store.batch_put_from_multi_buffers(names, src, sizes, **self.put_kw)
             errors += sum(1 for r in rcs if r != 0)
         elapsed = time.perf_counter() - t0
         if verify:
@@ -353,7 +381,7 @@ class Workload:
         shape = tuple(shape)
         for g in range(batches):
             names, src, _dst, sizes = self._multi(tag, g, shape)
-            rcs = self.store.batch_put_from_multi_buffers(names, src, sizes)
+            rcs = self.store.batch_put_from_multi_buffers(names, src, sizes, **self.put_kw)
             if any(r != 0 for r in rcs):
                 raise RuntimeError(f"multi prepare {tag}: returned {list(rcs)[:8]}")
         return {}
@@ -366,7 +394,7 @@ class Workload:
         errors = 0
         t0 = time.perf_counter()
         for i in range(n):
-            if self.store.put_parts(f"{self.prefix}{tag}-{i}", meta, chunks[i]) != 0:
+            if self.store.put_parts(f"{self.prefix}{tag}-{i}", meta, chunks[i], **self.put_kw) != 0:
                 errors += 1
         elapsed = time.perf_counter() - t0
         if verify:
@@ -579,6 +607,10 @@ class System:
         self.client_env: dict = dict(os.environ)
         self.main: Worker | None = None
         self.failed: str | None = None
+        # The multi-process row's clients: None, each runs with client_conf and reads the
+        # read set the main client wrote; else each runs with mp_conf(i) and writes its own
+        # read set first (Mooncake in-process: each client mounts a segment of its own).
+        self.mp_conf = None
 
     def stop(self) -> None:
         for p in reversed(self.procs):
@@ -587,10 +619,13 @@ class System:
 
 
 def start_mooncake(sysm: System, args, tmp: Path, run_id: str, timeout: float) -> None:
-    """Starts the master and the segment holder; each goes into sysm.procs as it starts."""
+    """Starts a master of sysm's own and, in TCP holder mode (system "mooncake"), the segment
+    holder; each goes into sysm.procs as it starts. In-process mode ("mooncake-inproc") starts
+    no holder: its clients mount the segment themselves."""
+    inproc = MOONCAKE_MODES[sysm.name] == "inproc"
     master_bin = args.mooncake_master
     rpc, http, metrics = free_port(), free_port(), free_port()
-    master = Proc("mooncake-master", [
+    master = Proc(f"{sysm.name}-master", [
         master_bin,
         f"--rpc_port={rpc}", "--rpc_address=127.0.0.1",
         "--enable_http_metadata_server=true", "--http_metadata_server_host=127.0.0.1",
@@ -604,16 +639,23 @@ def start_mooncake(sysm: System, args, tmp: Path, run_id: str, timeout: float) -
     # interface's address; glog at WARNING keeps the logs small.
     env = dict(os.environ, MC_TCP_BIND_ADDRESS="127.0.0.1", GLOG_minloglevel="1")
     common = {
-        "system": "mooncake",
+        "system": sysm.name,
         "metadata_server": f"http://127.0.0.1:{http}/metadata",
         "master_server_addr": f"127.0.0.1:{rpc}",
     }
-    holder = Worker("mooncake-holder", {**common, "holder": True, "global_segment_size": args.memory_bytes,
-                                        "local_buffer_size": 16 * MiB}, tmp, env, timeout)
+    prefix = f"mcb-{run_id}-{sysm.name}-"
+    sysm.client_env = env
+    if inproc:
+        client = {**common, "local_buffer_size": 64 * MiB, "prefer_local_segment": True}
+        sysm.client_conf = {**client, "global_segment_size": args.memory_bytes, "key_prefix": prefix}
+        sysm.mp_conf = lambda i: {**client, "global_segment_size": args.memory_bytes // MP_PROCS,
+                                  "key_prefix": f"{prefix}mp{i}-"}
+        return
+    holder = Worker(f"{sysm.name}-holder", {**common, "holder": True, "global_segment_size": args.memory_bytes,
+                                            "local_buffer_size": 16 * MiB}, tmp, env, timeout)
     sysm.procs.append(holder)
     sysm.client_conf = {**common, "global_segment_size": 0, "local_buffer_size": 64 * MiB,
-                        "key_prefix": f"mcb-{run_id}-mooncake-"}
-    sysm.client_env = env
+                        "key_prefix": prefix}
 
 
 LISTENING = re.compile(r"listening on [\"'= ]*([0-9a-fA-F.:\[\]]+)")
@@ -671,8 +713,16 @@ class Row:
     def value(self, s: str) -> float | None:
         return median(self.samples[s]) if self.samples[s] else None
 
+    def best_mooncake(self) -> str | None:
+        """The system of Mooncake's better mode in this row (higher throughput, lower latency)."""
+        ms = [(self.value(s), s) for s in MOONCAKE_MODES if self.value(s) is not None]
+        if not ms:
+            return None
+        return (min if self.lower else max)(ms)[1]
+
     def ratio(self) -> float | None:
-        m, y = self.value("mooncake"), self.value("yutu")
+        best = self.best_mooncake()
+        m, y = (self.value(best) if best else None), self.value("yutu")
         if m is None or y is None or m <= 0 or y <= 0:
             return None
         return m / y if self.lower else y / m
@@ -784,10 +834,22 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
         log(f"[{s.name}] {MP_PROCS} client processes, batch_get_into 2 MiB x {bb}")
         workers: list[Worker] = []
         def mp(s=s):
+            if s.mp_conf is not None and s.main is not None:
+                # Its segment goes too: the clients below mount --memory between them.
+                s.main.stop()
+                s.procs.remove(s.main)
+                s.main = None
             for i in range(MP_PROCS):
-                w = Worker(f"{s.name}-mp{i}", s.client_conf, tmp, s.client_env, timeout)
+                conf = s.client_conf if s.mp_conf is None else s.mp_conf(i)
+                w = Worker(f"{s.name}-mp{i}", conf, tmp, s.client_env, timeout)
                 workers.append(w)
                 s.procs.append(w)
+            if s.mp_conf is not None:
+                # Each client writes the read set it reads, into its own segment, untimed.
+                for w in workers:
+                    w.send("prepare", tag="big", size=bs, batch=bb, batches=pl["big_prepared"])
+                for w in workers:
+                    w.recv()
             for rep in range(pl["reps"]):
                 # The check (first rep) or a warm-up batch, in every process, before the clock.
                 for i, w in enumerate(workers):
@@ -848,7 +910,7 @@ def fmt(v: float | None) -> str:
 def report(rows: list[Row], systems: list[System], args) -> dict:
     results = []
     for row in rows:
-        y, m = row.value("yutu"), row.value("mooncake")
+        y = row.value("yutu")
         res: dict = {"name": row.name, "value": y, "unit": row.unit}
         if row.mbps and row.mb["yutu"]:
             res["mb_per_s"] = median(row.mb["yutu"])
@@ -856,12 +918,21 @@ def report(rows: list[Row], systems: list[System], args) -> dict:
             res["errors"] = row.errors["yutu"]
         if row.lower:
             res["lower_is_better"] = True  # ratio is reference/value here, so > 1 = Yutu ahead
+        # Each Mooncake mode's numbers; the reference is the better mode's.
+        modes: dict = {}
+        for s, mode in MOONCAKE_MODES.items():
+            v = row.value(s)
+            if v is None:
+                continue
+            modes[mode] = {"value": v}
+            if row.mbps and row.mb[s]:
+                modes[mode]["mb_per_s"] = median(row.mb[s])
+            modes[mode]["errors"] = row.errors[s]
         ref = None
-        if m is not None:
-            ref = {"name": f"mooncake_{row.name}", "value": m}
-            if row.mbps and row.mb["mooncake"]:
-                ref["mb_per_s"] = median(row.mb["mooncake"])
-            ref["errors"] = row.errors["mooncake"]
+        best = row.best_mooncake()
+        if best is not None:
+            mode = MOONCAKE_MODES[best]
+            ref = {"name": f"mooncake_{row.name}", **modes[mode], "mode": mode, "modes": modes}
         res["reference"] = ref
         res["ratio"] = row.ratio()
         res["target"] = 1.0
@@ -871,20 +942,26 @@ def report(rows: list[Row], systems: list[System], args) -> dict:
     mc = machine()
     lines = [f"suite mooncake on {mc['cores']} cores, kernel {mc['kernel']}"
              + ("  (--quick)" if args.quick else "")]
-    table = [["case", "mooncake", "yutu", "unit", "ratio"]]
+    cols = [f"mooncake_{mode}" for mode in MOONCAKE_MODES.values()]
+    table = [["case", *cols, "yutu", "unit", "ratio"]]
     for row in rows:
         r = row.ratio()
-        cells = [row.name, fmt(row.value("mooncake")), fmt(row.value("yutu")), row.unit,
-                 "-" if r is None else f"{r:.3f}"]
+        best = row.best_mooncake()
+        marked = any(row.value(s) is not None for s in MOONCAKE_MODES if s != best)
+        mcells = [fmt(row.value(s)) + ("*" if s == best and marked else "") for s in MOONCAKE_MODES]
+        cells = [row.name, *mcells, fmt(row.value("yutu")), row.unit, "-" if r is None else f"{r:.3f}"]
         errs = [f"{s} errors {row.errors[s]}" for s in SYSTEMS if row.errors[s]]
         if errs:
             cells[-1] += "  (" + ", ".join(errs) + ")"
         table.append(cells)
-    widths = [max(len(t[c]) for t in table) for c in range(4)]
+    # case left-aligned, the numbers right-aligned, then the unit left-aligned and the ratio.
+    n = len(table[0])
+    widths = [max(len(t[c]) for t in table) for c in range(n)]
     for t in table:
-        lines.append("  ".join([t[0].ljust(widths[0]), t[1].rjust(widths[1]), t[2].rjust(widths[2]),
-                                t[3].ljust(widths[3]), t[4]]).rstrip())
-    lines.append("ratio: yutu/mooncake for throughput, mooncake/yutu for latency (> 1: Yutu ahead)")
+        cells = [t[c].ljust(widths[c]) if c in (0, n - 2) else t[c].rjust(widths[c]) for c in range(n - 1)]
+        lines.append("  ".join([*cells, t[-1]]).rstrip())
+    lines.append("ratio: yutu/mooncake for throughput, mooncake/yutu for latency (> 1: Yutu ahead), "
+                 "against Mooncake's better mode in the row (* where both ran)")
     for s in systems:
         if s.failed:
             lines.append(f"{s.name} FAILED: {s.failed}")
@@ -906,7 +983,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a short smoke run (small counts), for CI")
-    ap.add_argument("--only", choices=SYSTEMS, help="run one side only")
+    ap.add_argument("--only", choices=SYSTEMS, action="append",
+                    help="run only this system; repeat it for several (default: all of " + ", ".join(SYSTEMS) + ")")
     ap.add_argument("--json", metavar="FILE", help="also write the report as JSON (benches/src/report.rs shape)")
     ap.add_argument("--yutu-server", default=str(REPO / "target" / "release" / "yutu-server"),
                     help="the yutu-server binary (default: target/release/yutu-server)")
@@ -914,7 +992,8 @@ def main() -> int:
                     help="yutu-server --nvme-capacity (default 0: DRAM only, like Mooncake)")
     ap.add_argument("--mooncake-master", help="the mooncake_master binary (default: on PATH or next to python)")
     ap.add_argument("--memory", default="2GiB",
-                    help="memory for data on each side: Mooncake's global segment, Yutu's --memory (default 2GiB)")
+                    help="memory for data on each side: Mooncake's global segment (the holder's, or the "
+                         "in-process client's), Yutu's --memory (default 2GiB)")
     ap.add_argument("--reps", type=int, help="repetitions per case (default 5, --quick 1)")
     ap.add_argument("--keep-tmp", action="store_true", help="keep the scratch directory (logs) after the run")
     args = ap.parse_args()
@@ -925,13 +1004,13 @@ def main() -> int:
     pl["warm_bytes"] = 0 if args.quick else args.memory_bytes // 2
     timeout = 120.0 if args.quick else 600.0
 
-    wanted = [args.only] if args.only else list(SYSTEMS)
-    for name, module in (("mooncake", "mooncake"), ("yutu", "yutu")):
-        if name in wanted:
+    wanted = [s for s in SYSTEMS if s in args.only] if args.only else list(SYSTEMS)
+    for names, module in ((tuple(MOONCAKE_MODES), "mooncake"), (("yutu",), "yutu")):
+        if any(name in wanted for name in names):
             import importlib.util
 
             if importlib.util.find_spec(module) is None:
-                log(f"python package for {name} ({module}) is not importable from {sys.executable}; "
+                log(f"python package {module} is not importable from {sys.executable}; "
                     f"run scripts/install-bench-deps.sh, use .venv-bench/bin/python, or pass --only")
                 return 2
 
@@ -939,7 +1018,7 @@ def main() -> int:
     if "yutu" in wanted and not Path(args.yutu_server).is_file():
         log(f"{args.yutu_server} not found: cargo build --release -p yutu-server, or pass --yutu-server")
         return 2
-    if "mooncake" in wanted:
+    if any(name in wanted for name in MOONCAKE_MODES):
         args.mooncake_master = (args.mooncake_master or shutil.which("mooncake_master")
                                 or str(Path(sys.executable).parent / "mooncake_master"))
         if not Path(args.mooncake_master).is_file():
@@ -961,7 +1040,7 @@ def main() -> int:
             log(f"[{name}] starting")
             sysm = System(name)
             systems.append(sysm)  # before its processes start, so the finally stops them
-            if name == "mooncake":
+            if name in MOONCAKE_MODES:
                 start_mooncake(sysm, args, tmp, run_id, timeout)
             else:
                 start_yutu(sysm, args, tmp, run_id)

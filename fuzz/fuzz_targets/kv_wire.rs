@@ -19,7 +19,24 @@ fuzz_target!(|data: &[u8]| {
         let _ = Frame::decode(frame);
     }
     let _ = serde_json::from_slice::<PeerRequest>(data);
-    let _ = serde_json::from_slice::<GetIntoRequest>(data).map(|r| r.targets().is_some());
-    let _ = serde_json::from_slice::<PutFromRequest>(data);
+    if let Ok(r) = serde_json::from_slice::<GetIntoRequest>(data) {
+        let n = r.ranges.as_ref().map_or(0, Vec::len) + r.targets.as_ref().map_or(0, Vec::len);
+        check_parts(r.parts.as_deref(), n);
+    }
+    if let Ok(r) = serde_json::from_slice::<PutFromRequest>(data) {
+        check_parts(r.parts.as_deref(), r.blocks.len());
+    }
     let _ = serde_json::from_slice::<PutStartRequest>(data);
 });
+
+/// Grouped spans cover every span once, in order, with no empty group.
+fn check_parts(parts: Option<&[u32]>, n: usize) {
+    if let Ok(groups) = yutu_api::kv::part_ranges(parts, n) {
+        let mut at = 0;
+        for g in &groups {
+            assert!(g.start == at && g.end > g.start, "groups {groups:?} of {n}");
+            at = g.end;
+        }
+        assert_eq!(at, n);
+    }
+}

@@ -32,9 +32,14 @@ impl Anon {
         Anon(p.cast())
     }
 
-    fn bytes(&self) -> &mut [u8] {
-        // SAFETY: the mapping is LEN bytes and lives as long as `self`; the test reads and
-        // writes it only between node calls.
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping is LEN bytes and lives as long as `self`; the test reads it only
+        // between node calls.
+        unsafe { std::slice::from_raw_parts(self.0, LEN) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, exclusively borrowed.
         unsafe { std::slice::from_raw_parts_mut(self.0, LEN) }
     }
 }
@@ -64,7 +69,7 @@ fn scattered_blocks_move_in_place_between_the_node_and_engine_memory() {
         assert_eq!(send_as(&server, &who, "PUT", bucket, b"").status, 200);
     }
     let kv = client(&server, alice());
-    let mem = Anon::new();
+    let mut mem = Anon::new();
     // SAFETY: `mem` outlives `buf` (declared before it, dropped after it).
     let buf = unsafe { kv.register_host(mem.0, LEN as u64) }.expect("register engine memory");
 
@@ -83,7 +88,7 @@ fn scattered_blocks_move_in_place_between_the_node_and_engine_memory() {
         let mut block = Vec::new();
         for (l, &(off, len)) in p.iter().enumerate() {
             let bytes = pattern(len as usize, (b * 10 + l) as u64);
-            mem.bytes()[off as usize..(off + len) as usize].copy_from_slice(&bytes);
+            mem.bytes_mut()[off as usize..(off + len) as usize].copy_from_slice(&bytes);
             block.extend_from_slice(&bytes);
         }
         whole.push(block);

@@ -128,7 +128,7 @@ impl KvClient {
         keys: &[String],
         buf: &Buffer,
         parts: &[Parts],
-    ) -> Result<(Vec<(u64, u64)>, Vec<u32>), KvError> {
+    ) -> Result<(Parts, Vec<u32>), KvError> {
         self.check_buffer(buf)?;
         same_len(keys, parts.len(), "part lists")?;
         check_batch(keys)?;
