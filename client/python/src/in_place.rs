@@ -6,7 +6,8 @@
 //! process's memory file; no staging buffer and no copy in this process.
 //!
 //! Anything else (spans in several ranges, unregistered memory, a cluster, a range the
-//! engine would not register) goes through the staging buffers as before (`staging.rs`).
+//! engine would not register) goes through the staging buffers as before (`staging.rs`), and
+//! so does everything when `YUTU_IN_PLACE=0` is set (to compare, or to rule the path out).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -42,6 +43,8 @@ impl InPlace {
     pub unsafe fn register(&self, kv: &KvClient, addr: usize, len: u64) {
         let why = if kv.cluster_nodes() > 0 {
             "the client routes over a cluster".to_string()
+        } else if std::env::var_os("YUTU_IN_PLACE").is_some_and(|v| v == "0") {
+            "YUTU_IN_PLACE=0".to_string()
         } else {
             // SAFETY: the caller's contract.
             match unsafe { kv.register_host(addr as *mut u8, len) } {

@@ -88,6 +88,36 @@ struct Inner {
     gpudirect: device::DirectRanges,
 }
 
+/// Removes the shm directories (`yutu-kv-PID-RANDOM`) that clients killed before they could
+/// clean up left in `tmp`: only this user's, and only where no process has that pid.
+fn remove_stale_dirs(tmp: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("yutu-kv-"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok())
+            .filter(|pid| *pid > 0)
+        else {
+            continue;
+        };
+        let mine = entry.metadata().is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        // SAFETY: signal 0 only checks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if mine && gone {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         if let Some(dir) = &self.shm_dir {
@@ -333,8 +363,15 @@ impl KvClient {
         let node = options.node_id.unwrap_or_else(random_node_id);
         let mut cfg = EngineConfig::new(NodeId(node));
         let shm_dir = if options.shm {
-            // Named by a random value, not the node id: the name is visible to every local user.
-            let dir = std::env::temp_dir().join(format!("yutu-kv-{:016x}", random_node_id()));
+            // Named by the pid and a random value, not the node id: the name is visible to
+            // every local user. The pid lets a later client remove what a killed one left.
+            let tmp = std::env::temp_dir();
+            remove_stale_dirs(&tmp);
+            let dir = tmp.join(format!(
+                "yutu-kv-{}-{:016x}",
+                std::process::id(),
+                random_node_id()
+            ));
             std::fs::create_dir_all(&dir).map_err(ClientError::Io)?;
             Some(dir)
         } else {
@@ -971,5 +1008,39 @@ mod tests {
     #[test]
     fn node_ids_differ() {
         assert_ne!(random_node_id(), random_node_id());
+    }
+
+    /// A killed client's directory is removed by the next one; a live process's, another
+    /// name's, and a plain file are left alone.
+    #[test]
+    fn stale_shm_dirs_of_dead_clients_are_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let me = std::process::id();
+        for name in [
+            format!("yutu-kv-{dead}-00ff"),
+            format!("yutu-kv-{me}-00ff"),
+            "yutu-kv-00ff00ff00ff00ff".to_string(),
+            "yutu-kv-x-1".to_string(),
+        ] {
+            std::fs::create_dir(tmp.path().join(name)).unwrap();
+        }
+        std::fs::write(tmp.path().join(format!("yutu-kv-{dead}-file")), b"x").unwrap();
+        remove_stale_dirs(tmp.path());
+        let mut left: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut want = vec![
+            format!("yutu-kv-{dead}-file"),
+            format!("yutu-kv-{me}-00ff"),
+            "yutu-kv-00ff00ff00ff00ff".to_string(),
+            "yutu-kv-x-1".to_string(),
+        ];
+        want.sort();
+        assert_eq!(left, want);
     }
 }
