@@ -1,37 +1,25 @@
 //! The HTTP face of a shard: hyper 1.x connections on glommio, S3 routing and handlers.
 
-pub mod acl;
-pub mod admin;
-pub mod admin_local;
-pub mod attributes;
+// Shared by every kind of request, below the folders: the request's context and errors, its
+// parsing into an endpoint, bodies, permissions, and the one dispatch.
 pub mod body;
-pub mod bucket_policy;
-pub mod buckets;
-pub mod cluster;
 pub mod common;
-pub mod coordinate;
-pub mod copy;
-pub mod cors;
 pub mod ctx;
-pub mod delete_many;
 pub mod endpoint;
 pub mod error;
-pub mod forward;
-pub mod kv_api;
-pub mod kv_copy;
-pub mod kv_peers;
-pub mod kv_shards;
-pub mod meta;
-pub mod mooncake;
-pub mod multipart;
-pub mod objects;
-pub mod ownership;
-pub mod payload;
-pub mod peer_call;
 pub mod permission;
-pub mod post_object;
 pub mod service;
 pub mod target;
+
+/// The node's own admin API: answered for the whole cluster, and this node's part of it.
+pub mod admin;
+/// The KV block API, its same-host fast path, and Mooncake master's query endpoints.
+pub mod kv;
+/// Between the nodes of a cluster: where a request is served, forwarding, replication and
+/// calls to other members.
+pub mod peer;
+/// The S3 API: objects, buckets and their settings.
+pub mod s3;
 
 use bytes::Bytes;
 use http::{header, Response, StatusCode};

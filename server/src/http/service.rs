@@ -16,11 +16,12 @@ use yutu_api::S3ErrorCode;
 use super::ctx::Ctx;
 use super::endpoint::{action, Endpoint};
 use super::error::S3Error;
-use super::target::Target;
-use super::{
-    admin, attributes, bucket_policy, buckets, coordinate, copy, delete_many, kv_api, multipart,
-    objects, ownership, Resp,
+use super::peer::coordinate;
+use super::s3::{
+    attributes, bucket_policy, buckets, copy, delete_many, multipart, objects, ownership,
 };
+use super::target::Target;
+use super::{admin, kv, Resp};
 use crate::auth::authenticate::authenticate;
 use crate::auth::tokens::TokenVerifier;
 use crate::auth::{Action, Gate, Identity};
@@ -218,7 +219,7 @@ pub async fn handle(
     let (op, result) = route(&shard, &tokens, cluster, req).await;
     let mut resp = result.unwrap_or_else(|e| e.into_response(&resource, &request_id, head));
     if let Some((origin, bucket)) = &cors {
-        super::cors::decorate(&shard, bucket, origin, &method, &mut resp);
+        super::s3::cors::decorate(&shard, bucket, origin, &method, &mut resp);
     }
     let headers = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&request_id) {
@@ -290,7 +291,7 @@ async fn route(
             return (op, Ok(r));
         }
         Endpoint::CorsPreflight => {
-            let r = super::cors::preflight(shard, target.bucket.as_deref(), &parts.headers);
+            let r = super::s3::cors::preflight(shard, target.bucket.as_deref(), &parts.headers);
             return (op, r);
         }
         _ => {}
@@ -308,7 +309,7 @@ async fn route(
         Err(e) => return (Op::Unsupported, Err(e.into())),
     };
     let peer = cluster.as_deref().and_then(|c| {
-        super::cluster::from_node(
+        super::peer::cluster::from_node(
             c,
             shard.settings.no_auth,
             tokens,
@@ -342,19 +343,19 @@ async fn route(
 /// Serves an authenticated request at its endpoint: the one dispatch to a handler.
 async fn serve(ctx: &Ctx, endpoint: Endpoint, body: Incoming) -> Result<Resp, S3Error> {
     match endpoint {
-        Endpoint::Mooncake(m) => super::mooncake::serve(ctx, m).await,
+        Endpoint::Mooncake(m) => super::kv::mooncake::serve(ctx, m).await,
         Endpoint::Membership => {
             // `?bucket=NAME`: a client routing a bucket this node may not have read from
             // etcd yet.
             if let (Some(cluster), Some(b)) = (&ctx.cluster, ctx.target.param("bucket")) {
                 if yutu_api::validate_bucket_name(b).is_ok() {
-                    super::cluster::know_bucket(ctx, cluster, b).await;
+                    super::peer::cluster::know_bucket(ctx, cluster, b).await;
                 }
             }
-            super::cluster::membership(ctx)
+            super::peer::cluster::membership(ctx)
         }
-        Endpoint::Admin => admin::route(ctx, body).await,
-        Endpoint::Kv => kv_api::route(ctx, body).await,
+        Endpoint::Admin => admin::fanout::route(ctx, body).await,
+        Endpoint::Kv => kv::api::route(ctx, body).await,
         Endpoint::ListBuckets => ctx
             .allow(Action::ListBuckets, None)
             .and_then(|_| buckets::list_buckets(ctx)),
@@ -375,7 +376,7 @@ async fn serve(ctx: &Ctx, endpoint: Endpoint, body: Incoming) -> Result<Resp, S3
 /// An S3 operation on bucket `b`.
 async fn serve_bucket(ctx: &Ctx, op: Op, b: &str, body: Incoming) -> Result<Resp, S3Error> {
     if let Some(cluster) = &ctx.cluster {
-        super::cluster::know_bucket(ctx, cluster, b).await;
+        super::peer::cluster::know_bucket(ctx, cluster, b).await;
     }
     if op == Op::PostObject {
         // The form's signer is checked by the upload itself.
@@ -384,17 +385,17 @@ async fn serve_bucket(ctx: &Ctx, op: Op, b: &str, body: Incoming) -> Result<Resp
                 "POST Object (form uploads) is not implemented in a cluster yet; upload with PUT.",
             ));
         }
-        return super::post_object::post_object(ctx, body, b).await;
+        return super::s3::post_object::post_object(ctx, body, b).await;
     }
     let incarnation = ctx.allow(action(op), Some(b))?;
-    super::acl::check_expected_owner(ctx, b)?;
+    super::s3::acl::check_expected_owner(ctx, b)?;
     match op {
         Op::CreateBucket => buckets::create(ctx, body, b).await,
-        Op::GetBucketAcl => super::acl::get_bucket_acl(ctx, b),
-        Op::PutBucketAcl => super::acl::put_bucket_acl(ctx, body, b).await,
-        Op::GetBucketCors => super::cors::get_bucket_cors(ctx, b),
-        Op::PutBucketCors => super::cors::put_bucket_cors(ctx, body, b).await,
-        Op::DeleteBucketCors => super::cors::delete_bucket_cors(ctx, b).await,
+        Op::GetBucketAcl => super::s3::acl::get_bucket_acl(ctx, b),
+        Op::PutBucketAcl => super::s3::acl::put_bucket_acl(ctx, body, b).await,
+        Op::GetBucketCors => super::s3::cors::get_bucket_cors(ctx, b),
+        Op::PutBucketCors => super::s3::cors::put_bucket_cors(ctx, body, b).await,
+        Op::DeleteBucketCors => super::s3::cors::delete_bucket_cors(ctx, b).await,
         Op::GetBucketPolicy => bucket_policy::get_bucket_policy(ctx, b),
         Op::PutBucketPolicy => bucket_policy::put_bucket_policy(ctx, body, b).await,
         Op::DeleteBucketPolicy => bucket_policy::delete_bucket_policy(ctx, b).await,
@@ -454,10 +455,12 @@ async fn object_here(ctx: &Ctx, op: Op, b: &str, k: &str, body: Incoming) -> Res
         // Only these read the object's ACL before answering.
         return Err(S3Error::new(S3ErrorCode::AccessDenied));
     }
-    super::acl::check_expected_owner(ctx, b)?;
+    super::s3::acl::check_expected_owner(ctx, b)?;
     match op {
-        Op::GetObjectAcl => super::acl::get_object_acl(ctx, b, k, gate).await,
-        Op::PutObjectAcl => super::acl::put_object_acl(ctx, body, b, k, gate, incarnation).await,
+        Op::GetObjectAcl => super::s3::acl::get_object_acl(ctx, b, k, gate).await,
+        Op::PutObjectAcl => {
+            super::s3::acl::put_object_acl(ctx, body, b, k, gate, incarnation).await
+        }
         Op::UploadPartCopy => multipart::upload_part_copy(ctx, b, k).await,
         Op::UploadPart => multipart::upload_part(ctx, body, b, k).await,
         Op::CopyObject => copy::copy_object(ctx, b, k, incarnation).await,

@@ -1,5 +1,5 @@
 //! The KV calls over the shards that own the keys, shared by the KV control API
-//! (`kv_api.rs`), get-into and put-from (`kv_copy.rs`) and the engine sessions
+//! (`api.rs`), get-into and put-from (`copy.rs`) and the engine sessions
 //! (`kv_peers.rs`): keys grouped by owning shard, existence, puts started, ended and revoked,
 //! leases, and the JSON reading and writing the three share.
 
@@ -15,23 +15,23 @@ use yutu_api::kv::{DEFAULT_TTL_MS, MAX_BATCH, MAX_REQUEST_BYTES, MAX_TTL_MS};
 use yutu_api::S3ErrorCode;
 use yutu_transfer::SegmentDescriptor;
 
-use super::body::read_limited;
-use super::ctx::Ctx;
-use super::error::S3Error;
-use super::objects::{check_key, object_limit};
-use super::Resp;
 use crate::engine::kv::BlockRef;
+use crate::http::body::read_limited;
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::s3::objects::{check_key, object_limit};
+use crate::http::Resp;
 use crate::kv::ops;
 
 /// [`DEFAULT_TTL_MS`]: the lifetime of the leases and puts the node takes for get-into and
 /// put-from.
 pub const DEFAULT_TTL: Duration = Duration::from_millis(DEFAULT_TTL_MS);
 
-pub(super) fn bad(msg: impl Into<String>) -> S3Error {
+pub(in crate::http) fn bad(msg: impl Into<String>) -> S3Error {
     S3Error::new(S3ErrorCode::InvalidArgument).msg(msg)
 }
 
-pub(super) fn json(value: &impl Serialize) -> Resp {
+pub(in crate::http) fn json(value: &impl Serialize) -> Resp {
     Response::builder()
         .status(StatusCode::OK)
         .header("content-type", "application/json")
@@ -41,7 +41,7 @@ pub(super) fn json(value: &impl Serialize) -> Resp {
         .unwrap_or_default()
 }
 
-pub(super) async fn parse<T: for<'de> Deserialize<'de>>(
+pub(in crate::http) async fn parse<T: for<'de> Deserialize<'de>>(
     ctx: &Ctx,
     body: Incoming,
 ) -> Result<T, S3Error> {
@@ -50,14 +50,14 @@ pub(super) async fn parse<T: for<'de> Deserialize<'de>>(
 }
 
 /// The lifetime a request asks (`ttl_ms`, [`DEFAULT_TTL_MS`] when absent), in milliseconds.
-pub(super) fn ttl_ms(ms: Option<u64>) -> Result<u64, S3Error> {
+pub(in crate::http) fn ttl_ms(ms: Option<u64>) -> Result<u64, S3Error> {
     match ms.unwrap_or(DEFAULT_TTL_MS) {
         ms @ 1..=MAX_TTL_MS => Ok(ms),
         _ => Err(bad(format!("ttl_ms must be between 1 and {MAX_TTL_MS}."))),
     }
 }
 
-pub(super) fn check_keys(keys: &[String]) -> Result<(), S3Error> {
+pub(in crate::http) fn check_keys(keys: &[String]) -> Result<(), S3Error> {
     if keys.is_empty() || keys.len() > MAX_BATCH {
         return Err(bad(format!("A batch names 1 to {MAX_BATCH} keys.")));
     }
@@ -65,7 +65,11 @@ pub(super) fn check_keys(keys: &[String]) -> Result<(), S3Error> {
 }
 
 /// Indices of `keys` grouped by owning shard.
-pub(super) fn by_shard(ctx: &Ctx, bucket: &str, keys: &[String]) -> BTreeMap<usize, Vec<usize>> {
+pub(in crate::http) fn by_shard(
+    ctx: &Ctx,
+    bucket: &str,
+    keys: &[String],
+) -> BTreeMap<usize, Vec<usize>> {
     let mut out: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (i, k) in keys.iter().enumerate() {
         out.entry(ctx.shard.owner(bucket, k)).or_default().push(i);
@@ -73,7 +77,11 @@ pub(super) fn by_shard(ctx: &Ctx, bucket: &str, keys: &[String]) -> BTreeMap<usi
     out
 }
 
-pub(super) async fn exists(ctx: &Ctx, bucket: &str, keys: &[String]) -> Result<Vec<bool>, S3Error> {
+pub(in crate::http) async fn exists(
+    ctx: &Ctx,
+    bucket: &str,
+    keys: &[String],
+) -> Result<Vec<bool>, S3Error> {
     check_keys(keys)?;
     let mut out = vec![false; keys.len()];
     for (shard, idx) in by_shard(ctx, bucket, keys) {
@@ -92,7 +100,7 @@ pub(super) async fn exists(ctx: &Ctx, bucket: &str, keys: &[String]) -> Result<V
 
 /// Reserves `(key, len)` blocks on their shards (one message per shard, all at once); all
 /// or none. Returns the put ids and the descriptors of the reserved ranges, in order.
-pub(super) async fn start_puts(
+pub(in crate::http) async fn start_puts(
     ctx: &Ctx,
     bucket: &str,
     blocks: &[(String, u64)],
@@ -146,7 +154,7 @@ pub(super) async fn start_puts(
 }
 
 /// Refuses blocks larger than an object may be.
-pub(super) fn check_lens(ctx: &Ctx, blocks: &[(String, u64)]) -> Result<(), S3Error> {
+pub(in crate::http) fn check_lens(ctx: &Ctx, blocks: &[(String, u64)]) -> Result<(), S3Error> {
     let (limit, what) = object_limit(ctx);
     match blocks.iter().find(|b| b.1 > limit) {
         Some((key, _)) => Err(S3Error::new(S3ErrorCode::EntityTooLarge)
@@ -156,7 +164,7 @@ pub(super) fn check_lens(ctx: &Ctx, blocks: &[(String, u64)]) -> Result<(), S3Er
 }
 
 /// Best effort: abandons started puts (the reaper would take them at their deadline anyway).
-pub(super) async fn revoke_all(ctx: &Ctx, bucket: &str, put_ids: &[u64]) {
+pub(in crate::http) async fn revoke_all(ctx: &Ctx, bucket: &str, put_ids: &[u64]) {
     for &put_id in put_ids {
         let Some(shard) = ctx.shard.shard_of_id(put_id) else {
             continue;
@@ -169,7 +177,7 @@ pub(super) async fn revoke_all(ctx: &Ctx, bucket: &str, put_ids: &[u64]) {
     }
 }
 
-pub(super) fn owner_of(ctx: &Ctx, id: u64) -> Result<usize, S3Error> {
+pub(in crate::http) fn owner_of(ctx: &Ctx, id: u64) -> Result<usize, S3Error> {
     ctx.shard
         .shard_of_id(id)
         .ok_or_else(|| bad(format!("Unknown id {id}.")))
@@ -177,7 +185,7 @@ pub(super) fn owner_of(ctx: &Ctx, id: u64) -> Result<usize, S3Error> {
 
 /// Publishes the caller's puts into `bucket` on their shards (all shards at once); their
 /// ETags, in order. A put of another holder or another bucket is unknown.
-pub(super) async fn end_puts(
+pub(in crate::http) async fn end_puts(
     ctx: &Ctx,
     bucket: &str,
     put_ids: &[u64],
@@ -214,7 +222,7 @@ pub(super) async fn end_puts(
 
 /// Leases the blocks on their shards; per key, the block (or `None`) and its shard. The
 /// caller has checked the request's keys ([`check_keys`]).
-pub(super) async fn lease(
+pub(in crate::http) async fn lease(
     ctx: &Ctx,
     bucket: &str,
     keys: &[String],

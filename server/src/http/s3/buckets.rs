@@ -14,13 +14,13 @@ use yutu_api::xml::{
 };
 use yutu_api::{parse_size, validate_bucket_name, S3ErrorCode};
 
-use super::common::{bucket_error, empty, unavailable};
-use super::ctx::Ctx;
-use super::error::S3Error;
-use super::forward;
-use super::target::Target;
-use super::{body, xml_response, Resp};
 use crate::auth::can_see;
+use crate::http::common::{bucket_error, empty, unavailable};
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::peer::forward;
+use crate::http::target::Target;
+use crate::http::{body, xml_response, Resp};
 use crate::model::listing::{merge, ListItem, ListQuery};
 use crate::model::Durability;
 use crate::node::buckets;
@@ -189,7 +189,7 @@ pub async fn create(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, 
                 Err(crate::cluster::buckets::ClusterBucketError::Local(
                     crate::node::BucketError::AlreadyOwned,
                 )) if !shard.settings.bucket_exists_conflict => {}
-                r => r.map_err(super::common::bucket_error)?,
+                r => r.map_err(crate::http::common::bucket_error)?,
             }
         }
         None if replicas.is_some_and(|n| n > 1) => {
@@ -329,7 +329,7 @@ async fn page(
     };
     let remote = match (&ctx.cluster, &ctx.peer) {
         (Some(cluster), None) if cluster.view().buckets.contains_key(bucket) => {
-            super::cluster::member_pages(cluster, bucket, &query).await
+            crate::http::peer::cluster::member_pages(cluster, bucket, &query).await
         }
         _ => Vec::new(),
     };

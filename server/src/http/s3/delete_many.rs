@@ -9,11 +9,11 @@ use yutu_api::xml::{
 };
 use yutu_api::S3ErrorCode;
 
-use super::common::read_local;
-use super::ctx::Ctx;
-use super::error::S3Error;
 use super::objects::{bucket_must_exist, check_key};
-use super::{payload, xml_response, Resp};
+use crate::http::common::read_local;
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::{s3::payload, xml_response, Resp};
 use crate::model::conditions::DeleteConditions;
 
 /// Most keys per request (S3's limit).
@@ -108,8 +108,14 @@ pub async fn delete_objects(
         .unwrap_or_else(|| crate::model::version::CLOCK.now());
     let by_shard = match (&ctx.cluster, &ctx.peer) {
         (Some(cluster), None) => {
-            super::cluster::delete_elsewhere(cluster, bucket, version, by_shard, &mut result.error)
-                .await
+            crate::http::peer::cluster::delete_elsewhere(
+                cluster,
+                bucket,
+                version,
+                by_shard,
+                &mut result.error,
+            )
+            .await
         }
         _ => by_shard,
     };

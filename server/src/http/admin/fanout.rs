@@ -4,7 +4,7 @@
 //!
 //! Any node answers a storage admin call for the whole cluster: it sends the same call to
 //! every member under `/admin/v1/local/...` (signed with its node token), where each node
-//! does its own part (`admin_local`), and adds the answers up. A single node does its part
+//! does its own part (`local.rs`), and adds the answers up. A single node does its part
 //! and answers.
 
 use std::time::Duration;
@@ -24,22 +24,22 @@ use yutu_api::admin::{
 use yutu_api::cluster::Member;
 use yutu_api::S3ErrorCode;
 
-use super::admin_local as local;
-use super::ctx::Ctx;
-use super::error::S3Error;
-use super::peer_call::{ask_all, MEMBER_TIMEOUT};
-use super::Resp;
+use super::local;
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::peer::call::{ask_all, MEMBER_TIMEOUT};
+use crate::http::Resp;
 
 /// Largest admin request body.
 const MAX_BODY: u64 = 64 * 1024;
 /// How long a member may take to report its stats (`nodes`, `stats`, `status`), connecting
 /// included. Reporting is cheap, so a member that has not answered by then is stopped
 /// (SIGSTOP), overloaded or cut off: it is reported unreachable, with the reason, rather than
-/// holding the whole answer up to [`MEMBER_TIMEOUT`](super::peer_call::MEMBER_TIMEOUT) (the kernel accepts connections for a
+/// holding the whole answer up to [`MEMBER_TIMEOUT`](crate::http::peer::call::MEMBER_TIMEOUT) (the kernel accepts connections for a
 /// stopped process, so only a deadline tells it apart from a slow one).
 const STATS_TIMEOUT: Duration = Duration::from_secs(2);
 
-pub(super) fn json(value: &impl Serialize) -> Result<Resp, S3Error> {
+pub(in crate::http) fn json(value: &impl Serialize) -> Result<Resp, S3Error> {
     let body = serde_json::to_vec(value).map_err(|e| {
         tracing::error!(error = %e, "cannot encode an admin answer");
         S3Error::new(S3ErrorCode::InternalError)
@@ -51,12 +51,12 @@ pub(super) fn json(value: &impl Serialize) -> Result<Resp, S3Error> {
         .unwrap_or_default())
 }
 
-pub(super) fn bad(msg: impl Into<String>) -> S3Error {
+pub(in crate::http) fn bad(msg: impl Into<String>) -> S3Error {
     S3Error::new(S3ErrorCode::InvalidArgument).msg(msg)
 }
 
 async fn parse<T: DeserializeOwned>(ctx: &Ctx, body: Incoming) -> Result<T, S3Error> {
-    let raw = super::body::read_limited(ctx, body, MAX_BODY).await?;
+    let raw = crate::http::body::read_limited(ctx, body, MAX_BODY).await?;
     serde_json::from_slice(&raw.data).map_err(|e| bad(format!("Malformed admin request: {e}.")))
 }
 
@@ -256,7 +256,7 @@ fn check_target(key: &Option<String>, prefix: &Option<String>) -> Result<(), S3E
         return Err(bad("Give a key or a prefix, not both."));
     }
     if let Some(k) = key {
-        super::objects::check_key(k)?;
+        crate::http::s3::objects::check_key(k)?;
     }
     Ok(())
 }

@@ -12,12 +12,12 @@ use yutu_api::bucket_policy::{BucketPolicy, Effect, Targets, MAX_POLICY_LEN};
 use yutu_api::public_access_block::{PolicyStatus, PublicAccessBlock, MAX_DOCUMENT};
 use yutu_api::S3ErrorCode;
 
-use super::body;
-use super::ctx::Ctx;
-use super::error::S3Error;
-use super::permission::acl_is_public;
-use super::{xml_response, Resp};
 use crate::engine::store::BucketGuards;
+use crate::http::body;
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::permission::acl_is_public;
+use crate::http::{xml_response, Resp};
 use crate::node::buckets::{self, BucketChange};
 
 /// `BlockPublicAcls`: refuses (403) a request that would set a public ACL on `bucket` or one
@@ -50,7 +50,7 @@ async fn set(ctx: &Ctx, bucket: &str, change: BucketChange) -> Result<(), S3Erro
     match &ctx.cluster {
         Some(cluster) => crate::cluster::buckets::change(&ctx.shard, cluster, bucket, change)
             .await
-            .map_err(super::common::bucket_error),
+            .map_err(crate::http::common::bucket_error),
         None => Ok(buckets::change(&ctx.shard, bucket.to_string(), change).await?),
     }
 }

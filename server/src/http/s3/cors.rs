@@ -13,10 +13,10 @@ use yutu_api::cors::{request_headers, CorsConfiguration, CorsError, CorsRule, MA
 use yutu_api::xml::{to_xml, S3_NS};
 use yutu_api::S3ErrorCode;
 
-use super::body;
-use super::ctx::Ctx;
-use super::error::S3Error;
-use super::{xml_response, Resp};
+use crate::http::body;
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::{xml_response, Resp};
 use crate::node::buckets::{self, BucketChange};
 use crate::node::Shard;
 
@@ -63,7 +63,7 @@ async fn set(ctx: &Ctx, bucket: &str, cors: Option<CorsConfiguration>) -> Result
     match &ctx.cluster {
         Some(cluster) => crate::cluster::buckets::change(&ctx.shard, cluster, bucket, change)
             .await
-            .map_err(super::common::bucket_error),
+            .map_err(crate::http::common::bucket_error),
         None => Ok(buckets::change(&ctx.shard, bucket.to_string(), change).await?),
     }
 }

@@ -15,16 +15,16 @@ use yutu_api::kv::{PeerRequest, PeerResponse};
 use yutu_api::S3ErrorCode;
 use yutu_transfer::{NodeAddress, TransferEngine};
 
-use super::ctx::Ctx;
-use super::error::S3Error;
-use super::kv_shards::{bad, json};
-use super::Resp;
+use super::shards::{bad, json};
 use crate::engine::peers::PeerError;
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::Resp;
 
 /// How long each path of a client's address has to answer its challenge.
 const PROOF_TIMEOUT: Duration = Duration::from_secs(2);
 
-pub(super) fn engine(ctx: &Ctx) -> Result<&TransferEngine, S3Error> {
+pub(in crate::http) fn engine(ctx: &Ctx) -> Result<&TransferEngine, S3Error> {
     ctx.shard
         .transfer
         .as_ref()
@@ -53,7 +53,7 @@ fn session_id() -> Result<String, S3Error> {
 }
 
 /// `POST /v1/kv/peers`.
-pub(super) async fn register(ctx: &Ctx, req: PeerRequest) -> Result<Resp, S3Error> {
+pub(in crate::http) async fn register(ctx: &Ctx, req: PeerRequest) -> Result<Resp, S3Error> {
     let engine = engine(ctx)?.clone();
     let user = ctx.holder();
     if req.client.node == engine.node() {
@@ -102,7 +102,7 @@ fn paths(a: &NodeAddress) -> Vec<String> {
 }
 
 /// `DELETE /v1/kv/peers/{session}`.
-pub(super) fn end(ctx: &Ctx, session: &str) -> Result<Resp, S3Error> {
+pub(in crate::http) fn end(ctx: &Ctx, session: &str) -> Result<Resp, S3Error> {
     let Some(old) = ctx.shard.peers.end(session, &ctx.holder()) else {
         return Err(unknown_session());
     };
@@ -119,13 +119,16 @@ fn unknown_session() -> S3Error {
 
 /// Counts a transfer through the node's engine for the caller until the guard drops (`429`
 /// past the per-user limit).
-pub(super) fn engine_call(ctx: &Ctx) -> Result<crate::engine::peers::EngineCall, S3Error> {
+pub(in crate::http) fn engine_call(ctx: &Ctx) -> Result<crate::engine::peers::EngineCall, S3Error> {
     ctx.shard.peers.engine_call(&ctx.holder()).map_err(refused)
 }
 
 /// The proven address of the caller's session `id`, and the node's engine with it as a
 /// peer.
-pub(super) fn session_peer(ctx: &Ctx, id: &str) -> Result<(TransferEngine, NodeAddress), S3Error> {
+pub(in crate::http) fn session_peer(
+    ctx: &Ctx,
+    id: &str,
+) -> Result<(TransferEngine, NodeAddress), S3Error> {
     let address = ctx
         .shard
         .peers

@@ -26,13 +26,13 @@ use yutu_api::post_policy::{
 use yutu_api::xml::{to_xml, PostResponse};
 use yutu_api::S3ErrorCode;
 
-use super::body;
-use super::ctx::Ctx;
-use super::error::S3Error;
 use super::meta::STORED_HEADERS;
 use super::objects::store;
-use super::Resp;
 use crate::auth::{authorize_with_acl, Action, Identity};
+use crate::http::body;
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::Resp;
 use crate::model::checksum::{md5, Algorithm, Checksum};
 use crate::model::conditions::WriteConditions;
 use crate::model::ObjectMeta;
@@ -380,7 +380,7 @@ fn authorize_signer(
     let found = store.bucket_access(bucket);
     let owner = found.map(|(o, _, _)| o);
     let guards = store.bucket_guards(bucket).unwrap_or_default();
-    let asked = super::permission::Asked {
+    let asked = crate::http::permission::Asked {
         who: identity,
         op: crate::metrics::Op::PostObject,
         action: Action::Write,
@@ -388,7 +388,8 @@ fn authorize_signer(
         key: Some(key),
         prefix: None,
     };
-    let decision = super::permission::decide(&asked, owner, &guards, |p| ctx.policy_context(p));
+    let decision =
+        crate::http::permission::decide(&asked, owner, &guards, |p| ctx.policy_context(p));
     authorize_with_acl(
         identity,
         Action::Write,

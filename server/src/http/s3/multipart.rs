@@ -14,15 +14,16 @@ use yutu_api::xml::{
 };
 use yutu_api::{parse_range, S3ErrorCode};
 
-use super::common::{empty, read_local};
 use super::copy::{fetch_source, invalid_source_range};
-use super::ctx::Ctx;
-use super::error::S3Error;
 use super::objects::{bucket_must_exist, check_key, check_write_conditions};
-use super::{meta, payload, xml_response, Resp};
+use super::{meta, payload};
 use crate::engine::multipart::{
     multipart_etag, ClaimedChecksum, CompletePart, Upload, MAX_PART_NUMBER,
 };
+use crate::http::common::{empty, read_local};
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::{xml_response, Resp};
 use crate::model::checksum::{md5, Algorithm, Checksum};
 use crate::model::conditions::WriteConditions;
 use crate::model::{ObjectMeta, StoreError};

@@ -9,10 +9,10 @@ use percent_encoding::percent_decode_str;
 use yutu_api::xml::{to_xml, CopyResult, S3_NS};
 use yutu_api::{RangeSpec, S3ErrorCode};
 
-use super::ctx::Ctx;
-use super::error::S3Error;
 use super::objects::{bucket_must_exist, check_key, check_write_conditions, object_limit, store};
-use super::{meta, xml_response, Resp};
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::{s3::meta, xml_response, Resp};
 use crate::model::checksum::{md5, Algorithm, Checksum};
 use crate::model::conditions::{ReadConditions, WriteConditions};
 use crate::model::{ObjectMeta, StoreError};
@@ -76,7 +76,7 @@ pub async fn fetch_source(
     let local = match (local, &ctx.cluster) {
         // In a cluster the source may live on other nodes.
         (Err(StoreError::NoSuchKey), Some(cluster)) => {
-            super::cluster::fetch_source(cluster, &sb, &sk, range, &cond).await?
+            crate::http::peer::cluster::fetch_source(cluster, &sb, &sk, range, &cond).await?
         }
         (other, _) => other,
     };

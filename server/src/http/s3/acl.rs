@@ -13,12 +13,12 @@ use yutu_api::acl::{parse_policy, Acl, AclError, EXPECTED_OWNER_HEADER};
 use yutu_api::xml::to_xml;
 use yutu_api::S3ErrorCode;
 
-use super::body;
-use super::common::read_local;
-use super::ctx::Ctx;
-use super::error::S3Error;
-use super::{xml_response, Resp};
 use crate::auth::{object_allows, Gate};
+use crate::http::body;
+use crate::http::common::read_local;
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::{xml_response, Resp};
 use crate::model::conditions::WriteConditions;
 use crate::model::{ObjectMeta, StoreError};
 use crate::node::buckets::{self, BucketChange};
@@ -134,7 +134,7 @@ pub fn pass(ctx: &Ctx, gate: Gate, meta: &ObjectMeta) -> Result<(), S3Error> {
         .as_deref()
         .and_then(|b| ctx.shard.tier.store.borrow().bucket_guards(b))
         .unwrap_or_default();
-    let acl = super::permission::effective_acl(Some(&meta.acl), &guards);
+    let acl = crate::http::permission::effective_acl(Some(&meta.acl), &guards);
     match acl {
         Some(acl) if object_allows(ctx.identity(), &meta.owner, &acl, p) => Ok(()),
         _ => Err(S3Error::new(S3ErrorCode::AccessDenied)),
@@ -216,7 +216,7 @@ pub async fn put_bucket_acl(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Resul
             let change = BucketChange::Acl(acl);
             crate::cluster::buckets::change(&ctx.shard, cluster, bucket, change)
                 .await
-                .map_err(super::common::bucket_error)?;
+                .map_err(crate::http::common::bucket_error)?;
         }
         None => buckets::change(&ctx.shard, bucket.to_string(), BucketChange::Acl(acl)).await?,
     }

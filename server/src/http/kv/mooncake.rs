@@ -39,13 +39,13 @@ use yutu_api::mooncake_master::{
 };
 use yutu_api::S3ErrorCode;
 
-use super::ctx::Ctx;
-use super::error::S3Error;
-use super::forward;
-use super::target::Target;
-use super::Resp;
 use crate::auth::{Action, Identity};
 use crate::cluster::ClusterMetrics;
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::peer::forward;
+use crate::http::target::Target;
+use crate::http::Resp;
 use crate::model::StoreError;
 
 /// Longest wait for an owner's answer (after [`forward::CONNECT_TIMEOUT`] to connect): these
@@ -55,7 +55,7 @@ pub const OWNER_DEADLINE: Duration = Duration::from_secs(3);
 /// Largest owner's answer read (a batch of [`MAX_BATCH`] keys, several copies each).
 const OWNER_ANSWER_LIMIT: u64 = 16 << 20;
 
-pub use super::endpoint::MooncakeEndpoint as Endpoint;
+pub use crate::http::endpoint::MooncakeEndpoint as Endpoint;
 
 pub async fn serve(ctx: &Ctx, endpoint: Endpoint) -> Result<Resp, S3Error> {
     match endpoint {
@@ -174,7 +174,7 @@ async fn readable_bucket(ctx: &Ctx) -> Result<Option<String>, S3Error> {
             .bucket(&bucket)
     })?;
     if let Some(cluster) = &ctx.cluster {
-        super::cluster::know_bucket(ctx, cluster, &bucket).await;
+        crate::http::peer::cluster::know_bucket(ctx, cluster, &bucket).await;
     }
     // The KV API's decision for `exists` on the bucket.
     ctx.allow(Action::Read, Some(&bucket))
@@ -199,7 +199,7 @@ async fn local_sizes(
     keys: &[String],
 ) -> Result<Vec<Option<u64>>, S3Error> {
     let mut out = vec![None; keys.len()];
-    for (shard, idx) in super::kv_shards::by_shard(ctx, bucket, keys) {
+    for (shard, idx) in super::shards::by_shard(ctx, bucket, keys) {
         let ks: Vec<String> = idx.iter().map(|i| keys[*i].clone()).collect();
         let b = bucket.to_string();
         let sizes = ctx
@@ -309,8 +309,8 @@ async fn ask_owner(
             .ok_or_else(|| format!("URL {} is not http://", owner.url))?;
         let sender = forward::connect(peer).await.map_err(|e| e.to_string())?;
         ClusterMetrics::inc(&cluster.metrics.forwarded);
-        let req =
-            super::cluster::outgoing(ctx, cluster, forward::empty_body()).map_err(|e| e.message)?;
+        let req = crate::http::peer::cluster::outgoing(ctx, cluster, forward::empty_body())
+            .map_err(|e| e.message)?;
         forward::exchange_raw(peer, sender, req, OWNER_DEADLINE, OWNER_ANSWER_LIMIT)
             .await
             .map_err(|e| e.to_string())
@@ -356,7 +356,7 @@ async fn ask_owner(
 async fn query_key(ctx: &Ctx) -> Result<Resp, S3Error> {
     let bucket = readable_bucket(ctx).await?;
     let key = query_key_param(ctx.uri.query()).unwrap_or_default();
-    if super::objects::check_key(&key).is_err() {
+    if crate::http::s3::objects::check_key(&key).is_err() {
         return Ok(json(
             StatusCode::NOT_FOUND,
             &ErrorResponse::new(INVALID_KEY_CODE, INVALID_KEY),
@@ -406,7 +406,7 @@ async fn batch_query_keys(ctx: &Ctx) -> Result<Resp, S3Error> {
     let mut data = BTreeMap::new();
     let mut valid = Vec::new();
     for key in distinct {
-        if super::objects::check_key(&key).is_err() {
+        if crate::http::s3::objects::check_key(&key).is_err() {
             data.insert(key, KeyResult::failed(INVALID_KEY));
         } else {
             valid.push(key);

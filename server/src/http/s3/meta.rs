@@ -4,7 +4,7 @@ use http::response::Builder;
 use http::HeaderMap;
 use yutu_api::S3ErrorCode;
 
-use super::error::S3Error;
+use crate::http::error::S3Error;
 use crate::model::ObjectMeta;
 
 /// Most bytes of `x-amz-meta-*` names and values one object may carry (S3's limit).

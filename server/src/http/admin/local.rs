@@ -9,10 +9,10 @@ use yutu_api::admin::{
 };
 use yutu_api::S3ErrorCode;
 
-use super::ctx::Ctx;
-use super::error::S3Error;
 use crate::cluster::replica;
 use crate::engine::pinning::{AdminPin, MAX_PINS};
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
 use crate::model::conditions::ReadConditions;
 use crate::model::listing::{ListItem, ListQuery};
 use crate::model::StoreError;
@@ -352,7 +352,7 @@ pub async fn list(ctx: &Ctx, req: LocalListRequest) -> Result<Vec<LocalListEntry
         prefix: req.prefix,
         delimiter: req.delimiter,
         after: req.after,
-        limit: req.limit.min(super::buckets::MAX_KEYS),
+        limit: req.limit.min(crate::http::s3::buckets::MAX_KEYS),
     };
     let limit = query.limit;
     let bucket = req.bucket;

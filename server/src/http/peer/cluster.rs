@@ -27,15 +27,15 @@ use yutu_api::cluster::{
 };
 use yutu_api::S3ErrorCode;
 
-use super::common::unavailable;
-use super::ctx::Ctx;
-use super::error::S3Error;
 use super::forward::{self, ProxyBody};
-use super::Resp;
 use crate::auth::tokens::TokenVerifier;
 use crate::auth::Identity;
 use crate::cluster::replica;
 use crate::cluster::{Cluster, ClusterMetrics, NODE_SUBJECT_PREFIX};
+use crate::http::common::unavailable;
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::Resp;
 use crate::metrics::Op;
 use crate::model::conditions::ReadConditions;
 use crate::model::Version;
@@ -211,7 +211,7 @@ fn reply_limit(ctx: &Ctx) -> u64 {
 
 /// The request as it goes to an owner: the client's method, target and headers (its signature
 /// stays valid: the owner checks it itself) plus this node's name and token.
-pub(super) fn outgoing(
+pub(in crate::http) fn outgoing(
     ctx: &Ctx,
     cluster: &Cluster,
     body: ProxyBody,
@@ -534,7 +534,7 @@ pub async fn member_pages(
         .filter(|m| m.name != cluster.node)
         .collect();
     let calls = others.iter().map(|m| {
-        super::peer_call::ask::<Vec<LocalListEntry>>(
+        super::call::ask::<Vec<LocalListEntry>>(
             cluster,
             m,
             Method::POST,

@@ -12,10 +12,10 @@ use yutu_api::acl::{Acl, Canned};
 use yutu_api::ownership::{ObjectOwnership, MAX_DOCUMENT};
 use yutu_api::S3ErrorCode;
 
-use super::body;
-use super::ctx::Ctx;
-use super::error::S3Error;
-use super::{xml_response, Resp};
+use crate::http::body;
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::{xml_response, Resp};
 use crate::node::buckets::{self, BucketChange};
 
 /// The bucket's setting (`None`: the bucket does not exist; `ObjectWriter` when unset).
@@ -76,7 +76,7 @@ async fn set(ctx: &Ctx, bucket: &str, o: Option<ObjectOwnership>) -> Result<(), 
     match &ctx.cluster {
         Some(cluster) => crate::cluster::buckets::change(&ctx.shard, cluster, bucket, change)
             .await
-            .map_err(super::common::bucket_error),
+            .map_err(crate::http::common::bucket_error),
         None => Ok(buckets::change(&ctx.shard, bucket.to_string(), change).await?),
     }
 }

@@ -13,11 +13,11 @@ use yutu_api::cluster::Member;
 use yutu_api::S3ErrorCode;
 
 use super::cluster::{self, Forwarded, Plan};
-use super::ctx::Ctx;
-use super::endpoint::action;
-use super::error::S3Error;
-use super::Resp;
 use crate::cluster::{Cluster, ClusterMetrics};
+use crate::http::ctx::Ctx;
+use crate::http::endpoint::action;
+use crate::http::error::S3Error;
+use crate::http::Resp;
 use crate::metrics::Op;
 
 /// Where an object request goes next.

@@ -17,7 +17,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::client::conn::http1::SendRequest;
 
-use super::Resp;
+use crate::http::Resp;
 use crate::net::io::HyperStream;
 
 /// The body of a forwarded request: the client's, streamed through, or bytes in hand.

@@ -9,11 +9,12 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use yutu_api::{parse_range, validate_object_key, KeyError, S3ErrorCode};
 
-use super::common::{empty, read_local};
-use super::ctx::Ctx;
-use super::error::S3Error;
-use super::{meta, payload, Resp};
+use super::{meta, payload};
 use crate::auth::Gate;
+use crate::http::common::{empty, read_local};
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::Resp;
 use crate::model::conditions::{DeleteConditions, ReadConditions, WriteConditions};
 use crate::model::object::ObjectPart;
 use crate::model::{ObjectMeta, StoreError};

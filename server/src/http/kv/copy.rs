@@ -22,14 +22,14 @@ use yutu_transfer::{
     DirectRange, NodeId, SegmentDescriptor, TransferEngine, TransferError, TransferRequest,
 };
 
-use super::ctx::Ctx;
-use super::error::S3Error;
-use super::kv_peers::session_peer;
-use super::kv_shards::{
+use super::peers::session_peer;
+use super::shards::{
     bad, by_shard, check_keys, check_lens, end_puts, json, lease, owner_of, revoke_all, start_puts,
     DEFAULT_TTL,
 };
-use super::Resp;
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::Resp;
 use crate::kv::direct::{self, Copied};
 use crate::node::Shard;
 
@@ -190,7 +190,7 @@ fn unreachable_buffer(e: &TransferError) -> S3Error {
 }
 
 /// `POST /v1/kv/{bucket}/get-into`.
-pub(super) async fn get_into(
+pub(in crate::http) async fn get_into(
     ctx: &Ctx,
     bucket: &str,
     req: GetIntoRequest,
@@ -202,7 +202,7 @@ pub(super) async fn get_into(
     let copied = match map_blocks(&engine, &spans).await? {
         Some(targets) => copy_out_direct(ctx, bucket, &req.keys, targets).await?,
         None => {
-            let _call = super::kv_peers::engine_call(ctx)?;
+            let _call = super::peers::engine_call(ctx)?;
             copy_out_engine(ctx, &engine, bucket, &req.keys, &spans).await?
         }
     };
@@ -381,13 +381,13 @@ async fn pin_blocks(
             AdminPin::Soft(std::time::Instant::now() + std::time::Duration::from_secs(s))
         }
         Some(_) => {
-            return Err(super::kv_shards::bad(format!(
+            return Err(super::shards::bad(format!(
                 "pin.soft_ttl_secs must be 1 to {}.",
                 yutu_api::kv::MAX_SOFT_PIN_SECS
             )))
         }
     };
-    for (shard, idx) in super::kv_shards::by_shard(ctx, bucket, keys) {
+    for (shard, idx) in super::shards::by_shard(ctx, bucket, keys) {
         let (b, ks): (String, Vec<String>) = (
             bucket.to_string(),
             idx.iter().map(|&i| keys[i].clone()).collect(),
@@ -403,7 +403,7 @@ async fn pin_blocks(
 }
 
 /// `POST /v1/kv/{bucket}/put-from`.
-pub(super) async fn put_from(
+pub(in crate::http) async fn put_from(
     ctx: &Ctx,
     bucket: &str,
     req: PutFromRequest,
@@ -443,7 +443,7 @@ pub(super) async fn put_from(
     // With `if_absent`, the blocks whose key is present are left out here and answer an
     // empty ETag; `wanted` maps the blocks still to store back onto the request.
     let wanted: Vec<usize> = if req.if_absent {
-        let present = super::kv_shards::exists(ctx, bucket, &keys).await?;
+        let present = super::shards::exists(ctx, bucket, &keys).await?;
         (0..requested).filter(|&i| !present[i]).collect()
     } else {
         (0..requested).collect()
@@ -464,7 +464,7 @@ pub(super) async fn put_from(
     let stored = match map_blocks(&engine, &spans).await? {
         Some(sources) => put_from_direct(ctx, bucket, &keys, sources).await?,
         None => {
-            let _call = super::kv_peers::engine_call(ctx)?;
+            let _call = super::peers::engine_call(ctx)?;
             put_from_engine(ctx, &engine, bucket, &lens, &spans).await?
         }
     };

@@ -9,7 +9,7 @@
 //! time is up ([`DEFAULT_TTL_MS`] unless asked, at most [`MAX_TTL_MS`]); the client must not
 //! read after that.
 //!
-//! get-into and put-from (`kv_copy.rs`) are the one-round-trip forms: the node moves the bytes,
+//! get-into and put-from (`copy.rs`) are the one-round-trip forms: the node moves the bytes,
 //! and a client on the same host is served by the owning shards copying straight into or out
 //! of its mapped buffer.
 
@@ -25,14 +25,14 @@ use yutu_api::kv::{
 };
 use yutu_api::S3ErrorCode;
 
-use super::ctx::Ctx;
-use super::error::S3Error;
-use super::kv_shards::{
+use super::shards::{
     by_shard, check_keys, end_puts, exists, json, lease, owner_of, parse, start_puts, ttl_ms,
 };
-use super::objects::bucket_must_exist;
-use super::Resp;
 use crate::auth::Action;
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::s3::objects::bucket_must_exist;
+use crate::http::Resp;
 use crate::kv::ops;
 
 pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
@@ -42,7 +42,7 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
         return release(ctx, parse(ctx, body).await?).await;
     }
     if path == PEERS_PATH && ctx.method == Method::POST {
-        return super::kv_peers::register(ctx, parse(ctx, body).await?).await;
+        return super::peers::register(ctx, parse(ctx, body).await?).await;
     }
     if let Some(session) = path
         .strip_prefix(PEERS_PATH)
@@ -51,7 +51,7 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
         if ctx.method != Method::DELETE {
             return Err(S3Error::new(S3ErrorCode::MethodNotAllowed));
         }
-        return super::kv_peers::end(ctx, session);
+        return super::peers::end(ctx, session);
     }
     let per_bucket = path
         .strip_prefix(KV_ROOT)
@@ -79,7 +79,7 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
         _ => Action::Write,
     };
     if let Some(cluster) = &ctx.cluster {
-        super::cluster::know_bucket(ctx, cluster, &bucket).await;
+        crate::http::peer::cluster::know_bucket(ctx, cluster, &bucket).await;
         // A node whose lease may be gone does not take KV writes either (the clients route
         // by the membership, which may already have moved its keys elsewhere).
         if action == Action::Write {
@@ -110,8 +110,8 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
         KvOp::PutEnd => put_end(ctx, &bucket, parse(ctx, body).await?).await,
         KvOp::Revoke => revoke(ctx, &bucket, parse(ctx, body).await?).await,
         KvOp::Get => get(ctx, &bucket, parse(ctx, body).await?).await,
-        KvOp::GetInto => super::kv_copy::get_into(ctx, &bucket, parse(ctx, body).await?).await,
-        KvOp::PutFrom => super::kv_copy::put_from(ctx, &bucket, parse(ctx, body).await?).await,
+        KvOp::GetInto => super::copy::get_into(ctx, &bucket, parse(ctx, body).await?).await,
+        KvOp::PutFrom => super::copy::put_from(ctx, &bucket, parse(ctx, body).await?).await,
         KvOp::Remove => {
             let k: KeysRequest = parse(ctx, body).await?;
             check_keys(&k.keys)?;

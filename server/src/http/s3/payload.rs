@@ -8,11 +8,11 @@ use bytes::Bytes;
 use hyper::body::Incoming;
 use yutu_api::S3ErrorCode;
 
-use super::body::{content_length, read_limited, Reservation};
-use super::ctx::Ctx;
-use super::error::S3Error;
 use crate::auth::authenticate::Payload;
 use crate::auth::chunked::{decode, ChunkError};
+use crate::http::body::{content_length, read_limited, Reservation};
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
 use crate::model::checksum::{md5, sha256_hex, Algorithm, Checksum};
 
 /// A verified upload body.

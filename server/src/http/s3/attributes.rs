@@ -13,10 +13,10 @@ use yutu_api::xml_attributes::{
 };
 use yutu_api::S3ErrorCode;
 
-use super::ctx::Ctx;
-use super::error::S3Error;
 use super::objects::check_key;
-use super::Resp;
+use crate::http::ctx::Ctx;
+use crate::http::error::S3Error;
+use crate::http::Resp;
 use crate::model::checksum::{Algorithm, Checksum};
 use crate::model::object::{ObjectPart, PartLayout};
 use crate::model::ObjectMeta;
@@ -170,7 +170,7 @@ pub async fn get_attributes(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, 
             );
         }
     }
-    let (meta, _) = super::common::read_local(ctx, bucket, key, true).await?;
+    let (meta, _) = crate::http::common::read_local(ctx, bucket, key, true).await?;
     let xml = to_xml(
         "GetObjectAttributesResponse",
         &document(&meta, &attrs, max_parts, marker),
