@@ -1,4 +1,4 @@
-//! The storage node's layers import one way only.
+//! The storage node's layers import one way only, and so do the request layer's folders.
 //!
 //! Each top-level module of `server/src/` belongs to one layer (see the crate docs); a file
 //! may name `crate::X` only when X's layer is below its own (or X is its own module). Modules
@@ -119,4 +119,53 @@ fn the_checker_sees_grouped_and_inline_paths() {
     );
     assert_eq!(violations("http", &BTreeSet::new()), Vec::<String>::new());
     assert_eq!(violations("new", &BTreeSet::new()).len(), 1);
+}
+
+/// The request layer's folders, lowest first: a handler file may use the files of a folder
+/// below its own (and of its own), never one above or beside it. The files directly under
+/// `http/` are shared by all of them and use none, except the one dispatch (`service`),
+/// which uses them all.
+const HTTP_FOLDERS: &[&[&str]] = &[&["peer"], &["s3"], &["kv", "admin"]];
+
+#[test]
+fn the_request_layers_folders_import_one_way() {
+    let src = workspace().join("server").join("src");
+    let graph = yutu_tests::imports::file_graph(&src.join("lib.rs"));
+    let folder_layer = |module: &str| -> Option<Option<usize>> {
+        // None: not under http. Some(None): a shared file. Some(Some(l)): folder of layer l.
+        let rest = module.strip_prefix("http::")?;
+        let first = rest.split("::").next().unwrap_or_default();
+        Some(HTTP_FOLDERS.iter().position(|g| g.contains(&first)))
+    };
+    let mut problems = Vec::new();
+    let mut folders_seen = BTreeSet::new();
+    for (from, tos) in &graph {
+        let Some(own) = folder_layer(from) else {
+            continue;
+        };
+        if own.is_some() {
+            folders_seen.insert(from.split("::").nth(1).unwrap_or_default().to_string());
+        }
+        for to in tos {
+            let Some(Some(theirs)) = folder_layer(to) else {
+                continue;
+            };
+            let same = from.split("::").nth(1) == to.split("::").nth(1);
+            let allowed = match own {
+                _ if same => true,
+                None => from == "http::service",
+                Some(mine) => theirs < mine,
+            };
+            if !allowed {
+                problems.push(format!("{from} uses {to}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    for folder in HTTP_FOLDERS.iter().flat_map(|g| g.iter()) {
+        assert!(
+            folders_seen.contains(*folder),
+            "http folder `{folder}` has no source"
+        );
+    }
 }

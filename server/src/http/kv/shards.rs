@@ -1,6 +1,6 @@
 //! The KV calls over the shards that own the keys, shared by the KV control API
 //! (`api.rs`), get-into and put-from (`copy.rs`) and the engine sessions
-//! (`kv_peers.rs`): keys grouped by owning shard, existence, puts started, ended and revoked,
+//! (`peers.rs`): keys grouped by owning shard, existence, puts started, ended and revoked,
 //! leases, and the JSON reading and writing the three share.
 
 use std::collections::BTreeMap;
