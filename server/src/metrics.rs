@@ -170,6 +170,8 @@ pub struct ShardMetrics {
     pub durable_dropped: Counter,
     /// Writes refused by a bucket quota.
     pub quota_refused: Counter,
+    /// Permission checks of object requests (one per request served here).
+    pub object_checks: Counter,
     /// KV calls refused by a per-user limit, by limit.
     pub kv_limit_leased: Counter,
     pub kv_limit_reserved: Counter,
@@ -218,6 +220,7 @@ impl Default for ShardMetrics {
             superseded_writes: Counter::default(),
             durable_dropped: Counter::default(),
             quota_refused: Counter::default(),
+            object_checks: Counter::default(),
             kv_limit_leased: Counter::default(),
             kv_limit_reserved: Counter::default(),
             kv_limit_leases: Counter::default(),
@@ -346,7 +349,7 @@ type Reading = (
 /// The families with one series per shard (and per reading).
 fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE};
-    let table: [(&str, MetricType, &str, &[Reading]); 29] = [
+    let table: [(&str, MetricType, &str, &[Reading]); 30] = [
         (
             "yutu_tier_hits_total",
             COUNTER,
@@ -421,6 +424,12 @@ fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
             COUNTER,
             "Writes refused because they would take a bucket past its quota (403).",
             &[(None, |m| m.quota_refused.get())],
+        ),
+        (
+            "yutu_object_permission_checks_total",
+            COUNTER,
+            "Permission checks of object requests: one per object request served on this node.",
+            &[(None, |m| m.object_checks.get())],
         ),
         (
             "yutu_kv_user_limit_refused_total",

@@ -997,3 +997,29 @@ fn acls_hold_across_the_cluster() {
     // Anonymous callers never reach the cluster's own API.
     assert_eq!(anon(0, "GET", "/v1/cluster").status, 403);
 }
+
+/// An object request is checked against the bucket's permissions once on the node that
+/// serves it: the cluster's wrapper checks before it decides where the request goes, and a
+/// request it keeps is served with that decision, not checked again. A node that forwards
+/// checks once too (the owner checks for itself).
+#[test]
+fn an_object_request_is_checked_once_where_it_is_served() {
+    let c = TestCluster::start(3, &[]);
+    c.wait_settled();
+    assert_eq!(c.alice(0, "PUT", "/checked", b"").status, 200);
+    let r = c.alice(0, "PUT", "/checked/k", b"value");
+    assert_eq!(r.status, 200, "{}", r.text());
+    for i in 0..3 {
+        let before = c.node(i).metric_sum("yutu_object_permission_checks_total");
+        let r = c.alice(i, "GET", "/checked/k", b"");
+        assert_eq!(r.status, 200, "node{i}: {}", r.text());
+        assert_eq!(r.body, b"value");
+        let after = c.node(i).metric_sum("yutu_object_permission_checks_total");
+        assert_eq!(
+            after - before,
+            1.0,
+            "node{i} checked the GET {} times",
+            after - before
+        );
+    }
+}

@@ -257,11 +257,8 @@ impl Ctx {
 
     /// [`Ctx::allow`] for an operation on an object of `bucket`: the [`Gate`] says whether
     /// the object's own ACL is still to be checked, where its metadata is read.
-    pub fn allow_object(
-        &self,
-        action: Action,
-        bucket: &str,
-    ) -> Result<(Option<u64>, Gate), S3Error> {
+    pub fn allow_object(&self, action: Action, bucket: &str) -> Result<Allowed, S3Error> {
+        self.shard.metrics.object_checks.inc();
         let store = self.shard.tier.store.borrow();
         let key = self.policy_key();
         let w = self.weigh(&store, self.op.get(), action, Some(bucket), key, None);
@@ -270,6 +267,10 @@ impl Ctx {
         Ok((w.incarnation, gate))
     }
 }
+
+/// What [`Ctx::allow_object`] decided: the bucket's incarnation, and whether the object's
+/// own ACL is still to be checked.
+pub type Allowed = (Option<u64>, Gate);
 
 /// What [`Ctx::weigh`] found.
 struct Weighed<'s> {

@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use yutu_api::S3ErrorCode;
 
-use super::ctx::Ctx;
+use super::ctx::{Allowed, Ctx};
 use super::endpoint::{action, Endpoint};
 use super::error::S3Error;
 use super::peer::coordinate;
@@ -430,23 +430,38 @@ async fn serve_object(
     k: &str,
     body: Incoming,
 ) -> Result<Resp, S3Error> {
-    let (body, after) = match ctx.cluster.clone() {
+    let (body, after, allowed) = match ctx.cluster.clone() {
         Some(cluster) => match coordinate::coordinate(ctx, &cluster, op, b, k, body).await {
             coordinate::Next::Answered(r) => return r,
-            coordinate::Next::Here { body, after } => (body, Some((cluster, after))),
+            coordinate::Next::Here {
+                body,
+                after,
+                allowed,
+            } => (body, Some((cluster, after)), Some(allowed)),
         },
-        None => (body, None),
+        None => (body, None, None),
     };
-    let r = object_here(ctx, op, b, k, body).await;
+    let r = object_here(ctx, op, b, k, body, allowed).await;
     match after {
         Some((cluster, after)) => coordinate::finish(ctx, &cluster, op, b, k, after, r).await,
         None => r,
     }
 }
 
-/// An S3 operation on object `b/k`, served from this node's shards.
-async fn object_here(ctx: &Ctx, op: Op, b: &str, k: &str, body: Incoming) -> Result<Resp, S3Error> {
-    let (incarnation, gate) = ctx.allow_object(action(op), b)?;
+/// An S3 operation on object `b/k`, served from this node's shards; `allowed` is the
+/// permission check when the cluster's wrapper already made it.
+async fn object_here(
+    ctx: &Ctx,
+    op: Op,
+    b: &str,
+    k: &str,
+    body: Incoming,
+    allowed: Option<Allowed>,
+) -> Result<Resp, S3Error> {
+    let (incarnation, gate) = match allowed {
+        Some(a) => a,
+        None => ctx.allow_object(action(op), b)?,
+    };
     let reads_the_acl = matches!(
         op,
         Op::GetObject | Op::HeadObject | Op::GetObjectAcl | Op::PutObjectAcl

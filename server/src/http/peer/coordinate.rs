@@ -14,7 +14,7 @@ use yutu_api::S3ErrorCode;
 
 use super::cluster::{self, Forwarded, Plan};
 use crate::cluster::{Cluster, ClusterMetrics};
-use crate::http::ctx::Ctx;
+use crate::http::ctx::{Allowed, Ctx};
 use crate::http::endpoint::action;
 use crate::http::error::S3Error;
 use crate::http::Resp;
@@ -24,8 +24,14 @@ use crate::metrics::Op;
 pub enum Next {
     /// Answered without serving it here (forwarded, or refused).
     Answered(Result<Resp, S3Error>),
-    /// Serve it here with `body`, then call [`finish`] with `after`.
-    Here { body: Incoming, after: After },
+    /// Serve it here with `body`, then call [`finish`] with `after`. `allowed` is the
+    /// permission check already made ([`Ctx::allow_object`]), so that serving the request
+    /// does not check it again.
+    Here {
+        body: Incoming,
+        after: After,
+        allowed: Allowed,
+    },
 }
 
 /// What the cluster does once the request was served here.
@@ -48,9 +54,10 @@ pub async fn coordinate(
 ) -> Next {
     cluster::know_bucket(ctx, cluster, b).await;
     // An object's own ACL is checked where the object is.
-    if let Err(e) = ctx.allow_object(action(op), b) {
-        return Next::Answered(Err(e));
-    }
+    let allowed = match ctx.allow_object(action(op), b) {
+        Ok(a) => a,
+        Err(e) => return Next::Answered(Err(e)),
+    };
     let mut after = After::default();
     let mut body = body;
     match cluster::plan(ctx, cluster, op, b, k) {
@@ -96,7 +103,11 @@ pub async fn coordinate(
     if let Err(e) = writable(ctx, cluster, op, b, k) {
         return Next::Answered(Err(e));
     }
-    Next::Here { body, after }
+    Next::Here {
+        body,
+        after,
+        allowed,
+    }
 }
 
 /// Whether this node may coordinate a write of `b/k` now.
