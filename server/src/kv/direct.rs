@@ -60,11 +60,13 @@ fn total(ranges: &[DirectRange]) -> u64 {
 fn gather(source: &[DirectRange], dst: &mut [u8]) -> bool {
     let mut at = 0usize;
     for part in source {
-        let n = part.len() as usize;
-        if part.read_at(0, &mut dst[at..at + n]).is_err() {
+        let Some(room) = dst.get_mut(at..at + part.len() as usize) else {
+            return false;
+        };
+        if part.read_at(0, room).is_err() {
             return false;
         }
-        at += n;
+        at += room.len();
     }
     at == dst.len()
 }
