@@ -20,16 +20,22 @@ use crate::memory::Span;
 /// Spans one node call names at most (the node takes 65,536).
 const MAX_CALL_SPANS: usize = 16_384;
 
-/// The registered host ranges, by start address, each with its engine registration.
+/// What became of a host range registered with `register_buffer`.
+enum Registered {
+    /// Registered with the engine as it is: its length and the registration.
+    InPlace(u64, Arc<Buffer>),
+    /// Staged, and why.
+    Staged(String),
+}
+
+/// The registered host ranges, by start address (they never overlap: `Registry` refuses it).
 #[derive(Default)]
 pub struct InPlace {
-    ranges: Mutex<BTreeMap<usize, (u64, Arc<Buffer>)>>,
-    /// Why a range registered with `register_buffer` is staged instead, by start address.
-    staged: Mutex<BTreeMap<usize, String>>,
+    ranges: Mutex<BTreeMap<usize, Registered>>,
 }
 
 impl InPlace {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, (u64, Arc<Buffer>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, Registered>> {
         self.ranges.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -41,43 +47,32 @@ impl InPlace {
     /// The range must stay mapped until [`InPlace::unregister`] (the contract of Mooncake's
     /// `register_buffer`, which the caller has already checked the range against).
     pub unsafe fn register(&self, kv: &KvClient, addr: usize, len: u64) {
-        let why = if kv.cluster_nodes() > 0 {
-            "the client routes over a cluster".to_string()
+        let registered = if kv.cluster_nodes() > 0 {
+            Registered::Staged("the client routes over a cluster".into())
         } else if std::env::var_os("YUTU_IN_PLACE").is_some_and(|v| v == "0") {
-            "YUTU_IN_PLACE=0".to_string()
+            Registered::Staged("YUTU_IN_PLACE=0".into())
         } else {
             // SAFETY: the caller's contract.
             match unsafe { kv.register_host(addr as *mut u8, len) } {
-                Ok(buf) => {
-                    self.lock().insert(addr, (len, Arc::new(buf)));
-                    return;
-                }
-                Err(err) => err.to_string(),
+                Ok(buf) => Registered::InPlace(len, Arc::new(buf)),
+                Err(err) => Registered::Staged(err.to_string()),
             }
         };
-        self.staged
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(addr, why);
+        self.lock().insert(addr, registered);
     }
 
     /// How the host range registered at `addr` travels: `"in place"`, or `"staged: "` and
     /// why; `None` when no host range starts there.
     pub fn path(&self, addr: usize) -> Option<String> {
-        if self.lock().contains_key(&addr) {
-            return Some("in place".into());
-        }
-        let staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
-        staged.get(&addr).map(|why| format!("staged: {why}"))
+        self.lock().get(&addr).map(|r| match r {
+            Registered::InPlace(..) => "in place".to_string(),
+            Registered::Staged(why) => format!("staged: {why}"),
+        })
     }
 
     /// Forgets the range registered at `addr` (the engine unregisters it once no call uses it).
     pub fn unregister(&self, addr: usize) {
         self.lock().remove(&addr);
-        self.staged
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&addr);
     }
 
     /// The registration holding every span, and each block's spans as ranges of it; `None`
@@ -85,7 +80,10 @@ impl InPlace {
     fn resolve(&self, blocks: &[&[Span]]) -> Option<(Arc<Buffer>, Vec<Parts>)> {
         let first = blocks.iter().flat_map(|b| b.iter()).find(|s| s.len > 0)?;
         let ranges = self.lock();
-        let (&base, (len, buf)) = ranges.range(..=first.addr).next_back()?;
+        let (&base, Registered::InPlace(len, buf)) = ranges.range(..=first.addr).next_back()?
+        else {
+            return None;
+        };
         let end = base.checked_add(*len as usize)?;
         let mut parts = Vec::with_capacity(blocks.len());
         for b in blocks {

@@ -516,25 +516,39 @@ impl KvClient {
         if let Some(r) = &self.route {
             return r.put_from(bucket, keys, buf, offsets, lengths, options);
         }
-        let mode = options.mode;
         if keys.is_empty() {
             return Ok(Vec::new());
         }
+        let blocks = keys
+            .iter()
+            .zip(offsets.iter().zip(lengths))
+            .map(|(key, (&offset, &len))| PutFromBlock {
+                key: key.clone(),
+                offset,
+                len,
+            })
+            .collect();
+        self.put_from_call(bucket, keys, buf, blocks, options, None)
+    }
+
+    /// The put-from call to this client's node: `blocks` of `buf` (grouped by `parts`, see
+    /// [`PutFromRequest::parts`]) stored under `keys`; the ETags in order.
+    fn put_from_call(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        blocks: Vec<PutFromBlock>,
+        options: &PutOptions,
+        parts: Option<Vec<u32>>,
+    ) -> Result<Vec<String>, KvError> {
         let body = PutFromRequest {
-            blocks: keys
-                .iter()
-                .zip(offsets.iter().zip(lengths))
-                .map(|(key, (&offset, &len))| PutFromBlock {
-                    key: key.clone(),
-                    offset,
-                    len,
-                })
-                .collect(),
+            blocks,
             buffer: buf.whole()?,
             session: self.session.clone(),
-            if_absent: mode == PutMode::IfAbsent,
+            if_absent: options.mode == PutMode::IfAbsent,
             pin: options.pin,
-            parts: None,
+            parts,
         };
         let ended: EtagsResponse = self.call_post_keys(
             Some((bucket, keys)),
@@ -543,6 +557,29 @@ impl KvClient {
         )?;
         expect_len(ended.etags.len(), keys.len(), "put-from")?;
         Ok(ended.etags)
+    }
+
+    /// The get-into call to this client's node; `rooms[i]` is the room key `i` was given, and
+    /// an answer claiming more is refused.
+    fn get_into_call(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        body: &GetIntoRequest,
+        rooms: impl Fn(usize) -> u64,
+    ) -> Result<Vec<Option<u64>>, KvError> {
+        let answer: CopiedResponse =
+            self.call_post_keys(Some((bucket, keys)), &kv_path(bucket, KvOp::GetInto)?, body)?;
+        expect_len(answer.copied.len(), keys.len(), "get-into")?;
+        for (i, c) in answer.copied.iter().enumerate() {
+            let room = rooms(i);
+            if let Some(n) = c.filter(|n| *n > room) {
+                return Err(KvError::InvalidResponse(format!(
+                    "get-into claims {n} bytes for key {i}, which had room for {room}"
+                )));
+            }
+        }
+        Ok(answer.copied)
     }
 
     /// As [`KvClient::batch_put_from`], with the client moving the bytes: put-start reserves
@@ -754,29 +791,7 @@ impl KvClient {
         }
         let body =
             GetIntoRequest::into_buffer(keys.to_vec(), buf.whole()?, ranges, self.session.clone());
-        let answer: CopiedResponse = self.call_post_keys(
-            Some((bucket, keys)),
-            &kv_path(bucket, KvOp::GetInto)?,
-            &body,
-        )?;
-        if answer.copied.len() != keys.len() {
-            return Err(KvError::InvalidResponse(format!(
-                "get-into answered {} results for {} keys",
-                answer.copied.len(),
-                keys.len()
-            )));
-        }
-        for (i, c) in answer.copied.iter().enumerate() {
-            if let Some(n) = c {
-                if *n > capacities[i] {
-                    return Err(KvError::InvalidResponse(format!(
-                        "get-into claims {n} bytes for key {i}, which had room for {}",
-                        capacities[i]
-                    )));
-                }
-            }
-        }
-        Ok(answer.copied)
+        self.get_into_call(bucket, keys, &body, |i| capacities[i])
     }
 
     /// Whether each key is stored (in any tier).

@@ -9,14 +9,11 @@
 
 use std::sync::Arc;
 
-use yutu_api::kv::{
-    CopiedResponse, EtagsResponse, GetIntoRequest, KvOp, PutFromBlock, PutFromRequest, MAX_SPANS,
-};
+use yutu_api::kv::{GetIntoRequest, PutFromBlock, MAX_SPANS};
 use yutu_transfer::MemoryRegion;
 
-use super::checks::{check_batch, check_range, expect_len, same_len};
-use super::http::kv_path;
-use super::{Buffer, KvClient, KvError, PutMode, PutOptions};
+use super::checks::{check_batch, check_range, same_len};
+use super::{Buffer, KvClient, KvError, PutOptions};
 
 /// One block's spans: `(offset, len)` ranges of the buffer, in order.
 pub type Parts = Vec<(u64, u64)>;
@@ -61,21 +58,7 @@ impl KvClient {
         let mut body =
             GetIntoRequest::into_buffer(keys.to_vec(), buf.whole()?, ranges, self.session.clone());
         body.parts = Some(counts);
-        let answer: CopiedResponse = self.call_post_keys(
-            Some((bucket, keys)),
-            &kv_path(bucket, KvOp::GetInto)?,
-            &body,
-        )?;
-        expect_len(answer.copied.len(), keys.len(), "get-into")?;
-        for (i, c) in answer.copied.iter().enumerate() {
-            let room: u64 = parts[i].iter().map(|p| p.1).sum();
-            if c.is_some_and(|n| n > room) {
-                return Err(KvError::InvalidResponse(format!(
-                    "get-into claims more bytes for key {i} than its {room}-byte room"
-                )));
-            }
-        }
-        Ok(answer.copied)
+        self.get_into_call(bucket, keys, &body, |i| parts[i].iter().map(|p| p.1).sum())
     }
 
     /// Stores each `keys[i]` as the concatenation of the ranges `parts[i]` of `buf` (gather),
@@ -104,21 +87,7 @@ impl KvClient {
                 })
             })
             .collect();
-        let body = PutFromRequest {
-            blocks,
-            buffer: buf.whole()?,
-            session: self.session.clone(),
-            if_absent: options.mode == PutMode::IfAbsent,
-            pin: options.pin,
-            parts: Some(counts),
-        };
-        let ended: EtagsResponse = self.call_post_keys(
-            Some((bucket, keys)),
-            &kv_path(bucket, KvOp::PutFrom)?,
-            &body,
-        )?;
-        expect_len(ended.etags.len(), keys.len(), "put-from")?;
-        Ok(ended.etags)
+        self.put_from_call(bucket, keys, buf, blocks, options, Some(counts))
     }
 
     /// Checks a scattered batch before anything is sent: the flattened ranges and the count

@@ -113,10 +113,6 @@ impl PeerMapping {
         matches!(self.backing, Backing::Process { .. })
     }
 
-    fn check(&self, offset: u64, len: u64) -> Option<()> {
-        (offset.checked_add(len)? <= self.len as u64).then_some(())
-    }
-
     /// Copies `len` bytes from `src` into the segment at `offset`; `None` when the range is
     /// outside the segment.
     ///
@@ -129,22 +125,8 @@ impl PeerMapping {
         src: *const u8,
         len: usize,
     ) -> Option<io::Result<()>> {
-        self.check(offset, len as u64)?;
-        Some(match &self.backing {
-            Backing::Mapped(ptr) => {
-                // SAFETY: the range lies in our live mapping (checked above); the caller
-                // vouches for `src`. Peers may write the same pages concurrently, which makes
-                // the bytes unspecified, never the copy unsound at the machine level.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(src, ptr.as_ptr().add(offset as usize), len)
-                };
-                Ok(())
-            }
-            // SAFETY: as this function's contract.
-            Backing::Process { file, base } => unsafe {
-                remote_io(file, base + offset, src.cast_mut(), len, true)
-            },
-        })
+        // SAFETY: as this function's contract; a write only reads `src`.
+        unsafe { self.copy(offset, src.cast_mut(), len, true) }
     }
 
     /// Copies `len` bytes of the segment at `offset` into `dst`; `None` when the range is
@@ -160,18 +142,42 @@ impl PeerMapping {
         dst: *mut u8,
         len: usize,
     ) -> Option<io::Result<()>> {
-        self.check(offset, len as u64)?;
+        // SAFETY: as this function's contract.
+        unsafe { self.copy(offset, dst, len, false) }
+    }
+
+    /// `local` into the segment at `offset` (`write`) or the segment into `local`.
+    ///
+    /// # Safety
+    ///
+    /// `local` must be valid for `len` bytes (reads when `write`, writes otherwise).
+    unsafe fn copy(
+        &self,
+        offset: u64,
+        local: *mut u8,
+        len: usize,
+        write: bool,
+    ) -> Option<io::Result<()>> {
+        (offset.checked_add(len as u64)? <= self.len as u64).then_some(())?;
         Some(match &self.backing {
             Backing::Mapped(ptr) => {
-                // SAFETY: as in `write_from`, with the roles swapped.
+                // SAFETY: the range lies in our live mapping (checked above); the caller
+                // vouches for `local`. Peers may write the same pages concurrently, which
+                // makes the bytes unspecified, never the copy unsound at the machine level.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(ptr.as_ptr().add(offset as usize), dst, len)
+                    let remote = ptr.as_ptr().add(offset as usize);
+                    let (src, dst) = if write {
+                        (local, remote)
+                    } else {
+                        (remote, local)
+                    };
+                    std::ptr::copy_nonoverlapping(src.cast_const(), dst, len)
                 };
                 Ok(())
             }
             // SAFETY: as this function's contract.
             Backing::Process { file, base } => unsafe {
-                remote_io(file, base + offset, dst, len, false)
+                remote_io(file, base + offset, local, len, write)
             },
         })
     }
