@@ -22,6 +22,7 @@ pub mod error;
 pub mod events;
 pub mod key;
 pub mod kv;
+pub mod kv_frame;
 pub mod mooncake_master;
 pub mod ownership;
 pub mod placement;

@@ -26,6 +26,7 @@ Rows (each measured on every system, in alternating order, median of --reps repe
   batch_put_from / batch_get_into of 4 KiB blocks in batches of 256     (ops/s)
   get (bytes API) of a 4 KiB value, p50 and p99                          (us)
   is_exist of a present key, p50 and p99                                 (us)
+  batch_is_exist of 64 present keys, p50 and p99                         (us)
   4 client processes at once, each batch_get_into 2 MiB x 16             (aggregate GB/s)
 Each client owns one numpy array registered with register_buffer. Every case checks the
 bytes once, outside the timing. Before the first put row, each client writes --memory/2 of
@@ -77,6 +78,7 @@ MOONCAKE_MODES = {"mooncake": "tcp", "mooncake-inproc": "inproc"}
 BIG = (2 * MiB, 16)
 SMALL = (4 * KiB, 256)
 LAT_SIZE = 4 * KiB  # value size of the single-key get latency row
+EXIST_BATCH = 64  # keys per batch_is_exist in its latency row
 MP_PROCS = 4  # client processes of the multi-process row
 SEED = 20240611  # every client fills its source region from this seed: same bytes everywhere
 
@@ -99,7 +101,7 @@ def plan(quick: bool) -> dict:
             reps=1,
             big_prepared=2, big_put=2, big_get=4,
             small_prepared=2, small_put=2, small_get=4,
-            lat_keys=16, lat_iters=200,
+            lat_keys=64, lat_iters=200,
             mp_iters=2,
             multi_prepared=1, multi_put=1, multi_get=2, lmcache_keys=8, lmcache_get=2,
         )
@@ -318,6 +320,14 @@ class Workload:
         if list(rcs) != [1] * n:
             raise RuntimeError(f"batch_is_exist of present keys returned {list(rcs)[:8]}...")
         return self._latency(self.store.is_exist, keys, iters, lambda v: v == 1)
+
+    def op_batch_exist_latency(self, tag: str, n: int, batch: int, iters: int) -> dict:
+        keys = [f"{self.prefix}{tag}-{i}" for i in range(n)]
+        batches = [keys[i:i + batch] for i in range(0, n - batch + 1, batch)]
+        if not batches:
+            raise RuntimeError(f"{n} keys make no batch of {batch}")
+        return self._latency(self.store.batch_is_exist, batches, iters,
+                             lambda v: list(v) == [1] * batch)
 
     # ---- the engines' shapes --------------------------------------------------------------
     # vLLM's MooncakeStoreConnector and SGLang's layer-first MLA pools store one key from
@@ -740,6 +750,8 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
         "get_p99": Row("get_4KiB_p99", "us", lower_is_better=True),
         "exist_p50": Row("is_exist_p50", "us", lower_is_better=True),
         "exist_p99": Row("is_exist_p99", "us", lower_is_better=True),
+        "bexist_p50": Row(f"batch_is_exist_{EXIST_BATCH}_p50", "us", lower_is_better=True),
+        "bexist_p99": Row(f"batch_is_exist_{EXIST_BATCH}_p99", "us", lower_is_better=True),
         "mp": Row(f"batch_get_into_2MiB_x{bb}_{MP_PROCS}proc", "GB/s", mb_per_s=True),
     }
     for name, shape in ENGINE_SHAPES.items():
@@ -809,6 +821,11 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
                 rows["exist_p50"].samples[s.name].append(r["p50_us"])
                 rows["exist_p99"].samples[s.name].append(r["p99_us"])
                 rows["exist_p50"].errors[s.name] += r["errors"]
+                r = s.main.call("batch_exist_latency", tag="lat", n=pl["lat_keys"],
+                                batch=EXIST_BATCH, iters=pl["lat_iters"])
+                rows["bexist_p50"].samples[s.name].append(r["p50_us"])
+                rows["bexist_p99"].samples[s.name].append(r["p99_us"])
+                rows["bexist_p50"].errors[s.name] += r["errors"]
             guarded(s, "latency", lats)
         for s in order(rep):
             def engines(s=s):

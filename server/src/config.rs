@@ -337,6 +337,9 @@ pub struct Settings {
     pub epoch: u64,
     /// Cluster membership (`--etcd`); `None`: a single node.
     pub cluster: Option<ClusterSettings>,
+    /// Where the shards take KV frames: chosen when the node starts (not configured), and
+    /// answered to clients at `GET /v1/kv/frames`.
+    pub frames: yutu_api::kv_frame::FramesInfo,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -631,6 +634,7 @@ impl Settings {
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(1),
             cluster,
+            frames: Default::default(),
         })
     }
 

@@ -11,7 +11,7 @@ use crate::node::shutdown::StopFlag;
 
 /// Starts the node described by `settings`; returns once every shard accepts connections.
 /// Raising `stop` drains and stops it.
-pub fn start(settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
+pub fn start(mut settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
     let tls = match &settings.tls {
         Some((cert, key)) => {
             Some(crate::net::tls::acceptor(cert, key).map_err(|e| StartError::Tls(e.to_string()))?)
@@ -20,6 +20,14 @@ pub fn start(settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
     };
     // One verifier (and cache of verified tokens) for all shards.
     let cluster = crate::cluster::Cluster::new(&settings);
+    // The KV frame sockets: chosen (and the TCP ones bound) before the shards start, so every
+    // shard can answer where all of them are.
+    let frames = crate::http::kv::frames::plan(&settings).map_err(|source| StartError::Listen {
+        addr: settings.listen,
+        source,
+    })?;
+    settings.frames = frames.info;
+    let frames_tcp = frames.tcp;
     let listening = Listening {
         tokens: Arc::new(TokenVerifier::new(settings.keyring.clone())),
         tls,
@@ -27,6 +35,7 @@ pub fn start(settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
     };
     let serve: Serve = Arc::new(move |shard, listener| {
         let listening = listening.clone();
+        let frames_tcp = frames_tcp.clone();
         Box::pin(async move {
             let settings = shard.settings.clone();
             // Where the conductor and the other nodes reach this node.
@@ -82,6 +91,16 @@ pub fn start(settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
                 glommio::spawn_local(crate::cluster::sync::run(shard.clone(), cluster.clone()))
                     .detach();
             }
+            let tcp = frames_tcp
+                .lock()
+                .ok()
+                .and_then(|mut l| l.get_mut(shard.id).and_then(Option::take));
+            glommio::spawn_local(crate::http::kv::frames::serve(
+                shard.clone(),
+                listening.clone(),
+                tcp,
+            ))
+            .detach();
             crate::http::service::accept_loop(shard, listener, listening).await;
         })
     });

@@ -1,10 +1,20 @@
 //! Shard lanes: every answer names the shard that served it, and a KV client keeps one
-//! connection per shard, on which it sends the calls whose keys that shard owns.
+//! connection per shard, on which it sends the calls whose keys that shard owns. Frames have
+//! a socket per shard and are sent to the owner too (the last test); the lane tests turn
+//! frames off, since the lanes are what carries the calls over HTTP.
 
 use yutu_api::kv::{parse_shard_header, SHARD_HEADER};
 use yutu_api::placement::shard_for;
-use yutu_client::kv::{KvClient, KvOptions};
+use yutu_client::kv::{FramesMode, FramesPath, KvClient, KvOptions};
 use yutu_tests::{pattern, Server};
+
+/// A client that sends every call over HTTP.
+fn http_only() -> KvOptions {
+    KvOptions {
+        frames: FramesMode::Off,
+        ..KvOptions::default()
+    }
+}
 
 #[test]
 fn every_answer_names_its_shard() {
@@ -25,7 +35,7 @@ fn every_answer_names_its_shard() {
 fn single_shard_calls_take_the_owners_lane_and_answer_the_same() {
     let server = Server::start(&["--shards", "2"]);
     assert_eq!(server.client().put("/lanes", b"").status, 200);
-    let kv = KvClient::new(&server.url, KvOptions::default()).expect("client");
+    let kv = KvClient::new(&server.url, http_only()).expect("client");
     assert_eq!(kv.shard_lanes(), 0, "no lane before a call needs one");
     // Keys of both shards, one call each: each call looks for its shard's lane.
     let keys: Vec<String> = (0..64).map(|i| format!("k{i}")).collect();
@@ -78,7 +88,7 @@ fn kv_calls_per_shard(server: &Server, shards: usize) -> Vec<u64> {
 fn a_single_key_call_is_served_by_the_shard_that_owns_the_key() {
     let server = Server::start(&["--shards", "2"]);
     assert_eq!(server.client().put("/owned", b"").status, 200);
-    let kv = KvClient::new(&server.url, KvOptions::default()).expect("client");
+    let kv = KvClient::new(&server.url, http_only()).expect("client");
     let key_of = |shard: usize| {
         (0..)
             .map(|i| format!("key{i}"))
@@ -109,4 +119,37 @@ fn a_single_key_call_is_served_by_the_shard_that_owns_the_key() {
         (30, 10),
         "calls per shard: before {before:?}, after {after:?}"
     );
+}
+
+#[test]
+fn a_single_key_frame_is_served_by_the_shard_that_owns_the_key() {
+    let server = Server::start(&["--shards", "2"]);
+    assert_eq!(server.client().put("/owned", b"").status, 200);
+    let kv = KvClient::new(&server.url, KvOptions::default()).expect("client");
+    assert_eq!(
+        kv.frames_path(),
+        Some(&FramesPath::Unix),
+        "same host: Unix frames"
+    );
+    let key_of = |shard: usize| {
+        (0..)
+            .map(|i| format!("key{i}"))
+            .find(|k| shard_for("owned", k, 2) == shard)
+            .expect("a key")
+    };
+    let (k0, k1) = ([key_of(0)], [key_of(1)]);
+    let before = kv_calls_per_shard(&server, 2);
+    for _ in 0..30 {
+        assert_eq!(kv.batch_exists("owned", &k0).expect("exists"), [false]);
+    }
+    for _ in 0..10 {
+        assert_eq!(kv.batch_exists("owned", &k1).expect("exists"), [false]);
+    }
+    let after = kv_calls_per_shard(&server, 2);
+    assert_eq!(
+        (after[0] - before[0], after[1] - before[1]),
+        (30, 10),
+        "calls per shard: before {before:?}, after {after:?}"
+    );
+    assert_eq!(kv.shard_lanes(), 0, "no HTTP lane was needed");
 }

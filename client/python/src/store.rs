@@ -123,6 +123,12 @@ fn connect(
         let options = KvOptions {
             credentials: credentials.clone(),
             token: token.clone(),
+            // `YUTU_FRAMES=0`: every call over HTTP (to compare, or to rule frames out).
+            frames: if std::env::var_os("YUTU_FRAMES").is_some_and(|v| v == "0") {
+                yutu_client::kv::FramesMode::Off
+            } else {
+                yutu_client::kv::FramesMode::Auto
+            },
             ..KvOptions::default()
         };
         let kv = match KvClient::new(url, options) {
@@ -600,6 +606,17 @@ impl Store {
         let s = self.open()?;
         let path = s.gpu_ranges_lock().get(&ptr).map(|b| b.path().to_string());
         Ok(path.or_else(|| s.staging.in_place.path(ptr)))
+    }
+
+    /// How the KV control calls travel: `"frames: unix"` or `"frames: tcp HOST"` (binary
+    /// frames to the owning shard), else `"http"`.
+    fn control_path(&self) -> PyResult<String> {
+        let s = self.open()?;
+        Ok(match s.kv.frames_path() {
+            Some(yutu_client::kv::FramesPath::Unix) => "frames: unix".into(),
+            Some(yutu_client::kv::FramesPath::Tcp(host)) => format!("frames: tcp {host}"),
+            None => "http".into(),
+        })
     }
 
     /// Stores each `keys[i]` from `sizes[i]` bytes at `ptrs[i]`, which must lie in a

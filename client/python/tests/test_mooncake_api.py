@@ -109,6 +109,28 @@ def test_registered_host_memory_moves_in_place(mc, pool):
     assert mc._store.buffer_path(p) is None
 
 
+def test_small_calls_go_in_frames_and_answer_as_over_http(mc, node, bucket, monkeypatch):
+    """With a token, the control calls go in binary frames to the owning shard
+    (``control_path``); with ``YUTU_FRAMES=0`` over HTTP. Both answer the same."""
+    assert mc._store.control_path() == "frames: unix"
+    monkeypatch.setenv("YUTU_FRAMES", "0")
+    plain = _setup(node, bucket)
+    try:
+        assert plain._store.control_path() == "http"
+        values = {f"f{i}": bytes([i]) * (100 * i + 1) for i in range(12)}
+        for i, (k, v) in enumerate(values.items()):
+            assert (mc if i % 2 else plain).put(k, v) == 0
+        keys = list(values) + ["absent"]
+        for s in (mc, plain):
+            assert s.batch_is_exist(keys) == [1] * 12 + [0]
+            assert [s.is_exist(k) for k in keys] == [1] * 12 + [0]
+            assert [s.get(k) for k in keys] == list(values.values()) + [b""]
+        assert mc.remove("f3") == 0
+        assert plain.is_exist("f3") == 0 and mc.is_exist("f3") == 0
+    finally:
+        plain.close()
+
+
 def test_multi_buffers_bad_shapes(mc, pool, node, bucket):
     p = pool.ctypes.data
     # Shapes that disagree fail every key.

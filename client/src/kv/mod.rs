@@ -49,13 +49,16 @@ mod checks;
 mod cluster;
 mod device;
 mod error;
+mod frames;
 mod http;
+use frames::url_host;
 mod lanes;
 mod options;
 mod parts;
 
 use checks::{check_batch, check_range, expect_len, same_len};
 pub use error::KvError;
+pub use frames::{FramesMode, FramesPath};
 use http::{
     call_get, check_bucket, check_status, keys_request, kv_agent, kv_path, read_json, signed_get,
 };
@@ -232,6 +235,9 @@ pub struct KvClient {
     route: Option<Arc<cluster::Routing>>,
     /// Pinned staging buffers for device memory, per device.
     staging: device::StagingPool,
+    /// The node's frame sockets, when it has them and this client may use them: every KV
+    /// call then goes in a frame (see `frames`).
+    frames: Option<frames::Frames>,
 }
 
 impl std::fmt::Debug for KvClient {
@@ -346,6 +352,7 @@ impl KvClient {
             put_ttl_ms: options.put_ttl_ms,
             route: None,
             staging: device::StagingPool::default(),
+            frames: None,
         };
         let registered: PeerResponse = client.call_post(
             PEERS_PATH,
@@ -355,6 +362,25 @@ impl KvClient {
             },
         )?;
         client.session = registered.session;
+        // Frames carry a bearer token (or nothing, to an open node), not SigV4 signatures.
+        if options.frames != FramesMode::Off && options.credentials.is_none() {
+            // A node without frames (an older one) answers an error: HTTP it is.
+            if let Ok((info, _)) = call_get::<yutu_api::kv_frame::FramesInfo>(
+                &client.agent,
+                &client.base,
+                yutu_api::kv_frame::FRAMES_PATH,
+                None,
+            ) {
+                let host = url_host(&client.base);
+                client.frames = frames::Frames::open(
+                    info,
+                    &host,
+                    options.token.clone(),
+                    options.frames,
+                    options.frame_spin,
+                );
+            }
+        }
         Ok(client)
     }
 
@@ -550,11 +576,7 @@ impl KvClient {
             pin: options.pin,
             parts,
         };
-        let ended: EtagsResponse = self.call_post_keys(
-            Some((bucket, keys)),
-            &kv_path(bucket, KvOp::PutFrom)?,
-            &body,
-        )?;
+        let ended: EtagsResponse = self.call_kv(bucket, KvOp::PutFrom, Some(keys), &body)?;
         expect_len(ended.etags.len(), keys.len(), "put-from")?;
         Ok(ended.etags)
     }
@@ -568,8 +590,7 @@ impl KvClient {
         body: &GetIntoRequest,
         rooms: impl Fn(usize) -> u64,
     ) -> Result<Vec<Option<u64>>, KvError> {
-        let answer: CopiedResponse =
-            self.call_post_keys(Some((bucket, keys)), &kv_path(bucket, KvOp::GetInto)?, body)?;
+        let answer: CopiedResponse = self.call_kv(bucket, KvOp::GetInto, Some(keys), body)?;
         expect_len(answer.copied.len(), keys.len(), "get-into")?;
         for (i, c) in answer.copied.iter().enumerate() {
             let room = rooms(i);
@@ -612,26 +633,21 @@ impl KvClient {
                 .collect(),
             ttl_ms: self.put_ttl_ms,
         };
-        let started: PutStartResponse = self.call_post_keys(
-            Some((bucket, keys)),
-            &kv_path(bucket, KvOp::PutStart)?,
-            &body,
-        )?;
+        let started: PutStartResponse = self.call_kv(bucket, KvOp::PutStart, Some(keys), &body)?;
         let put_ids = PutIdsRequest {
             put_ids: started.puts.iter().map(|p| p.put_id).collect(),
         };
         let result = self
             .write_blocks(keys, buf, offsets, lengths, &started.puts)
             .and_then(|()| {
-                let ended: EtagsResponse =
-                    self.call_post(&kv_path(bucket, KvOp::PutEnd)?, &put_ids)?;
+                let ended: EtagsResponse = self.call_kv(bucket, KvOp::PutEnd, None, &put_ids)?;
                 expect_len(ended.etags.len(), keys.len(), "put-end")?;
                 Ok(ended.etags)
             });
         if result.is_err() && !put_ids.put_ids.is_empty() {
             // Best effort: frees the reserved space now instead of at the ttl. Puts already
             // ended are not revoked (the server answers false for them).
-            let _ = self.call_post::<RevokeResponse>(&kv_path(bucket, KvOp::Revoke)?, &put_ids);
+            let _ = self.call_kv::<RevokeResponse>(bucket, KvOp::Revoke, None, &put_ids);
         }
         result
     }
@@ -803,13 +819,57 @@ impl KvClient {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let answer: ExistsResponse = self.call_post_keys(
-            Some((bucket, keys)),
-            &kv_path(bucket, KvOp::Exists)?,
-            &keys_request(keys),
-        )?;
-        expect_len(answer.exists.len(), keys.len(), "exists")?;
-        Ok(answer.exists)
+        self.per_key(bucket, KvOp::Exists, keys, |a: ExistsResponse| a.exists)
+    }
+
+    /// A call of `op` on `keys` whose answer is one flag per key (exists, remove). With
+    /// frames, the keys are split by owning shard and every shard's part is sent before any
+    /// answer is read: the shards work at once and none forwards to another.
+    fn per_key<T: DeserializeOwned>(
+        &self,
+        bucket: &str,
+        op: KvOp,
+        keys: &[String],
+        flags: impl Fn(T) -> Vec<bool>,
+    ) -> Result<Vec<bool>, KvError> {
+        let groups = match &self.frames {
+            Some(frames) if keys.len() > 1 => {
+                let mut groups: Vec<Vec<usize>> = vec![Vec::new(); frames.shards()];
+                for (i, k) in keys.iter().enumerate() {
+                    groups[yutu_api::placement::shard_for(bucket, k, frames.shards())].push(i);
+                }
+                groups.retain(|g| !g.is_empty());
+                (groups.len() > 1).then_some((frames, groups))
+            }
+            _ => None,
+        };
+        let Some((frames, groups)) = groups else {
+            let flags = flags(self.call_kv(bucket, op, Some(keys), &keys_request(keys))?);
+            expect_len(flags.len(), keys.len(), op.as_str())?;
+            return Ok(flags);
+        };
+        check_bucket(bucket)?;
+        let calls = groups
+            .iter()
+            .map(|idx| {
+                let part: Vec<String> = idx.iter().map(|&i| keys[i].clone()).collect();
+                let shard = yutu_api::placement::shard_for(bucket, &part[0], frames.shards());
+                yutu_api::kv_frame::encode_call(bucket, &keys_request(&part))
+                    .map(|body| (shard, body))
+                    .map_err(|e| KvError::InvalidArgument(e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let answers: Vec<T> =
+            frames.call_each(yutu_api::kv_frame::FrameOp::Kv(op), &calls, op.is_read())?;
+        let mut out = vec![false; keys.len()];
+        for (idx, answer) in groups.iter().zip(answers) {
+            let part = flags(answer);
+            expect_len(part.len(), idx.len(), op.as_str())?;
+            for (&i, f) in idx.iter().zip(part) {
+                out[i] = f;
+            }
+        }
+        Ok(out)
     }
 
     /// How many leading keys of the chain `keys` are stored (the usable cached prefix).
@@ -821,11 +881,8 @@ impl KvClient {
         if keys.is_empty() {
             return Ok(0);
         }
-        let answer: PrefixResponse = self.call_post_keys(
-            Some((bucket, keys)),
-            &kv_path(bucket, KvOp::Prefix)?,
-            &keys_request(keys),
-        )?;
+        let answer: PrefixResponse =
+            self.call_kv(bucket, KvOp::Prefix, Some(keys), &keys_request(keys))?;
         match usize::try_from(answer.present) {
             Ok(n) if n <= keys.len() => Ok(n),
             _ => Err(KvError::InvalidResponse(format!(
@@ -845,13 +902,7 @@ impl KvClient {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let answer: RemoveResponse = self.call_post_keys(
-            Some((bucket, keys)),
-            &kv_path(bucket, KvOp::Remove)?,
-            &keys_request(keys),
-        )?;
-        expect_len(answer.removed.len(), keys.len(), "remove")?;
-        Ok(answer.removed)
+        self.per_key(bucket, KvOp::Remove, keys, |a: RemoveResponse| a.removed)
     }
 
     /// The arguments of a put: one offset and length per key, every range inside `buf`.
@@ -897,6 +948,30 @@ impl KvClient {
         let (_, served): (NodeAddress, _) =
             call_get(&agent, &self.base, ENGINE_PATH, signer).ok()?;
         Some((agent, served?.0))
+    }
+
+    /// A per-bucket call of the KV API: in a frame to the shard that owns `keys` (the first
+    /// key's, when they span shards) when the node takes frames, else as an HTTP POST.
+    fn call_kv<T: DeserializeOwned>(
+        &self,
+        bucket: &str,
+        op: KvOp,
+        keys: Option<&[String]>,
+        body: &impl Serialize,
+    ) -> Result<T, KvError> {
+        if let Some(frames) = &self.frames {
+            check_bucket(bucket)?;
+            let shard = keys.and_then(|k| k.first()).map_or(0, |k| {
+                yutu_api::placement::shard_for(bucket, k, frames.shards())
+            });
+            return frames.call_kv(shard, bucket, op, body);
+        }
+        self.call_post_keys(keys.map(|k| (bucket, k)), &kv_path(bucket, op)?, body)
+    }
+
+    /// How this client sends KV calls: `None` over HTTP, else the way its frames go.
+    pub fn frames_path(&self) -> Option<&frames::FramesPath> {
+        self.frames.as_ref().map(|f| f.path())
     }
 
     /// A POST whose keys (of `keys.0`) are `keys.1`: sent on the lane of the shard that owns
@@ -953,6 +1028,24 @@ impl KvClient {
         }
         if let Some(r) = &self.route {
             return r.get_bytes(bucket, key);
+        }
+        if let Some(frames) = &self.frames {
+            use yutu_api::kv_frame::{InlineValue, ReadRequest, ReadResponse};
+            let shard = yutu_api::placement::shard_for(bucket, key, frames.shards());
+            let req = ReadRequest {
+                keys: vec![key.to_string()],
+            };
+            let body = yutu_api::kv_frame::encode_call(bucket, &req)
+                .map_err(|e| KvError::InvalidArgument(e.to_string()))?;
+            let answer: ReadResponse =
+                frames.call(shard, yutu_api::kv_frame::FrameOp::Read, &body, true)?;
+            expect_len(answer.values.len(), 1, "read")?;
+            match answer.values.into_iter().next() {
+                Some(InlineValue::Bytes(data)) => return Ok(Some(data)),
+                Some(InlineValue::Missing) | None => return Ok(None),
+                // Too large to answer inline: the S3 GET below streams it.
+                Some(InlineValue::TooLarge(_)) => {}
+            }
         }
         let path = format!("/{}/{}", encode_key(bucket), encode_key(key));
         let lane = self.lane(bucket, &[key.to_string()]);

@@ -49,6 +49,14 @@ pub struct KvOptions {
     /// When the node is part of a cluster, route every key to its owners (learned from the
     /// node's membership) instead of sending everything to this one node.
     pub route: bool,
+    /// Whether KV calls go in binary frames when the node takes them (see
+    /// [`super::FramesMode`]); they need a bearer token or an open node, not SigV4
+    /// credentials.
+    pub frames: super::FramesMode,
+    /// How long a frame call polls for its answer before its thread sleeps (zero: it sleeps
+    /// at once). Polling spares a small call the wake-up of a sleeping thread, several
+    /// microseconds; the thread yields between polls, so a node sharing its core still runs.
+    pub frame_spin: std::time::Duration,
 }
 
 impl Default for KvOptions {
@@ -62,6 +70,8 @@ impl Default for KvOptions {
             credentials: None,
             token: None,
             route: true,
+            frames: super::FramesMode::Auto,
+            frame_spin: super::frames::DEFAULT_SPIN,
         }
     }
 }

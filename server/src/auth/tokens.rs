@@ -46,6 +46,12 @@ impl TokenVerifier {
         }
     }
 
+    /// Whether claims verified earlier are still valid now (`exp` and `nbf`, with the
+    /// leeway): what a cached token is checked against on every use.
+    pub fn still_valid(&self, claims: &Claims) -> Result<(), AuthError> {
+        claims.valid_at(unix_now()).map_err(refusal)
+    }
+
     /// The claims of `token`, if it verifies and is valid now.
     pub fn verify(&self, token: &str) -> Result<Arc<Claims>, AuthError> {
         let key = *blake3::hash(token.as_bytes()).as_bytes();

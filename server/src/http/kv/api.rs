@@ -18,17 +18,22 @@ use std::time::Duration;
 
 use http::Method;
 use hyper::body::Incoming;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use yutu_api::kv::{
-    EtagsResponse, ExistsResponse, GetResponse, KeysRequest, KvOp, LeasedBlock, PrefixResponse,
-    PutIdsRequest, PutStartRequest, PutStartResponse, ReleaseRequest, ReleaseResponse,
-    RemoveResponse, RevokeResponse, StartedPut, ENGINE_PATH, KV_ROOT, PEERS_PATH, RELEASE_PATH,
+    CopiedResponse, EtagsResponse, ExistsResponse, GetIntoRequest, GetResponse, KeysRequest, KvOp,
+    LeasedBlock, PrefixResponse, PutFromRequest, PutIdsRequest, PutStartRequest, PutStartResponse,
+    ReleaseRequest, ReleaseResponse, RemoveResponse, RevokeResponse, StartedPut, ENGINE_PATH,
+    KV_ROOT, MAX_REQUEST_BYTES, PEERS_PATH, RELEASE_PATH,
 };
+use yutu_api::kv_frame::FRAMES_PATH;
 use yutu_api::S3ErrorCode;
 
 use super::shards::{
-    by_shard, check_keys, end_puts, exists, json, lease, owner_of, parse, start_puts, ttl_ms,
+    bad, by_shard, check_keys, end_puts, exists, json, lease, owner_of, parse, start_puts, ttl_ms,
 };
 use crate::auth::Action;
+use crate::http::body::read_limited;
 use crate::http::ctx::Ctx;
 use crate::http::error::S3Error;
 use crate::http::s3::objects::bucket_must_exist;
@@ -39,7 +44,7 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
     // The request's key is its path after `/v1/`.
     let path = format!("/v1/{}", ctx.target.key.as_deref().unwrap_or_default());
     if path == RELEASE_PATH && ctx.method == Method::POST {
-        return release(ctx, parse(ctx, body).await?).await;
+        return Ok(json(&release(ctx, parse(ctx, body).await?).await?));
     }
     if path == PEERS_PATH && ctx.method == Method::POST {
         return super::peers::register(ctx, parse(ctx, body).await?).await;
@@ -67,19 +72,39 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
                 .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))?;
             return Ok(json(&engine.address()));
         }
+        None if path == FRAMES_PATH && ctx.method == Method::GET => {
+            return Ok(json(&super::frames::info(&ctx.shard)));
+        }
         None => return Err(S3Error::new(S3ErrorCode::InvalidRequest).msg("Unknown KV endpoint.")),
     };
     if ctx.method != Method::POST {
         return Err(S3Error::new(S3ErrorCode::MethodNotAllowed));
     }
     // An unknown call needs write permission and an existing bucket before it is refused.
-    let action = match op {
-        Some(op) if op.is_read() => Action::Read,
-        Some(KvOp::Remove) => Action::Delete,
-        _ => Action::Write,
+    admit(ctx, &bucket, op.map_or(Action::Write, action)).await?;
+    let Some(op) = op else {
+        return Err(S3Error::new(S3ErrorCode::InvalidRequest).msg("Unknown KV endpoint."));
     };
+    let raw = read_limited(ctx, body, MAX_REQUEST_BYTES).await?;
+    let call = KvCall::read(op, &raw.data, Format::Json)?;
+    Ok(json(&answer(ctx, &bucket, call).await?))
+}
+
+/// What a per-bucket call needs permission for.
+pub(in crate::http) fn action(op: KvOp) -> Action {
+    match op {
+        op if op.is_read() => Action::Read,
+        KvOp::Remove => Action::Delete,
+        _ => Action::Write,
+    }
+}
+
+/// Everything a per-bucket call passes before its body is read, whichever way it came (HTTP
+/// or a frame): in a cluster, the bucket known and, for a write, a node that may take writes;
+/// the caller's permission for `action`; and the bucket's existence.
+pub(in crate::http) async fn admit(ctx: &Ctx, bucket: &str, action: Action) -> Result<(), S3Error> {
     if let Some(cluster) = &ctx.cluster {
-        crate::http::peer::cluster::know_bucket(ctx, cluster, &bucket).await;
+        crate::http::peer::cluster::know_bucket(ctx, cluster, bucket).await;
         // A node whose lease may be gone does not take KV writes either (the clients route
         // by the membership, which may already have moved its keys elsewhere).
         if action == Action::Write {
@@ -89,50 +114,126 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
             }
         }
     }
-    ctx.allow(action, Some(&bucket))?;
-    bucket_must_exist(ctx, &bucket).map_err(|e| e.bucket(&bucket))?;
-    let Some(op) = op else {
-        return Err(S3Error::new(S3ErrorCode::InvalidRequest).msg("Unknown KV endpoint."));
-    };
-    match op {
-        KvOp::Exists => {
-            let k: KeysRequest = parse(ctx, body).await?;
-            let exists = exists(ctx, &bucket, &k.keys).await?;
-            Ok(json(&ExistsResponse { exists }))
-        }
-        KvOp::Prefix => {
-            let k: KeysRequest = parse(ctx, body).await?;
-            let found = exists(ctx, &bucket, &k.keys).await?;
-            let present = found.iter().take_while(|f| **f).count() as u64;
-            Ok(json(&PrefixResponse { present }))
-        }
-        KvOp::PutStart => put_start(ctx, &bucket, parse(ctx, body).await?).await,
-        KvOp::PutEnd => put_end(ctx, &bucket, parse(ctx, body).await?).await,
-        KvOp::Revoke => revoke(ctx, &bucket, parse(ctx, body).await?).await,
-        KvOp::Get => get(ctx, &bucket, parse(ctx, body).await?).await,
-        KvOp::GetInto => super::copy::get_into(ctx, &bucket, parse(ctx, body).await?).await,
-        KvOp::PutFrom => super::copy::put_from(ctx, &bucket, parse(ctx, body).await?).await,
-        KvOp::Remove => {
-            let k: KeysRequest = parse(ctx, body).await?;
-            check_keys(&k.keys)?;
-            let mut removed = vec![false; k.keys.len()];
-            for (shard, idx) in by_shard(ctx, &bucket, &k.keys) {
-                let keys: Vec<String> = idx.iter().map(|i| k.keys[*i].clone()).collect();
-                let b = bucket.clone();
-                let r = ctx
-                    .shard
-                    .run_step(shard, move |s| s.tier.delete(b, keys))
-                    .await??;
-                for (i, r) in idx.into_iter().zip(r) {
-                    removed[i] = r;
-                }
+    ctx.allow(action, Some(bucket))?;
+    bucket_must_exist(ctx, bucket).map_err(|e| e.bucket(bucket))
+}
+
+/// How a call's body is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::http) enum Format {
+    /// The JSON API.
+    Json,
+    /// A frame's MessagePack body ([`yutu_api::kv_frame`]).
+    Frame,
+}
+
+impl Format {
+    pub(in crate::http) fn read<T: DeserializeOwned>(self, raw: &[u8]) -> Result<T, S3Error> {
+        match self {
+            Format::Json => {
+                serde_json::from_slice(raw).map_err(|e| bad(format!("Malformed KV request: {e}.")))
             }
-            Ok(json(&RemoveResponse { removed }))
+            Format::Frame => yutu_api::kv_frame::decode(raw)
+                .map_err(|e| bad(format!("Malformed KV request: {e}."))),
         }
     }
 }
 
-async fn put_start(ctx: &Ctx, bucket: &str, req: PutStartRequest) -> Result<Resp, S3Error> {
+/// A per-bucket call with its request, read from either encoding.
+pub(in crate::http) enum KvCall {
+    Exists(KeysRequest),
+    Prefix(KeysRequest),
+    PutStart(PutStartRequest),
+    PutEnd(PutIdsRequest),
+    Revoke(PutIdsRequest),
+    Get(KeysRequest),
+    GetInto(GetIntoRequest),
+    PutFrom(PutFromRequest),
+    Remove(KeysRequest),
+}
+
+impl KvCall {
+    /// `op`'s request, read from `raw`.
+    pub(in crate::http) fn read(op: KvOp, raw: &[u8], format: Format) -> Result<KvCall, S3Error> {
+        Ok(match op {
+            KvOp::Exists => KvCall::Exists(format.read(raw)?),
+            KvOp::Prefix => KvCall::Prefix(format.read(raw)?),
+            KvOp::PutStart => KvCall::PutStart(format.read(raw)?),
+            KvOp::PutEnd => KvCall::PutEnd(format.read(raw)?),
+            KvOp::Revoke => KvCall::Revoke(format.read(raw)?),
+            KvOp::Get => KvCall::Get(format.read(raw)?),
+            KvOp::GetInto => KvCall::GetInto(format.read(raw)?),
+            KvOp::PutFrom => KvCall::PutFrom(format.read(raw)?),
+            KvOp::Remove => KvCall::Remove(format.read(raw)?),
+        })
+    }
+}
+
+/// The answer of a call, written in either encoding (each variant is the struct itself).
+#[derive(Serialize)]
+#[serde(untagged)]
+pub(in crate::http) enum KvAnswer {
+    Exists(ExistsResponse),
+    Prefix(PrefixResponse),
+    PutStart(PutStartResponse),
+    Etags(EtagsResponse),
+    Revoke(RevokeResponse),
+    Get(GetResponse),
+    Copied(CopiedResponse),
+    Remove(RemoveResponse),
+}
+
+/// Serves an admitted per-bucket call (see [`admit`]).
+pub(in crate::http) async fn answer(
+    ctx: &Ctx,
+    bucket: &str,
+    call: KvCall,
+) -> Result<KvAnswer, S3Error> {
+    Ok(match call {
+        KvCall::Exists(k) => KvAnswer::Exists(ExistsResponse {
+            exists: exists(ctx, bucket, &k.keys).await?,
+        }),
+        KvCall::Prefix(k) => {
+            let found = exists(ctx, bucket, &k.keys).await?;
+            let present = found.iter().take_while(|f| **f).count() as u64;
+            KvAnswer::Prefix(PrefixResponse { present })
+        }
+        KvCall::PutStart(r) => KvAnswer::PutStart(put_start(ctx, bucket, r).await?),
+        KvCall::PutEnd(r) => KvAnswer::Etags(EtagsResponse {
+            etags: end_puts(ctx, bucket, &r.put_ids).await?,
+        }),
+        KvCall::Revoke(r) => KvAnswer::Revoke(revoke(ctx, bucket, r).await?),
+        KvCall::Get(r) => KvAnswer::Get(get(ctx, bucket, r).await?),
+        KvCall::GetInto(r) => KvAnswer::Copied(super::copy::get_into(ctx, bucket, r).await?),
+        KvCall::PutFrom(r) => KvAnswer::Etags(super::copy::put_from(ctx, bucket, r).await?),
+        KvCall::Remove(k) => KvAnswer::Remove(RemoveResponse {
+            removed: remove(ctx, bucket, &k.keys).await?,
+        }),
+    })
+}
+
+async fn remove(ctx: &Ctx, bucket: &str, keys: &[String]) -> Result<Vec<bool>, S3Error> {
+    check_keys(keys)?;
+    let mut removed = vec![false; keys.len()];
+    for (shard, idx) in by_shard(ctx, bucket, keys) {
+        let ks: Vec<String> = idx.iter().map(|i| keys[*i].clone()).collect();
+        let b = bucket.to_string();
+        let r = ctx
+            .shard
+            .run_step(shard, move |s| s.tier.delete(b, ks))
+            .await??;
+        for (i, r) in idx.into_iter().zip(r) {
+            removed[i] = r;
+        }
+    }
+    Ok(removed)
+}
+
+async fn put_start(
+    ctx: &Ctx,
+    bucket: &str,
+    req: PutStartRequest,
+) -> Result<PutStartResponse, S3Error> {
     let ttl_ms = ttl_ms(req.ttl_ms)?;
     let blocks: Vec<(String, u64)> = req.blocks.into_iter().map(|b| (b.key, b.len)).collect();
     let (ids, descriptors) =
@@ -147,15 +248,10 @@ async fn put_start(ctx: &Ctx, bucket: &str, req: PutStartRequest) -> Result<Resp
             descriptor,
         })
         .collect();
-    Ok(json(&PutStartResponse { puts, ttl_ms }))
+    Ok(PutStartResponse { puts, ttl_ms })
 }
 
-async fn put_end(ctx: &Ctx, bucket: &str, req: PutIdsRequest) -> Result<Resp, S3Error> {
-    let etags = end_puts(ctx, bucket, &req.put_ids).await?;
-    Ok(json(&EtagsResponse { etags }))
-}
-
-async fn revoke(ctx: &Ctx, bucket: &str, req: PutIdsRequest) -> Result<Resp, S3Error> {
+async fn revoke(ctx: &Ctx, bucket: &str, req: PutIdsRequest) -> Result<RevokeResponse, S3Error> {
     let mut revoked = Vec::with_capacity(req.put_ids.len());
     for id in req.put_ids {
         let shard = owner_of(ctx, id)?;
@@ -166,10 +262,14 @@ async fn revoke(ctx: &Ctx, bucket: &str, req: PutIdsRequest) -> Result<Resp, S3E
                 .await?,
         );
     }
-    Ok(json(&RevokeResponse { revoked }))
+    Ok(RevokeResponse { revoked })
 }
 
-async fn release(ctx: &Ctx, req: ReleaseRequest) -> Result<Resp, S3Error> {
+/// Gives leases back (`POST` [`RELEASE_PATH`], or a frame).
+pub(in crate::http) async fn release(
+    ctx: &Ctx,
+    req: ReleaseRequest,
+) -> Result<ReleaseResponse, S3Error> {
     let mut released = 0;
     for id in req.leases {
         let shard = owner_of(ctx, id)?;
@@ -184,10 +284,10 @@ async fn release(ctx: &Ctx, req: ReleaseRequest) -> Result<Resp, S3Error> {
             released += 1;
         }
     }
-    Ok(json(&ReleaseResponse { released }))
+    Ok(ReleaseResponse { released })
 }
 
-async fn get(ctx: &Ctx, bucket: &str, req: KeysRequest) -> Result<Resp, S3Error> {
+async fn get(ctx: &Ctx, bucket: &str, req: KeysRequest) -> Result<GetResponse, S3Error> {
     let ttl_ms = ttl_ms(req.ttl_ms)?;
     check_keys(&req.keys)?;
     // Each distinct key is leased and answered once (see `GetResponse::positions`).
@@ -222,10 +322,10 @@ async fn get(ctx: &Ctx, bucket: &str, req: KeysRequest) -> Result<Resp, S3Error>
             },
         })
         .collect();
-    Ok(json(&GetResponse {
+    Ok(GetResponse {
         leases,
         blocks,
         positions: repeated.then_some(positions),
         ttl_ms,
-    }))
+    })
 }

@@ -24,12 +24,11 @@ use yutu_transfer::{
 
 use super::peers::session_peer;
 use super::shards::{
-    bad, by_shard, check_keys, check_lens, end_puts, json, lease, owner_of, revoke_all, start_puts,
+    bad, by_shard, check_keys, check_lens, end_puts, lease, owner_of, revoke_all, start_puts,
     DEFAULT_TTL,
 };
 use crate::http::ctx::Ctx;
 use crate::http::error::S3Error;
-use crate::http::Resp;
 use crate::kv::direct::{self, Copied};
 use crate::node::Shard;
 
@@ -194,7 +193,7 @@ pub(in crate::http) async fn get_into(
     ctx: &Ctx,
     bucket: &str,
     req: GetIntoRequest,
-) -> Result<Resp, S3Error> {
+) -> Result<CopiedResponse, S3Error> {
     check_keys(&req.keys)?;
     let spans = spans(&req)?;
     let (engine, client) = session_peer(ctx, &req.session)?;
@@ -206,7 +205,7 @@ pub(in crate::http) async fn get_into(
             copy_out_engine(ctx, &engine, bucket, &req.keys, &spans).await?
         }
     };
-    Ok(json(&CopiedResponse { copied }))
+    Ok(CopiedResponse { copied })
 }
 
 /// A shard's keys with their mapped ranges (several when a block is scattered or gathered).
@@ -407,7 +406,7 @@ pub(in crate::http) async fn put_from(
     ctx: &Ctx,
     bucket: &str,
     req: PutFromRequest,
-) -> Result<Resp, S3Error> {
+) -> Result<EtagsResponse, S3Error> {
     let groups = yutu_api::kv::part_ranges(req.parts.as_deref(), req.blocks.len()).map_err(bad)?;
     let requested = groups.len();
     let mut spans: Vec<Vec<Span>> = Vec::with_capacity(requested);
@@ -450,7 +449,7 @@ pub(in crate::http) async fn put_from(
     };
     let mut etags = vec![String::new(); requested];
     if wanted.is_empty() {
-        return Ok(json(&EtagsResponse { etags }));
+        return Ok(EtagsResponse { etags });
     }
     let (keys, lens, spans) = if wanted.len() == requested {
         (keys, lens, spans)
@@ -471,7 +470,7 @@ pub(in crate::http) async fn put_from(
     for (i, etag) in wanted.into_iter().zip(stored) {
         etags[i] = etag;
     }
-    Ok(json(&EtagsResponse { etags }))
+    Ok(EtagsResponse { etags })
 }
 
 async fn put_from_direct(

@@ -1,0 +1,553 @@
+//! KV calls in binary frames ([`yutu_api::kv_frame`]): a connection per shard of the node,
+//! used from the calling thread with blocking reads and writes.
+//!
+//! A small call over HTTP spends most of its time in the request and answer around it; a
+//! frame is a 16-byte header and the same request struct in MessagePack, sent to the shard
+//! that owns the call's keys. Same host (a Unix socket in the abstract namespace, whose peer
+//! must be the node's process) is preferred, then the node's TCP port for the shard. A client
+//! whose node offers no frames, or whose first connection fails, keeps using HTTP: nothing a
+//! call does depends on how it travels.
+//!
+//! Connections are pooled per shard; one carries one call at a time. A pooled connection idle
+//! for longer than [`REUSE_IDLE`] is dropped rather than reused (the node closes idle ones),
+//! and a call that only reads and fails on a reused connection before any answer arrived is
+//! sent once more on a fresh one. Every read and write has [`CALL_TIMEOUT`].
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use yutu_api::kv::KvOp;
+use yutu_api::kv_frame::{
+    self, FrameFailure, FrameOp, FramesInfo, Header, Hello, Welcome, HEADER_LEN,
+};
+
+use super::KvError;
+use crate::error::{error_from_response, Resource};
+
+/// How long a read or write of a frame may take. Generous: a get-into of a large batch is
+/// answered when its bytes are copied.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// A pooled connection idle for longer is not reused (the node closes them after 600 s).
+const REUSE_IDLE: Duration = Duration::from_secs(300);
+/// Idle connections kept per shard.
+const IDLE_PER_SHARD: usize = 4;
+/// How long a call polls for its answer by default (see `KvOptions::frame_spin`).
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+/// The first read of an answer: small answers (most) arrive whole in it.
+const FIRST_READ: usize = 8 << 10;
+/// Connecting to a TCP port.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Which sockets a client may use for frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FramesMode {
+    /// The node's Unix sockets when they are reachable, else its TCP ports.
+    #[default]
+    Auto,
+    /// Only the TCP ports (the node on another host, or a test of that path).
+    Tcp,
+    /// No frames: every call over HTTP.
+    Off,
+}
+
+/// How a client reaches the node's shards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FramesPath {
+    Unix,
+    Tcp(String),
+}
+
+enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.write_all(buf),
+            Stream::Tcp(s) => s.write_all(buf),
+        }
+    }
+
+    fn read_exact(&mut self, buf: &mut [u8]) -> std::io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.read_exact(buf),
+            Stream::Tcp(s) => s.read_exact(buf),
+        }
+    }
+
+    fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        match self {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(s) => s.as_raw_fd(),
+        }
+    }
+
+    /// The first bytes of an answer about to arrive: polled for up to `spin`, giving the CPU
+    /// away between polls, then waited for. A small call's answer comes back within tens of
+    /// microseconds, and a thread asleep in `read` takes several more to be woken on another
+    /// core (about 5 us of a 16 us round trip on a 2-vCPU VM); a thread that yields while it
+    /// polls still lets the node's shard run when both share a core. Returns the bytes read
+    /// (0 at the end of the stream).
+    fn read_soon(&mut self, buf: &mut [u8], spin: Duration) -> std::io::Result<usize> {
+        if !spin.is_zero() {
+            let until = Instant::now() + spin;
+            loop {
+                // SAFETY: `buf` is valid for writes of its length, and the descriptor is the
+                // stream's own, open for the duration of the call.
+                let n = unsafe {
+                    libc::recv(
+                        self.fd(),
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        libc::MSG_DONTWAIT,
+                    )
+                };
+                if n >= 0 {
+                    return Ok(n as usize);
+                }
+                let e = std::io::Error::last_os_error();
+                if !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ) {
+                    return Err(e);
+                }
+                if Instant::now() >= until {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }
+        self.read(buf)
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+struct Conn {
+    stream: Stream,
+    idle_since: Instant,
+}
+
+/// A node's frame sockets, and the connections open to them.
+pub(super) struct Frames {
+    info: FramesInfo,
+    path: FramesPath,
+    token: Option<String>,
+    idle: Vec<Mutex<Vec<Conn>>>,
+    next_id: AtomicU32,
+    /// How long an answer is polled for before the thread sleeps (`Stream::read_soon`).
+    spin: Duration,
+}
+
+impl Frames {
+    /// Frames to the node that answered `info`, when one connection to it opens and its hello
+    /// is accepted; `None` otherwise (the client uses HTTP). `host` is the node's HTTP host,
+    /// where its TCP ports are.
+    pub(super) fn open(
+        info: FramesInfo,
+        host: &str,
+        token: Option<String>,
+        mode: FramesMode,
+        spin: Duration,
+    ) -> Option<Frames> {
+        if mode == FramesMode::Off
+            || info.version != kv_frame::VERSION
+            || info.unix.is_empty() && info.tcp.is_empty()
+        {
+            return None;
+        }
+        let shards = info.unix.len().max(info.tcp.len());
+        let mut frames = Frames {
+            info,
+            path: FramesPath::Unix,
+            token,
+            idle: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
+            next_id: AtomicU32::new(1),
+            spin,
+        };
+        let mut paths = Vec::new();
+        if mode == FramesMode::Auto && !frames.info.unix.is_empty() {
+            paths.push(FramesPath::Unix);
+        }
+        if !frames.info.tcp.is_empty() {
+            paths.push(FramesPath::Tcp(host.to_string()));
+        }
+        for path in paths {
+            frames.path = path;
+            if let Ok(conn) = frames.connect(0) {
+                frames.put_back(0, conn);
+                return Some(frames);
+            }
+        }
+        None
+    }
+
+    /// How this client reaches the node.
+    pub(super) fn path(&self) -> &FramesPath {
+        &self.path
+    }
+
+    pub(super) fn shards(&self) -> usize {
+        self.idle.len()
+    }
+
+    /// A per-bucket call of the JSON API, sent to `shard`.
+    pub(super) fn call_kv<T: DeserializeOwned>(
+        &self,
+        shard: usize,
+        bucket: &str,
+        op: KvOp,
+        request: &impl Serialize,
+    ) -> Result<T, KvError> {
+        let body = kv_frame::encode_call(bucket, request).map_err(invalid)?;
+        self.call(shard, FrameOp::Kv(op), &body, op.is_read())
+    }
+
+    /// A call of `op` with `body`, sent to `shard`. `retry`: the call only reads, so it may be
+    /// sent again when a reused connection turns out to be closed.
+    pub(super) fn call<T: DeserializeOwned>(
+        &self,
+        shard: usize,
+        op: FrameOp,
+        body: &[u8],
+        retry: bool,
+    ) -> Result<T, KvError> {
+        let shard = shard.min(self.idle.len() - 1);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = kv_frame::frame(op, true, id, body).map_err(invalid)?;
+        let (mut conn, reused) = match self.take(shard) {
+            Some(c) => (c, true),
+            None => (self.connect(shard)?, false),
+        };
+        let answer = match exchange(&mut conn, &frame, op, id, self.spin) {
+            Err(Exchange::Io(e)) if reused && retry => {
+                drop(e);
+                conn = self.connect(shard)?;
+                exchange(&mut conn, &frame, op, id, self.spin)
+            }
+            other => other,
+        };
+        self.finish(shard, conn, answer)
+    }
+
+    /// Several calls of `op` to several shards (`(shard, body)`, distinct shards): every frame
+    /// is sent before any answer is read, so the shards work at once and none forwards to
+    /// another. The answers in order; the first failure if any failed.
+    pub(super) fn call_each<T: DeserializeOwned>(
+        &self,
+        op: FrameOp,
+        calls: &[(usize, Vec<u8>)],
+        retry: bool,
+    ) -> Result<Vec<T>, KvError> {
+        let io = |e| KvError::from(crate::ClientError::Io(e));
+        let mut sent = Vec::with_capacity(calls.len());
+        for (shard, body) in calls {
+            let shard = (*shard).min(self.idle.len() - 1);
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let frame = kv_frame::frame(op, true, id, body).map_err(invalid)?;
+            let (mut conn, reused) = match self.take(shard) {
+                Some(c) => (c, true),
+                None => (self.connect(shard)?, false),
+            };
+            if let Err(e) = conn.stream.write_all(&frame) {
+                if !(reused && retry) {
+                    return Err(io(e));
+                }
+                conn = self.connect(shard)?;
+                conn.stream.write_all(&frame).map_err(io)?;
+            }
+            sent.push((shard, id, frame, conn, reused));
+        }
+        let mut answers = Vec::with_capacity(sent.len());
+        let mut failed = None;
+        for (shard, id, frame, mut conn, reused) in sent {
+            let mut answer = receive(&mut conn, op, id, self.spin);
+            if matches!(answer, Err(Exchange::Io(_))) && reused && retry {
+                match self.connect(shard) {
+                    Ok(fresh) => {
+                        conn = fresh;
+                        answer = exchange(&mut conn, &frame, op, id, self.spin);
+                    }
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                        continue;
+                    }
+                }
+            }
+            // Every answer is read, so no connection goes back with one still unread.
+            match self.finish(shard, conn, answer) {
+                Ok(a) => answers.push(a),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(answers),
+        }
+    }
+
+    /// A call's answer as its struct (or its error); the connection goes back to the pool
+    /// when the answer was read whole.
+    fn finish<T: DeserializeOwned>(
+        &self,
+        shard: usize,
+        conn: Conn,
+        answer: Result<(bool, Vec<u8>), Exchange>,
+    ) -> Result<T, KvError> {
+        match answer {
+            Ok((ok, raw)) => {
+                self.put_back(shard, conn);
+                if ok {
+                    kv_frame::decode(&raw).map_err(|e| {
+                        KvError::InvalidResponse(format!("malformed frame answer: {e}"))
+                    })
+                } else {
+                    Err(failure(&raw))
+                }
+            }
+            Err(Exchange::Io(e)) => Err(crate::ClientError::Io(e).into()),
+            Err(Exchange::Bad(e)) => Err(e),
+        }
+    }
+
+    fn take(&self, shard: usize) -> Option<Conn> {
+        let mut idle = self.idle[shard].lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(c) = idle.pop() {
+            if c.idle_since.elapsed() < REUSE_IDLE {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    fn put_back(&self, shard: usize, mut conn: Conn) {
+        let mut idle = self.idle[shard].lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < IDLE_PER_SHARD {
+            conn.idle_since = Instant::now();
+            idle.push(conn);
+        }
+    }
+
+    /// A new connection to `shard`, greeted.
+    fn connect(&self, shard: usize) -> Result<Conn, KvError> {
+        let io = |e| KvError::from(crate::ClientError::Io(e));
+        let stream = match &self.path {
+            FramesPath::Unix => {
+                let name = self.info.unix.get(shard).ok_or_else(|| {
+                    KvError::InvalidResponse(format!("the node has no frame socket {shard}"))
+                })?;
+                let s = connect_abstract(name).map_err(io)?;
+                let pid = peer_pid(&s).map_err(io)?;
+                if pid != self.info.pid {
+                    return Err(KvError::InvalidResponse(format!(
+                        "the frame socket {name} belongs to process {pid}, not the node ({})",
+                        self.info.pid
+                    )));
+                }
+                s.set_read_timeout(Some(CALL_TIMEOUT)).map_err(io)?;
+                s.set_write_timeout(Some(CALL_TIMEOUT)).map_err(io)?;
+                Stream::Unix(s)
+            }
+            FramesPath::Tcp(host) => {
+                let port = self.info.tcp.get(shard).ok_or_else(|| {
+                    KvError::InvalidResponse(format!("the node has no frame port {shard}"))
+                })?;
+                let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), *port))
+                    .map_err(io)?
+                    .next()
+                    .ok_or_else(|| KvError::InvalidArgument(format!("{host} has no address")))?;
+                let s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(io)?;
+                s.set_nodelay(true).map_err(io)?;
+                s.set_read_timeout(Some(CALL_TIMEOUT)).map_err(io)?;
+                s.set_write_timeout(Some(CALL_TIMEOUT)).map_err(io)?;
+                Stream::Tcp(s)
+            }
+        };
+        let mut conn = Conn {
+            stream,
+            idle_since: Instant::now(),
+        };
+        let body = kv_frame::encode(&Hello {
+            token: self.token.clone(),
+        })
+        .map_err(invalid)?;
+        let frame = kv_frame::frame(FrameOp::Hello, true, 0, &body).map_err(invalid)?;
+        match exchange(&mut conn, &frame, FrameOp::Hello, 0, Duration::ZERO) {
+            Ok((true, raw)) => {
+                let w: Welcome = kv_frame::decode(&raw).map_err(|e| {
+                    KvError::InvalidResponse(format!("malformed frame welcome: {e}"))
+                })?;
+                if w.shard as usize != shard {
+                    return Err(KvError::InvalidResponse(format!(
+                        "frame socket {shard} is served by shard {}",
+                        w.shard
+                    )));
+                }
+                Ok(conn)
+            }
+            Ok((false, raw)) => Err(failure(&raw)),
+            Err(Exchange::Io(e)) => Err(io(e)),
+            Err(Exchange::Bad(e)) => Err(e),
+        }
+    }
+}
+
+enum Exchange {
+    /// The connection failed: nothing can be said about the call.
+    Io(std::io::Error),
+    /// The node answered something that is not this call's answer.
+    Bad(KvError),
+}
+
+/// Sends `frame` and reads its answer: whether it is a success, and its body. The first read
+/// takes whatever has arrived, which is usually the whole answer.
+fn exchange(
+    conn: &mut Conn,
+    frame: &[u8],
+    op: FrameOp,
+    id: u32,
+    spin: Duration,
+) -> Result<(bool, Vec<u8>), Exchange> {
+    conn.stream.write_all(frame).map_err(Exchange::Io)?;
+    receive(conn, op, id, spin)
+}
+
+/// Reads the answer to call `id` of `op`: whether it is a success, and its body.
+fn receive(
+    conn: &mut Conn,
+    op: FrameOp,
+    id: u32,
+    spin: Duration,
+) -> Result<(bool, Vec<u8>), Exchange> {
+    let mut first = [0u8; FIRST_READ];
+    let mut got = conn
+        .stream
+        .read_soon(&mut first, spin)
+        .map_err(Exchange::Io)?;
+    if got == 0 {
+        return Err(Exchange::Io(std::io::ErrorKind::UnexpectedEof.into()));
+    }
+    while got < HEADER_LEN {
+        match conn.stream.read(&mut first[got..]).map_err(Exchange::Io)? {
+            0 => return Err(Exchange::Io(std::io::ErrorKind::UnexpectedEof.into())),
+            n => got += n,
+        }
+    }
+    let mut head = [0u8; HEADER_LEN];
+    head.copy_from_slice(&first[..HEADER_LEN]);
+    let h = Header::decode(&head)
+        .map_err(|e| Exchange::Bad(KvError::InvalidResponse(format!("bad frame answer: {e}"))))?;
+    let len = h.len as usize;
+    if got - HEADER_LEN > len {
+        return Err(Exchange::Bad(KvError::InvalidResponse(
+            "more bytes than one frame answer".into(),
+        )));
+    }
+    let mut body = Vec::with_capacity(len);
+    body.extend_from_slice(&first[HEADER_LEN..got]);
+    body.resize(len, 0);
+    conn.stream
+        .read_exact(&mut body[got - HEADER_LEN..])
+        .map_err(Exchange::Io)?;
+    if h.id != id || (h.ok && h.op != op) {
+        return Err(Exchange::Bad(KvError::InvalidResponse(format!(
+            "frame answer {} ({:?}) to call {id} ({op:?})",
+            h.id, h.op
+        ))));
+    }
+    Ok((h.ok, body))
+}
+
+fn invalid(e: kv_frame::FrameError) -> KvError {
+    KvError::InvalidArgument(e.to_string())
+}
+
+/// An error frame as the error the same HTTP answer would give.
+fn failure(raw: &[u8]) -> KvError {
+    match kv_frame::decode::<FrameFailure>(raw) {
+        Ok(f) => error_from_response(
+            f.status,
+            "",
+            Some(&f.code),
+            Some(&f.message),
+            Resource::Bucket,
+        )
+        .into(),
+        Err(e) => KvError::InvalidResponse(format!("malformed frame error: {e}")),
+    }
+}
+
+fn connect_abstract(name: &str) -> std::io::Result<UnixStream> {
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    UnixStream::connect_addr(&addr)
+}
+
+/// The process at the other end of a Unix socket (`SO_PEERCRED`).
+fn peer_pid(s: &UnixStream) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes of the sizes given, and the descriptor is
+    // the stream's own, open for the duration of the call.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    u32::try_from(cred.pid).map_err(|_| std::io::Error::other("no peer process"))
+}
+
+/// The host of a base URL, without its port (IPv6 literals without brackets): where the
+/// node's frame ports are.
+pub(super) fn url_host(base: &str) -> String {
+    let authority = crate::sigv4::host_of(base);
+    if let Some(v6) = authority.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or(v6).to_string();
+    }
+    match authority.rsplit_once(':') {
+        Some((host, _)) => host.to_string(),
+        None => authority,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::url_host;
+
+    #[test]
+    fn the_host_of_a_base_url_drops_its_port() {
+        assert_eq!(url_host("http://127.0.0.1:9000"), "127.0.0.1");
+        assert_eq!(url_host("http://[::1]:9000/"), "::1");
+        assert_eq!(url_host("http://node-a"), "node-a");
+        assert_eq!(url_host("https://node-a:443"), "node-a");
+    }
+}

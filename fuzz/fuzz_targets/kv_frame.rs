@@ -1,0 +1,55 @@
+//! What a KV frame connection reads, on either end: frame headers, call bodies split into
+//! bucket and request, every request and answer body. Never panics; a header that decodes
+//! encodes back to the same bytes, and a request that decodes re-encodes to one that decodes
+//! to the same value.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use yutu_api::kv::{
+    CopiedResponse, EtagsResponse, ExistsResponse, GetIntoRequest, GetResponse, KeysRequest,
+    PutFromRequest, PutIdsRequest, PutStartRequest, PutStartResponse, ReleaseRequest,
+};
+use yutu_api::kv_frame::{
+    decode, encode, split_call, FrameFailure, FramesInfo, Header, Hello, ReadRequest,
+    ReadResponse, Welcome, WriteRequest, HEADER_LEN,
+};
+
+fuzz_target!(|data: &[u8]| {
+    if let Some(b) = data.get(..HEADER_LEN) {
+        let head: &[u8; HEADER_LEN] = b.try_into().expect("exact length");
+        if let Ok(h) = Header::decode(head) {
+            assert_eq!(&h.encode(), head, "a decoded header re-encodes differently");
+        }
+    }
+    let body = data.get(HEADER_LEN.min(data.len())..).unwrap_or_default();
+    if let Ok((_bucket, request)) = split_call(body) {
+        round_trip::<KeysRequest>(request);
+        round_trip::<PutStartRequest>(request);
+        round_trip::<PutIdsRequest>(request);
+        round_trip::<GetIntoRequest>(request);
+        round_trip::<PutFromRequest>(request);
+        round_trip::<ReadRequest>(request);
+        round_trip::<WriteRequest>(request);
+    }
+    round_trip::<Hello>(body);
+    round_trip::<ReleaseRequest>(body);
+    let _ = decode::<Welcome>(body);
+    let _ = decode::<FrameFailure>(body);
+    let _ = decode::<FramesInfo>(body);
+    let _ = decode::<ReadResponse>(body);
+    let _ = decode::<ExistsResponse>(body);
+    let _ = decode::<EtagsResponse>(body);
+    let _ = decode::<GetResponse>(body);
+    let _ = decode::<CopiedResponse>(body);
+    let _ = decode::<PutStartResponse>(body);
+});
+
+fn round_trip<T>(raw: &[u8])
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    if let Ok(v) = decode::<T>(raw) {
+        let again = encode(&v).expect("a decoded value encodes");
+        assert_eq!(decode::<T>(&again).expect("re-encoded value decodes"), v);
+    }
+}
