@@ -9,6 +9,9 @@ use crate::http::service::Listening;
 use crate::node::runtime::{self, Node, Serve, StartError};
 use crate::node::shutdown::StopFlag;
 
+/// How long a stopping node waits for its cluster agent to revoke its lease.
+const LEAVE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Starts the node described by `settings`; returns once every shard accepts connections.
 /// Raising `stop` drains and stops it.
 pub fn start(mut settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
@@ -63,6 +66,11 @@ pub fn start(mut settings: Settings, stop: StopFlag) -> Result<Node, StartError>
                     );
                 }
             }
+            // Shard 0's cluster agent: waited for after the listener closes, so that it has
+            // revoked the node's lease before the shard's executor ends (a detached agent
+            // could be dropped mid-revoke, and the record would then outlive the node by a
+            // whole lease).
+            let mut agent = None;
             if let (Some(cluster), 0) = (&listening.cluster, shard.id) {
                 let url = advertise;
                 let transfer = shard
@@ -77,12 +85,11 @@ pub fn start(mut settings: Settings, stop: StopFlag) -> Result<Node, StartError>
                     transfer,
                     cluster.settings.zone.clone(),
                 );
-                glommio::spawn_local(crate::cluster::agent::run(
+                agent = Some(glommio::spawn_local(crate::cluster::agent::run(
                     shard.clone(),
                     cluster.clone(),
                     me,
-                ))
-                .detach();
+                )));
                 glommio::spawn_local(crate::cluster::rebalance::run(
                     shard.clone(),
                     cluster.clone(),
@@ -102,6 +109,22 @@ pub fn start(mut settings: Settings, stop: StopFlag) -> Result<Node, StartError>
             ))
             .detach();
             crate::http::service::accept_loop(shard, listener, listening).await;
+            if let Some(agent) = agent {
+                let left = futures_lite::future::or(
+                    async {
+                        agent.await;
+                        true
+                    },
+                    async {
+                        glommio::timer::sleep(LEAVE_DEADLINE).await;
+                        false
+                    },
+                )
+                .await;
+                if !left {
+                    tracing::warn!("stopping before the cluster agent left (etcd is slow)");
+                }
+            }
         })
     });
     runtime::start(settings, serve, stop)

@@ -83,8 +83,13 @@ pub(in crate::http) async fn exists(
     keys: &[String],
 ) -> Result<Vec<bool>, S3Error> {
     check_keys(keys)?;
+    let groups = by_shard(ctx, bucket, keys);
+    if groups.len() == 1 && groups.contains_key(&ctx.shard.id) {
+        // All here (a client that sends each call to its keys' shard): no job, no copies.
+        return Ok(ctx.shard.tier.exists(bucket, keys)?);
+    }
     let mut out = vec![false; keys.len()];
-    for (shard, idx) in by_shard(ctx, bucket, keys) {
+    for (shard, idx) in groups {
         let ks: Vec<String> = idx.iter().map(|i| keys[*i].clone()).collect();
         let b = bucket.to_string();
         let r = ctx
