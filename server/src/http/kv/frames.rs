@@ -95,11 +95,6 @@ pub fn plan(settings: &Settings) -> std::io::Result<Plan> {
     })
 }
 
-/// `GET /v1/kv/frames`.
-pub fn info(shard: &Shard) -> FramesInfo {
-    shard.settings.frames.clone()
-}
-
 /// Takes frame connections on this shard's Unix socket and TCP port until the node stops.
 pub async fn serve(shard: Rc<Shard>, listening: Listening, tcp: Option<std::net::TcpListener>) {
     let unix = match shard.settings.frames.unix.get(shard.id) {
