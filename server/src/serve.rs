@@ -9,8 +9,10 @@ use crate::http::service::Listening;
 use crate::node::runtime::{self, Node, Serve, StartError};
 use crate::node::shutdown::StopFlag;
 
-/// How long a stopping node waits for its cluster agent to revoke its lease.
-const LEAVE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a stopping node waits for its cluster agent to revoke its lease: the agent's own
+/// deadline, and a little more for its last try to end.
+const LEAVE_DEADLINE: std::time::Duration =
+    crate::cluster::agent::LEAVE_DEADLINE.saturating_add(std::time::Duration::from_secs(1));
 
 /// Starts the node described by `settings`; returns once every shard accepts connections.
 /// Raising `stop` drains and stops it.

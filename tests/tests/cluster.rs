@@ -67,6 +67,31 @@ fn a_node_stopped_as_soon_as_it_joined_leaves_at_once() {
     c.wait_members(1, &names(&[0, 1]));
 }
 
+/// A node stopping while etcd is out of its reach keeps trying to revoke its lease until it
+/// can (within its leave deadline), instead of trying once and leaving its record behind for
+/// a whole lease.
+#[test]
+fn a_node_that_cannot_reach_etcd_as_it_stops_leaves_once_it_can() {
+    let mut c = TestCluster::start(2, &["--lease-ttl-secs", "60"]);
+    let proxy = yutu_tests::proxy::Proxy::start(c.etcd_addr());
+    let s = c.spawn_with_etcd(2, &proxy.url(), &[]);
+    c.push_node(s);
+    for i in 0..3 {
+        c.wait_members(i, &names(&[0, 1, 2]));
+    }
+    proxy.cut();
+    c.node(2).terminate();
+    let retrying = wait_until(Duration::from_secs(20), || {
+        c.node(2).log().contains("cannot revoke the lease yet")
+    });
+    assert!(retrying, "node2 did not try to leave: {}", c.node(2).log());
+    proxy.heal();
+    // Well before the 60 s lease could run out.
+    c.wait_members(0, &names(&[0, 1]));
+    c.wait_members(1, &names(&[0, 1]));
+    assert!(c.node(2).log().contains("left the cluster (lease revoked)"));
+}
+
 #[test]
 fn buckets_are_cluster_wide() {
     let c = TestCluster::start(3, &[]);

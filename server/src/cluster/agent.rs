@@ -42,6 +42,48 @@ fn etcd_failed(cluster: &Cluster, what: &str, e: &EtcdError) {
     tracing::warn!(error = %e, "etcd: cannot {what}");
 }
 
+/// How long a stopping node keeps trying to revoke its lease (etcd out of reach as it stops);
+/// past it, the others drop the node when the lease runs out.
+pub const LEAVE_DEADLINE: Duration = Duration::from_secs(5);
+/// Pause between two tries to revoke.
+const LEAVE_RETRY: Duration = Duration::from_millis(100);
+
+/// Revokes the node's lease as it stops, trying again until [`LEAVE_DEADLINE`]: a node that
+/// cannot tell etcd it left stays listed (and routed to) for a whole lease.
+async fn leave(etcd: &mut Etcd, cluster: &Cluster, id: i64) {
+    let until = Instant::now() + LEAVE_DEADLINE;
+    let mut logged = false;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let tried = futures_lite::future::or(async { Some(etcd.revoke(id).await) }, async {
+            glommio::timer::sleep(left).await;
+            None
+        })
+        .await;
+        match tried {
+            Some(Ok(())) => {
+                tracing::info!("left the cluster (lease revoked)");
+                return;
+            }
+            Some(Err(e)) if Instant::now() + LEAVE_RETRY < until => {
+                if !logged {
+                    tracing::info!(error = %e, "cannot revoke the lease yet; retrying while stopping");
+                    logged = true;
+                }
+                glommio::timer::sleep(LEAVE_RETRY).await;
+            }
+            Some(Err(e)) => {
+                etcd_failed(cluster, "revoke the lease", &e);
+                return;
+            }
+            None => {
+                tracing::warn!("etcd did not answer the lease revoke in time; the others drop this node when its lease runs out");
+                return;
+            }
+        }
+    }
+}
+
 /// Runs until the node stops; then revokes the lease, so the others stop routing here at
 /// once instead of after the TTL.
 pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
@@ -66,10 +108,7 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
     loop {
         if shard.stop.is_stopped() {
             if let Some(id) = lease {
-                match etcd.revoke(id).await {
-                    Ok(()) => tracing::info!("left the cluster (lease revoked)"),
-                    Err(e) => etcd_failed(&cluster, "revoke the lease", &e),
-                }
+                leave(&mut etcd, &cluster, id).await;
             }
             return;
         }
