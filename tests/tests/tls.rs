@@ -57,6 +57,19 @@ fn the_node_serves_https_with_its_certificate_and_nothing_in_plain_text() {
     let out = curl(&["--cacert", &ca, "-f", &format!("{base}/tls/object")]);
     assert!(out.stdout == pattern(1 << 20, 3), "wrong bytes over TLS");
 
+    // Frames are not encrypted: a TLS node offers them on its Unix sockets only, never on
+    // TCP ports.
+    let out = curl(&["--cacert", &ca, "-f", &format!("{base}/v1/kv/frames")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: yutu_api::kv_frame::FramesInfo =
+        serde_json::from_slice(&out.stdout).expect("frames info");
+    assert!(info.tcp.is_empty(), "{info:?}");
+    assert!(!info.unix.is_empty(), "{info:?}");
+
     // A client that does not trust the certificate refuses it...
     assert!(!curl(&[&format!("{base}/health")]).status.success());
     // ...and plain HTTP to the TLS port gets no HTTP answer.

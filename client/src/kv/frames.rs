@@ -41,8 +41,8 @@ const IDLE_PER_SHARD: usize = 4;
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 /// The first read of an answer: small answers (most) arrive whole in it.
 const FIRST_READ: usize = 8 << 10;
-/// Connecting to a TCP port.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connecting to a TCP port (the node's HTTP port on the same host has just answered).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Which sockets a client may use for frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -157,10 +157,11 @@ pub(super) struct Frames {
 impl Frames {
     /// Frames to the node that answered `info`, when one connection to it opens and its hello
     /// is accepted; `None` otherwise (the client uses HTTP). `host` is the node's HTTP host,
-    /// where its TCP ports are.
+    /// where its TCP ports are; `tls`: the client reaches it over HTTPS (no TCP frames then).
     pub(super) fn open(
         info: FramesInfo,
         host: &str,
+        tls: bool,
         token: Option<String>,
         mode: FramesMode,
         spin: Duration,
@@ -184,7 +185,9 @@ impl Frames {
         if mode == FramesMode::Auto && !frames.info.unix.is_empty() {
             paths.push(FramesPath::Unix);
         }
-        if !frames.info.tcp.is_empty() {
+        // Never in the clear where the client's own calls are encrypted: a node behind a TLS
+        // proxy offers TCP frames that would carry the token unencrypted.
+        if !frames.info.tcp.is_empty() && !tls {
             paths.push(FramesPath::Tcp(host.to_string()));
         }
         for path in paths {

@@ -375,6 +375,7 @@ impl KvClient {
                 client.frames = frames::Frames::open(
                     info,
                     &host,
+                    client.base.starts_with("https://"),
                     options.token.clone(),
                     options.frames,
                     options.frame_spin,
