@@ -288,6 +288,22 @@ fn a_frame_connection_is_checked_as_http_requests_are() {
     assert_eq!(failed(&mut s).status, 400);
     assert!(closed(&mut s));
 
+    // A call larger than its JSON form may be (only a write carries values).
+    let mut s = connect(&server, 0);
+    hello(&mut s, Some(admin()));
+    let _: Welcome = ok(&mut s);
+    let mut head = Header {
+        op: FrameOp::Kv(KvOp::Exists),
+        ok: true,
+        id: 9,
+        len: 0,
+    }
+    .encode();
+    head[12..16].copy_from_slice(&((yutu_api::kv::MAX_REQUEST_BYTES as u32) + 1).to_le_bytes());
+    s.write_all(&head).unwrap();
+    assert_eq!(failed(&mut s).code, "EntityTooLarge");
+    assert!(closed(&mut s));
+
     // A token scoped to one bucket: the other is refused, and the connection goes on.
     let mut s = connect(&server, 1);
     hello(

@@ -51,13 +51,13 @@ mod device;
 mod error;
 mod frames;
 mod http;
-use frames::url_host;
 mod lanes;
 mod options;
 mod parts;
 
 use checks::{check_batch, check_range, expect_len, same_len};
 pub use error::KvError;
+use frames::url_host;
 pub use frames::{FramesMode, FramesPath};
 use http::{
     call_get, check_bucket, check_status, keys_request, kv_agent, kv_path, read_json, signed_get,

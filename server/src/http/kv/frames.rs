@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use http::{HeaderMap, HeaderValue, Method, Uri};
 use yutu_api::kv::EtagsResponse;
-use yutu_api::kv::{ReleaseRequest, KV_ROOT, RELEASE_PATH};
+use yutu_api::kv::{ReleaseRequest, KV_ROOT, MAX_REQUEST_BYTES, RELEASE_PATH};
 use yutu_api::kv_frame::{
     self, FrameFailure, FrameOp, FramesInfo, Header, Hello, InlineValue, ReadRequest, ReadResponse,
     Welcome, WriteRequest, HEADER_LEN, MAX_INLINE,
@@ -40,6 +40,7 @@ use crate::auth::authenticate::{authenticate, Payload, RequestAuth};
 use crate::auth::tokens::CACHE_TTL;
 use crate::auth::{Action, Identity};
 use crate::config::Settings;
+use crate::http::body::check_announced;
 use crate::http::ctx::Ctx;
 use crate::http::error::S3Error;
 use crate::http::service::Listening;
@@ -371,6 +372,12 @@ impl Conn {
         }
         if hello && h.len > MAX_HELLO {
             return Outcome::Fatal(bad("The hello is too large."));
+        }
+        // Only a write carries values; every other call is bounded as its JSON form is.
+        if h.op != FrameOp::Write {
+            if let Err(e) = check_announced(Some(u64::from(h.len)), MAX_REQUEST_BYTES) {
+                return Outcome::Fatal(e);
+            }
         }
         // A body that fits the connection's inbox needs no reservation: that memory is the
         // connection's own, and connections are counted. A larger one is reserved in the
