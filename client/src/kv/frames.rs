@@ -41,6 +41,8 @@ const IDLE_PER_SHARD: usize = 4;
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 /// The first read of an answer: small answers (most) arrive whole in it.
 const FIRST_READ: usize = 8 << 10;
+/// Most shards a node's frames info may name (a node has one per core).
+const MAX_SHARDS: usize = 4096;
 /// Connecting to a TCP port (the node's HTTP port on the same host has just answered).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -166,13 +168,18 @@ impl Frames {
         mode: FramesMode,
         spin: Duration,
     ) -> Option<Frames> {
+        let shards = info.unix.len().max(info.tcp.len());
+        // One socket per shard, on each path the node offers: anything else is not a node's
+        // answer this client can place keys with.
+        let per_shard = |n: usize| n == 0 || n == shards;
         if mode == FramesMode::Off
             || info.version != kv_frame::VERSION
-            || info.unix.is_empty() && info.tcp.is_empty()
+            || !(1..=MAX_SHARDS).contains(&shards)
+            || !per_shard(info.unix.len())
+            || !per_shard(info.tcp.len())
         {
             return None;
         }
-        let shards = info.unix.len().max(info.tcp.len());
         let mut frames = Frames {
             info,
             path: FramesPath::Unix,
@@ -544,7 +551,52 @@ pub(super) fn url_host(base: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::url_host;
+    use super::*;
+
+    #[test]
+    fn frames_info_that_names_no_socket_per_shard_is_not_used() {
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!("yutu-frames-test-{}-{:x}", std::process::id(), random());
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let open = |unix: usize, tcp: usize| {
+            let mut names = vec![name.clone()];
+            names.extend((1..unix).map(|i| format!("{name}-{i}")));
+            names.truncate(unix);
+            let info = FramesInfo {
+                version: kv_frame::VERSION,
+                // Not this process: a connection that is made fails the peer check.
+                pid: 1,
+                unix: names,
+                tcp: vec![1; tcp],
+            };
+            Frames::open(
+                info,
+                "127.0.0.1",
+                true,
+                None,
+                FramesMode::Auto,
+                DEFAULT_SPIN,
+            )
+            .is_none()
+        };
+        let connected = || listener.accept().is_ok();
+        // Refused before any connection: lists that disagree, too many shards.
+        assert!(open(2, 3));
+        assert!(!connected(), "a connection for a malformed answer");
+        assert!(open(MAX_SHARDS + 1, 0));
+        assert!(!connected(), "a connection for too many shards");
+        // Well formed: shard 0's socket is tried, and its peer (this process) refused.
+        assert!(open(2, 0));
+        assert!(connected(), "the well-formed answer was not tried");
+    }
+
+    fn random() -> u64 {
+        let mut raw = [0u8; 8];
+        getrandom::fill(&mut raw).unwrap();
+        u64::from_le_bytes(raw)
+    }
 
     #[test]
     fn the_host_of_a_base_url_drops_its_port() {
