@@ -137,20 +137,21 @@ pub async fn put_from(
     let mut out = Vec::with_capacity(items.len());
     for (key, source) in items {
         let len = total(&source);
-        let admitted = match shard.admit(&bucket, &[(&key, len)]) {
-            Ok(a) => a,
-            Err(e) => {
-                out.push(Err(e));
-                continue;
-            }
-        };
-        let r = shard
-            .tier
-            .put_filled(&bucket, &key, len, |dst| gather(&source, dst))
-            .await;
-        drop(admitted);
-        out.push(r);
+        out.push(store_whole(&shard, &bucket, &key, len, |dst| gather(&source, dst)).await);
         glommio::yield_if_needed().await;
     }
     out
+}
+
+/// Stores one block of `len` bytes that `fill` writes, within the bucket's quota: what
+/// put-from and an inline write do for each block on its owning shard.
+pub async fn store_whole(
+    shard: &Shard,
+    bucket: &str,
+    key: &str,
+    len: u64,
+    fill: impl FnOnce(&mut [u8]) -> bool,
+) -> PutResult {
+    let _admitted = shard.admit(bucket, &[(key, len)])?;
+    shard.tier.put_filled(bucket, key, len, fill).await
 }

@@ -88,22 +88,11 @@ pub async fn write(
     let mut out = Vec::with_capacity(items.len());
     for (key, value) in items {
         let len = value.len() as u64;
-        let admitted = match shard.admit(&bucket, &[(&key, len)]) {
-            Ok(a) => a,
-            Err(e) => {
-                out.push(Err(e));
-                continue;
-            }
-        };
-        let r = shard
-            .tier
-            .put_filled(&bucket, &key, len, |dst| {
-                dst.copy_from_slice(&value);
-                true
-            })
-            .await;
-        drop(admitted);
-        out.push(r);
+        let stored = super::direct::store_whole(&shard, &bucket, &key, len, |dst| {
+            dst.copy_from_slice(&value);
+            true
+        });
+        out.push(stored.await);
         glommio::yield_if_needed().await;
     }
     out
