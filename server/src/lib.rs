@@ -12,9 +12,11 @@
 //! 5. [`node`]: shards, the job mesh between them, the bucket coordinator and catalog, the
 //!    runtime that starts and stops them.
 //! 6. [`auth`], [`events`], [`kv`], [`cluster`]: permissions and signatures, KV events for
-//!    the conductor, the KV block operations on the owning shard, membership and bucket
-//!    configuration from etcd. They do not import each other.
-//! 7. [`http`]: one endpoint enum and one error type per API.
+//!    the conductor, the KV calls (reaching the owning shards, leases, puts, copies into
+//!    and out of client memory, engine sessions), membership and bucket configuration from
+//!    etcd. They do not import each other.
+//! 7. [`http`]: one endpoint enum and one error type per API; it parses requests and
+//!    answers what the layers below return.
 //! 8. [`serve`]: assembles a running node from all of the above.
 
 pub mod auth;

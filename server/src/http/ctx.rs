@@ -90,6 +90,14 @@ impl Ctx {
         self.auth.identity.name().to_string()
     }
 
+    /// Who a KV call runs for: the caller, on this shard.
+    pub fn caller(&self) -> crate::kv::Caller<'_> {
+        crate::kv::Caller {
+            here: &self.shard,
+            holder: self.holder(),
+        }
+    }
+
     /// The object a request is about, as the bucket policy sees it: its key; for KV calls
     /// and Mooncake's queries (which name many keys in their body) every object, `*`.
     fn policy_key(&self) -> Option<&str> {

@@ -8,6 +8,8 @@ use yutu_api::xml::{to_xml, ErrorDoc};
 use yutu_api::S3ErrorCode;
 
 use crate::auth::AuthError;
+use crate::engine::peers::PeerError;
+use crate::kv::KvError;
 use crate::model::StoreError;
 use crate::node::{BucketError, CallError, ShardError};
 
@@ -147,6 +149,50 @@ impl From<StoreError> for S3Error {
             }
             StoreError::Device(_) => S3Error::new(S3ErrorCode::InternalError)
                 .msg("The storage device failed or returned a corrupt record; the bytes were not served."),
+        }
+    }
+}
+
+/// An invalid object key: too long, or not a key at all.
+pub fn key_error(e: yutu_api::KeyError) -> S3Error {
+    let code = match e {
+        yutu_api::KeyError::TooLong(_) => S3ErrorCode::KeyTooLongError,
+        _ => S3ErrorCode::InvalidArgument,
+    };
+    S3Error::new(code).msg(format!("{e}."))
+}
+
+impl From<KvError> for S3Error {
+    fn from(e: KvError) -> S3Error {
+        match e {
+            KvError::Invalid(m) => S3Error::new(S3ErrorCode::InvalidArgument).msg(m),
+            KvError::Key(e) => key_error(e),
+            KvError::TooLarge(m) => S3Error::new(S3ErrorCode::EntityTooLarge).msg(m),
+            KvError::Store { error, key } => {
+                let err = S3Error::from(error);
+                match key {
+                    Some(k) => err.key(&k),
+                    None => err,
+                }
+            }
+            KvError::Pin(m) => S3Error::new(S3ErrorCode::InvalidRequest).msg(m),
+            KvError::Refused(e) => {
+                let code = match e {
+                    PeerError::NodeTaken(_) => S3ErrorCode::OperationAborted,
+                    PeerError::TooManyForUser(_) | PeerError::Full(_) | PeerError::Busy(_) => {
+                        S3ErrorCode::TooManyRequests
+                    }
+                };
+                S3Error::new(code).msg(format!("Refused: {e}."))
+            }
+            KvError::Unproven(m) => S3Error::new(S3ErrorCode::AccessDenied).msg(m),
+            KvError::NoEngine => S3Error::new(S3ErrorCode::ServiceUnavailable),
+            KvError::Transfer(m) => S3Error::new(S3ErrorCode::InternalError).msg(m),
+            KvError::Shard(e) => e.into(),
+            KvError::Internal(why) => {
+                tracing::error!(why, "KV call");
+                S3Error::new(S3ErrorCode::InternalError)
+            }
         }
     }
 }

@@ -96,6 +96,32 @@ pub fn put_start(
     Ok(out)
 }
 
+/// Pins `keys` of `bucket` by name (before they are stored, so no eviction comes in
+/// between); why not, when the store refuses.
+pub fn pin(
+    shard: &Shard,
+    bucket: &str,
+    keys: &[String],
+    kind: crate::engine::pinning::AdminPin,
+) -> Result<(), String> {
+    shard
+        .tier
+        .store
+        .borrow_mut()
+        .pin_keys(bucket, keys, kind)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Gives back `holder`'s lease `lease_id`; whether it was still held.
+pub fn release(shard: &Shard, lease_id: u64, holder: &str) -> bool {
+    shard
+        .tier
+        .store
+        .borrow_mut()
+        .release_lease_by(lease_id, holder)
+}
+
 /// Revokes `holder`'s put `put_id` and gives back its quota; whether it was pending.
 pub fn put_revoke(shard: &Shard, put_id: u64, holder: &str, bucket: &str) -> bool {
     let revoked = shard

@@ -117,6 +117,17 @@ impl Shard {
         }
     }
 
+    /// The payload limit for one object: the configured maximum, or what fits in a shard's
+    /// DRAM when that is less; and which of the two it is, for the error message.
+    pub fn object_limit(&self) -> (u64, &'static str) {
+        let shard_capacity = self.tier.capacity();
+        if self.settings.max_object_size <= shard_capacity {
+            (self.settings.max_object_size, "the maximum object size")
+        } else {
+            (shard_capacity, "a shard's DRAM capacity")
+        }
+    }
+
     /// A lease or put id for shard `owner`: the owner in the top 16 bits, so it routes back to
     /// it, and 48 bits no other client can guess (a keyed hash of this shard's counter and
     /// its id), so an id seen in a log or learnt by another tenant is not a handle on

@@ -346,6 +346,11 @@ impl TieredStore {
         }
     }
 
+    /// The shard's DRAM capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.store.borrow().capacity()
+    }
+
     /// For each key, whether any tier holds it.
     pub fn exists(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, StoreError> {
         let found = self.store.borrow().exists(bucket, keys)?;

@@ -9,45 +9,64 @@
 //! time is up ([`DEFAULT_TTL_MS`] unless asked, at most [`MAX_TTL_MS`]); the client must not
 //! read after that.
 //!
-//! get-into and put-from (`copy.rs`) are the one-round-trip forms: the node moves the bytes,
-//! and a client on the same host is served by the owning shards copying straight into or out
-//! of its mapped buffer.
+//! What each call does is the KV layer's ([`crate::kv`]); get-into and put-from
+//! ([`crate::kv::copy`]) are the one-round-trip forms, where the node moves the bytes.
 
-use std::collections::HashMap;
-use std::time::Duration;
-
-use http::Method;
+use bytes::Bytes;
+use http::{Method, Response, StatusCode};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use yutu_api::kv::{
     CopiedResponse, EtagsResponse, ExistsResponse, GetIntoRequest, GetResponse, KeysRequest, KvOp,
-    LeasedBlock, PrefixResponse, PutFromRequest, PutIdsRequest, PutStartRequest, PutStartResponse,
-    ReleaseRequest, ReleaseResponse, RemoveResponse, RevokeResponse, StartedPut, ENGINE_PATH,
-    KV_ROOT, MAX_REQUEST_BYTES, PEERS_PATH, RELEASE_PATH,
+    PrefixResponse, PutFromRequest, PutIdsRequest, PutStartRequest, PutStartResponse,
+    RemoveResponse, RevokeResponse, ENGINE_PATH, KV_ROOT, MAX_REQUEST_BYTES, PEERS_PATH,
+    RELEASE_PATH,
 };
 use yutu_api::kv_frame::FRAMES_PATH;
 use yutu_api::S3ErrorCode;
 
-use super::shards::{
-    bad, by_shard, check_keys, end_puts, exists, json, lease, owner_of, parse, start_puts, ttl_ms,
-};
 use crate::auth::Action;
 use crate::http::body::read_limited;
 use crate::http::ctx::Ctx;
 use crate::http::error::S3Error;
 use crate::http::s3::objects::bucket_must_exist;
 use crate::http::Resp;
-use crate::kv::ops;
+use crate::kv::{calls, copy, sessions};
+
+/// A malformed request, saying why.
+pub(in crate::http) fn bad(msg: impl Into<String>) -> S3Error {
+    S3Error::new(S3ErrorCode::InvalidArgument).msg(msg)
+}
+
+/// A `200` with `value` as its JSON body.
+pub(in crate::http) fn json(value: &impl Serialize) -> Resp {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(
+            serde_json::to_vec(value).unwrap_or_default(),
+        )))
+        .unwrap_or_default()
+}
+
+/// A JSON request body of at most [`MAX_REQUEST_BYTES`].
+async fn parse<T: for<'de> Deserialize<'de>>(ctx: &Ctx, body: Incoming) -> Result<T, S3Error> {
+    let raw = read_limited(ctx, body, MAX_REQUEST_BYTES).await?;
+    serde_json::from_slice(&raw.data).map_err(|e| bad(format!("Malformed KV request: {e}.")))
+}
 
 pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
     // The request's key is its path after `/v1/`.
     let path = format!("/v1/{}", ctx.target.key.as_deref().unwrap_or_default());
     if path == RELEASE_PATH && ctx.method == Method::POST {
-        return Ok(json(&release(ctx, parse(ctx, body).await?).await?));
+        let req = parse(ctx, body).await?;
+        return Ok(json(&calls::release(&ctx.caller(), req).await?));
     }
     if path == PEERS_PATH && ctx.method == Method::POST {
-        return super::peers::register(ctx, parse(ctx, body).await?).await;
+        let req = parse(ctx, body).await?;
+        return Ok(json(&sessions::register(&ctx.caller(), req).await?));
     }
     if let Some(session) = path
         .strip_prefix(PEERS_PATH)
@@ -56,7 +75,11 @@ pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
         if ctx.method != Method::DELETE {
             return Err(S3Error::new(S3ErrorCode::MethodNotAllowed));
         }
-        return super::peers::end(ctx, session);
+        sessions::end(&ctx.caller(), session)?;
+        return Ok(Response::builder()
+            .status(StatusCode::NO_CONTENT)
+            .body(Full::default())
+            .unwrap_or_default());
     }
     let per_bucket = path
         .strip_prefix(KV_ROOT)
@@ -190,143 +213,24 @@ pub(in crate::http) async fn answer(
     bucket: &str,
     call: KvCall,
 ) -> Result<KvAnswer, S3Error> {
+    let (here, caller) = (&ctx.shard, ctx.caller());
     Ok(match call {
         KvCall::Exists(k) => KvAnswer::Exists(ExistsResponse {
-            exists: exists(ctx, bucket, &k.keys).await?,
+            exists: calls::exists(here, bucket, &k.keys).await?,
         }),
-        KvCall::Prefix(k) => {
-            let found = exists(ctx, bucket, &k.keys).await?;
-            let present = found.iter().take_while(|f| **f).count() as u64;
-            KvAnswer::Prefix(PrefixResponse { present })
-        }
-        KvCall::PutStart(r) => KvAnswer::PutStart(put_start(ctx, bucket, r).await?),
+        KvCall::Prefix(k) => KvAnswer::Prefix(PrefixResponse {
+            present: calls::prefix(here, bucket, &k.keys).await?,
+        }),
+        KvCall::PutStart(r) => KvAnswer::PutStart(calls::put_start(&caller, bucket, r).await?),
         KvCall::PutEnd(r) => KvAnswer::Etags(EtagsResponse {
-            etags: end_puts(ctx, bucket, &r.put_ids).await?,
+            etags: calls::end_puts(&caller, bucket, &r.put_ids).await?,
         }),
-        KvCall::Revoke(r) => KvAnswer::Revoke(revoke(ctx, bucket, r).await?),
-        KvCall::Get(r) => KvAnswer::Get(get(ctx, bucket, r).await?),
-        KvCall::GetInto(r) => KvAnswer::Copied(super::copy::get_into(ctx, bucket, r).await?),
-        KvCall::PutFrom(r) => KvAnswer::Etags(super::copy::put_from(ctx, bucket, r).await?),
+        KvCall::Revoke(r) => KvAnswer::Revoke(calls::revoke(&caller, bucket, r).await?),
+        KvCall::Get(r) => KvAnswer::Get(calls::get(&caller, bucket, r).await?),
+        KvCall::GetInto(r) => KvAnswer::Copied(copy::get_into(&caller, bucket, r).await?),
+        KvCall::PutFrom(r) => KvAnswer::Etags(copy::put_from(&caller, bucket, r).await?),
         KvCall::Remove(k) => KvAnswer::Remove(RemoveResponse {
-            removed: remove(ctx, bucket, &k.keys).await?,
+            removed: calls::remove(here, bucket, &k.keys).await?,
         }),
-    })
-}
-
-async fn remove(ctx: &Ctx, bucket: &str, keys: &[String]) -> Result<Vec<bool>, S3Error> {
-    check_keys(keys)?;
-    let mut removed = vec![false; keys.len()];
-    for (shard, idx) in by_shard(ctx, bucket, keys) {
-        let ks: Vec<String> = idx.iter().map(|i| keys[*i].clone()).collect();
-        let b = bucket.to_string();
-        let r = ctx
-            .shard
-            .run_step(shard, move |s| s.tier.delete(b, ks))
-            .await??;
-        for (i, r) in idx.into_iter().zip(r) {
-            removed[i] = r;
-        }
-    }
-    Ok(removed)
-}
-
-async fn put_start(
-    ctx: &Ctx,
-    bucket: &str,
-    req: PutStartRequest,
-) -> Result<PutStartResponse, S3Error> {
-    let ttl_ms = ttl_ms(req.ttl_ms)?;
-    let blocks: Vec<(String, u64)> = req.blocks.into_iter().map(|b| (b.key, b.len)).collect();
-    let (ids, descriptors) =
-        start_puts(ctx, bucket, &blocks, Duration::from_millis(ttl_ms)).await?;
-    let puts: Vec<StartedPut> = blocks
-        .into_iter()
-        .zip(ids)
-        .zip(descriptors)
-        .map(|(((key, _), put_id), descriptor)| StartedPut {
-            key,
-            put_id,
-            descriptor,
-        })
-        .collect();
-    Ok(PutStartResponse { puts, ttl_ms })
-}
-
-async fn revoke(ctx: &Ctx, bucket: &str, req: PutIdsRequest) -> Result<RevokeResponse, S3Error> {
-    let mut revoked = Vec::with_capacity(req.put_ids.len());
-    for id in req.put_ids {
-        let shard = owner_of(ctx, id)?;
-        let (holder, bucket) = (ctx.holder(), bucket.to_string());
-        revoked.push(
-            ctx.shard
-                .run(shard, move |s| ops::put_revoke(s, id, &holder, &bucket))
-                .await?,
-        );
-    }
-    Ok(RevokeResponse { revoked })
-}
-
-/// Gives leases back (`POST` [`RELEASE_PATH`], or a frame).
-pub(in crate::http) async fn release(
-    ctx: &Ctx,
-    req: ReleaseRequest,
-) -> Result<ReleaseResponse, S3Error> {
-    let mut released = 0;
-    for id in req.leases {
-        let shard = owner_of(ctx, id)?;
-        let holder = ctx.holder();
-        if ctx
-            .shard
-            .run(shard, move |s| {
-                s.tier.store.borrow_mut().release_lease_by(id, &holder)
-            })
-            .await?
-        {
-            released += 1;
-        }
-    }
-    Ok(ReleaseResponse { released })
-}
-
-async fn get(ctx: &Ctx, bucket: &str, req: KeysRequest) -> Result<GetResponse, S3Error> {
-    let ttl_ms = ttl_ms(req.ttl_ms)?;
-    check_keys(&req.keys)?;
-    // Each distinct key is leased and answered once (see `GetResponse::positions`).
-    let mut first: HashMap<&str, u32> = HashMap::with_capacity(req.keys.len());
-    let mut distinct: Vec<String> = Vec::with_capacity(req.keys.len());
-    let mut positions = Vec::with_capacity(req.keys.len());
-    for key in &req.keys {
-        let next = distinct.len() as u32;
-        let at = *first.entry(key.as_str()).or_insert(next);
-        if at == next {
-            distinct.push(key.clone());
-        }
-        positions.push(at);
-    }
-    let repeated = distinct.len() < req.keys.len();
-    let (leases, found) = lease(ctx, bucket, &distinct, Duration::from_millis(ttl_ms)).await?;
-    let blocks = distinct
-        .into_iter()
-        .zip(found)
-        .map(|(key, f)| match f {
-            Some((_, b, d)) => LeasedBlock {
-                key,
-                descriptor: Some(d),
-                len: b.len,
-                etag: Some(b.etag),
-            },
-            None => LeasedBlock {
-                key,
-                descriptor: None,
-                len: 0,
-                etag: None,
-            },
-        })
-        .collect();
-    Ok(GetResponse {
-        leases,
-        blocks,
-        positions: repeated.then_some(positions),
-        ttl_ms,
     })
 }

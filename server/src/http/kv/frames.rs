@@ -25,17 +25,14 @@ use std::time::{Duration, Instant};
 
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use http::{HeaderMap, HeaderValue, Method, Uri};
-use yutu_api::kv::EtagsResponse;
 use yutu_api::kv::{ReleaseRequest, KV_ROOT, MAX_REQUEST_BYTES, RELEASE_PATH};
 use yutu_api::kv_frame::{
-    self, FrameFailure, FrameOp, FramesInfo, Header, Hello, InlineValue, ReadRequest, ReadResponse,
-    Welcome, WriteRequest, HEADER_LEN, MAX_INLINE,
+    self, FrameFailure, FrameOp, FramesInfo, Header, Hello, Welcome, HEADER_LEN,
 };
 use yutu_api::token::{Claims, BEARER};
 use yutu_api::S3ErrorCode;
 
-use super::api::{action, admit, answer, release, Format, KvCall};
-use super::shards::{bad, by_shard, check_keys, check_lens, exists};
+use super::api::{action, admit, answer, bad, Format, KvCall};
 use crate::auth::authenticate::{authenticate, Payload, RequestAuth};
 use crate::auth::tokens::CACHE_TTL;
 use crate::auth::{Action, Identity};
@@ -45,6 +42,7 @@ use crate::http::ctx::Ctx;
 use crate::http::error::S3Error;
 use crate::http::service::Listening;
 use crate::http::target::Target;
+use crate::kv::{calls, inline};
 use crate::metrics::Op;
 use crate::net::budget::BodyClient;
 use crate::node::Shard;
@@ -536,7 +534,7 @@ impl Conn {
         if op == FrameOp::Release {
             let ctx = self.ctx("kv/release".into())?;
             let req: ReleaseRequest = Format::Frame.read(body)?;
-            return encode(&release(&ctx, req).await?);
+            return encode(&calls::release(&ctx.caller(), req).await?);
         }
         let (bucket, request) = kv_frame::split_call(body).map_err(|e| bad(e.to_string()))?;
         yutu_api::validate_bucket_name(bucket)
@@ -553,8 +551,14 @@ impl Conn {
                 let call = KvCall::read(kv, request, Format::Frame)?;
                 encode(&answer(&ctx, bucket, call).await?)
             }
-            FrameOp::Read => encode(&read(&ctx, bucket, Format::Frame.read(request)?).await?),
-            _ => encode(&write(&ctx, bucket, Format::Frame.read(request)?).await?),
+            FrameOp::Read => {
+                let req = Format::Frame.read(request)?;
+                encode(&inline::read_many(&ctx.shard, bucket, req).await?)
+            }
+            _ => {
+                let req = Format::Frame.read(request)?;
+                encode(&inline::write_many(&ctx.shard, bucket, req).await?)
+            }
         }
     }
 }
@@ -573,72 +577,4 @@ fn failure(op: FrameOp, id: u32, e: S3Error) -> Result<Vec<u8>, kv_frame::FrameE
         message: e.message,
     })?;
     kv_frame::frame(op, false, id, &body)
-}
-
-/// [`FrameOp::Read`]: each owning shard reads its keys, within [`MAX_INLINE`] bytes per call
-/// in all (each shard gets the allowance the earlier shards left).
-async fn read(ctx: &Ctx, bucket: &str, req: ReadRequest) -> Result<ReadResponse, S3Error> {
-    check_keys(&req.keys)?;
-    let mut values = vec![InlineValue::Missing; req.keys.len()];
-    let mut room = MAX_INLINE;
-    for (shard, idx) in by_shard(ctx, bucket, &req.keys) {
-        let keys: Vec<String> = idx.iter().map(|i| req.keys[*i].clone()).collect();
-        let b = bucket.to_string();
-        let got = ctx
-            .shard
-            .run_step(shard, move |s| crate::kv::inline::read(s, &b, keys, room))
-            .await??;
-        for (i, v) in idx.into_iter().zip(got) {
-            if let InlineValue::Bytes(data) = &v {
-                room = room.saturating_sub(data.len() as u64);
-            }
-            values[i] = v;
-        }
-    }
-    Ok(ReadResponse { values })
-}
-
-/// [`FrameOp::Write`]: each owning shard stores its blocks, as put-from would.
-async fn write(ctx: &Ctx, bucket: &str, req: WriteRequest) -> Result<EtagsResponse, S3Error> {
-    let keys: Vec<String> = req.blocks.iter().map(|b| b.key.clone()).collect();
-    check_keys(&keys)?;
-    let lens: Vec<(String, u64)> = req
-        .blocks
-        .iter()
-        .map(|b| (b.key.clone(), b.value.len() as u64))
-        .collect();
-    check_lens(ctx, &lens)?;
-    // With `if_absent`, a present key is left out (and answers an empty ETag).
-    let present = if req.if_absent {
-        exists(ctx, bucket, &keys).await?
-    } else {
-        vec![false; keys.len()]
-    };
-    let mut values: Vec<Option<Vec<u8>>> = req.blocks.into_iter().map(|b| Some(b.value)).collect();
-    let groups = by_shard(ctx, bucket, &keys);
-    let calls = groups.iter().map(|(shard, idx)| {
-        let items: Vec<(usize, String, Vec<u8>)> = idx
-            .iter()
-            .filter(|&&i| !present[i])
-            .map(|&i| (i, keys[i].clone(), values[i].take().unwrap_or_default()))
-            .collect();
-        let b = bucket.to_string();
-        async move {
-            let order: Vec<usize> = items.iter().map(|(i, _, _)| *i).collect();
-            let items = items.into_iter().map(|(_, k, v)| (k, v)).collect();
-            let stored = ctx
-                .shard
-                .run_async(*shard, move |s| crate::kv::inline::write(s, b, items))
-                .await;
-            stored.map(|r| order.into_iter().zip(r).collect::<Vec<_>>())
-        }
-    });
-    let answers = futures::future::join_all(calls).await;
-    let mut etags = vec![String::new(); keys.len()];
-    for answer in answers {
-        for (i, r) in answer? {
-            etags[i] = r.map_err(|e| S3Error::from(e).key(&keys[i]))?.etag.clone();
-        }
-    }
-    Ok(EtagsResponse { etags })
 }

@@ -1,11 +1,7 @@
-//! The KV block API (`/v1/kv/...`): parsing and answering JSON over HTTP (`api`) and the same
-//! calls in binary frames on each shard's own sockets (`frames`), with the node moving bytes
-//! for same-host clients (`copy`), engine sessions (`peers`) and the per-shard helpers the
-//! calls share (`shards`); and Mooncake master's read-only query endpoints (`mooncake`).
+//! The KV block API (`/v1/kv/...`), parsed and answered: JSON over HTTP (`api`), the same
+//! calls in binary frames on each shard's own sockets (`frames`), and Mooncake master's
+//! read-only query endpoints (`mooncake`). What the calls do is [`crate::kv`]'s.
 
 pub mod api;
-pub mod copy;
 pub mod frames;
 pub mod mooncake;
-pub mod peers;
-pub mod shards;

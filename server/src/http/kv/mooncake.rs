@@ -46,7 +46,6 @@ use crate::http::error::S3Error;
 use crate::http::peer::forward;
 use crate::http::target::Target;
 use crate::http::Resp;
-use crate::model::StoreError;
 
 /// Longest wait for an owner's answer (after [`forward::CONNECT_TIMEOUT`] to connect): these
 /// are metadata queries, so a slow owner is reported as such rather than waited for.
@@ -192,40 +191,13 @@ enum Found {
     Unknown,
 }
 
-/// The sizes of the keys this node holds (`None`: not here), one shard message each.
+/// The sizes of the keys this node holds (`None`: not here).
 async fn local_sizes(
     ctx: &Ctx,
     bucket: &str,
     keys: &[String],
 ) -> Result<Vec<Option<u64>>, S3Error> {
-    let mut out = vec![None; keys.len()];
-    for (shard, idx) in super::shards::by_shard(ctx, bucket, keys) {
-        let ks: Vec<String> = idx.iter().map(|i| keys[*i].clone()).collect();
-        let b = bucket.to_string();
-        let sizes = ctx
-            .shard
-            .run(shard, move |s| {
-                let found = s.tier.exists(&b, &ks)?;
-                Ok::<_, StoreError>(
-                    found
-                        .into_iter()
-                        .zip(&ks)
-                        .map(|(f, k)| f.then(|| s.tier.stored_size(&b, k)))
-                        .collect::<Vec<_>>(),
-                )
-            })
-            .await?;
-        let sizes = match sizes {
-            Ok(s) => s,
-            // Deleted meanwhile: nothing is here.
-            Err(StoreError::NoSuchBucket) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        for (i, size) in idx.into_iter().zip(sizes) {
-            out[i] = size;
-        }
-    }
-    Ok(out)
+    Ok(crate::kv::calls::sizes(&ctx.shard, bucket, keys).await?)
 }
 
 /// The copies of `keys` (distinct, valid) this node and their owners know of.

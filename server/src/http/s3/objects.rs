@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use yutu_api::{parse_range, validate_object_key, KeyError, S3ErrorCode};
+use yutu_api::{parse_range, validate_object_key, S3ErrorCode};
 
 use super::{meta, payload};
 use crate::auth::Gate;
@@ -22,26 +22,12 @@ use crate::node::quota::Admitted;
 use crate::tier::Step;
 
 pub fn check_key(key: &str) -> Result<(), S3Error> {
-    validate_object_key(key).map_err(|e| {
-        let code = match e {
-            KeyError::TooLong(_) => S3ErrorCode::KeyTooLongError,
-            _ => S3ErrorCode::InvalidArgument,
-        };
-        S3Error::new(code).msg(format!("{e}."))
-    })
+    validate_object_key(key).map_err(crate::http::error::key_error)
 }
 
 /// The payload limit for one object: the configured maximum, and what fits in a shard.
 pub fn object_limit(ctx: &Ctx) -> (u64, &'static str) {
-    let shard_capacity = ctx.shard.tier.store.borrow().capacity();
-    if ctx.shard.settings.max_object_size <= shard_capacity {
-        (
-            ctx.shard.settings.max_object_size,
-            "the maximum object size",
-        )
-    } else {
-        (shard_capacity, "a shard's DRAM capacity")
-    }
+    ctx.shard.object_limit()
 }
 
 pub fn bucket_must_exist(ctx: &Ctx, bucket: &str) -> Result<(), S3Error> {

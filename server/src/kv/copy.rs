@@ -17,20 +17,21 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 
 use yutu_api::kv::{CopiedResponse, EtagsResponse, GetIntoRequest, GetIntoTargets, PutFromRequest};
-use yutu_api::S3ErrorCode;
 use yutu_transfer::{
     DirectRange, NodeId, SegmentDescriptor, TransferEngine, TransferError, TransferRequest,
 };
 
-use super::peers::session_peer;
-use super::shards::{
-    bad, by_shard, check_keys, check_lens, end_puts, lease, owner_of, revoke_all, start_puts,
-    DEFAULT_TTL,
+use crate::kv::calls::{
+    check_keys, check_lens, end_puts, exists, lease, released, revoke_all, start_puts, DEFAULT_TTL,
 };
-use crate::http::ctx::Ctx;
-use crate::http::error::S3Error;
 use crate::kv::direct::{self, Copied};
+use crate::kv::error::KvError;
+use crate::kv::ops;
+use crate::kv::owners::{pick, Owners};
+use crate::kv::sessions::{engine_call, session_peer};
+use crate::kv::Caller;
 use crate::node::Shard;
+use crate::tier::Step;
 
 /// A range of the client's memory: the descriptor that grants it and the part of it meant.
 #[derive(Clone, Copy)]
@@ -41,7 +42,7 @@ struct Span {
 }
 
 /// The targets of a get-into: per key, the spans its block is scattered over.
-fn spans(req: &GetIntoRequest) -> Result<Vec<Vec<Span>>, S3Error> {
+fn spans(req: &GetIntoRequest) -> Result<Vec<Vec<Span>>, KvError> {
     let n = req.keys.len();
     let out: Vec<Span> = match req.targets() {
         Some(GetIntoTargets::PerKey(targets)) => targets
@@ -61,14 +62,15 @@ fn spans(req: &GetIntoRequest) -> Result<Vec<Vec<Span>>, S3Error> {
             })
             .collect(),
         None => {
-            return Err(bad(
+            return Err(KvError::invalid(
                 "Name the targets either as \"targets\" (a descriptor per key) or as \"buffer\" and \"ranges\".",
             ))
         }
     };
-    let groups = yutu_api::kv::part_ranges(req.parts.as_deref(), out.len()).map_err(bad)?;
+    let groups =
+        yutu_api::kv::part_ranges(req.parts.as_deref(), out.len()).map_err(KvError::Invalid)?;
     if groups.len() != n {
-        return Err(bad(match req.parts {
+        return Err(KvError::invalid(match req.parts {
             None => "Give one target per key.".to_string(),
             Some(_) => format!("parts name {} blocks for {n} keys.", groups.len()),
         }));
@@ -89,10 +91,10 @@ fn room(spans: &[Span]) -> u64 {
 /// Every range must lie inside its descriptor and name the caller's own memory: a
 /// descriptor of anything else (the node's own arena under a lease, another process's
 /// buffer) is refused, so get-into can never write where a reader was only allowed to read.
-fn check_spans(spans: &[Span], client: NodeId) -> Result<(), S3Error> {
+fn check_spans(spans: &[Span], client: NodeId) -> Result<(), KvError> {
     for (i, s) in spans.iter().enumerate() {
         if s.desc.node != client {
-            return Err(bad(format!(
+            return Err(KvError::invalid(format!(
                 "Range {i} names memory of node {}, not the client's ({client}).",
                 s.desc.node
             )));
@@ -101,7 +103,7 @@ fn check_spans(spans: &[Span], client: NodeId) -> Result<(), S3Error> {
             .checked_add(s.len)
             .is_none_or(|end| end > s.desc.len)
         {
-            return Err(bad(format!(
+            return Err(KvError::invalid(format!(
                 "Range {i} ({} bytes at {}) lies outside its {}-byte descriptor.",
                 s.len, s.offset, s.desc.len
             )));
@@ -116,7 +118,7 @@ fn check_spans(spans: &[Span], client: NodeId) -> Result<(), S3Error> {
 async fn map_spans(
     engine: &TransferEngine,
     spans: &[Span],
-) -> Result<Option<Vec<DirectRange>>, S3Error> {
+) -> Result<Option<Vec<DirectRange>>, KvError> {
     let mut distinct: Vec<SegmentDescriptor> = Vec::new();
     let mut seen: HashSet<SegmentDescriptor> = HashSet::new();
     let mut mapped: HashMap<SegmentDescriptor, DirectRange> = HashMap::new();
@@ -160,7 +162,7 @@ async fn map_spans(
     for s in spans {
         let r = mapped
             .get(&s.desc)
-            .ok_or_else(|| S3Error::new(S3ErrorCode::InternalError))?;
+            .ok_or(KvError::Internal("a span's descriptor was not mapped"))?;
         out.push(r.sub(s.offset, s.len).map_err(|e| unreachable_buffer(&e))?);
     }
     Ok(Some(out))
@@ -170,7 +172,7 @@ async fn map_spans(
 async fn map_blocks(
     engine: &TransferEngine,
     blocks: &[Vec<Span>],
-) -> Result<Option<Vec<Vec<DirectRange>>>, S3Error> {
+) -> Result<Option<Vec<Vec<DirectRange>>>, KvError> {
     let flat: Vec<Span> = blocks.iter().flatten().copied().collect();
     let Some(mapped) = map_spans(engine, &flat).await? else {
         return Ok(None);
@@ -184,25 +186,25 @@ async fn map_blocks(
     ))
 }
 
-fn unreachable_buffer(e: &TransferError) -> S3Error {
-    bad(format!("Cannot reach the client's buffer: {e}."))
+fn unreachable_buffer(e: &TransferError) -> KvError {
+    KvError::invalid(format!("Cannot reach the client's buffer: {e}."))
 }
 
-/// `POST /v1/kv/{bucket}/get-into`.
-pub(in crate::http) async fn get_into(
-    ctx: &Ctx,
+/// get-into: the blocks written into the client's registered memory.
+pub async fn get_into(
+    caller: &Caller<'_>,
     bucket: &str,
     req: GetIntoRequest,
-) -> Result<CopiedResponse, S3Error> {
+) -> Result<CopiedResponse, KvError> {
     check_keys(&req.keys)?;
     let spans = spans(&req)?;
-    let (engine, client) = session_peer(ctx, &req.session)?;
+    let (engine, client) = session_peer(caller, &req.session)?;
     check_spans(&spans.concat(), client.node)?;
     let copied = match map_blocks(&engine, &spans).await? {
-        Some(targets) => copy_out_direct(ctx, bucket, &req.keys, targets).await?,
+        Some(targets) => copy_out_direct(caller, bucket, &req.keys, targets).await?,
         None => {
-            let _call = super::peers::engine_call(ctx)?;
-            copy_out_engine(ctx, &engine, bucket, &req.keys, &spans).await?
+            let _call = engine_call(caller)?;
+            copy_out_engine(caller, &engine, bucket, &req.keys, &spans).await?
         }
     };
     Ok(CopiedResponse { copied })
@@ -214,40 +216,43 @@ type Items = Vec<(String, Vec<DirectRange>)>;
 /// Runs `op` on each owning shard with its keys and their mapped ranges, all shards at
 /// once; per shard, the indices of its keys and its answer.
 async fn on_owners<R, F>(
-    ctx: &Ctx,
+    caller: &Caller<'_>,
     bucket: &str,
     keys: &[String],
     ranges: Vec<Vec<DirectRange>>,
     op: fn(Rc<Shard>, String, Items) -> F,
-) -> Result<Vec<(Vec<usize>, R)>, S3Error>
+) -> Result<Vec<(Vec<usize>, R)>, KvError>
 where
     R: Send + 'static,
     F: std::future::Future<Output = R> + 'static,
 {
-    let groups = by_shard(ctx, bucket, keys);
-    let calls = groups.iter().map(|(shard, idx)| {
-        let items: Items = idx
-            .iter()
-            .map(|&i| (keys[i].clone(), ranges[i].clone()))
-            .collect();
-        let b = bucket.to_string();
-        ctx.shard.run_async(*shard, move |s| op(s, b, items))
-    });
-    let answers = futures::future::join_all(calls).await;
+    let owners = Owners::of_keys(caller.here, bucket, keys);
+    let b = bucket.to_string();
+    let answers = owners
+        .run(
+            caller.here,
+            |idx| -> Items {
+                idx.iter()
+                    .map(|&i| (keys[i].clone(), ranges[i].clone()))
+                    .collect()
+            },
+            move |s, items| Step::Wait(Box::pin(op(s.clone(), b, items))),
+        )
+        .await;
     let mut out = Vec::with_capacity(answers.len());
-    for ((_, idx), answer) in groups.into_iter().zip(answers) {
-        out.push((idx, answer?));
+    for ((_, idx), answer) in owners.groups().iter().zip(answers) {
+        out.push((idx.clone(), answer?));
     }
     Ok(out)
 }
 
 async fn copy_out_direct(
-    ctx: &Ctx,
+    caller: &Caller<'_>,
     bucket: &str,
     keys: &[String],
     targets: Vec<Vec<DirectRange>>,
-) -> Result<Vec<Option<u64>>, S3Error> {
-    let answers = on_owners(ctx, bucket, keys, targets, direct::copy_out).await?;
+) -> Result<Vec<Option<u64>>, KvError> {
+    let answers = on_owners(caller, bucket, keys, targets, direct::copy_out).await?;
     let mut copied = vec![None; keys.len()];
     for (idx, answer) in answers {
         for (i, c) in idx.into_iter().zip(answer?) {
@@ -255,13 +260,13 @@ async fn copy_out_direct(
                 Copied::Len(n) => Some(n),
                 Copied::Missing => None,
                 Copied::TooSmall { len, room } => {
-                    return Err(bad(format!(
+                    return Err(KvError::invalid(format!(
                         "Target {i} has {room} bytes; block {} has {len}.",
                         keys[i]
                     )))
                 }
                 Copied::Unreachable(why) => {
-                    return Err(bad(format!(
+                    return Err(KvError::invalid(format!(
                         "Cannot write into the client's buffer: {why}."
                     )))
                 }
@@ -273,13 +278,13 @@ async fn copy_out_direct(
 
 /// get-into through the engine: lease, one batch of one-sided writes, release.
 async fn copy_out_engine(
-    ctx: &Ctx,
+    caller: &Caller<'_>,
     engine: &TransferEngine,
     bucket: &str,
     keys: &[String],
     spans: &[Vec<Span>],
-) -> Result<Vec<Option<u64>>, S3Error> {
-    let (leases, found) = lease(ctx, bucket, keys, DEFAULT_TTL).await?;
+) -> Result<Vec<Option<u64>>, KvError> {
+    let (leases, found) = lease(caller, bucket, keys, DEFAULT_TTL).await?;
     let result = async {
         let mut requests = Vec::new();
         let mut copied = vec![None; found.len()];
@@ -288,14 +293,14 @@ async fn copy_out_engine(
             let Some((shard, b, _)) = f else { continue };
             let parts = &spans[i];
             if room(parts) < b.len {
-                return Err(bad(format!(
+                return Err(KvError::invalid(format!(
                     "Target {i} has {} bytes; block {} has {}.",
                     room(parts),
                     keys[i],
                     b.len
                 )));
             }
-            let segment = segments.get(ctx, *shard).await?;
+            let segment = segments.get(caller, *shard).await?;
             // Scatter: each span takes the block's next bytes until the block is out.
             let mut done = 0;
             for span in parts {
@@ -315,16 +320,8 @@ async fn copy_out_engine(
         Ok(copied)
     }
     .await;
-    for id in leases {
-        let shard = owner_of(ctx, id)?;
-        let holder = ctx.holder();
-        let _ = ctx
-            .shard
-            .run(shard, move |s| {
-                s.tier.store.borrow_mut().release_lease_by(id, &holder)
-            })
-            .await;
-    }
+    // Best effort: a lease not given back ends at its deadline.
+    let _ = released(caller, &leases).await;
     result
 }
 
@@ -335,23 +332,23 @@ struct ShardSegments(BTreeMap<usize, yutu_transfer::LocalSegment>);
 impl ShardSegments {
     async fn get(
         &mut self,
-        ctx: &Ctx,
+        caller: &Caller<'_>,
         shard: usize,
-    ) -> Result<yutu_transfer::LocalSegment, S3Error> {
+    ) -> Result<yutu_transfer::LocalSegment, KvError> {
         if let Some(s) = self.0.get(&shard) {
             return Ok(s.clone());
         }
-        let s = ctx
-            .shard
+        let s = caller
+            .here
             .run(shard, |s| s.transfer.as_ref().map(|(_, seg)| seg.clone()))
             .await?
-            .ok_or_else(|| S3Error::new(S3ErrorCode::ServiceUnavailable))?;
+            .ok_or(KvError::NoEngine)?;
         self.0.insert(shard, s.clone());
         Ok(s)
     }
 }
 
-async fn run_batch(engine: &TransferEngine, requests: Vec<TransferRequest>) -> Result<(), S3Error> {
+async fn run_batch(engine: &TransferEngine, requests: Vec<TransferRequest>) -> Result<(), KvError> {
     if requests.is_empty() {
         return Ok(());
     }
@@ -359,7 +356,7 @@ async fn run_batch(engine: &TransferEngine, requests: Vec<TransferRequest>) -> R
         .submit(requests)
         .map_err(|e| unreachable_buffer(&e))?;
     handle.await.into_result().map_err(|e| {
-        S3Error::new(S3ErrorCode::InternalError).msg(format!(
+        KvError::Transfer(format!(
             "Moving bytes to or from the client's buffer failed: {e}."
         ))
     })?;
@@ -368,11 +365,11 @@ async fn run_batch(engine: &TransferEngine, requests: Vec<TransferRequest>) -> R
 
 /// Pins `keys` (by name, before they are stored, so no eviction comes in between).
 async fn pin_blocks(
-    ctx: &Ctx,
+    caller: &Caller<'_>,
     bucket: &str,
     keys: &[String],
     pin: yutu_api::kv::BlockPin,
-) -> Result<(), S3Error> {
+) -> Result<(), KvError> {
     use crate::engine::pinning::AdminPin;
     let kind = match pin.soft_ttl_secs {
         None => AdminPin::Hard,
@@ -380,34 +377,35 @@ async fn pin_blocks(
             AdminPin::Soft(std::time::Instant::now() + std::time::Duration::from_secs(s))
         }
         Some(_) => {
-            return Err(super::shards::bad(format!(
+            return Err(KvError::invalid(format!(
                 "pin.soft_ttl_secs must be 1 to {}.",
                 yutu_api::kv::MAX_SOFT_PIN_SECS
             )))
         }
     };
-    for (shard, idx) in super::shards::by_shard(ctx, bucket, keys) {
-        let (b, ks): (String, Vec<String>) = (
-            bucket.to_string(),
-            idx.iter().map(|&i| keys[i].clone()).collect(),
-        );
-        ctx.shard
-            .run(shard, move |s| {
-                s.tier.store.borrow_mut().pin_keys(&b, &ks, kind)
-            })
-            .await?
-            .map_err(|e| S3Error::new(S3ErrorCode::InvalidRequest).msg(e.to_string()))?;
+    let owners = Owners::of_keys(caller.here, bucket, keys);
+    let b = bucket.to_string();
+    let answers = owners
+        .run(
+            caller.here,
+            |idx| pick(keys, idx),
+            move |s, ks| Step::Done(ops::pin(s, &b, &ks, kind)),
+        )
+        .await;
+    for answer in answers {
+        answer?.map_err(KvError::Pin)?;
     }
     Ok(())
 }
 
-/// `POST /v1/kv/{bucket}/put-from`.
-pub(in crate::http) async fn put_from(
-    ctx: &Ctx,
+/// put-from: the blocks read out of the client's registered memory and stored.
+pub async fn put_from(
+    caller: &Caller<'_>,
     bucket: &str,
     req: PutFromRequest,
-) -> Result<EtagsResponse, S3Error> {
-    let groups = yutu_api::kv::part_ranges(req.parts.as_deref(), req.blocks.len()).map_err(bad)?;
+) -> Result<EtagsResponse, KvError> {
+    let groups = yutu_api::kv::part_ranges(req.parts.as_deref(), req.blocks.len())
+        .map_err(KvError::Invalid)?;
     let requested = groups.len();
     let mut spans: Vec<Vec<Span>> = Vec::with_capacity(requested);
     let mut lens = Vec::with_capacity(requested);
@@ -415,7 +413,7 @@ pub(in crate::http) async fn put_from(
         let entries = &req.blocks[g];
         let key = &entries[0].key;
         if let Some(other) = entries.iter().find(|b| &b.key != key) {
-            return Err(bad(format!(
+            return Err(KvError::invalid(format!(
                 "The parts of block {key} name another key, {}.",
                 other.key
             )));
@@ -433,16 +431,16 @@ pub(in crate::http) async fn put_from(
     }
     let keys: Vec<String> = lens.iter().map(|(k, _)| k.clone()).collect();
     check_keys(&keys)?;
-    check_lens(ctx, &lens)?;
-    let (engine, client) = session_peer(ctx, &req.session)?;
+    check_lens(caller.here, &lens)?;
+    let (engine, client) = session_peer(caller, &req.session)?;
     check_spans(&spans.concat(), client.node)?;
     if let Some(pin) = req.pin {
-        pin_blocks(ctx, bucket, &keys, pin).await?;
+        pin_blocks(caller, bucket, &keys, pin).await?;
     }
     // With `if_absent`, the blocks whose key is present are left out here and answer an
     // empty ETag; `wanted` maps the blocks still to store back onto the request.
     let wanted: Vec<usize> = if req.if_absent {
-        let present = super::shards::exists(ctx, bucket, &keys).await?;
+        let present = exists(caller.here, bucket, &keys).await?;
         (0..requested).filter(|&i| !present[i]).collect()
     } else {
         (0..requested).collect()
@@ -461,10 +459,10 @@ pub(in crate::http) async fn put_from(
         )
     };
     let stored = match map_blocks(&engine, &spans).await? {
-        Some(sources) => put_from_direct(ctx, bucket, &keys, sources).await?,
+        Some(sources) => put_from_direct(caller, bucket, &keys, sources).await?,
         None => {
-            let _call = super::peers::engine_call(ctx)?;
-            put_from_engine(ctx, &engine, bucket, &lens, &spans).await?
+            let _call = engine_call(caller)?;
+            put_from_engine(caller, &engine, bucket, &lens, &spans).await?
         }
     };
     for (i, etag) in wanted.into_iter().zip(stored) {
@@ -474,16 +472,16 @@ pub(in crate::http) async fn put_from(
 }
 
 async fn put_from_direct(
-    ctx: &Ctx,
+    caller: &Caller<'_>,
     bucket: &str,
     keys: &[String],
     sources: Vec<Vec<DirectRange>>,
-) -> Result<Vec<String>, S3Error> {
-    let answers = on_owners(ctx, bucket, keys, sources, direct::put_from).await?;
+) -> Result<Vec<String>, KvError> {
+    let answers = on_owners(caller, bucket, keys, sources, direct::put_from).await?;
     let mut etags = vec![String::new(); keys.len()];
     for (idx, answer) in answers {
         for (i, r) in idx.into_iter().zip(answer) {
-            etags[i] = r.map_err(|e| S3Error::from(e).key(&keys[i]))?.etag.clone();
+            etags[i] = r.map_err(|e| KvError::about(e, &keys[i]))?.etag.clone();
         }
     }
     Ok(etags)
@@ -492,13 +490,13 @@ async fn put_from_direct(
 /// put-from through the engine: put-start, one batch of one-sided reads from the client into
 /// the reserved ranges, put-end (or revoke when the reads fail).
 async fn put_from_engine(
-    ctx: &Ctx,
+    caller: &Caller<'_>,
     engine: &TransferEngine,
     bucket: &str,
     blocks: &[(String, u64)],
     spans: &[Vec<Span>],
-) -> Result<Vec<String>, S3Error> {
-    let (ids, reserved) = start_puts(ctx, bucket, blocks, DEFAULT_TTL).await?;
+) -> Result<Vec<String>, KvError> {
+    let (ids, reserved) = start_puts(caller, bucket, blocks, DEFAULT_TTL).await?;
     let moved = async {
         let mut segments = ShardSegments::default();
         let mut requests = Vec::with_capacity(blocks.len());
@@ -506,8 +504,8 @@ async fn put_from_engine(
             if *len == 0 {
                 continue;
             }
-            let shard = ctx.shard.owner(bucket, key);
-            let segment = segments.get(ctx, shard).await?;
+            let shard = caller.here.owner(bucket, key);
+            let segment = segments.get(caller, shard).await?;
             // Gather: each span fills the reserved range's next bytes.
             let mut done = 0;
             for span in parts.iter().filter(|s| s.len > 0) {
@@ -522,8 +520,8 @@ async fn put_from_engine(
     }
     .await;
     if let Err(e) = moved {
-        revoke_all(ctx, bucket, &ids).await;
+        revoke_all(caller, bucket, &ids).await;
         return Err(e);
     }
-    end_puts(ctx, bucket, &ids).await
+    end_puts(caller, bucket, &ids).await
 }
