@@ -216,7 +216,7 @@ pub async fn handle(
             let t = Target::parse_with_host(req.uri(), host, &shard.settings.domains).ok()?;
             Some((origin, t.bucket?))
         });
-    let (op, result) = route(&shard, &tokens, cluster, req).await;
+    let (op, result) = dispatch(&shard, &tokens, cluster, req).await;
     let mut resp = result.unwrap_or_else(|e| e.into_response(&resource, &request_id, head));
     if let Some((origin, bucket)) = &cors {
         super::s3::cors::decorate(&shard, bucket, origin, &method, &mut resp);
@@ -254,7 +254,8 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Resp {
         .unwrap_or_default()
 }
 
-async fn route(
+/// One request from its endpoint to its answer: parsed, authenticated, handed to its API.
+async fn dispatch(
     shard: &Rc<Shard>,
     tokens: &TokenVerifier,
     cluster: Option<Arc<Cluster>>,
@@ -354,8 +355,8 @@ async fn serve(ctx: &Ctx, endpoint: Endpoint, body: Incoming) -> Result<Resp, S3
             }
             super::peer::cluster::membership(ctx)
         }
-        Endpoint::Admin => admin::fanout::route(ctx, body).await,
-        Endpoint::Kv => kv::api::route(ctx, body).await,
+        Endpoint::Admin => admin::fanout::serve(ctx, body).await,
+        Endpoint::Kv => kv::api::serve(ctx, body).await,
         Endpoint::ListBuckets => ctx
             .allow(Action::ListBuckets, None)
             .and_then(|_| buckets::list_buckets(ctx)),

@@ -60,7 +60,8 @@ async fn parse<T: DeserializeOwned>(ctx: &Ctx, body: Incoming) -> Result<T, S3Er
     serde_json::from_slice(&raw.data).map_err(|e| bad(format!("Malformed admin request: {e}.")))
 }
 
-pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
+/// Serves one admin API request (`/admin/...`).
+pub async fn serve(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
     if !ctx.identity().is_admin() {
         return Err(S3Error::new(S3ErrorCode::AccessDenied)
             .msg("The admin API needs an admin user or an admin token."));

@@ -57,7 +57,8 @@ async fn parse<T: for<'de> Deserialize<'de>>(ctx: &Ctx, body: Incoming) -> Resul
     serde_json::from_slice(&raw.data).map_err(|e| bad(format!("Malformed KV request: {e}.")))
 }
 
-pub async fn route(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
+/// Serves one KV API request (`/v1/kv/...`): parsed here, done by [`crate::kv`].
+pub async fn serve(ctx: &Ctx, body: Incoming) -> Result<Resp, S3Error> {
     // The request's key is its path after `/v1/`.
     let path = format!("/v1/{}", ctx.target.key.as_deref().unwrap_or_default());
     if path == RELEASE_PATH && ctx.method == Method::POST {
