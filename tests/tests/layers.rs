@@ -121,6 +121,36 @@ fn the_checker_sees_grouped_and_inline_paths() {
     assert_eq!(violations("new", &BTreeSet::new()).len(), 1);
 }
 
+/// The files outside `engine/` and `tier/` that may name the shard's store type: the one
+/// that builds it (and hands it to the tier at once).
+const BUILDS_THE_STORE: &[&str] = &["node/runtime.rs"];
+
+/// The tier is the only door to a shard's store: above it, code asks the tier
+/// (`tier/buckets.rs`, `tier/blocks.rs`, `tier/uploads.rs`, ...), never the store itself.
+/// The store's field is private to the tier, so the compiler refuses `tier.store`; this
+/// keeps the type itself from being named (and so borrowed or passed around) elsewhere.
+#[test]
+fn only_the_tier_reaches_a_shards_store() {
+    let src = workspace().join("server").join("src");
+    let mut found = BTreeSet::new();
+    for file in rust_files(&src) {
+        let rel = file.strip_prefix(&src).expect("under src");
+        let rel = rel.to_string_lossy().replace('\\', "/");
+        if rel.starts_with("engine/") || rel.starts_with("tier/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("readable");
+        if text.contains("ShardStore") || text.contains("engine::store") {
+            found.insert(rel);
+        }
+    }
+    let allowed: BTreeSet<String> = BUILDS_THE_STORE.iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        found, allowed,
+        "only the tier (and the code that builds the store) names the shard's store"
+    );
+}
+
 /// The request layer's folders, lowest first: a handler file may use the files of a folder
 /// below its own (and of its own), never one above or beside it. The files directly under
 /// `http/` are shared by all of them and use none, except the one dispatch (`service`),

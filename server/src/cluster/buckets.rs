@@ -164,7 +164,7 @@ async fn create_local(shard: &Rc<Shard>, cluster: &Cluster, name: &str, config: 
 /// from before it joined stay).
 pub async fn apply(shard: &Rc<Shard>, cluster: &Cluster, now: &BTreeMap<String, BucketConfig>) {
     for (name, config) in now {
-        let local = shard.tier.store.borrow().bucket_info(name);
+        let local = shard.tier.bucket_info(name);
         let Some(local) = local else {
             create_local(shard, cluster, name, config).await;
             continue;

@@ -1,11 +1,13 @@
 //! One shard's store, synchronous and runtime-free: the DRAM arena and its allocator, the
-//! object index, eviction, KV leases and pending puts, multipart uploads and the event log;
+//! object index, eviction, KV leases and pending puts, multipart uploads, the event log and
+//! each bucket's settings (`bucket_settings`);
 //! and the node-wide registry of client engines (`peers`).
 //!
 //! Nothing here awaits, so every operation is atomic with respect to every other on the
 //! shard's thread, and all of it is unit-testable without glommio.
 
 pub mod arena;
+pub mod bucket_settings;
 pub mod events;
 pub mod eviction;
 pub mod kv;

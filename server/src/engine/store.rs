@@ -16,6 +16,7 @@ use bytes::Bytes;
 use yutu_api::RangeSpec;
 
 use super::arena::{Arena, Extent};
+use super::bucket_settings::BucketSettings;
 use super::events::EventLog;
 use super::eviction::{EntryId, EvictionPolicy};
 use super::kv::{Lease, PendingPut, Pin};
@@ -87,25 +88,12 @@ impl Listable for Entry {
 }
 
 pub(crate) struct BucketPart {
-    created: SystemTime,
     incarnation: u64,
-    owner: String,
     pub(crate) durability: Durability,
     closing: bool,
     pub(crate) objects: BTreeMap<String, Entry>,
-    /// Most bytes of objects the bucket may hold (node- or cluster-wide); checked on the
-    /// way in by the node (`node::quota`), never here.
-    quota: Option<u64>,
-    /// The bucket's grants beyond its owner's (`x-amz-acl`, PutBucketAcl).
-    acl: yutu_api::acl::Acl,
-    /// Its CORS configuration (PutBucketCors), shared with the requests that read it.
-    cors: Option<Arc<yutu_api::cors::CorsConfiguration>>,
-    /// Its bucket policy (PutBucketPolicy), parsed once, shared with the checks that read it.
-    policy: Option<Arc<yutu_api::bucket_policy::BucketPolicy>>,
-    /// Its public access block (PutPublicAccessBlock).
-    public_access_block: Option<yutu_api::public_access_block::PublicAccessBlock>,
-    /// Its object ownership (PutBucketOwnershipControls).
-    ownership: Option<yutu_api::ownership::ObjectOwnership>,
+    /// Who owns the bucket and what it allows: not the objects' business, kept beside them.
+    settings: BucketSettings,
     /// Bytes of the bucket's objects that only DRAM holds: entries not also on NVMe, and
     /// evicted ones waiting for demotion. With the NVMe tier's count of the bucket's
     /// records, the bytes the bucket holds on this shard, each object counted once.
@@ -114,32 +102,21 @@ pub(crate) struct BucketPart {
 
 impl BucketPart {
     fn info(&self, name: &str) -> BucketInfo {
+        let s = &self.settings;
         BucketInfo {
             name: name.to_string(),
-            created: self.created,
-            owner: self.owner.clone(),
+            created: s.created,
+            owner: s.owner.clone(),
             durability: self.durability,
             incarnation: self.incarnation,
-            quota: self.quota,
-            acl: self.acl.clone(),
-            cors: self.cors.clone(),
-            policy: self.policy.clone(),
-            public_access_block: self.public_access_block,
-            ownership: self.ownership,
+            quota: s.quota,
+            acl: s.acl.clone(),
+            cors: s.cors.clone(),
+            policy: s.policy.clone(),
+            public_access_block: s.public_access_block,
+            ownership: s.ownership,
         }
     }
-}
-
-/// What a bucket adds to the permission check besides its owner and ACL.
-#[derive(Debug, Clone, Default)]
-pub struct BucketGuards {
-    pub policy: Option<Arc<yutu_api::bucket_policy::BucketPolicy>>,
-    /// Its public access block (all off when none is configured).
-    pub block: yutu_api::public_access_block::PublicAccessBlock,
-    /// Whether one is configured (GetPublicAccessBlock answers NoSuchPublicAccessBlockConfiguration otherwise).
-    pub configured_block: bool,
-    /// Its object ownership, if set (`ObjectWriter` otherwise).
-    pub ownership: Option<yutu_api::ownership::ObjectOwnership>,
 }
 
 pub struct ShardStore {
@@ -380,109 +357,29 @@ impl ShardStore {
         self.buckets
             .entry(name.to_string())
             .or_insert_with(|| BucketPart {
-                created,
                 incarnation,
-                owner: owner.to_string(),
                 durability,
                 closing: false,
                 objects: BTreeMap::new(),
-                quota: None,
-                acl: Default::default(),
-                cors: None,
-                policy: None,
-                public_access_block: None,
-                ownership: None,
+                settings: BucketSettings::new(created, owner),
                 held: 0,
             });
     }
 
-    /// Replaces a bucket's ACL.
-    pub fn set_bucket_acl(&mut self, name: &str, acl: yutu_api::acl::Acl) {
-        if let Some(b) = self.buckets.get_mut(name) {
-            b.acl = acl;
-        }
+    /// A bucket's settings, `None` when it does not exist.
+    pub fn bucket_settings(&self, name: &str) -> Option<&BucketSettings> {
+        self.buckets.get(name).map(|b| &b.settings)
     }
 
-    /// Replaces (or, with `None`, deletes) a bucket's CORS configuration.
-    pub fn set_bucket_cors(&mut self, name: &str, cors: Option<yutu_api::cors::CorsConfiguration>) {
-        if let Some(b) = self.buckets.get_mut(name) {
-            b.cors = cors.map(Arc::new);
-        }
+    /// A bucket's settings to change (`node::buckets` does, on every shard).
+    pub fn bucket_settings_mut(&mut self, name: &str) -> Option<&mut BucketSettings> {
+        self.buckets.get_mut(name).map(|b| &mut b.settings)
     }
 
-    /// A bucket's CORS configuration, if it exists and has one.
-    pub fn bucket_cors(&self, name: &str) -> Option<Arc<yutu_api::cors::CorsConfiguration>> {
-        self.buckets.get(name).and_then(|b| b.cors.clone())
-    }
-
-    /// What the permission check needs of a bucket: its owner, incarnation and ACL; `None`
+    /// What the permission check needs of a bucket: its settings and incarnation; `None`
     /// when it does not exist.
-    pub fn bucket_access(&self, name: &str) -> Option<(&str, u64, &yutu_api::acl::Acl)> {
-        self.buckets
-            .get(name)
-            .map(|b| (b.owner.as_str(), b.incarnation, &b.acl))
-    }
-
-    /// Replaces (or, with `None`, deletes) a bucket's policy. The text was validated when it
-    /// was put; one that no longer parses (a catalog edited by hand) is dropped with an error
-    /// in the log rather than kept half-understood.
-    pub fn set_bucket_policy(&mut self, name: &str, text: Option<&str>) {
-        let Some(b) = self.buckets.get_mut(name) else {
-            return;
-        };
-        b.policy = text.and_then(|t| {
-            match yutu_api::bucket_policy::BucketPolicy::parse(t, name) {
-                Ok(p) => Some(Arc::new(p)),
-                Err(e) => {
-                    tracing::error!(bucket = name, error = %e, "the bucket's stored policy does not parse: ignored");
-                    None
-                }
-            }
-        });
-    }
-
-    /// Replaces (or, with `None`, deletes) a bucket's public access block.
-    pub fn set_public_access_block(
-        &mut self,
-        name: &str,
-        block: Option<yutu_api::public_access_block::PublicAccessBlock>,
-    ) {
-        if let Some(b) = self.buckets.get_mut(name) {
-            b.public_access_block = block;
-        }
-    }
-
-    /// A bucket's policy and public access block (`None`: the bucket does not exist).
-    pub fn bucket_guards(&self, name: &str) -> Option<BucketGuards> {
-        self.buckets.get(name).map(|b| BucketGuards {
-            policy: b.policy.clone(),
-            block: b.public_access_block.unwrap_or_default(),
-            configured_block: b.public_access_block.is_some(),
-            ownership: b.ownership,
-        })
-    }
-
-    /// Replaces (or, with `None`, deletes) a bucket's object ownership.
-    pub fn set_bucket_ownership(
-        &mut self,
-        name: &str,
-        ownership: Option<yutu_api::ownership::ObjectOwnership>,
-    ) {
-        if let Some(b) = self.buckets.get_mut(name) {
-            b.ownership = ownership;
-        }
-    }
-
-    /// Sets a bucket's quota (fixed at its creation; given again when it is restored).
-    pub fn set_bucket_quota(&mut self, name: &str, quota: Option<u64>) {
-        if let Some(b) = self.buckets.get_mut(name) {
-            b.quota = quota;
-        }
-    }
-
-    /// A bucket's quota, `None` when it has none or does not exist.
-    pub fn bucket_quota(&self, name: &str) -> Option<u64> {
-        self.buckets.get(name).and_then(|b| b.quota)
+    pub fn bucket_access(&self, name: &str) -> Option<(&BucketSettings, u64)> {
+        self.buckets.get(name).map(|b| (&b.settings, b.incarnation))
     }
 
     /// Bytes of the bucket's objects only DRAM holds on this shard (see `BucketPart::held`).
@@ -498,16 +395,11 @@ impl ShardStore {
         }
     }
 
-    /// The owner of a bucket, `None` when it does not exist.
-    pub fn bucket_owner(&self, name: &str) -> Option<String> {
-        self.buckets.get(name).map(|b| b.owner.clone())
-    }
-
     /// The owner and incarnation of a bucket, `None` when it does not exist.
     pub fn bucket_identity(&self, name: &str) -> Option<(&str, u64)> {
         self.buckets
             .get(name)
-            .map(|b| (b.owner.as_str(), b.incarnation))
+            .map(|b| (b.settings.owner.as_str(), b.incarnation))
     }
 
     /// Whether the bucket exists at all, even while a delete of it is in progress.

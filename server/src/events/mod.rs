@@ -33,7 +33,7 @@ pub fn spawn_flusher(shard: Rc<Shard>) {
     glommio::spawn_local(async move {
         loop {
             glommio::timer::sleep(FLUSH_EVERY).await;
-            let events = shard.tier.store.borrow_mut().take_events();
+            let events = shard.tier.take_events();
             if !events.is_empty() {
                 let _ = shard
                     .run(0, move |s| {

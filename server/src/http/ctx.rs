@@ -10,7 +10,7 @@ use super::permission::{self, Asked};
 use super::target::Target;
 use crate::auth::authenticate::RequestAuth;
 use crate::auth::{authorize_object, authorize_with_acl, Action, Gate, Identity};
-use crate::engine::store::ShardStore;
+use crate::engine::bucket_settings::BucketSettings;
 use crate::metrics::Op;
 use crate::net::budget::BodyClient;
 use crate::node::Shard;
@@ -121,7 +121,7 @@ impl Ctx {
     /// the request's `s3:prefix`). Nothing for a request that names no bucket.
     fn weigh<'s>(
         &self,
-        store: &'s ShardStore,
+        found: Option<(&'s BucketSettings, u64)>,
         op: Op,
         action: Action,
         bucket: Option<&str>,
@@ -136,9 +136,8 @@ impl Ctx {
                 decision: Decision::NotApplicable,
             };
         };
-        let found = store.bucket_access(bucket);
-        let guards = store.bucket_guards(bucket).unwrap_or_default();
-        let owner = found.map(|(owner, _, _)| owner);
+        let guards = found.map(|(s, _)| s.guards()).unwrap_or_default();
+        let owner = found.map(|(s, _)| s.owner.as_str());
         let asked = Asked {
             who: self.identity(),
             op,
@@ -149,9 +148,27 @@ impl Ctx {
         };
         Weighed {
             owner,
-            incarnation: found.map(|(_, incarnation, _)| incarnation),
-            acl: permission::effective_acl(found.map(|(_, _, acl)| acl), &guards),
+            incarnation: found.map(|(_, incarnation)| incarnation),
+            acl: permission::effective_acl(found.map(|(s, _)| &s.acl), &guards),
             decision: permission::decide(&asked, owner, &guards, |p| self.policy_context(p)),
+        }
+    }
+
+    /// [`Ctx::weigh`] on this shard's copy of `bucket`'s settings, read in place.
+    fn weighed<R>(
+        &self,
+        op: Op,
+        action: Action,
+        bucket: Option<&str>,
+        key: Option<&str>,
+        prefix: Option<&str>,
+        then: impl FnOnce(Weighed<'_>) -> R,
+    ) -> R {
+        match bucket {
+            Some(b) => self.shard.tier.with_bucket(b, |found| {
+                then(self.weigh(found, op, action, bucket, key, prefix))
+            }),
+            None => then(self.weigh(None, op, action, None, key, prefix)),
         }
     }
 
@@ -229,11 +246,11 @@ impl Ctx {
         bucket: Option<&str>,
         key: Option<&str>,
     ) -> Result<Option<u64>, S3Error> {
-        let store = self.shard.tier.store.borrow();
-        let w = self.weigh(&store, self.op.get(), action, bucket, key, None);
-        let acl = w.acl.as_deref();
-        authorize_with_acl(self.identity(), action, bucket, w.owner, acl, w.decision)?;
-        Ok(w.incarnation)
+        self.weighed(self.op.get(), action, bucket, key, None, |w| {
+            let acl = w.acl.as_deref();
+            authorize_with_acl(self.identity(), action, bucket, w.owner, acl, w.decision)?;
+            Ok(w.incarnation)
+        })
     }
 
     /// Whether the caller may read `key` of `bucket` as a copy's source (the bucket policy
@@ -248,31 +265,24 @@ impl Ctx {
     /// Whether the caller may list `bucket` under `key` (`s3:ListBucket` with `key` as the
     /// prefix): a read of a missing key answers NoSuchKey then, AccessDenied otherwise.
     pub fn may_list_key(&self, bucket: &str, key: &str) -> bool {
-        let store = self.shard.tier.store.borrow();
         let (op, action) = (Op::ListObjects, Action::List);
-        let w = self.weigh(&store, op, action, Some(bucket), None, Some(key));
-        let acl = w.acl.as_deref();
-        authorize_with_acl(
-            self.identity(),
-            action,
-            Some(bucket),
-            w.owner,
-            acl,
-            w.decision,
-        )
-        .is_ok()
+        self.weighed(op, action, Some(bucket), None, Some(key), |w| {
+            let acl = w.acl.as_deref();
+            let (who, bucket) = (self.identity(), Some(bucket));
+            authorize_with_acl(who, action, bucket, w.owner, acl, w.decision).is_ok()
+        })
     }
 
     /// [`Ctx::allow`] for an operation on an object of `bucket`: the [`Gate`] says whether
     /// the object's own ACL is still to be checked, where its metadata is read.
     pub fn allow_object(&self, action: Action, bucket: &str) -> Result<Allowed, S3Error> {
         self.shard.metrics.object_checks.inc();
-        let store = self.shard.tier.store.borrow();
         let key = self.policy_key();
-        let w = self.weigh(&store, self.op.get(), action, Some(bucket), key, None);
-        let acl = w.acl.as_deref();
-        let gate = authorize_object(self.identity(), action, bucket, w.owner, acl, w.decision)?;
-        Ok((w.incarnation, gate))
+        self.weighed(self.op.get(), action, Some(bucket), key, None, |w| {
+            let acl = w.acl.as_deref();
+            let gate = authorize_object(self.identity(), action, bucket, w.owner, acl, w.decision)?;
+            Ok((w.incarnation, gate))
+        })
     }
 }
 

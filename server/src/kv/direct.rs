@@ -81,8 +81,6 @@ pub async fn copy_out(
     for (key, target) in items {
         let hit = shard
             .tier
-            .store
-            .borrow_mut()
             .read_with(&bucket, &key, |_, bytes| copy_into(&target, bytes))?;
         let copied = match hit {
             Some(c) => {

@@ -23,11 +23,7 @@ pub fn lease(
     keys: &[String],
     ttl: Duration,
 ) -> Result<Leased, StoreError> {
-    let found = shard
-        .tier
-        .store
-        .borrow_mut()
-        .lease(lease_id, holder, bucket, keys, ttl)?;
+    let found = shard.tier.lease(lease_id, holder, bucket, keys, ttl)?;
     // A block named several times gets one descriptor, minted once.
     let mut minted: std::collections::HashMap<u64, SegmentDescriptor> = Default::default();
     Ok(found
@@ -70,8 +66,6 @@ pub fn put_start(
         };
         let started = shard
             .tier
-            .store
-            .borrow_mut()
             .put_start(*put_id, holder, bucket, key, *len, ttl);
         let desc = started.and_then(|(offset, grant)| {
             shard
@@ -106,8 +100,6 @@ pub fn pin(
 ) -> Result<(), String> {
     shard
         .tier
-        .store
-        .borrow_mut()
         .pin_keys(bucket, keys, kind)
         .map(|_| ())
         .map_err(|e| e.to_string())
@@ -115,20 +107,12 @@ pub fn pin(
 
 /// Gives back `holder`'s lease `lease_id`; whether it was still held.
 pub fn release(shard: &Shard, lease_id: u64, holder: &str) -> bool {
-    shard
-        .tier
-        .store
-        .borrow_mut()
-        .release_lease_by(lease_id, holder)
+    shard.tier.release_lease(lease_id, holder)
 }
 
 /// Revokes `holder`'s put `put_id` and gives back its quota; whether it was pending.
 pub fn put_revoke(shard: &Shard, put_id: u64, holder: &str, bucket: &str) -> bool {
-    let revoked = shard
-        .tier
-        .store
-        .borrow_mut()
-        .put_revoke_by(put_id, holder, bucket);
+    let revoked = shard.tier.put_revoke_by(put_id, holder, bucket);
     if revoked {
         let released = shard.kv_admitted.borrow_mut().remove(&put_id);
         drop(released);
@@ -139,12 +123,9 @@ pub fn put_revoke(shard: &Shard, put_id: u64, holder: &str, bucket: &str) -> boo
 /// Revokes the puts of a batch started before one of its blocks failed, and gives back
 /// their quota.
 fn abandon(shard: &Shard, started: &[(u64, String, u64)]) {
-    {
-        let mut store = shard.tier.store.borrow_mut();
-        for (put_id, _, _) in started {
-            store.put_revoke(*put_id);
-        }
-    }
+    shard
+        .tier
+        .put_revoke_all(started.iter().map(|(id, _, _)| *id));
     // Dropped after the store's borrow ends: an admission reads the store when it goes.
     let released: Vec<_> = {
         let mut held = shard.kv_admitted.borrow_mut();
@@ -166,13 +147,7 @@ pub async fn put_end(
 ) -> Vec<PutResult> {
     let ended: Vec<_> = put_ids
         .iter()
-        .map(|id| {
-            shard
-                .tier
-                .store
-                .borrow_mut()
-                .put_end_by(*id, &holder, &bucket)
-        })
+        .map(|id| shard.tier.put_end(*id, &holder, &bucket))
         .collect();
     let mut out = Vec::with_capacity(ended.len());
     for (id, r) in put_ids.iter().zip(ended) {

@@ -85,14 +85,13 @@ impl BucketChange {
     }
 
     fn apply_to_store(&self, s: &Shard, name: &str) {
-        let mut store = s.tier.store.borrow_mut();
-        match self {
-            BucketChange::Acl(acl) => store.set_bucket_acl(name, acl.clone()),
-            BucketChange::Cors(cors) => store.set_bucket_cors(name, cors.clone()),
-            BucketChange::Policy(p) => store.set_bucket_policy(name, p.as_deref()),
-            BucketChange::PublicAccessBlock(b) => store.set_public_access_block(name, *b),
-            BucketChange::Ownership(o) => store.set_bucket_ownership(name, *o),
-        }
+        s.tier.update_bucket(name, |settings| match self {
+            BucketChange::Acl(acl) => settings.acl = acl.clone(),
+            BucketChange::Cors(cors) => settings.set_cors(cors.clone()),
+            BucketChange::Policy(p) => settings.set_policy(name, p.as_deref()),
+            BucketChange::PublicAccessBlock(b) => settings.public_access_block = *b,
+            BucketChange::Ownership(o) => settings.ownership = *o,
+        })
     }
 }
 
@@ -143,8 +142,6 @@ fn catalog_with(
 ) -> Vec<BucketRecord> {
     let mut records: Vec<BucketRecord> = shard
         .tier
-        .store
-        .borrow()
         .buckets()
         .into_iter()
         .filter(|b| Some(b.name.as_str()) != remove)
@@ -195,7 +192,7 @@ async fn coordinate_create(shard: Rc<Shard>, new: NewBucket) -> Result<(), Bucke
         ownership,
     } = new;
     let _permit = shard.bucket_lock.acquire_permit(1).await;
-    if let Some(current) = shard.tier.store.borrow().bucket_owner(&name) {
+    if let Some(current) = shard.tier.bucket_owner(&name) {
         return Err(if current == owner {
             BucketError::AlreadyOwned
         } else {
@@ -222,11 +219,12 @@ async fn coordinate_create(shard: Rc<Shard>, new: NewBucket) -> Result<(), Bucke
     let n = name.clone();
     shard
         .broadcast(move |s| {
-            let mut store = s.tier.store.borrow_mut();
-            store.add_bucket(&n, created, &owner, durability, incarnation);
-            store.set_bucket_quota(&n, quota);
-            store.set_bucket_acl(&n, acl.clone());
-            store.set_bucket_ownership(&n, ownership);
+            s.tier
+                .add_bucket(&n, created, &owner, durability, incarnation, |settings| {
+                    settings.quota = quota;
+                    settings.acl = acl.clone();
+                    settings.ownership = ownership;
+                });
         })
         .await?;
     tracing::info!(bucket = %name, "bucket created");
@@ -237,7 +235,7 @@ async fn coordinate_create(shard: Rc<Shard>, new: NewBucket) -> Result<(), Bucke
 /// empty; only if all are empty is the delete committed, otherwise it is rolled back.
 async fn coordinate_delete(shard: Rc<Shard>, name: String) -> Result<(), BucketError> {
     let _permit = shard.bucket_lock.acquire_permit(1).await;
-    if !shard.tier.store.borrow().bucket_known(&name) {
+    if !shard.tier.bucket_known(&name) {
         return Err(BucketError::NoSuchBucket);
     }
     let n = name.clone();
@@ -245,7 +243,7 @@ async fn coordinate_delete(shard: Rc<Shard>, name: String) -> Result<(), BucketE
     let empty = answers.iter().all(|a| matches!(a, Ok(true)));
     let n = name.clone();
     shard
-        .broadcast(move |s| s.tier.store.borrow_mut().finish_close(&n, empty))
+        .broadcast(move |s| s.tier.finish_close(&n, empty))
         .await?;
     if !empty {
         return Err(BucketError::NotEmpty);

@@ -184,7 +184,7 @@ pub fn admit(
     bucket: &str,
     writes: &[(&str, u64)],
 ) -> Result<Admitted, StoreError> {
-    let Some(quota) = tier.store.borrow().bucket_quota(bucket) else {
+    let Some(quota) = tier.bucket_quota(bucket) else {
         return Ok(Admitted::unchecked());
     };
     let size: u64 = writes.iter().map(|(_, n)| *n).sum();
@@ -222,13 +222,7 @@ pub fn admit(
 
 /// Republishes every bucket's bytes on this shard.
 pub fn publish_all(usage: &BucketUsage, shard: usize, tier: &TieredStore) {
-    let names: Vec<String> = tier
-        .store
-        .borrow()
-        .buckets()
-        .into_iter()
-        .map(|b| b.name)
-        .collect();
+    let names: Vec<String> = tier.buckets().into_iter().map(|b| b.name).collect();
     for name in names {
         usage.set_shard(&name, shard, tier.bucket_bytes(&name));
     }

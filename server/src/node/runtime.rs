@@ -334,12 +334,14 @@ async fn run_shard(
             b.durability,
             b.incarnation(),
         );
-        store.set_bucket_quota(&b.name, b.quota);
-        store.set_bucket_acl(&b.name, b.acl.clone());
-        store.set_bucket_cors(&b.name, b.cors.clone());
-        store.set_bucket_policy(&b.name, b.policy.as_deref());
-        store.set_public_access_block(&b.name, b.public_access_block);
-        store.set_bucket_ownership(&b.name, b.ownership);
+        if let Some(s) = store.bucket_settings_mut(&b.name) {
+            s.quota = b.quota;
+            s.acl = b.acl.clone();
+            s.set_cors(b.cors.clone());
+            s.set_policy(&b.name, b.policy.as_deref());
+            s.public_access_block = b.public_access_block;
+            s.ownership = b.ownership;
+        }
     }
     if settings.conductor.is_some() {
         store.record_events();
@@ -466,22 +468,17 @@ fn spawn_kv_expiry(shard: Rc<Shard>) {
     glommio::spawn_local(async move {
         loop {
             glommio::timer::sleep(std::time::Duration::from_millis(100)).await;
-            let (leases, puts) = shard
-                .tier
-                .store
-                .borrow_mut()
-                .expire(std::time::Instant::now());
+            let (leases, puts) = shard.tier.expire_kv(std::time::Instant::now());
             if leases + puts > 0 {
                 tracing::debug!(shard = shard.id, leases, puts, "expired KV leases and puts");
             }
             // Quota held for puts revoked or expired since: given back (dropped once the
             // maps' borrows end, since an admission reads the store when it goes).
             let released: Vec<_> = {
-                let store = shard.tier.store.borrow();
                 let mut held = shard.kv_admitted.borrow_mut();
                 let gone: Vec<u64> = held
                     .keys()
-                    .filter(|id| !store.put_pending(**id))
+                    .filter(|id| !shard.tier.put_pending(**id))
                     .copied()
                     .collect();
                 gone.iter().filter_map(|id| held.remove(id)).collect()
@@ -501,8 +498,7 @@ fn spawn_usage_publisher(shard: Rc<Shard>) {
             glommio::timer::sleep(quota::PUBLISH_EVERY).await;
             quota::publish_all(&shard.usage, shard.id, &shard.tier);
             if shard.id == 0 {
-                let store = shard.tier.store.borrow();
-                shard.usage.retain(|b| store.bucket_known(b));
+                shard.usage.retain(|b| shard.tier.bucket_known(b));
             }
         }
     })
@@ -541,7 +537,7 @@ fn spawn_upload_reaper(shard: Rc<Shard>) {
         loop {
             glommio::timer::sleep(period).await;
             if let Some(cutoff) = std::time::SystemTime::now().checked_sub(timeout) {
-                let reaped = shard.tier.store.borrow_mut().reap_uploads(cutoff);
+                let reaped = shard.tier.reap_uploads(cutoff);
                 if reaped > 0 {
                     tracing::info!(
                         shard = shard.id,

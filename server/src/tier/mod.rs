@@ -20,10 +20,13 @@
 //! - the demoter writes evicted objects to NVMe in eviction order, and writes a tombstone when
 //!   the object was replaced or deleted while its append was in flight.
 
+mod blocks;
+mod buckets;
 pub mod durable;
 pub mod nvme;
 mod order;
 pub mod record;
+mod uploads;
 mod versions;
 
 use std::cell::RefCell;
@@ -102,7 +105,7 @@ type Flights = Rc<RefCell<HashMap<KeyName, u32>>>;
 
 /// A shard's objects in DRAM and on NVMe.
 pub struct TieredStore {
-    pub store: RefCell<ShardStore>,
+    store: RefCell<ShardStore>,
     pub nvme: Option<Rc<Nvme>>,
     metrics: Arc<ShardMetrics>,
     /// Keys with an NVMe tombstone in flight: a read that started before it must not promote
@@ -807,6 +810,11 @@ impl TieredStore {
             .as_ref()
             .is_some_and(|n| !n.list(bucket, "", None, 1).is_empty());
         Ok(empty && !on_nvme)
+    }
+
+    /// The KV events recorded since the last call (for the conductor's feed).
+    pub fn take_events(&self) -> Vec<yutu_api::events::KvEventKind> {
+        self.store.borrow_mut().take_events()
     }
 
     /// Every KV block this shard holds, by bucket and fastest tier.

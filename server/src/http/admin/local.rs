@@ -43,7 +43,7 @@ pub async fn stats(ctx: &Ctx) -> Result<NodeStats, S3Error> {
                 misses: m.misses.get(),
                 evictions: m.evictions.get(),
                 demotions: m.demotions.get(),
-                pinned: s.tier.store.borrow_mut().pin_count(),
+                pinned: s.tier.pin_count(),
             }
         })
         .await?;
@@ -124,7 +124,7 @@ pub async fn evict(ctx: &Ctx, req: EvictRequest) -> Result<EvictResponse, S3Erro
         let share = bytes.div_ceil(ctx.shard.nshards as u64);
         let freed = ctx
             .shard
-            .broadcast(move |s| s.tier.store.borrow_mut().free_bytes(share))
+            .broadcast(move |s| s.tier.free_bytes(share))
             .await?;
         for (objects, b) in freed {
             out.objects += objects;
@@ -135,7 +135,7 @@ pub async fn evict(ctx: &Ctx, req: EvictRequest) -> Result<EvictResponse, S3Erro
     let Some(bucket) = req.bucket else {
         return Ok(out);
     };
-    if !ctx.shard.tier.store.borrow().bucket_exists(&bucket) {
+    if !ctx.shard.tier.bucket_exists(&bucket) {
         return Ok(out);
     }
     let prefix = req.prefix.unwrap_or_default();
@@ -164,7 +164,7 @@ pub async fn evict(ctx: &Ctx, req: EvictRequest) -> Result<EvictResponse, S3Erro
                     let done = key.is_some() || keys.len() < PAGE;
                     let (pinned, free): (Vec<_>, Vec<_>) = keys
                         .into_iter()
-                        .partition(|(k, _)| s.tier.store.borrow().hard_pinned(&b, k));
+                        .partition(|(k, _)| s.tier.hard_pinned(&b, k));
                     part.pinned_skipped += pinned.len() as u64;
                     let names: Vec<String> = free.iter().map(|(k, _)| k.clone()).collect();
                     if !names.is_empty() {
@@ -208,18 +208,9 @@ pub async fn pin(ctx: &Ctx, req: PinRequest, pinning: bool) -> Result<PinRespons
         let n = ctx
             .shard
             .run(shard, move |s| {
-                let mut store = s.tier.store.borrow_mut();
-                let keys = match (&key, &prefix) {
-                    (Some(k), _) => vec![k.clone()],
-                    (None, Some(p)) if pinning => store.dram_keys_with_prefix(&b, p, MAX_PINS),
-                    (None, Some(p)) => store.pinned_with_prefix(&b, p),
-                    (None, None) => Vec::new(),
-                };
-                if pinning {
-                    store.pin_keys(&b, &keys, kind)
-                } else {
-                    Ok(store.unpin_keys(&b, &keys))
-                }
+                let pin = pinning.then_some(kind);
+                s.tier
+                    .pin_or_unpin(&b, key.as_deref(), prefix.as_deref(), pin, MAX_PINS)
             })
             .await?;
         out.keys += n.map_err(|e: StoreError| {
@@ -233,7 +224,7 @@ pub async fn replicate(ctx: &Ctx, req: ReplicateRequest) -> Result<ReplicateResp
     let Some(cluster) = ctx.cluster.clone() else {
         return Ok(ReplicateResponse::default());
     };
-    if !ctx.shard.tier.store.borrow().bucket_exists(&req.bucket) {
+    if !ctx.shard.tier.bucket_exists(&req.bucket) {
         return Ok(ReplicateResponse::default());
     }
     let view = cluster.view();
@@ -345,7 +336,7 @@ pub async fn replicate(ctx: &Ctx, req: ReplicateRequest) -> Result<ReplicateResp
 
 /// This node's page of a bucket listing.
 pub async fn list(ctx: &Ctx, req: LocalListRequest) -> Result<Vec<LocalListEntry>, S3Error> {
-    if !ctx.shard.tier.store.borrow().bucket_exists(&req.bucket) {
+    if !ctx.shard.tier.bucket_exists(&req.bucket) {
         return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
     }
     let query = ListQuery {
@@ -398,7 +389,7 @@ pub async fn versions(
         return Err(S3Error::new(S3ErrorCode::InvalidRequest)
             .msg("Versions are compared between the nodes of a cluster."));
     };
-    if !ctx.shard.tier.store.borrow().bucket_exists(&req.bucket) {
+    if !ctx.shard.tier.bucket_exists(&req.bucket) {
         return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
     }
     let view = cluster.view();

@@ -178,7 +178,7 @@ async fn readable_bucket(ctx: &Ctx) -> Result<Option<String>, S3Error> {
     // The KV API's decision for `exists` on the bucket.
     ctx.allow(Action::Read, Some(&bucket))
         .map_err(|e| e.bucket(&bucket))?;
-    let exists = ctx.shard.tier.store.borrow().bucket_exists(&bucket);
+    let exists = ctx.shard.tier.bucket_exists(&bucket);
     Ok(exists.then_some(bucket))
 }
 

@@ -495,7 +495,7 @@ pub fn membership(ctx: &Ctx) -> Result<Resp, S3Error> {
 
 /// Makes sure this node knows a cluster bucket created through another node moments ago.
 pub async fn know_bucket(ctx: &Ctx, cluster: &Arc<Cluster>, bucket: &str) {
-    if ctx.shard.tier.store.borrow().bucket_known(bucket) || cluster.recently_absent(bucket) {
+    if ctx.shard.tier.bucket_known(bucket) || cluster.recently_absent(bucket) {
         return;
     }
     match crate::cluster::buckets::ensure(&ctx.shard, cluster, bucket).await {

@@ -66,10 +66,7 @@ fn check_ids(ctx: &Ctx, acl: &Acl, owner: &str, bucket_owner: &str) -> Result<()
 fn bucket_owner(ctx: &Ctx, bucket: &str) -> Result<String, S3Error> {
     ctx.shard
         .tier
-        .store
-        .borrow()
-        .bucket_access(bucket)
-        .map(|(owner, _, _)| owner.to_string())
+        .bucket_owner(bucket)
         .ok_or_else(|| S3Error::new(S3ErrorCode::NoSuchBucket))
 }
 
@@ -112,12 +109,9 @@ pub fn check_expected_owner(ctx: &Ctx, bucket: &str) -> Result<(), S3Error> {
     let Some(expected) = ctx.header(EXPECTED_OWNER_HEADER) else {
         return Ok(());
     };
-    let store = ctx.shard.tier.store.borrow();
-    match store.bucket_access(bucket) {
-        Some((owner, _, _)) if owner != expected.trim() => {
-            Err(S3Error::new(S3ErrorCode::AccessDenied)
-                .msg("The bucket belongs to another owner than x-amz-expected-bucket-owner names."))
-        }
+    match ctx.shard.tier.bucket_owner(bucket) {
+        Some(owner) if owner != expected.trim() => Err(S3Error::new(S3ErrorCode::AccessDenied)
+            .msg("The bucket belongs to another owner than x-amz-expected-bucket-owner names.")),
         _ => Ok(()),
     }
 }
@@ -132,7 +126,7 @@ pub fn pass(ctx: &Ctx, gate: Gate, meta: &ObjectMeta) -> Result<(), S3Error> {
         .target
         .bucket
         .as_deref()
-        .and_then(|b| ctx.shard.tier.store.borrow().bucket_guards(b))
+        .and_then(|b| ctx.shard.tier.bucket_guards(b))
         .unwrap_or_default();
     let acl = crate::http::permission::effective_acl(Some(&meta.acl), &guards);
     match acl {
@@ -200,11 +194,10 @@ async fn acl_to_set(
 }
 
 pub fn get_bucket_acl(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
-    let store = ctx.shard.tier.store.borrow();
-    let (owner, _, acl) = store
-        .bucket_access(bucket)
-        .ok_or_else(|| S3Error::new(S3ErrorCode::NoSuchBucket))?;
-    Ok(policy_response(acl, owner))
+    ctx.shard.tier.with_bucket(bucket, |b| {
+        let (settings, _) = b.ok_or_else(|| S3Error::new(S3ErrorCode::NoSuchBucket))?;
+        Ok(policy_response(&settings.acl, &settings.owner))
+    })
 }
 
 pub async fn put_bucket_acl(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, S3Error> {

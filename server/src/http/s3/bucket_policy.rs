@@ -12,7 +12,7 @@ use yutu_api::bucket_policy::{BucketPolicy, Effect, Targets, MAX_POLICY_LEN};
 use yutu_api::public_access_block::{PolicyStatus, PublicAccessBlock, MAX_DOCUMENT};
 use yutu_api::S3ErrorCode;
 
-use crate::engine::store::BucketGuards;
+use crate::engine::bucket_settings::BucketGuards;
 use crate::http::body;
 use crate::http::ctx::Ctx;
 use crate::http::error::S3Error;
@@ -26,8 +26,6 @@ pub fn refuse_public_acl(ctx: &Ctx, bucket: &str, acl: &Acl) -> Result<(), S3Err
     let blocked = ctx
         .shard
         .tier
-        .store
-        .borrow()
         .bucket_guards(bucket)
         .is_some_and(|g| g.block.block_public_acls);
     if blocked && acl_is_public(acl) {
@@ -40,8 +38,6 @@ pub fn refuse_public_acl(ctx: &Ctx, bucket: &str, acl: &Acl) -> Result<(), S3Err
 fn guards(ctx: &Ctx, bucket: &str) -> Result<BucketGuards, S3Error> {
     ctx.shard
         .tier
-        .store
-        .borrow()
         .bucket_guards(bucket)
         .ok_or_else(|| S3Error::new(S3ErrorCode::NoSuchBucket))
 }
@@ -118,10 +114,7 @@ pub fn get_bucket_policy_status(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error
     let acl_public = ctx
         .shard
         .tier
-        .store
-        .borrow()
-        .bucket_access(bucket)
-        .is_some_and(|(_, _, acl)| acl_is_public(acl));
+        .with_bucket(bucket, |b| b.is_some_and(|(s, _)| acl_is_public(&s.acl)));
     let is_public = g.policy.as_ref().is_some_and(|p| p.is_public()) || acl_public;
     Ok(xml_response(
         StatusCode::OK,

@@ -40,14 +40,7 @@ pub fn owner(name: &str) -> Owner {
 
 /// The owner of `bucket` as listings show it.
 fn bucket_owner(ctx: &Ctx, bucket: &str) -> Owner {
-    owner(
-        ctx.shard
-            .tier
-            .store
-            .borrow()
-            .bucket_access(bucket)
-            .map_or("", |(o, _, _)| o),
-    )
+    owner(&ctx.shard.tier.bucket_owner(bucket).unwrap_or_default())
 }
 
 /// Most buckets one ListBuckets page holds (`max-buckets`, S3's bound).
@@ -79,8 +72,6 @@ pub fn list_buckets(ctx: &Ctx) -> Result<Resp, S3Error> {
     let mut visible: Vec<_> = ctx
         .shard
         .tier
-        .store
-        .borrow()
         .buckets()
         .into_iter()
         .filter(|b| can_see(ctx.identity(), &b.name, &b.owner))
@@ -235,10 +226,10 @@ pub async fn delete(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
 /// them: other shards' and nodes' figures are up to a second old).
 pub fn head(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
     let shard = &ctx.shard;
-    let store = shard.tier.store.borrow();
-    let Some(info) = store
+    let Some(info) = shard
+        .tier
         .bucket_info(bucket)
-        .filter(|_| store.bucket_exists(bucket))
+        .filter(|_| shard.tier.bucket_exists(bucket))
     else {
         return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
     };
@@ -255,7 +246,7 @@ pub fn head(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
 
 pub fn location(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
     let shard = &ctx.shard;
-    if !shard.tier.store.borrow().bucket_exists(bucket) {
+    if !shard.tier.bucket_exists(bucket) {
         return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
     }
     let xml = format!(
@@ -315,7 +306,7 @@ async fn page(
     after: Option<String>,
 ) -> Result<(Vec<ListItem>, bool), S3Error> {
     let shard = &ctx.shard;
-    if !shard.tier.store.borrow().bucket_exists(bucket) {
+    if !shard.tier.bucket_exists(bucket) {
         return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
     }
     if p.max_keys == 0 {

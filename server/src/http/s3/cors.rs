@@ -32,7 +32,7 @@ fn cors_error(e: CorsError) -> S3Error {
 /// (S3 and Ceph RGW answer 404 NoSuchBucket), before reading a body and rather than "no
 /// configuration" (GET) or "deleted" (DELETE, 204).
 fn bucket_exists(ctx: &Ctx, bucket: &str) -> Result<(), S3Error> {
-    if ctx.shard.tier.store.borrow().bucket_exists(bucket) {
+    if ctx.shard.tier.bucket_exists(bucket) {
         Ok(())
     } else {
         Err(S3Error::new(S3ErrorCode::NoSuchBucket))
@@ -44,8 +44,6 @@ pub fn get_bucket_cors(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
     let cors = ctx
         .shard
         .tier
-        .store
-        .borrow()
         .bucket_cors(bucket)
         .ok_or_else(|| S3Error::new(S3ErrorCode::NoSuchCORSConfiguration))?;
     let doc = CorsConfiguration {
@@ -138,7 +136,7 @@ pub fn preflight(
 ) -> Result<Resp, S3Error> {
     let bad = |m: &str| S3Error::new(S3ErrorCode::InvalidRequest).msg(m);
     let bucket = bucket.ok_or_else(|| bad("A CORS preflight names a bucket."))?;
-    if shard.settings.cluster.is_none() && !shard.tier.store.borrow().bucket_exists(bucket) {
+    if shard.settings.cluster.is_none() && !shard.tier.bucket_exists(bucket) {
         return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
     }
     let origin = header_text(headers, "origin")
@@ -149,7 +147,7 @@ pub fn preflight(
     let wanted = header_text(headers, "access-control-request-headers")
         .map(request_headers)
         .unwrap_or_default();
-    let cors = shard.tier.store.borrow().bucket_cors(bucket);
+    let cors = shard.tier.bucket_cors(bucket);
     let rule = cors
         .as_deref()
         .and_then(|c| c.find(origin, method, &wanted))
@@ -172,7 +170,7 @@ pub fn decorate(shard: &Shard, bucket: &str, origin: &str, method: &Method, resp
     if resp.headers().contains_key("access-control-allow-origin") {
         return;
     }
-    let Some(cors) = shard.tier.store.borrow().bucket_cors(bucket) else {
+    let Some(cors) = shard.tier.bucket_cors(bucket) else {
         return;
     };
     if let Some(rule) = cors.find(origin, method.as_str(), &[]) {

@@ -111,7 +111,7 @@ pub async fn create(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error>
     let upload_id = id.clone();
     ctx.shard
         .run(ctx.shard.owner(bucket, key), move |s| {
-            s.tier.store.borrow_mut().create_upload(upload_id, upload)
+            s.tier.create_upload(upload_id, upload)
         })
         .await??;
     let doc = InitiateMultipartUploadResult {
@@ -142,7 +142,7 @@ pub async fn create(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error>
 fn part_limit(ctx: &Ctx) -> u64 {
     MAX_PART_SIZE
         .min(ctx.shard.settings.max_object_size)
-        .min(ctx.shard.tier.store.borrow().capacity())
+        .min(ctx.shard.tier.capacity())
 }
 
 async fn store_part(
@@ -158,10 +158,7 @@ async fn store_part(
     let (b, k, e) = (bucket.to_string(), key.to_string(), etag.clone());
     ctx.shard
         .run(ctx.shard.owner(bucket, key), move |s| {
-            s.tier
-                .store
-                .borrow_mut()
-                .upload_part(&id, &b, &k, number, &data, e, checksum)
+            s.tier.upload_part(&id, &b, &k, number, &data, e, checksum)
         })
         .await??;
     Ok(etag)
@@ -405,9 +402,7 @@ pub async fn complete(
     let kind = {
         let (b, k, id) = (bucket.to_string(), key.to_string(), id.clone());
         ctx.shard
-            .run(owner, move |s| {
-                s.tier.store.borrow_mut().upload_checksum(&id, &b, &k)
-            })
+            .run(owner, move |s| s.tier.upload_checksum(&id, &b, &k))
             .await?
     };
     match kind {
@@ -424,7 +419,7 @@ pub async fn complete(
     let done = ctx
         .shard
         .run_step(owner, move |s| {
-            let size = s.tier.store.borrow().completed_size(&upload, &listed);
+            let size = s.tier.completed_size(&upload, &listed);
             let admitted = if checked {
                 match s.admit(&b, &[(&k, size)]) {
                     Ok(a) => a,
@@ -434,7 +429,7 @@ pub async fn complete(
                 Admitted::unchecked()
             };
             // In the step that completes, so no other completion sees this request's claim.
-            s.tier.store.borrow_mut().claim_checksum(&upload, claim);
+            s.tier.claim_checksum(&upload, claim);
             s.tier
                 .complete_upload(upload, b, k, listed, cond)
                 .holding(admitted)
@@ -456,7 +451,7 @@ pub async fn abort(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Error> 
     let (b, k) = (bucket.to_string(), key.to_string());
     ctx.shard
         .run(ctx.shard.owner(bucket, key), move |s| {
-            s.tier.store.borrow_mut().abort_upload(&id, &b, &k)
+            s.tier.abort_upload(&id, &b, &k)
         })
         .await??;
     Ok(empty(StatusCode::NO_CONTENT))
@@ -482,9 +477,7 @@ pub async fn list_parts(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, S3Er
     let (mut parts, initiator) = ctx
         .shard
         .run(ctx.shard.owner(bucket, key), move |s| {
-            let mut store = s.tier.store.borrow_mut();
-            let parts = store.list_parts(&upload, &b, &k, marker, max + 1)?;
-            Ok::<_, crate::model::StoreError>((parts, store.upload_owner(&upload)))
+            s.tier.list_parts(&upload, &b, &k, marker, max + 1)
         })
         .await??;
     let initiator = super::buckets::owner(initiator.as_deref().unwrap_or(""));
@@ -538,7 +531,7 @@ pub async fn list_uploads(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
         .shard
         .broadcast({
             let (bucket, prefix) = (bucket.to_string(), prefix.clone());
-            move |s| s.tier.store.borrow().list_uploads(&bucket, &prefix)
+            move |s| s.tier.list_uploads(&bucket, &prefix)
         })
         .await?;
     let mut all: Vec<_> = pages

@@ -31,7 +31,7 @@ pub fn object_limit(ctx: &Ctx) -> (u64, &'static str) {
 }
 
 pub fn bucket_must_exist(ctx: &Ctx, bucket: &str) -> Result<(), S3Error> {
-    if ctx.shard.tier.store.borrow().bucket_exists(bucket) {
+    if ctx.shard.tier.bucket_exists(bucket) {
         Ok(())
     } else {
         Err(S3Error::new(S3ErrorCode::NoSuchBucket))

@@ -22,8 +22,6 @@ use crate::node::buckets::{self, BucketChange};
 pub fn of(ctx: &Ctx, bucket: &str) -> Option<ObjectOwnership> {
     ctx.shard
         .tier
-        .store
-        .borrow()
         .bucket_guards(bucket)
         .map(|g| g.ownership.unwrap_or_default())
 }
@@ -87,8 +85,6 @@ pub fn get(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
     let set = ctx
         .shard
         .tier
-        .store
-        .borrow()
         .bucket_guards(bucket)
         .and_then(|g| g.ownership)
         .ok_or_else(|| S3Error::new(S3ErrorCode::OwnershipControlsNotFoundError))?;
@@ -106,10 +102,7 @@ pub async fn put(ctx: &Ctx, body_in: Incoming, bucket: &str) -> Result<Resp, S3E
     let acl_open = ctx
         .shard
         .tier
-        .store
-        .borrow()
-        .bucket_access(bucket)
-        .is_some_and(|(_, _, acl)| !acl.is_empty());
+        .with_bucket(bucket, |b| b.is_some_and(|(s, _)| !s.acl.is_empty()));
     if o == ObjectOwnership::BucketOwnerEnforced && acl_open {
         return Err(S3Error::new(
             S3ErrorCode::InvalidBucketAclWithObjectOwnership,

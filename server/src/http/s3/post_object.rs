@@ -29,6 +29,7 @@ use yutu_api::S3ErrorCode;
 use super::meta::STORED_HEADERS;
 use super::objects::store;
 use crate::auth::{authorize_with_acl, Action, Identity};
+use crate::engine::bucket_settings::BucketSettings;
 use crate::http::body;
 use crate::http::ctx::Ctx;
 use crate::http::error::S3Error;
@@ -376,10 +377,21 @@ fn authorize_signer(
     bucket: &str,
     key: &str,
 ) -> Result<Option<u64>, S3Error> {
-    let store = ctx.shard.tier.store.borrow();
-    let found = store.bucket_access(bucket);
-    let owner = found.map(|(o, _, _)| o);
-    let guards = store.bucket_guards(bucket).unwrap_or_default();
+    ctx.shard.tier.with_bucket(bucket, |found| {
+        authorize_signer_in(ctx, identity, bucket, key, found)
+    })
+}
+
+/// [`authorize_signer`] on this shard's copy of the bucket's settings.
+fn authorize_signer_in(
+    ctx: &Ctx,
+    identity: &Identity,
+    bucket: &str,
+    key: &str,
+    found: Option<(&BucketSettings, u64)>,
+) -> Result<Option<u64>, S3Error> {
+    let owner = found.map(|(s, _)| s.owner.as_str());
+    let guards = found.map(|(s, _)| s.guards()).unwrap_or_default();
     let asked = crate::http::permission::Asked {
         who: identity,
         op: crate::metrics::Op::PostObject,
@@ -395,10 +407,10 @@ fn authorize_signer(
         Action::Write,
         Some(bucket),
         owner,
-        found.map(|(_, _, a)| a),
+        found.map(|(s, _)| &s.acl),
         decision,
     )?;
-    Ok(found.map(|(_, i, _)| i))
+    Ok(found.map(|(_, i)| i))
 }
 
 /// The stored object's metadata: the form's headers, its `acl` field as x-amz-acl, the
@@ -411,14 +423,7 @@ fn object_meta(
 ) -> Result<ObjectMeta, S3Error> {
     let mut meta = form_meta(form)?;
     let owner = identity.name().to_string();
-    let bucket_owner = ctx
-        .shard
-        .tier
-        .store
-        .borrow()
-        .bucket_access(bucket)
-        .map(|(o, _, _)| o.to_string())
-        .unwrap_or_default();
+    let bucket_owner = ctx.shard.tier.bucket_owner(bucket).unwrap_or_default();
     let acl_field = form.fields.get("acl").map(str::to_string);
     meta.acl = yutu_api::acl::Acl::from_headers(
         |name| {
