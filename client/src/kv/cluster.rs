@@ -1,4 +1,4 @@
-//! Routing a [`KvClient`]'s calls over a cluster: the client learns the membership from a
+//! Routing a [`KvClient`](super::KvClient)'s calls over a cluster: the client learns the membership from a
 //! node (`GET /v1/cluster`), computes each key's owners with the same rendezvous placement
 //! the nodes use ([`yutu_api::cluster::owners`]), and moves the bytes straight to and from
 //! the owning nodes. A put goes to every owner (all must confirm); a get, exists or single
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use yutu_api::cluster::{Member, Membership, MEMBERSHIP_PATH};
 
-use super::{Buffer, Inner, KvClient, KvError, KvOptions, PutOptions};
+use super::{Buffer, Inner, KvError, KvOptions, NodeClient, PutOptions};
 
 /// How old the membership may get before a call reads it again.
 const REFRESH: Duration = Duration::from_secs(2);
@@ -26,12 +26,23 @@ struct State {
     read_at: Instant,
 }
 
+/// Where a [`KvClient`](super::KvClient)'s calls go: the one place that decides. A node
+/// alone (or one too old to say it is in a cluster) takes every call; in a cluster each call
+/// goes to the owners of its keys.
 pub(super) struct Routing {
+    /// The node the client was made with.
+    seed: Arc<NodeClient>,
+    /// Its cluster, when it is in one.
+    cluster: Option<Cluster>,
+}
+
+/// A cluster's membership as the client last read it, and a client per member.
+struct Cluster {
     options: KvOptions,
     inner: Arc<Inner>,
     state: RwLock<State>,
     /// A client per member (by name, with the URL it was made for).
-    nodes: Mutex<HashMap<String, (String, Arc<KvClient>)>>,
+    nodes: Mutex<HashMap<String, (String, Arc<NodeClient>)>>,
 }
 
 /// Whether a failure says the node could not be reached or could not serve (so another owner
@@ -47,19 +58,127 @@ fn node_failed(e: &KvError) -> bool {
 }
 
 impl Routing {
-    /// The routing of a cluster node's client; `None` when the node is alone (or too old to
-    /// say).
-    pub(super) fn discover(
-        seed: &KvClient,
-        options: &KvOptions,
-    ) -> Result<Option<Routing>, KvError> {
+    /// The routing of a client of `seed`: over its cluster when it is in one and
+    /// `options.route` asks for that, else to `seed` alone.
+    pub(super) fn new(seed: Arc<NodeClient>, options: &KvOptions) -> Result<Routing, KvError> {
+        let cluster = match options.route {
+            true => Cluster::discover(&seed, options)?,
+            false => None,
+        };
+        Ok(Routing { seed, cluster })
+    }
+
+    pub(super) fn seed(&self) -> &NodeClient {
+        &self.seed
+    }
+
+    /// How many nodes the calls are routed over (0: the seed alone).
+    pub(super) fn members(&self) -> usize {
+        self.cluster.as_ref().map_or(0, Cluster::members)
+    }
+
+    /// Whether the calls are routed over a cluster.
+    pub(super) fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// True when every node a call may reach offers RDMA, so that a call may hand any of
+    /// them a descriptor of GPU memory.
+    pub(super) fn all_offer_rdma(&self) -> bool {
+        match &self.cluster {
+            None => self.seed.server.rdma.is_some(),
+            Some(c) => c.all_offer_rdma(),
+        }
+    }
+
+    pub(super) fn put_from(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        lengths: &[u64],
+        options: &PutOptions,
+    ) -> Result<Vec<String>, KvError> {
+        match &self.cluster {
+            None => self
+                .seed
+                .batch_put_from_opts(bucket, keys, buf, offsets, lengths, options),
+            Some(c) => c.put_from(bucket, keys, buf, offsets, lengths, options),
+        }
+    }
+
+    pub(super) fn put_two_phase(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        lengths: &[u64],
+    ) -> Result<Vec<String>, KvError> {
+        match &self.cluster {
+            None => self
+                .seed
+                .batch_put_two_phase(bucket, keys, buf, offsets, lengths),
+            Some(c) => c.put_two_phase(bucket, keys, buf, offsets, lengths),
+        }
+    }
+
+    pub(super) fn get_into(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        capacities: &[u64],
+    ) -> Result<Vec<Option<u64>>, KvError> {
+        match &self.cluster {
+            None => self
+                .seed
+                .batch_get_into_ranges(bucket, keys, buf, offsets, capacities),
+            Some(c) => c.get_into(bucket, keys, buf, offsets, capacities),
+        }
+    }
+
+    pub(super) fn exists(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
+        match &self.cluster {
+            None => self.seed.batch_exists(bucket, keys),
+            Some(c) => c.exists(bucket, keys),
+        }
+    }
+
+    pub(super) fn prefix(&self, bucket: &str, keys: &[String]) -> Result<usize, KvError> {
+        match &self.cluster {
+            None => self.seed.prefix(bucket, keys),
+            Some(c) => c.prefix(bucket, keys),
+        }
+    }
+
+    pub(super) fn remove(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
+        match &self.cluster {
+            None => self.seed.remove(bucket, keys),
+            Some(c) => c.remove(bucket, keys),
+        }
+    }
+
+    pub(super) fn get_bytes(&self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        match &self.cluster {
+            None => self.seed.get_bytes(bucket, key),
+            Some(c) => c.get_bytes(bucket, key),
+        }
+    }
+}
+
+impl Cluster {
+    /// The cluster `seed` is in; `None` when the node is alone (or too old to say).
+    fn discover(seed: &NodeClient, options: &KvOptions) -> Result<Option<Cluster>, KvError> {
         let Some(membership) = read_membership(seed) else {
             return Ok(None);
         };
         if membership.members.is_empty() {
             return Ok(None);
         }
-        Ok(Some(Routing {
+        Ok(Some(Cluster {
             options: KvOptions {
                 route: false,
                 ..options.clone()
@@ -73,13 +192,13 @@ impl Routing {
         }))
     }
 
-    pub(super) fn members(&self) -> usize {
+    fn members(&self) -> usize {
         self.membership().members.len()
     }
 
     /// True when every member offers RDMA (connecting to those not met yet), so that a call
     /// may hand any of them a descriptor of GPU memory.
-    pub(super) fn all_offer_rdma(&self) -> bool {
+    fn all_offer_rdma(&self) -> bool {
         let membership = self.membership();
         !membership.members.is_empty()
             && membership
@@ -158,7 +277,7 @@ impl Routing {
     }
 
     /// The client of member `m` (connected on first use, again when its URL changed).
-    fn node(&self, m: &Member) -> Result<Arc<KvClient>, KvError> {
+    fn node(&self, m: &Member) -> Result<Arc<NodeClient>, KvError> {
         if let Ok(nodes) = self.nodes.lock() {
             if let Some((url, c)) = nodes.get(&m.name) {
                 if *url == m.url {
@@ -166,7 +285,7 @@ impl Routing {
                 }
             }
         }
-        let client = Arc::new(KvClient::connect_node(
+        let client = Arc::new(NodeClient::connect(
             &m.url,
             &self.options,
             Some(self.inner.clone()),
@@ -228,7 +347,7 @@ impl Routing {
         &self,
         m: &Membership,
         groups: BTreeMap<usize, Vec<usize>>,
-        call: impl Fn(&KvClient, &[usize]) -> Result<T, KvError> + Sync,
+        call: impl Fn(&NodeClient, &[usize]) -> Result<T, KvError> + Sync,
     ) -> Vec<(usize, Vec<usize>, Result<T, KvError>)> {
         let run =
             |node: usize, idx: &[usize]| self.node(&m.members[node]).and_then(|c| call(&c, idx));
@@ -269,7 +388,7 @@ impl Routing {
     }
 
     /// The client of the first member, for a bucket the cluster does not know.
-    fn any(&self, m: &Membership) -> Result<Arc<KvClient>, KvError> {
+    fn any(&self, m: &Membership) -> Result<Arc<NodeClient>, KvError> {
         let first = m
             .members
             .first()
@@ -277,7 +396,7 @@ impl Routing {
         self.node(first)
     }
 
-    pub(super) fn put_from(
+    fn put_from(
         &self,
         bucket: &str,
         keys: &[String],
@@ -333,7 +452,7 @@ impl Routing {
         })
     }
 
-    pub(super) fn put_two_phase(
+    fn put_two_phase(
         &self,
         bucket: &str,
         keys: &[String],
@@ -367,7 +486,7 @@ impl Routing {
         })
     }
 
-    pub(super) fn get_into(
+    fn get_into(
         &self,
         bucket: &str,
         keys: &[String],
@@ -395,7 +514,7 @@ impl Routing {
         })
     }
 
-    pub(super) fn exists(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
+    fn exists(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
         self.with_retry(|m| {
             let Some(owners) = self.owners(m, bucket, keys) else {
                 return self.any(m)?.batch_exists(bucket, keys);
@@ -420,7 +539,7 @@ impl Routing {
         &self,
         m: &Membership,
         owners: &[Vec<usize>],
-        call: impl Fn(&KvClient, &[usize]) -> Result<Vec<T>, KvError> + Sync,
+        call: impl Fn(&NodeClient, &[usize]) -> Result<Vec<T>, KvError> + Sync,
         found: impl Fn(&T) -> bool,
     ) -> Result<Vec<T>, KvError> {
         let mut out = vec![T::default(); owners.len()];
@@ -459,12 +578,12 @@ impl Routing {
         }
     }
 
-    pub(super) fn prefix(&self, bucket: &str, keys: &[String]) -> Result<usize, KvError> {
+    fn prefix(&self, bucket: &str, keys: &[String]) -> Result<usize, KvError> {
         let found = self.exists(bucket, keys)?;
         Ok(found.iter().take_while(|f| **f).count())
     }
 
-    pub(super) fn remove(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
+    fn remove(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
         self.with_retry(|m| {
             let Some(owners) = self.owners(m, bucket, keys) else {
                 return self.any(m)?.remove(bucket, keys);
@@ -484,7 +603,7 @@ impl Routing {
         })
     }
 
-    pub(super) fn get_bytes(&self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+    fn get_bytes(&self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         let keys = [key.to_string()];
         self.with_retry(|m| {
             let Some(owners) = self.owners(m, bucket, &keys) else {
@@ -539,11 +658,11 @@ fn group_of(owners: &[Vec<usize>], rank: usize, among: &[usize]) -> BTreeMap<usi
 }
 
 /// `GET /v1/cluster` of a node; `None` when it does not answer one (a node too old to know).
-fn read_membership(node: &KvClient) -> Option<Membership> {
+fn read_membership(node: &NodeClient) -> Option<Membership> {
     read_membership_at(node, MEMBERSHIP_PATH)
 }
 
-fn read_membership_at(node: &KvClient, target: &str) -> Option<Membership> {
+fn read_membership_at(node: &NodeClient, target: &str) -> Option<Membership> {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let mut req = node.agent.get(format!("{}{target}", node.base));
     if let Some(c) = &node.credentials {

@@ -413,10 +413,7 @@ impl KvClient {
     /// Whether every node a call may reach offers RDMA (a node without it could only refuse
     /// a GPU segment).
     fn nodes_offer_rdma(&self) -> bool {
-        match &self.route {
-            None => self.server.rdma.is_some(),
-            Some(r) => r.all_offer_rdma(),
-        }
+        self.route.all_offer_rdma()
     }
 
     /// The GPUDirect registration holding all of `blocks` (memory of `device`) and their

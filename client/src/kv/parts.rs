@@ -13,7 +13,7 @@ use yutu_api::kv::{GetIntoRequest, PutFromBlock, MAX_SPANS};
 use yutu_transfer::MemoryRegion;
 
 use super::checks::{check_batch, check_range, same_len};
-use super::{Buffer, KvClient, KvError, PutOptions};
+use super::{Buffer, KvClient, KvError, NodeClient, PutOptions};
 
 /// One block's spans: `(offset, len)` ranges of the buffer, in order.
 pub type Parts = Vec<(u64, u64)>;
@@ -51,6 +51,45 @@ impl KvClient {
         buf: &Buffer,
         parts: &[Parts],
     ) -> Result<Vec<Option<u64>>, KvError> {
+        self.one_node()?
+            .batch_get_into_parts(bucket, keys, buf, parts)
+    }
+
+    /// Stores each `keys[i]` as the concatenation of the ranges `parts[i]` of `buf` (gather),
+    /// with the put's `options` (mode and pin; one node, as [`KvClient::batch_get_into_parts`]).
+    /// One node call; the ETags in order (empty for a key kept by [`PutMode::IfAbsent`]).
+    pub fn batch_put_from_parts(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        parts: &[Parts],
+        options: &PutOptions,
+    ) -> Result<Vec<String>, KvError> {
+        self.one_node()?
+            .batch_put_from_parts(bucket, keys, buf, parts, options)
+    }
+
+    /// The node scattered blocks go to: the client's own, unless it routes over a cluster.
+    fn one_node(&self) -> Result<&NodeClient, KvError> {
+        if self.route.is_cluster() {
+            return Err(KvError::InvalidArgument(
+                "scattered blocks go to one node; this client routes over a cluster".into(),
+            ));
+        }
+        Ok(self.route.seed())
+    }
+}
+
+impl NodeClient {
+    /// [`KvClient::batch_get_into_parts`] on this node.
+    pub fn batch_get_into_parts(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        parts: &[Parts],
+    ) -> Result<Vec<Option<u64>>, KvError> {
         let (ranges, counts) = self.check_parts(keys, buf, parts)?;
         if keys.is_empty() {
             return Ok(Vec::new());
@@ -61,9 +100,7 @@ impl KvClient {
         self.get_into_call(bucket, keys, &body, |i| parts[i].iter().map(|p| p.1).sum())
     }
 
-    /// Stores each `keys[i]` as the concatenation of the ranges `parts[i]` of `buf` (gather),
-    /// with the put's `options` (mode and pin; one node, as [`KvClient::batch_get_into_parts`]).
-    /// One node call; the ETags in order (empty for a key kept by [`PutMode::IfAbsent`]).
+    /// [`KvClient::batch_put_from_parts`] on this node.
     pub fn batch_put_from_parts(
         &self,
         bucket: &str,
@@ -101,11 +138,6 @@ impl KvClient {
         self.check_buffer(buf)?;
         same_len(keys, parts.len(), "part lists")?;
         check_batch(keys)?;
-        if self.route.is_some() {
-            return Err(KvError::InvalidArgument(
-                "scattered blocks go to one node; this client routes over a cluster".into(),
-            ));
-        }
         let spans: usize = parts.iter().map(Vec::len).sum();
         if spans > MAX_SPANS {
             return Err(KvError::InvalidArgument(format!(

@@ -1,0 +1,735 @@
+//! [`NodeClient`]: the KV calls to one node, over HTTP (one connection per shard where the
+//! node has several, `lanes`) or binary frames (`frames`), with this process's transfer
+//! engine registered with the node as a peer. [`KvClient`](super::KvClient) routes each call
+//! to the nodes that own its keys and uses one of these per node.
+
+use std::io::Read;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use ureq::Agent;
+use yutu_api::kv::{
+    CopiedResponse, EtagsResponse, ExistsResponse, GetIntoRequest, KvOp, PeerRequest, PeerResponse,
+    PeerSecret, PrefixResponse, PutFromBlock, PutFromRequest, PutIdsRequest, PutStartBlock,
+    PutStartRequest, PutStartResponse, RemoveResponse, RevokeResponse, StartedPut, ENGINE_PATH,
+    PEERS_PATH,
+};
+use yutu_transfer::{
+    EngineConfig, HugePages, MemoryRegion, NodeAddress, NodeId, SegmentDescriptor, TransferEngine,
+    TransferRequest,
+};
+
+use super::checks::{check_batch, check_range, expect_len, same_len};
+use super::frames::{self, url_host, FramesMode};
+use super::http::{
+    call_get, check_bucket, check_status, keys_request, kv_agent, kv_path, read_json, signed_get,
+};
+use super::{device, lanes, random_node_id, remove_stale_dirs, Buffer, Inner, KvError, KvOptions};
+use super::{PutMode, PutOptions};
+use crate::address::encode_key;
+use crate::error::Resource;
+use crate::ClientError;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A blocking client for the KV block API of one Yutu node: its calls go to that node
+/// only. [`KvClient`](super::KvClient) routes over a cluster's nodes, one of these per node.
+pub struct NodeClient {
+    pub(super) agent: Agent,
+    /// What a lane's agent is made with: the ordinary agent's settings, one idle connection.
+    pub(super) lane_config: ureq::config::Config,
+    /// One connection per shard of the node, when it has several (see `lanes`).
+    pub(super) lanes: Option<lanes::Lanes>,
+    pub(super) base: String,
+    /// The Host header of `base` (signed).
+    pub(super) host: String,
+    pub(super) credentials: Option<crate::Credentials>,
+    pub(super) inner: Arc<Inner>,
+    pub(super) server: NodeAddress,
+    /// This client's registration with the node (get-into and put-from name it).
+    pub(super) session: String,
+    pub(super) put_ttl_ms: Option<u64>,
+    /// The node's frame sockets, when it has them and this client may use them: every KV
+    /// call then goes in a frame (see `frames`).
+    pub(super) frames: Option<frames::Frames>,
+}
+
+impl std::fmt::Debug for NodeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeClient")
+            .field("base", &self.base)
+            .field("node", &self.inner.engine.node())
+            .field("server", &self.server.node)
+            .finish()
+    }
+}
+
+/// Ends the session, so that the node drops its peer entry now rather than when it idles out
+/// (a user may hold a bounded number). Best effort: a node that cannot be reached ends it
+/// later by itself.
+impl Drop for NodeClient {
+    fn drop(&mut self) {
+        if self.session.is_empty() {
+            return;
+        }
+        let path = format!("{PEERS_PATH}/{}", self.session);
+        let mut req = self
+            .agent
+            .delete(format!("{}{path}", self.base))
+            .config()
+            .timeout_global(Some(Duration::from_secs(2)))
+            .build();
+        if let Some(c) = &self.credentials {
+            for (name, value) in c.sign(
+                "DELETE",
+                &self.host,
+                &path,
+                "",
+                b"",
+                std::time::SystemTime::now(),
+            ) {
+                req = req.header(name, value);
+            }
+        }
+        let _ = req.call();
+    }
+}
+
+impl NodeClient {
+    /// Starts a transfer engine, asks `base_url` for its engine's address and peers with it.
+    /// Every call goes to this node (see [`KvClient`](super::KvClient) for a cluster).
+    pub fn new(base_url: &str, options: KvOptions) -> Result<NodeClient, KvError> {
+        Self::connect(base_url, &options, None)
+    }
+
+    /// A client of one node; with `inner`, on an engine that already runs (a cluster's
+    /// clients share one engine, so one registered buffer serves every node).
+    pub(super) fn connect(
+        base_url: &str,
+        options: &KvOptions,
+        shared: Option<Arc<Inner>>,
+    ) -> Result<NodeClient, KvError> {
+        // Checks the URL the same way the S3 client does.
+        let base = crate::Client::new(base_url)?.base_url().to_string();
+        let bearer = match &options.token {
+            Some(token) => Some(crate::bearer::Bearer::new(token).ok_or_else(|| {
+                KvError::InvalidArgument("the token has characters a header cannot".into())
+            })?),
+            None => None,
+        };
+        let config = |idle_per_host: usize, idle_age: Duration| {
+            let mut config = Agent::config_builder();
+            if let Some(bearer) = &bearer {
+                config = config.middleware(bearer.clone());
+            }
+            config
+                .http_status_as_error(false)
+                .max_redirects(0)
+                .max_redirects_will_error(false)
+                .timeout_connect(Some(CONNECT_TIMEOUT))
+                .max_idle_connections_per_host(idle_per_host)
+                .max_idle_age(idle_age)
+                // A node is reached directly, as its transfer engine is: the environment's
+                // HTTP proxy (if any) is not for KV calls, and the KV chain has no proxy
+                // connector.
+                .proxy(None)
+                .user_agent(concat!("yutu-client/", env!("CARGO_PKG_VERSION")))
+                .build()
+        };
+        // The ordinary agent keeps ureq's default of idle connections per host; a lane's
+        // agent keeps the one connection that makes it a lane.
+        let https = base.starts_with("https://");
+        let agent = kv_agent(config(3, Duration::from_secs(15)), https);
+        // A lane is worth its connection only while the connection lasts.
+        let lane_config = config(1, Duration::from_secs(600));
+        let inner = match shared {
+            Some(inner) => inner,
+            None => Self::start_engine(options)?,
+        };
+        let host = crate::sigv4::host_of(&base);
+        let signer = options.credentials.as_ref().map(|c| (c, host.as_str()));
+        let (server, served): (NodeAddress, _) = call_get(&agent, &base, ENGINE_PATH, signer)?;
+        if server.node == inner.engine.node() {
+            return Err(KvError::InvalidArgument(format!(
+                "node id {} is the server's own; pick another",
+                server.node
+            )));
+        }
+        inner.engine.add_peer(server.clone());
+        // The node reaches this engine only after it proves to be at the address it gives:
+        // the engine answers the node's challenges with a secret only the two share.
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret)
+            .map_err(|e| KvError::InvalidArgument(format!("no randomness for a secret: {e}")))?;
+        inner.engine.trust(server.node, secret);
+        let mut client = NodeClient {
+            agent,
+            lane_config,
+            lanes: served.and_then(|(_, shards)| lanes::Lanes::new(shards)),
+            base,
+            host,
+            credentials: options.credentials.clone(),
+            inner,
+            server,
+            session: String::new(),
+            put_ttl_ms: options.put_ttl_ms,
+            frames: None,
+        };
+        let registered: PeerResponse = client.call_post(
+            PEERS_PATH,
+            &PeerRequest {
+                client: client.inner.address.clone(),
+                secret: PeerSecret(secret),
+            },
+        )?;
+        client.session = registered.session;
+        // Frames carry a bearer token (or nothing, to an open node), not SigV4 signatures.
+        if options.frames != FramesMode::Off && options.credentials.is_none() {
+            // A node without frames (an older one) answers an error: HTTP it is.
+            if let Ok((info, _)) = call_get::<yutu_api::kv_frame::FramesInfo>(
+                &client.agent,
+                &client.base,
+                yutu_api::kv_frame::FRAMES_PATH,
+                None,
+            ) {
+                let host = url_host(&client.base);
+                client.frames = frames::Frames::open(
+                    info,
+                    &host,
+                    client.base.starts_with("https://"),
+                    options.token.clone(),
+                    options.frames,
+                    options.frame_spin,
+                );
+            }
+        }
+        Ok(client)
+    }
+
+    /// Starts this client's transfer engine (with its shm directory when asked).
+    pub(super) fn start_engine(options: &KvOptions) -> Result<Arc<Inner>, KvError> {
+        let node = options.node_id.unwrap_or_else(random_node_id);
+        let mut cfg = EngineConfig::new(NodeId(node));
+        let shm_dir = if options.shm {
+            // Named by the pid and a random value, not the node id: the name is visible to
+            // every local user. The pid lets a later client remove what a killed one left.
+            let tmp = std::env::temp_dir();
+            remove_stale_dirs(&tmp);
+            let dir = tmp.join(format!(
+                "yutu-kv-{}-{:016x}",
+                std::process::id(),
+                random_node_id()
+            ));
+            std::fs::create_dir_all(&dir).map_err(ClientError::Io)?;
+            Some(dir)
+        } else {
+            None
+        };
+        cfg.shm_dir = shm_dir.clone();
+        if let Some(listen) = options.tcp_listen {
+            cfg.tcp_listen = Some(listen);
+        }
+        cfg.tcp_advertise = options.tcp_advertise;
+        let engine = match TransferEngine::start(cfg) {
+            Ok(e) => e,
+            Err(e) => {
+                if let Some(dir) = &shm_dir {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+                return Err(e.into());
+            }
+        };
+        let inner = Arc::new(Inner {
+            address: engine.address(),
+            engine,
+            shm_dir,
+            gpudirect: device::DirectRanges::default(),
+        });
+        Ok(inner)
+    }
+
+    /// The session the node registered this client's engine under.
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// The server's base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// This client's transfer engine.
+    pub fn engine(&self) -> &TransferEngine {
+        &self.inner.engine
+    }
+
+    /// The server engine's address, as the server announced it.
+    pub fn server_address(&self) -> &NodeAddress {
+        &self.server
+    }
+
+    /// Allocates and registers a buffer of at least `len` bytes (zeroed).
+    pub fn register(&self, len: u64) -> Result<Buffer, KvError> {
+        let len = usize::try_from(len)
+            .map_err(|_| KvError::InvalidArgument(format!("{len} bytes do not fit in memory")))?;
+        if len == 0 {
+            return Err(KvError::InvalidArgument(
+                "a buffer needs at least one byte".into(),
+            ));
+        }
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let name = format!("yutu-kv-buf-{}", SEQ.fetch_add(1, Ordering::Relaxed));
+        let region = MemoryRegion::allocate(&name, len, HugePages::Auto)?;
+        let segment = self.inner.engine.register(region)?;
+        Ok(Buffer {
+            segment,
+            inner: self.inner.clone(),
+        })
+    }
+
+    /// Stores `keys[i]` from `buf[offsets[i] .. offsets[i] + lengths[i]]` on this node: the
+    /// node reads the blocks out of the buffer (put-from). Returns the ETags, in order.
+    pub fn batch_put_from_opts(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        lengths: &[u64],
+        options: &PutOptions,
+    ) -> Result<Vec<String>, KvError> {
+        self.check_put(keys, buf, offsets, lengths)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let blocks = keys
+            .iter()
+            .zip(offsets.iter().zip(lengths))
+            .map(|(key, (&offset, &len))| PutFromBlock {
+                key: key.clone(),
+                offset,
+                len,
+            })
+            .collect();
+        self.put_from_call(bucket, keys, buf, blocks, options, None)
+    }
+
+    /// The put-from call to this client's node: `blocks` of `buf` (grouped by `parts`, see
+    /// [`PutFromRequest::parts`]) stored under `keys`; the ETags in order.
+    pub(super) fn put_from_call(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        blocks: Vec<PutFromBlock>,
+        options: &PutOptions,
+        parts: Option<Vec<u32>>,
+    ) -> Result<Vec<String>, KvError> {
+        let body = PutFromRequest {
+            blocks,
+            buffer: buf.whole()?,
+            session: self.session.clone(),
+            if_absent: options.mode == PutMode::IfAbsent,
+            pin: options.pin,
+            parts,
+        };
+        let ended: EtagsResponse = self.call_kv(bucket, KvOp::PutFrom, Some(keys), &body)?;
+        expect_len(ended.etags.len(), keys.len(), "put-from")?;
+        Ok(ended.etags)
+    }
+
+    /// The get-into call to this client's node; `rooms[i]` is the room key `i` was given, and
+    /// an answer claiming more is refused.
+    pub(super) fn get_into_call(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        body: &GetIntoRequest,
+        rooms: impl Fn(usize) -> u64,
+    ) -> Result<Vec<Option<u64>>, KvError> {
+        let answer: CopiedResponse = self.call_kv(bucket, KvOp::GetInto, Some(keys), body)?;
+        expect_len(answer.copied.len(), keys.len(), "get-into")?;
+        for (i, c) in answer.copied.iter().enumerate() {
+            let room = rooms(i);
+            if let Some(n) = c.filter(|n| *n > room) {
+                return Err(KvError::InvalidResponse(format!(
+                    "get-into claims {n} bytes for key {i}, which had room for {room}"
+                )));
+            }
+        }
+        Ok(answer.copied)
+    }
+
+    /// As [`NodeClient::batch_put_from_opts`], with the client moving the bytes: put-start reserves
+    /// the ranges and returns their descriptors, this client writes into the node's arena
+    /// one-sidedly (the path an RDMA- or GPU-capable engine takes), put-end publishes; the
+    /// reserved puts are revoked when a write fails. Three round trips instead of one.
+    pub fn batch_put_two_phase(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        lengths: &[u64],
+    ) -> Result<Vec<String>, KvError> {
+        self.check_put(keys, buf, offsets, lengths)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let body = PutStartRequest {
+            blocks: keys
+                .iter()
+                .zip(lengths)
+                .map(|(key, &len)| PutStartBlock {
+                    key: key.clone(),
+                    len,
+                })
+                .collect(),
+            ttl_ms: self.put_ttl_ms,
+        };
+        let started: PutStartResponse = self.call_kv(bucket, KvOp::PutStart, Some(keys), &body)?;
+        let put_ids = PutIdsRequest {
+            put_ids: started.puts.iter().map(|p| p.put_id).collect(),
+        };
+        let result = self
+            .write_blocks(keys, buf, offsets, lengths, &started.puts)
+            .and_then(|()| {
+                let ended: EtagsResponse = self.call_kv(bucket, KvOp::PutEnd, None, &put_ids)?;
+                expect_len(ended.etags.len(), keys.len(), "put-end")?;
+                Ok(ended.etags)
+            });
+        if result.is_err() && !put_ids.put_ids.is_empty() {
+            // Best effort: frees the reserved space now instead of at the ttl. Puts already
+            // ended are not revoked (the server answers false for them).
+            let _ = self.call_kv::<RevokeResponse>(bucket, KvOp::Revoke, None, &put_ids);
+        }
+        result
+    }
+
+    /// Checks put-start's answer against the request, then writes every block one-sidedly.
+    fn write_blocks(
+        &self,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        lengths: &[u64],
+        puts: &[StartedPut],
+    ) -> Result<(), KvError> {
+        if puts.len() != keys.len() {
+            return Err(KvError::InvalidResponse(format!(
+                "put-start answered {} puts for {} blocks",
+                puts.len(),
+                keys.len()
+            )));
+        }
+        let mut requests = Vec::with_capacity(puts.len());
+        for (i, p) in puts.iter().enumerate() {
+            if p.key != keys[i] {
+                return Err(KvError::InvalidResponse(format!(
+                    "put {i} is for key {:?}, not {:?}",
+                    p.key, keys[i]
+                )));
+            }
+            self.check_descriptor(&p.descriptor, i, lengths[i])?;
+            if lengths[i] > 0 {
+                requests.push(
+                    TransferRequest::write(&buf.segment, offsets[i], &p.descriptor)
+                        .range(0, lengths[i]),
+                );
+            }
+        }
+        if !requests.is_empty() {
+            self.inner.engine.transfer(requests)?;
+        }
+        Ok(())
+    }
+
+    /// A descriptor from the server must name the server's engine and cover `len` bytes.
+    fn check_descriptor(&self, d: &SegmentDescriptor, i: usize, len: u64) -> Result<(), KvError> {
+        if d.node != self.server.node {
+            return Err(KvError::InvalidResponse(format!(
+                "block {i}'s descriptor names node {}, not the server's {}",
+                d.node, self.server.node
+            )));
+        }
+        if d.len < len {
+            return Err(KvError::InvalidResponse(format!(
+                "block {i}'s descriptor covers {} bytes, not {len}",
+                d.len
+            )));
+        }
+        Ok(())
+    }
+
+    /// Fetches `keys[i]` into `buf[offsets[i] .. offsets[i] + capacities[i]]` from this node
+    /// (the node writes the bytes); each block's length, `None` where the key is absent.
+    pub fn batch_get_into_ranges(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        capacities: &[u64],
+    ) -> Result<Vec<Option<u64>>, KvError> {
+        same_len(keys, offsets.len(), "offsets")?;
+        same_len(keys, capacities.len(), "capacities")?;
+        check_batch(keys)?;
+        self.check_buffer(buf)?;
+        let mut ranges = Vec::with_capacity(keys.len());
+        for (i, (&off, &cap)) in offsets.iter().zip(capacities).enumerate() {
+            check_range(buf, i, off, cap)?;
+            if cap == 0 {
+                return Err(KvError::InvalidArgument(format!(
+                    "key {i} has no room at offset {off}"
+                )));
+            }
+            ranges.push((off, cap));
+        }
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let body =
+            GetIntoRequest::into_buffer(keys.to_vec(), buf.whole()?, ranges, self.session.clone());
+        self.get_into_call(bucket, keys, &body, |i| capacities[i])
+    }
+
+    /// Whether each key is stored (in any tier).
+    pub fn batch_exists(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
+        check_batch(keys)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.per_key(bucket, KvOp::Exists, keys, |a: ExistsResponse| a.exists)
+    }
+
+    /// A call of `op` on `keys` whose answer is one flag per key (exists, remove). With
+    /// frames, the keys are split by owning shard and every shard's part is sent before any
+    /// answer is read: the shards work at once and none forwards to another.
+    fn per_key<T: DeserializeOwned>(
+        &self,
+        bucket: &str,
+        op: KvOp,
+        keys: &[String],
+        flags: impl Fn(T) -> Vec<bool>,
+    ) -> Result<Vec<bool>, KvError> {
+        let groups = match &self.frames {
+            Some(frames) if keys.len() > 1 => {
+                let mut groups: Vec<Vec<usize>> = vec![Vec::new(); frames.shards()];
+                for (i, k) in keys.iter().enumerate() {
+                    groups[yutu_api::placement::shard_for(bucket, k, frames.shards())].push(i);
+                }
+                groups.retain(|g| !g.is_empty());
+                (groups.len() > 1).then_some((frames, groups))
+            }
+            _ => None,
+        };
+        let Some((frames, groups)) = groups else {
+            let flags = flags(self.call_kv(bucket, op, Some(keys), &keys_request(keys))?);
+            expect_len(flags.len(), keys.len(), op.as_str())?;
+            return Ok(flags);
+        };
+        check_bucket(bucket)?;
+        let calls = groups
+            .iter()
+            .map(|idx| {
+                let part: Vec<String> = idx.iter().map(|&i| keys[i].clone()).collect();
+                let shard = yutu_api::placement::shard_for(bucket, &part[0], frames.shards());
+                yutu_api::kv_frame::encode_call(bucket, &keys_request(&part))
+                    .map(|body| (shard, body))
+                    .map_err(|e| KvError::InvalidArgument(e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let answers: Vec<T> =
+            frames.call_each(yutu_api::kv_frame::FrameOp::Kv(op), &calls, op.is_read())?;
+        let mut out = vec![false; keys.len()];
+        for (idx, answer) in groups.iter().zip(answers) {
+            let part = flags(answer);
+            expect_len(part.len(), idx.len(), op.as_str())?;
+            for (&i, f) in idx.iter().zip(part) {
+                out[i] = f;
+            }
+        }
+        Ok(out)
+    }
+
+    /// How many leading keys of the chain `keys` are stored (the usable cached prefix).
+    pub fn prefix(&self, bucket: &str, keys: &[String]) -> Result<usize, KvError> {
+        check_batch(keys)?;
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let answer: PrefixResponse =
+            self.call_kv(bucket, KvOp::Prefix, Some(keys), &keys_request(keys))?;
+        match usize::try_from(answer.present) {
+            Ok(n) if n <= keys.len() => Ok(n),
+            _ => Err(KvError::InvalidResponse(format!(
+                "prefix claims {} of {} keys",
+                answer.present,
+                keys.len()
+            ))),
+        }
+    }
+
+    /// Deletes the keys; `true` where one was there.
+    pub fn remove(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
+        check_batch(keys)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.per_key(bucket, KvOp::Remove, keys, |a: RemoveResponse| a.removed)
+    }
+
+    fn check_put(
+        &self,
+        keys: &[String],
+        buf: &Buffer,
+        offsets: &[u64],
+        lengths: &[u64],
+    ) -> Result<(), KvError> {
+        super::check_put(&self.inner, keys, buf, offsets, lengths)
+    }
+
+    pub(super) fn check_buffer(&self, buf: &Buffer) -> Result<(), KvError> {
+        super::check_buffer(&self.inner, buf)
+    }
+
+    fn call_post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<T, KvError> {
+        self.call_post_keys(None, path, body)
+    }
+
+    /// Opens a connection in search of a lane: a new agent, and the shard its first call
+    /// reached.
+    fn open_lane(&self) -> Option<(Agent, usize)> {
+        let agent = kv_agent(self.lane_config.clone(), self.base.starts_with("https://"));
+        let signer = self.credentials.as_ref().map(|c| (c, self.host.as_str()));
+        let (_, served): (NodeAddress, _) =
+            call_get(&agent, &self.base, ENGINE_PATH, signer).ok()?;
+        Some((agent, served?.0))
+    }
+
+    /// A per-bucket call of the KV API: in a frame to the shard that owns `keys` (the first
+    /// key's, when they span shards) when the node takes frames, else as an HTTP POST.
+    fn call_kv<T: DeserializeOwned>(
+        &self,
+        bucket: &str,
+        op: KvOp,
+        keys: Option<&[String]>,
+        body: &impl Serialize,
+    ) -> Result<T, KvError> {
+        if let Some(frames) = &self.frames {
+            check_bucket(bucket)?;
+            let shard = keys.and_then(|k| k.first()).map_or(0, |k| {
+                yutu_api::placement::shard_for(bucket, k, frames.shards())
+            });
+            return frames.call_kv(shard, bucket, op, body);
+        }
+        self.call_post_keys(keys.map(|k| (bucket, k)), &kv_path(bucket, op)?, body)
+    }
+
+    /// How this client sends KV calls: `None` over HTTP, else the way its frames go.
+    pub fn frames_path(&self) -> Option<&frames::FramesPath> {
+        self.frames.as_ref().map(|f| f.path())
+    }
+
+    /// A POST whose keys (of `keys.0`) are `keys.1`: sent on the lane of the shard that owns
+    /// them all, when there is one.
+    fn call_post_keys<T: DeserializeOwned>(
+        &self,
+        keys: Option<(&str, &[String])>,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<T, KvError> {
+        let raw = serde_json::to_vec(body)
+            .map_err(|e| KvError::InvalidArgument(format!("cannot encode the request: {e}")))?;
+        let lane = keys.and_then(|(bucket, keys)| self.lane(bucket, keys));
+        let agent = lane.as_ref().map_or(&self.agent, |(_, a)| a);
+        let mut req = agent
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json");
+        if let Some(c) = &self.credentials {
+            let now = std::time::SystemTime::now();
+            // The path after the base URL is signed, not a path prefix of the base URL: a
+            // node serves at its root, so a prefix is one a proxy strips before the node
+            // verifies the signature over what it receives (tests/kv_prefix.rs).
+            for (name, value) in c.sign("POST", &self.host, path, "", &raw, now) {
+                req = req.header(name, value);
+            }
+        }
+        let resp = req.send(&raw[..]).map_err(ClientError::from)?;
+        self.answered_on(&lane, &resp);
+        read_json(resp)
+    }
+
+    /// The lane of the shard that owns all of `keys` (of `bucket`), when there is one: its
+    /// shard and its agent.
+    fn lane(&self, bucket: &str, keys: &[String]) -> Option<(usize, Agent)> {
+        let lanes = self.lanes.as_ref()?;
+        let shard = lanes.owner(bucket, keys)?;
+        Some((shard, lanes.agent(shard, || self.open_lane())?))
+    }
+
+    /// Checks that an answer sent on `lane` came from its shard (`lanes::Lanes::answered`).
+    fn answered_on<B>(&self, lane: &Option<(usize, Agent)>, resp: &ureq::http::Response<B>) {
+        if let (Some(lanes), Some((shard, _))) = (&self.lanes, lane) {
+            lanes.answered(*shard, lanes::served_by(resp));
+        }
+    }
+
+    /// The bytes of `key` (through the node's S3 GET, on the owning shard's lane), `None`
+    /// when it is absent: for a small read where staging it through a registered buffer
+    /// would cost more than it saves.
+    pub fn get_bytes(&self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        check_bucket(bucket)?;
+        if key.is_empty() {
+            return Err(KvError::InvalidArgument("a key cannot be empty".into()));
+        }
+        if let Some(frames) = &self.frames {
+            use yutu_api::kv_frame::{InlineValue, ReadRequest, ReadResponse};
+            let shard = yutu_api::placement::shard_for(bucket, key, frames.shards());
+            let req = ReadRequest {
+                keys: vec![key.to_string()],
+            };
+            let body = yutu_api::kv_frame::encode_call(bucket, &req)
+                .map_err(|e| KvError::InvalidArgument(e.to_string()))?;
+            let answer: ReadResponse =
+                frames.call(shard, yutu_api::kv_frame::FrameOp::Read, &body, true)?;
+            expect_len(answer.values.len(), 1, "read")?;
+            match answer.values.into_iter().next() {
+                Some(InlineValue::Bytes(data)) => return Ok(Some(data)),
+                Some(InlineValue::Missing) | None => return Ok(None),
+                // Too large to answer inline: the S3 GET below streams it.
+                Some(InlineValue::TooLarge(_)) => {}
+            }
+        }
+        let path = format!("/{}/{}", encode_key(bucket), encode_key(key));
+        let lane = self.lane(bucket, &[key.to_string()]);
+        let agent = lane.as_ref().map_or(&self.agent, |(_, a)| a);
+        let signer = self.credentials.as_ref().map(|c| (c, self.host.as_str()));
+        let mut resp = signed_get(agent, &self.base, &path, signer)?;
+        self.answered_on(&lane, &resp);
+        match check_status(&mut resp, Resource::Object) {
+            Ok(()) => {}
+            Err(e) if e.code() == Some("NoSuchKey") => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let mut out = Vec::new();
+        resp.body_mut()
+            .as_reader()
+            .read_to_end(&mut out)
+            .map_err(ClientError::Io)?;
+        Ok(Some(out))
+    }
+
+    /// How many shards of the node this client holds a connection to (0 for a node of one
+    /// shard): see `lanes`.
+    pub fn shard_lanes(&self) -> usize {
+        self.lanes.as_ref().map_or(0, |l| l.found())
+    }
+}
