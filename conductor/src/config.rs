@@ -118,7 +118,7 @@ impl Default for ClusterConfig {
             watch: true,
             resync_ms: 10_000,
             call_timeout_ms: 1_000,
-            max_answer_bytes: 16 << 20,
+            max_answer_bytes: yutu_etcd::MAX_ANSWER_BYTES as u64,
         }
     }
 }

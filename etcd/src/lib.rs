@@ -29,7 +29,9 @@ pub use endpoints::{endpoint, Endpoints};
 pub use request::{prefix_end, Call};
 pub use watch::{EventKind, WatchDecoder, WatchEvent, WatchResponse, MAX_WATCH_LINE};
 
-/// The default bound on one answer read whole (a range over a cluster's prefix).
+/// The default bound on one answer read whole (a range over a cluster's prefix): the
+/// node's, and the conductor's unless configured. Thousands of members, buckets and usage
+/// records fit well within it; an answer past it is refused rather than read into memory.
 pub const MAX_ANSWER_BYTES: usize = 16 << 20;
 
 /// Why an etcd call failed.
