@@ -91,9 +91,17 @@ pub struct ClusterConfig {
     /// The cluster's name, as given to the nodes (`--cluster`): members are read under
     /// `/yutu/<name>/members/`.
     pub name: String,
-    /// How often the membership is read. Two reads per second notice a node whose lease
-    /// expired well within a second of etcd noticing it, at a cost etcd does not feel.
+    /// How often the membership is read while no watch runs (etcd refused it, or it broke
+    /// and is being set up again), and after a failed read. Two reads per second notice a
+    /// node whose lease expired well within a second of etcd noticing it, at a cost etcd
+    /// does not feel.
     pub poll_ms: u64,
+    /// Whether to watch the members' prefix, reading the membership again as soon as etcd
+    /// reports a change (the read, not the watch, is what is applied).
+    pub watch: bool,
+    /// How often the membership is read anyway while the watch runs: the safety net for a
+    /// change a watch missed without breaking.
+    pub resync_ms: u64,
     /// Longest one etcd call may take before the next endpoint is tried: a frozen etcd must
     /// not stall the reads for longer than this.
     pub call_timeout_ms: u64,
@@ -107,8 +115,10 @@ impl Default for ClusterConfig {
             etcd: Vec::new(),
             name: "yutu".to_string(),
             poll_ms: 500,
+            watch: true,
+            resync_ms: 10_000,
             call_timeout_ms: 1_000,
-            max_answer_bytes: 16 << 20,
+            max_answer_bytes: yutu_etcd::MAX_ANSWER_BYTES as u64,
         }
     }
 }

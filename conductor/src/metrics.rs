@@ -69,6 +69,11 @@ pub struct Stats {
     etcd_errors: [u64; 5],
     /// Whether the last membership read succeeded; `None` before the first.
     pub etcd_reachable: Option<bool>,
+    /// Watches of the membership prefix set up (etcd answered `created`): one at start, one
+    /// more after each break or session end.
+    pub watch_starts: u64,
+    /// Membership reads woken by a watch event (rather than by the resync timer).
+    pub watch_wakeups: u64,
     pub member_joined: u64,
     pub member_left: u64,
     pub member_restarted: u64,
@@ -296,6 +301,18 @@ pub fn render(c: &Conductor, now_ms: f64) -> String {
                 .zip(s.etcd_errors)
                 .map(|(k, n)| value(&[("kind", k)], MetricType::COUNTER, n as f64))
                 .collect(),
+        );
+        add(
+            "etcd_watch_starts_total",
+            "Watches of the membership set up in etcd (the first, then one per break).",
+            MetricType::COUNTER,
+            counter(s.watch_starts),
+        );
+        add(
+            "etcd_watch_wakeups_total",
+            "Membership reads woken by a change etcd's watch reported.",
+            MetricType::COUNTER,
+            counter(s.watch_wakeups),
         );
         add(
             "etcd_reachable",

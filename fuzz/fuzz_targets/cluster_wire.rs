@@ -1,7 +1,8 @@
-//! What crosses the cluster's wires: etcd's range answers and the view built from them, the
-//! membership document clients route by (and placement over it), the nodes' usage records,
-//! the admin API's requests, a replica's metadata header, write versions and anti-entropy's
-//! versions pages (with the merge of shards' parts). None of it may panic, whatever the bytes.
+//! What crosses the cluster's wires: etcd's answers (range, lease, transaction, the watch
+//! stream cut into chunks) and the view built from a range, the membership document clients
+//! route by (and placement over it), the nodes' usage records, the admin API's requests, a
+//! replica's metadata header, write versions and anti-entropy's versions pages (with the
+//! merge of shards' parts). None of it may panic, whatever the bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -14,15 +15,22 @@ use yutu_api::cluster::{owners, BucketConfig, Member, Membership, NodeUsage};
 use yutu_server::cluster::{agent, etcd, replica, sync};
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) {
-        if let Ok((revision, kvs)) = etcd::parse_range(&v) {
-            let view = agent::build_view("/yutu/c/", revision, kvs);
-            for b in view.buckets.keys() {
-                let _ = view.owners(b, "key");
-                let _ = view.held_elsewhere("n1", b);
-            }
+    if let Ok(answer) = etcd::parse_range(data) {
+        let view = agent::build_view("/yutu/c/", answer.revision, answer.kvs);
+        for b in view.buckets.keys() {
+            let _ = view.owners(b, "key");
+            let _ = view.held_elsewhere("n1", b);
         }
     }
+    // The watch stream, in two chunks cut where the first byte says.
+    let cut = data.first().map_or(0, |b| usize::from(*b).min(data.len()));
+    let mut decoder = yutu_etcd::WatchDecoder::new(1 << 12);
+    if decoder.push(&data[..cut]).is_ok() {
+        let _ = decoder.push(&data[cut..]);
+    }
+    let _ = yutu_etcd::parse_keep_alive(data);
+    let _ = yutu_etcd::parse_grant(data);
+    let _ = yutu_etcd::parse_txn(data);
     if let Ok(m) = serde_json::from_slice::<Membership>(data) {
         let n = data.first().copied().unwrap_or(0) as usize;
         let o = owners("b", "k", &m.members, n);

@@ -38,7 +38,10 @@ pub struct NodePorts {
 
 impl TestCluster {
     /// Starts etcd and `n` nodes (`node0`...), each with `args` besides the cluster flags, and
-    /// waits until every node sees all `n`.
+    /// waits until every node sees all `n` and has caught up (its first anti-entropy pass:
+    /// until then it answers writes of keys it shares with 503, by design). Seeing the others
+    /// is not enough: the nodes learn of each other through etcd's watch within milliseconds,
+    /// before that first pass has run.
     pub fn start(n: usize, args: &[&str]) -> TestCluster {
         let etcd = Etcd::start();
         let dir = tempfile::tempdir().expect("cluster dir");
@@ -58,6 +61,16 @@ impl TestCluster {
         let all: Vec<String> = (0..n).map(|i| format!("node{i}")).collect();
         for i in 0..n {
             c.wait_members(i, &all);
+        }
+        for i in 0..n {
+            let node = c.node(i);
+            assert!(
+                wait_until(Duration::from_secs(30), || node
+                    .metric_sum("yutu_cluster_caught_up")
+                    == 1.0),
+                "node{i} never caught up; log:\n{}",
+                node.log()
+            );
         }
         c
     }

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use base64::Engine as _;
+
 use crate::server::wait_until;
 
 /// A running etcd, killed when dropped.
@@ -82,6 +84,32 @@ impl Etcd {
                 .args([sig, &c.id().to_string()])
                 .status();
         }
+    }
+
+    /// Writes `key` through etcd's JSON gateway (as a test stands in for a node).
+    pub fn put(&self, key: &str, value: &[u8]) {
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let body = serde_json::json!({ "key": b64(key.as_bytes()), "value": b64(value) });
+        self.call("/v3/kv/put", &body);
+    }
+
+    /// Deletes `key` through etcd's JSON gateway.
+    pub fn delete(&self, key: &str) {
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        self.call(
+            "/v3/kv/deleterange",
+            &serde_json::json!({ "key": b64(key.as_bytes()) }),
+        );
+    }
+
+    fn call(&self, path: &str, body: &serde_json::Value) {
+        let r = crate::Client::new(&self.url).send(
+            "POST",
+            path,
+            &[("content-type", "application/json")],
+            Some(body.to_string().as_bytes()),
+        );
+        assert_eq!(r.status, 200, "etcd {path}: {}", r.text());
     }
 
     /// Freezes etcd (SIGSTOP): connections stay open, nothing answers.

@@ -46,9 +46,28 @@ fn a_graceful_leave_is_seen_before_the_lease_expires() {
     for i in 0..3 {
         c.wait_members(i, &names(&[0, 1, 2]));
     }
+    // With 60 s leases, the nodes read the whole cluster every 5 s (the resync interval)
+    // while their watch runs: seeing the leave sooner, woken by the watch, is the watch's
+    // doing.
+    let wakeups = "yutu_cluster_etcd_watch_wakeups_total";
+    assert!(
+        wait_until(Duration::from_secs(10), || c
+            .node(0)
+            .metric_sum("yutu_cluster_etcd_watch_starts_total")
+            >= 1.0),
+        "node0 never watched etcd"
+    );
+    let before = c.node(0).metric_sum(wakeups);
     c.stop(2);
+    let stopped = Instant::now();
     c.wait_members(0, &names(&[0, 1]));
     c.wait_members(1, &names(&[0, 1]));
+    assert!(
+        stopped.elapsed() < Duration::from_secs(4),
+        "the leave took {:?} to be seen",
+        stopped.elapsed()
+    );
+    assert!(c.node(0).metric_sum(wakeups) > before, "no watch wake-up");
 }
 
 #[test]

@@ -12,6 +12,10 @@
 //!   resynced on etcd's word alone when it publishes nothing, and either way when it does;
 //! - while etcd is down, the conductor keeps the last membership and keeps routing on it.
 //!
+//! - a change in etcd reaches the conductor through its watch, long before the next periodic
+//!   read (resync and poll intervals of a minute here: without the watch, nothing would move
+//!   within the test's deadline).
+//!
 //! No sleeps: every wait is on a condition with a deadline.
 
 use std::path::Path;
@@ -20,8 +24,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use yutu_api::block_hash::{BlockHash, BlockHasher};
+use yutu_api::cluster::{member_key, Member};
 use yutu_api::token::{issue, Claims, ConductorScope, SigningKey};
 use yutu_tests::cluster::TestCluster;
+use yutu_tests::etcd::Etcd;
 use yutu_tests::server::wait_until;
 use yutu_tests::{bin_path, Server};
 
@@ -47,10 +53,17 @@ fn token(sub: &str, scopes: &[ConductorScope]) -> String {
 /// The conductor, following the cluster in `etcd`, fetching snapshots with an admin token of
 /// the nodes.
 fn start_conductor(dir: &Path, etcd: &str) -> Server {
+    start_conductor_with(dir, etcd, "")
+}
+
+/// The same, with `cluster` as the config's `[cluster]` table.
+fn start_conductor_with(dir: &Path, etcd: &str, cluster: &str) -> Server {
     let config = dir.join("conductor.toml");
     std::fs::write(
         &config,
-        format!("[[auth.token_keys]]\nkid = \"conductor\"\nsecret = \"{SECRET}\"\n"),
+        format!(
+            "[[auth.token_keys]]\nkid = \"conductor\"\nsecret = \"{SECRET}\"\n[cluster]\n{cluster}\n"
+        ),
     )
     .expect("write the conductor config");
     let node_admin = dir.join("node-admin.token");
@@ -377,4 +390,69 @@ fn the_conductor_follows_the_cluster_membership_in_etcd() {
         "the conductor does not read etcd again\nlog:\n{}",
         conductor.server.log()
     );
+}
+
+/// A member record as a node writes it, for a node that is not running.
+fn member(name: &str, started_ms: u64) -> Vec<u8> {
+    serde_json::to_vec(&Member {
+        name: name.into(),
+        // Nothing listens there: the resync it asks for stays pending, which is all this needs.
+        url: "http://127.0.0.1:9".into(),
+        transfer: None,
+        zone: None,
+        memory: 1 << 30,
+        nvme: 0,
+        shards: 1,
+        started_ms,
+        draining: false,
+        instance: "test".into(),
+    })
+    .expect("a member record")
+}
+
+#[test]
+fn a_change_in_etcd_reaches_the_conductor_through_the_watch() {
+    /// Well under the resync and poll intervals below.
+    const FAST: Duration = Duration::from_secs(10);
+    let etcd = Etcd::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let conductor = Conductor {
+        server: start_conductor_with(dir.path(), &etcd.url, "poll_ms = 60000\nresync_ms = 60000"),
+        auth: format!(
+            "Bearer {}",
+            token("test", &[ConductorScope::Route, ConductorScope::Events])
+        ),
+    };
+    let starts = "yutu_conductor_etcd_watch_starts_total";
+    let wakeups = "yutu_conductor_etcd_watch_wakeups_total";
+    assert!(
+        wait_until(FAST, || conductor.metric(starts) >= 1.0),
+        "the watch never started; log:\n{}",
+        conductor.server.log()
+    );
+    let reads = conductor.metric("yutu_conductor_etcd_reads_total");
+    assert_eq!(conductor.metric(wakeups), 0.0);
+
+    // A node joins: known within the deadline, through one wake-up and one read.
+    let key = member_key("yutu", "w1");
+    etcd.put(&key, &member("w1", 7));
+    assert!(
+        wait_until(FAST, || conductor.node("w1")["departed"] == false),
+        "the joined member never showed: {:?}\nlog:\n{}",
+        conductor.nodes(),
+        conductor.server.log()
+    );
+    assert!(conductor.metric(wakeups) >= 1.0);
+    assert!(conductor.metric("yutu_conductor_etcd_reads_total") > reads);
+
+    // Its key goes (a revoked lease): it departs as fast.
+    etcd.delete(&key);
+    assert!(
+        wait_until(FAST, || conductor.node("w1")["departed"] == true),
+        "the departed member is still listed: {}\nlog:\n{}",
+        conductor.node("w1"),
+        conductor.server.log()
+    );
+    assert!(conductor.metric(wakeups) >= 2.0);
+    assert_eq!(conductor.metric(starts), 1.0, "one watch did it all");
 }

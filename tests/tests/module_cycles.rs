@@ -26,6 +26,7 @@ const CRATES: &[&str] = &[
     "api",
     "client",
     "conductor",
+    "etcd",
     "transfer",
     "blockstore",
     "server",

@@ -1,20 +1,33 @@
-//! Following the cluster's membership in etcd (`--etcd`): a task that reads the members every
-//! `poll_ms` and applies each read to the conductor ([`Conductor::apply_membership`]), so that
-//! nodes are known (with their URLs, for snapshots) without registering, a node whose lease is
-//! gone is no longer routed to, and a node that comes back is resynced.
+//! Following the cluster's membership in etcd (`--etcd`): a task that reads the members and
+//! applies each read to the conductor ([`Conductor::apply_membership`]), so that nodes are
+//! known (with their URLs, for snapshots) without registering, a node whose lease is gone is
+//! no longer routed to, and a node that comes back is resynced.
 //!
-//! Polling rather than etcd's watch: a watch is a long-lived stream that needs its own
-//! reconnection and compaction handling, while a read of a few hundred small keys twice a
-//! second costs etcd nothing and is always a complete, consistent picture. A read that fails
-//! (etcd down, frozen, or answering garbage) is counted and logged and changes nothing: the
-//! conductor keeps routing on the last membership it read, because an etcd outage says
-//! nothing about the nodes themselves.
+//! When to read: etcd's watch of the members' prefix is the wake-up, the full read the truth.
+//! A thread holds a watch open from the revision after the last read; any event wakes the
+//! task, which reads the whole prefix again at once, so a node's departure reaches routing in
+//! the time etcd takes to report it rather than a poll interval later. The events themselves
+//! are not applied: a read is a complete, consistent picture, while a stream of deltas would
+//! need its own bookkeeping for compaction, reconnections and missed events. The periodic
+//! read stays, slower (`resync_ms`), as the safety net for a watch that stops reporting
+//! without breaking. While no watch runs (etcd refuses it, or it broke and is being set up
+//! again with backoff), or after a failed read, the task reads every `poll_ms` as it did
+//! before watches. Every wait has a deadline: a read gives up after its deadline, and a
+//! watch stream lives at most [`WATCH_SESSION`] before it is opened again, so a frozen etcd
+//! holds nothing.
+//!
+//! A read that fails (etcd down, frozen, or answering garbage) is counted and logged and
+//! changes nothing: the conductor keeps routing on the last membership it read, because an
+//! etcd outage says nothing about the nodes themselves.
 //!
 //! [`Conductor::apply_membership`]: crate::Conductor::apply_membership
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 use super::{resync, Shared};
 use crate::config::ClusterConfig;
@@ -25,16 +38,46 @@ use crate::membership::{members_prefix, parse_members};
 /// failure is always logged; at 500 ms per read this is one line every 10 s).
 const WARN_EVERY: u64 = 20;
 
+/// Longest one watch stream is kept open before it is opened again (from the revision after
+/// the last read): the deadline of a watch on an etcd that froze with the stream open.
+pub const WATCH_SESSION: Duration = Duration::from_secs(60);
+/// First and longest pause before setting up a watch again after it failed.
+const WATCH_BACKOFF: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(5));
+
 /// Reads the membership of one cluster from etcd.
 pub struct MembershipWatch {
     etcd: Arc<EtcdClient>,
     cluster: String,
     prefix: String,
     poll: Duration,
+    /// Reads while the watch runs; `None`: no watch.
+    resync: Option<Duration>,
     /// The most members one read returns: the conductor cannot hold more nodes anyway.
     limit: u64,
     /// Longest a whole read may take (every endpoint in turn, plus slack).
     deadline: Duration,
+}
+
+/// What the task and the watch thread share.
+#[derive(Debug, Default)]
+struct WatchState {
+    /// Woken on each batch of events (permits do not pile up: one read answers them all).
+    changed: Notify,
+    /// The watch is set up and reporting.
+    running: AtomicBool,
+    /// The revision the next watch starts from: the one after the last read.
+    from: AtomicI64,
+    /// The task is gone: the thread ends.
+    stop: AtomicBool,
+}
+
+/// Stops the watch thread when the task ends (or is dropped).
+struct StopOnDrop(Arc<WatchState>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 impl MembershipWatch {
@@ -43,11 +86,15 @@ impl MembershipWatch {
         let timeout = Duration::from_millis(cfg.call_timeout_ms.max(1));
         let etcd = EtcdClient::new(&cfg.etcd, timeout, cfg.max_answer_bytes)?;
         let deadline = timeout * etcd.endpoints().len() as u32 + Duration::from_secs(1);
+        let poll = Duration::from_millis(cfg.poll_ms.max(10));
         Ok(MembershipWatch {
             etcd: Arc::new(etcd),
             cluster: cfg.name.clone(),
             prefix: members_prefix(&cfg.name),
-            poll: Duration::from_millis(cfg.poll_ms.max(10)),
+            poll,
+            resync: cfg
+                .watch
+                .then(|| Duration::from_millis(cfg.resync_ms).max(poll)),
             limit: max_nodes.max(1) as u64,
             deadline,
         })
@@ -57,15 +104,45 @@ impl MembershipWatch {
         self.etcd.endpoints()
     }
 
-    /// Reads the membership every poll interval, forever (drop the task to stop it).
+    /// Reads the membership whenever the watch reports a change, and every resync (or poll)
+    /// interval, forever (drop the task to stop it).
     pub async fn run(self, shared: Arc<Shared>) {
-        let mut tick = tokio::time::interval(self.poll);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let state = Arc::new(WatchState::default());
+        let _stop = StopOnDrop(state.clone());
+        if self.resync.is_some() {
+            let (etcd, prefix, st, sh) = (
+                self.etcd.clone(),
+                self.prefix.clone(),
+                state.clone(),
+                shared.clone(),
+            );
+            let spawned = std::thread::Builder::new()
+                .name("etcd-watch".into())
+                .spawn(move || watch_thread(&etcd, &prefix, &st, &sh));
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "cannot start the etcd watch; reading every poll_ms");
+            }
+        }
         let mut reporter = Reporter::default();
         loop {
-            tick.tick().await;
             let read = self.read().await;
+            let ok = read.as_ref().ok().map(|r| r.revision);
             apply(&shared, &self.cluster, read, &mut reporter);
+            let wait = match (ok, self.resync) {
+                (Some(revision), Some(resync)) => {
+                    state.from.fetch_max(revision + 1, Ordering::Relaxed);
+                    if state.running.load(Ordering::Relaxed) {
+                        resync
+                    } else {
+                        self.poll
+                    }
+                }
+                _ => self.poll,
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = state.changed.notified() => shared.core().stats.watch_wakeups += 1,
+            }
         }
     }
 
@@ -83,6 +160,77 @@ impl MembershipWatch {
                 self.deadline.as_millis()
             ))),
         }
+    }
+}
+
+/// Keeps a watch of `prefix` open until the task stops: each session starts from the
+/// revision after the last read, wakes the task on events, and is opened again when it ends
+/// (at once after a session that ran; with backoff after a failure). A failure is logged
+/// when the watch goes from running to failing, and once more when it runs again.
+fn watch_thread(etcd: &EtcdClient, prefix: &str, state: &WatchState, shared: &Shared) {
+    let mut backoff = WATCH_BACKOFF.0;
+    let mut failing = false;
+    while !state.stop.load(Ordering::Relaxed) {
+        let mut created = false;
+        let from = state.from.load(Ordering::Relaxed);
+        if from == 0 {
+            // No read yet: a watch "from now" could start after a change the read missed.
+            std::thread::sleep(WATCH_BACKOFF.0);
+            continue;
+        }
+        let ended = etcd.watch_prefix(prefix, from, WATCH_SESSION, |doc| {
+            if doc.created && !created {
+                created = true;
+                state.running.store(true, Ordering::Relaxed);
+                shared.core().stats.watch_starts += 1;
+            }
+            if doc.canceled {
+                // Its start was compacted away (or etcd ended it): read everything again,
+                // and start the next watch no earlier than what is left.
+                state
+                    .from
+                    .fetch_max(doc.compact_revision, Ordering::Relaxed);
+                state.changed.notify_one();
+                return false;
+            }
+            if !doc.events.is_empty() {
+                state.changed.notify_one();
+            }
+            !state.stop.load(Ordering::Relaxed)
+        });
+        state.running.store(false, Ordering::Relaxed);
+        match ended {
+            Ok(()) if created => {
+                if failing {
+                    tracing::info!("watching the cluster membership in etcd again");
+                    failing = false;
+                }
+                backoff = WATCH_BACKOFF.0;
+                // A session that ran: open the next one at once (a short pause so that an
+                // etcd ending every stream at once cannot spin this thread).
+                std::thread::sleep(WATCH_BACKOFF.0 / 4);
+                continue;
+            }
+            Ok(()) if !failing => {
+                tracing::warn!(
+                    "etcd ended the watch of the cluster membership before setting it up; \
+                     reading it every poll_ms and trying the watch again"
+                );
+                failing = true;
+            }
+            Ok(()) => {}
+            Err(e) if !failing => {
+                tracing::warn!(
+                    error = %e,
+                    "cannot watch the cluster membership in etcd; reading it every poll_ms \
+                     and trying the watch again"
+                );
+                failing = true;
+            }
+            Err(_) => {}
+        }
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(WATCH_BACKOFF.1);
     }
 }
 

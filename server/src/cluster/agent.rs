@@ -1,18 +1,36 @@
 //! The cluster agent, on shard 0: registers the node under an etcd lease, keeps the lease
 //! alive, and reads members and buckets back into the shared [`View`].
+//!
+//! When it reads: a watch of the cluster's prefix wakes it as soon as etcd reports a change,
+//! and it reads the whole prefix again (the read is the truth, the watch only the wake-up:
+//! no deltas to reconcile after a compaction or a reconnection). It also reads every
+//! [`RESYNC_INTERVAL`] (at most a quarter of the lease TTL) as a safety net, and every
+//! [`POLL_INTERVAL`], as before watches, while no watch runs or after a failed read.
 
+use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use glommio::channels::local_channel::{self, LocalSender};
 use yutu_api::cluster::{BucketConfig, Member, NodeUsage};
 
 use super::etcd::{Etcd, EtcdError};
 use super::{Cluster, ClusterMetrics, View};
 use crate::node::Shard;
 
-/// How often the agent reads the membership and bucket configuration.
+/// How often the agent reads the membership and bucket configuration while no watch of
+/// them runs (etcd refused it, or it broke and is being set up again), and how often it
+/// looks after its lease and usage record.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// Longest between two reads while the watch runs: the safety net for a change a watch
+/// missed without breaking. Also bounded by a quarter of the lease TTL (see [`run`]).
+pub const RESYNC_INTERVAL: Duration = Duration::from_secs(5);
+/// Longest one watch stream is kept open before it is opened again (from the revision after
+/// the last read): the deadline of a watch on an etcd that froze with the stream open.
+pub const WATCH_SESSION: Duration = Duration::from_secs(60);
+/// First and longest pause before setting up a watch again after it failed.
+const WATCH_BACKOFF: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(5));
 
 /// What this node registers (its URLs are known once it listens).
 pub fn member(
@@ -94,6 +112,18 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
         (ttl / 3).min(super::etcd::CALL_TIMEOUT),
     );
     glommio::spawn_local(watch_etcd_reach(shard.clone(), cluster.clone())).detach();
+    let watch = Rc::new(ViewWatch::default());
+    // One pending wake-up at most: a read answers every change before it.
+    let (wake, wakes) = local_channel::new_bounded(1);
+    glommio::spawn_local(watch_view(
+        shard.clone(),
+        cluster.clone(),
+        watch.clone(),
+        wake,
+    ))
+    .detach();
+    let resync = RESYNC_INTERVAL.min(ttl / 4).max(POLL_INTERVAL);
+    let mut next_read = Instant::now();
     let member_key = yutu_api::cluster::member_key(&cluster.settings.name, &me.name);
     let me_json = serde_json::to_vec(&me).unwrap_or_default();
     let mut lease: Option<i64> = None;
@@ -207,33 +237,164 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>, me: Member) {
                 }
             }
         }
-        let read = read_view(&mut etcd, &cluster.settings.name).await;
-        match read {
-            Ok(view) => {
-                cluster.with_lease(|l| l.etcd_ok = Some(Instant::now()));
-                if view.revision != last_revision {
-                    last_revision = view.revision;
-                    super::buckets::apply(&shard, &cluster, &view.buckets).await;
-                    let before = cluster.view();
-                    if before.members != view.members {
-                        let names: Vec<&str> =
-                            view.members.iter().map(|m| m.name.as_str()).collect();
-                        tracing::info!(members = ?names, revision = view.revision, "membership changed");
-                    }
-                    // With fewer members than a bucket's replica count, each object has
-                    // only as many copies as there are members.
-                    let most = u32::try_from(view.members.len().max(1)).unwrap_or(u32::MAX);
-                    for (bucket, config) in &view.buckets {
-                        let elsewhere = view.held_elsewhere(&cluster.node, bucket);
-                        let copies = config.replicas.min(most);
-                        shard.usage.set_elsewhere(bucket, elsewhere, copies);
-                    }
-                    cluster.set_view(view);
+        if Instant::now() >= next_read || !watch.running.get() {
+            next_read = match refresh_view(&shard, &cluster, &mut etcd, &mut last_revision).await {
+                Some(revision) => {
+                    watch.from.set(watch.from.get().max(revision + 1));
+                    Instant::now() + resync
                 }
-            }
-            Err(e) => etcd_failed(&cluster, "read the membership", &e),
+                // A failed read is tried again at the old pace.
+                None => Instant::now(),
+            };
         }
-        shard.stop.sleep(POLL_INTERVAL).await;
+        // Woken early by a change the watch reported: read at once.
+        let woken = futures_lite::future::or(
+            async {
+                shard.stop.sleep(POLL_INTERVAL).await;
+                false
+            },
+            async {
+                if wakes.recv().await.is_some() {
+                    return true;
+                }
+                // The watch task is gone (the node stops): the pace is the timer's.
+                shard.stop.sleep(POLL_INTERVAL).await;
+                false
+            },
+        )
+        .await;
+        if woken {
+            ClusterMetrics::inc(&cluster.metrics.watch_wakeups);
+            next_read = Instant::now();
+        }
+    }
+}
+
+/// Reads members and buckets and, when etcd's revision moved, applies them to the node;
+/// the revision read, `None` when the read failed.
+async fn refresh_view(
+    shard: &Rc<Shard>,
+    cluster: &Arc<Cluster>,
+    etcd: &mut Etcd,
+    last_revision: &mut i64,
+) -> Option<i64> {
+    let view = match read_view(etcd, &cluster.settings.name).await {
+        Ok(view) => view,
+        Err(e) => {
+            etcd_failed(cluster, "read the membership", &e);
+            return None;
+        }
+    };
+    let revision = view.revision;
+    cluster.with_lease(|l| l.etcd_ok = Some(Instant::now()));
+    if view.revision != *last_revision {
+        *last_revision = view.revision;
+        super::buckets::apply(shard, cluster, &view.buckets).await;
+        let before = cluster.view();
+        if before.members != view.members {
+            let names: Vec<&str> = view.members.iter().map(|m| m.name.as_str()).collect();
+            tracing::info!(members = ?names, revision = view.revision, "membership changed");
+        }
+        // With fewer members than a bucket's replica count, each object has only as many
+        // copies as there are members.
+        let most = u32::try_from(view.members.len().max(1)).unwrap_or(u32::MAX);
+        for (bucket, config) in &view.buckets {
+            let elsewhere = view.held_elsewhere(&cluster.node, bucket);
+            let copies = config.replicas.min(most);
+            shard.usage.set_elsewhere(bucket, elsewhere, copies);
+        }
+        cluster.set_view(view);
+    }
+    Some(revision)
+}
+
+/// What the agent and its watch task share.
+#[derive(Default)]
+struct ViewWatch {
+    /// The watch is set up and reporting: the agent reads every resync interval only.
+    running: Cell<bool>,
+    /// The revision the next watch starts from: the one after the last read (0: no read yet).
+    from: Cell<i64>,
+}
+
+/// Keeps a watch of the cluster's prefix open while the node runs: each session starts from
+/// the revision after the agent's last read, and any event wakes the agent to read the whole
+/// prefix again (the read, not the event, is applied). Opened again at once after a session
+/// that ran, with backoff after a failure, which is logged once per change of state.
+async fn watch_view(
+    shard: Rc<Shard>,
+    cluster: Arc<Cluster>,
+    watch: Rc<ViewWatch>,
+    wakes: LocalSender<()>,
+) {
+    let prefix = yutu_api::cluster::prefix(&cluster.settings.name);
+    let mut etcd = Etcd::new(&cluster.settings.etcd);
+    let mut backoff = WATCH_BACKOFF.0;
+    let mut failing = false;
+    while !shard.stop.is_stopped() {
+        let from = watch.from.get();
+        if from == 0 {
+            // No read yet: a watch "from now" could start after a change the read missed.
+            shard.stop.sleep(POLL_INTERVAL).await;
+            continue;
+        }
+        let mut created = false;
+        let ended = etcd
+            .watch_prefix(
+                &prefix,
+                from,
+                WATCH_SESSION,
+                || shard.stop.is_stopped(),
+                |doc| {
+                    if doc.created && !created {
+                        created = true;
+                        watch.running.set(true);
+                        ClusterMetrics::inc(&cluster.metrics.watch_starts);
+                    }
+                    if doc.canceled {
+                        // Compacted away (or ended by etcd): read everything again, and
+                        // start the next watch no earlier than what is left.
+                        watch.from.set(watch.from.get().max(doc.compact_revision));
+                    }
+                    if doc.canceled || !doc.events.is_empty() {
+                        // Full: a wake-up is pending already, and one read answers both.
+                        let _ = wakes.try_send(());
+                    }
+                    !doc.canceled
+                },
+            )
+            .await;
+        watch.running.set(false);
+        let pause = match ended {
+            Ok(()) if created => {
+                if failing {
+                    tracing::info!("watching the cluster in etcd again");
+                    failing = false;
+                }
+                backoff = WATCH_BACKOFF.0;
+                // A short pause, so that an etcd ending every stream at once cannot spin.
+                WATCH_BACKOFF.0 / 4
+            }
+            other => {
+                if !failing {
+                    let error = match other {
+                        Err(e) => e.to_string(),
+                        Ok(()) => "the stream ended before etcd set the watch up".into(),
+                    };
+                    tracing::warn!(
+                        %error,
+                        "cannot watch the cluster in etcd; reading it every {} ms and trying \
+                         the watch again",
+                        POLL_INTERVAL.as_millis()
+                    );
+                    failing = true;
+                }
+                let pause = backoff;
+                backoff = (backoff * 2).min(WATCH_BACKOFF.1);
+                pause
+            }
+        };
+        shard.stop.sleep(pause).await;
     }
 }
 
@@ -361,7 +522,12 @@ pub fn build_view(prefix: &str, revision: i64, kvs: Vec<super::etcd::KeyValue>) 
     };
     let mut draining = Vec::new();
     for kv in kvs {
-        let Some(rest) = kv.key.strip_prefix(prefix) else {
+        // Yutu writes UTF-8 keys only: another key under the prefix is not Yutu's.
+        let Ok(key) = std::str::from_utf8(&kv.key) else {
+            tracing::warn!(key = %String::from_utf8_lossy(&kv.key), "ignoring a key that is not UTF-8");
+            continue;
+        };
+        let Some(rest) = key.strip_prefix(prefix) else {
             continue;
         };
         if let Some(name) = rest.strip_prefix("drain/") {
@@ -373,21 +539,21 @@ pub fn build_view(prefix: &str, revision: i64, kvs: Vec<super::etcd::KeyValue>) 
                 Ok(u) => {
                     view.usage.insert(name.to_string(), u);
                 }
-                Err(_) => tracing::warn!(key = %kv.key, "ignoring an unreadable usage record"),
+                Err(_) => tracing::warn!(%key, "ignoring an unreadable usage record"),
             }
             continue;
         }
         if let Some(name) = rest.strip_prefix("members/") {
             match serde_json::from_slice::<Member>(&kv.value) {
                 Ok(m) if m.name == name => view.members.push(m),
-                _ => tracing::warn!(key = %kv.key, "ignoring an unreadable member record"),
+                _ => tracing::warn!(%key, "ignoring an unreadable member record"),
             }
         } else if let Some(bucket) = rest.strip_prefix("buckets/") {
             match serde_json::from_slice::<BucketConfig>(&kv.value) {
                 Ok(c) => {
                     view.buckets.insert(bucket.to_string(), c);
                 }
-                Err(_) => tracing::warn!(key = %kv.key, "ignoring an unreadable bucket record"),
+                Err(_) => tracing::warn!(%key, "ignoring an unreadable bucket record"),
             }
         }
     }

@@ -1,82 +1,32 @@
-//! A small etcd v3 client over etcd's JSON gateway (`POST /v3/kv/range` and friends).
+//! The node's transport to etcd: its own glommio HTTP client ([`Client`]), with a deadline
+//! on every call, speaking etcd's JSON gateway as [`yutu_etcd`] defines it. The requests,
+//! the answers' parsing, the watch stream's decoding and the endpoint rotation are the
+//! shared crate's (the conductor uses the same); this module only moves bytes.
 //!
 //! Why not the `etcd-client` crate: it speaks gRPC through tonic, so building the node would
-//! need `protoc` and a tokio runtime next to glommio's executors. The node needs seven calls
-//! (grant, keep-alive, revoke, put, range, transaction, delete), all of which etcd serves as
-//! JSON on its client port (the gateway is on by default since etcd 3.3), so they go over the
-//! node's own glommio HTTP client with a deadline on every call. Keys and values are base64 in
-//! the gateway's JSON and 64-bit integers are strings.
+//! need `protoc` and a tokio runtime next to glommio's executors (see [`yutu_etcd`]).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use base64::Engine as _;
-use serde_json::{json, Value};
+pub use yutu_etcd::{parse_range, EtcdError, KeyValue};
+use yutu_etcd::{Call, Endpoints, WatchDecoder, WatchResponse};
 
-use crate::net::client::{Client, ClientError};
+use crate::net::client::Client;
 
 /// Longest one etcd call may take before the next endpoint is tried (the agent uses less
 /// with a short lease TTL).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
-#[derive(Debug, thiserror::Error)]
-pub enum EtcdError {
-    #[error("etcd is unreachable ({0})")]
-    Unreachable(String),
-    #[error("etcd answered {status}: {message}")]
-    Status { status: u16, message: String },
-    #[error("etcd sent an answer Yutu cannot read: {0}")]
-    Answer(String),
-}
-
-fn b64(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-fn unb64(v: &Value) -> Result<Vec<u8>, EtcdError> {
-    let s = v.as_str().unwrap_or("");
-    base64::engine::general_purpose::STANDARD
-        .decode(s)
-        .map_err(|e| EtcdError::Answer(format!("bad base64: {e}")))
-}
-
-/// A gateway integer: a string of digits (or, leniently, a JSON number); absent means 0.
-fn int(v: Option<&Value>) -> i64 {
-    match v {
-        Some(Value::String(s)) => s.parse().unwrap_or(0),
-        Some(Value::Number(n)) => n.as_i64().unwrap_or(0),
-        _ => 0,
-    }
-}
-
-/// One key read from etcd.
-#[derive(Debug, Clone)]
-pub struct KeyValue {
-    pub key: String,
-    pub value: Vec<u8>,
-}
-
-/// A range answer of the gateway: the store's revision and the keys (UTF-8) with their
-/// values. Public for the fuzz target: etcd's bytes are not trusted either.
-pub fn parse_range(v: &Value) -> Result<(i64, Vec<KeyValue>), EtcdError> {
-    let revision = int(v.get("header").and_then(|h| h.get("revision")));
-    let mut out = Vec::new();
-    for kv in v.get("kvs").and_then(Value::as_array).into_iter().flatten() {
-        let key = String::from_utf8(unb64(kv.get("key").unwrap_or(&Value::Null))?)
-            .map_err(|_| EtcdError::Answer("a key is not UTF-8".into()))?;
-        out.push(KeyValue {
-            key,
-            value: unb64(kv.get("value").unwrap_or(&Value::Null))?,
-        });
-    }
-    Ok((revision, out))
-}
+/// Longest one read of a watch stream waits before the watcher checks whether to stop (the
+/// stream itself stays open: an idle watch is a healthy one).
+const WATCH_SLICE: Duration = Duration::from_millis(500);
 
 /// Clients to each endpoint; a call goes to the one that answered last and moves on to the
 /// next after a failure.
 pub struct Etcd {
-    endpoints: Vec<String>,
+    /// The endpoints, or why they cannot be used (reported by every call).
+    endpoints: Result<Endpoints, EtcdError>,
     clients: Vec<Option<Client>>,
-    current: usize,
     timeout: Duration,
 }
 
@@ -87,90 +37,80 @@ impl Etcd {
 
     pub fn with_timeout(endpoints: &[String], timeout: Duration) -> Etcd {
         Etcd {
-            endpoints: endpoints.to_vec(),
+            endpoints: Endpoints::new(endpoints),
             clients: endpoints.iter().map(|_| None).collect(),
-            current: 0,
             timeout,
         }
     }
 
-    async fn call(&mut self, path: &str, body: Value) -> Result<Value, EtcdError> {
-        let body = serde_json::to_vec(&body).map_err(|e| EtcdError::Answer(e.to_string()))?;
-        let mut last = String::from("no endpoint");
-        for attempt in 0..self.endpoints.len() {
-            let i = (self.current + attempt) % self.endpoints.len();
-            let client = match &mut self.clients[i] {
-                Some(c) => c,
-                slot => match Client::new(&self.endpoints[i], self.timeout) {
-                    Ok(c) => slot.insert(c),
-                    Err(e) => {
-                        last = e.to_string();
-                        continue;
-                    }
-                },
-            };
-            match client
-                .send(http::Method::POST, path, Some(body.clone()))
-                .await
-            {
-                Ok(reply) if reply.status == 200 => {
-                    self.current = i;
-                    // Streaming calls (keep-alive) answer newline-separated documents.
-                    let first = reply
-                        .body
-                        .split(|b| *b == b'\n')
-                        .find(|l| !l.is_empty())
-                        .unwrap_or(&[]);
-                    return serde_json::from_slice(first)
-                        .map_err(|e| EtcdError::Answer(e.to_string()));
-                }
-                Ok(reply) => {
-                    return Err(EtcdError::Status {
-                        status: reply.status,
-                        message: String::from_utf8_lossy(&reply.body)
-                            .chars()
-                            .take(300)
-                            .collect(),
-                    })
-                }
-                Err(e @ (ClientError::Connect { .. } | ClientError::Timeout)) => {
-                    last = format!("{}: {e}", self.endpoints[i]);
-                    self.clients[i] = None;
+    /// The connection to endpoint `i`, made if there is none.
+    fn client(&mut self, i: usize, url: &str) -> Result<&mut Client, EtcdError> {
+        let timeout = self.timeout;
+        let slot = self
+            .clients
+            .get_mut(i)
+            .ok_or_else(|| EtcdError::Unreachable(format!("{url}: no client")))?;
+        match slot {
+            Some(c) => Ok(c),
+            None => Client::new(url, timeout)
+                .map(|c| slot.insert(c.with_max_reply(yutu_etcd::MAX_ANSWER_BYTES)))
+                .map_err(|e| EtcdError::Unreachable(format!("{url}: {e}"))),
+        }
+    }
+
+    /// Sends `call` to each endpoint in turn, starting with the one that answered last; the
+    /// first 200's body. A non-200 answer is etcd's word and is not retried elsewhere.
+    async fn call(&mut self, call: Call) -> Result<bytes::Bytes, EtcdError> {
+        let order: Vec<(usize, String)> = match &self.endpoints {
+            Ok(e) => e.order().map(|(i, u)| (i, u.to_owned())).collect(),
+            Err(e) => return Err(e.clone()),
+        };
+        let mut last = EtcdError::NoEndpoint;
+        for (i, url) in order {
+            let sent = match self.client(i, &url) {
+                Ok(client) => {
+                    client
+                        .send(
+                            http::Method::POST,
+                            call.path,
+                            Some(call.body.clone().into()),
+                        )
+                        .await
                 }
                 Err(e) => {
-                    last = format!("{}: {e}", self.endpoints[i]);
+                    last = e;
+                    continue;
+                }
+            };
+            match sent {
+                Ok(reply) if reply.status == 200 => {
+                    if let Ok(e) = &self.endpoints {
+                        e.answered(i);
+                    }
+                    return Ok(reply.body);
+                }
+                Ok(reply) => return Err(EtcdError::status(reply.status, &reply.body)),
+                Err(e) => {
+                    last = EtcdError::Unreachable(format!("{url}: {e}"));
                     self.clients[i] = None;
                 }
             }
         }
-        Err(EtcdError::Unreachable(last))
+        Err(last)
     }
 
     /// A new lease of `ttl` seconds; its id.
     pub async fn grant(&mut self, ttl: u64) -> Result<i64, EtcdError> {
-        let v = self.call("/v3/lease/grant", json!({ "TTL": ttl })).await?;
-        match int(v.get("ID")) {
-            0 => Err(EtcdError::Answer(format!("no lease id in {v}"))),
-            id => Ok(id),
-        }
+        yutu_etcd::parse_grant(&self.call(Call::grant(ttl)).await?)
     }
 
     /// Renews a lease; `None` when it has expired (etcd forgot it).
     pub async fn keep_alive(&mut self, lease: i64) -> Result<Option<u64>, EtcdError> {
-        let v = self
-            .call("/v3/lease/keepalive", json!({ "ID": lease.to_string() }))
-            .await?;
-        let result = v.get("result").unwrap_or(&v);
-        match int(result.get("TTL")) {
-            ttl if ttl > 0 => Ok(Some(ttl as u64)),
-            _ => Ok(None),
-        }
+        yutu_etcd::parse_keep_alive(&self.call(Call::keep_alive(lease)).await?)
     }
 
     pub async fn revoke(&mut self, lease: i64) -> Result<(), EtcdError> {
-        self.call("/v3/lease/revoke", json!({ "ID": lease.to_string() }))
-            .await
-            .map(|_| ())
+        yutu_etcd::parse_ok(&self.call(Call::revoke(lease)).await?).map(|_| ())
     }
 
     /// Writes `key`, attached to `lease` if given.
@@ -180,74 +120,31 @@ impl Etcd {
         value: &[u8],
         lease: Option<i64>,
     ) -> Result<(), EtcdError> {
-        let mut body = json!({ "key": b64(key.as_bytes()), "value": b64(value) });
-        if let Some(l) = lease {
-            body["lease"] = json!(l.to_string());
-        }
-        self.call("/v3/kv/put", body).await.map(|_| ())
+        let call = Call::put(key.as_bytes(), value, lease);
+        yutu_etcd::parse_ok(&self.call(call).await?).map(|_| ())
     }
 
     /// Every key under `prefix`, and the store's revision.
     pub async fn range_prefix(&mut self, prefix: &str) -> Result<(i64, Vec<KeyValue>), EtcdError> {
-        let v = self
-            .call(
-                "/v3/kv/range",
-                json!({
-                    "key": b64(prefix.as_bytes()),
-                    "range_end": b64(&yutu_api::cluster::etcd_prefix_end(prefix.as_bytes())),
-                }),
-            )
-            .await?;
-        parse_range(&v)
+        let answer = parse_range(&self.call(Call::range_prefix(prefix.as_bytes(), 0)).await?)?;
+        Ok((answer.revision, answer.kvs))
     }
 
     /// One key's value.
     pub async fn get(&mut self, key: &str) -> Result<Option<Vec<u8>>, EtcdError> {
-        let v = self
-            .call("/v3/kv/range", json!({ "key": b64(key.as_bytes()) }))
-            .await?;
-        match v
-            .get("kvs")
-            .and_then(Value::as_array)
-            .and_then(|a| a.first())
-        {
-            Some(kv) => Ok(Some(unb64(&kv["value"])?)),
-            None => Ok(None),
-        }
-    }
-
-    /// One transaction: `put` on `key` only if `compare` (one etcd comparison, without its
-    /// key) holds; whether it was written.
-    async fn put_if(
-        &mut self,
-        key: &str,
-        mut compare: Value,
-        mut put: Value,
-    ) -> Result<bool, EtcdError> {
-        let k = b64(key.as_bytes());
-        compare["key"] = json!(k);
-        put["key"] = json!(k);
-        let v = self
-            .call(
-                "/v3/kv/txn",
-                json!({ "compare": [compare], "success": [{ "request_put": put }] }),
-            )
-            .await?;
-        Ok(v.get("succeeded").and_then(Value::as_bool).unwrap_or(false))
+        let answer = parse_range(&self.call(Call::range_key(key.as_bytes())).await?)?;
+        Ok(answer.kvs.into_iter().next().map(|kv| kv.value))
     }
 
     /// Writes `key` only if it does not exist (one transaction); whether it was written.
     pub async fn create(&mut self, key: &str, value: &[u8]) -> Result<bool, EtcdError> {
-        let absent = json!({ "target": "CREATE", "create_revision": "0" });
-        self.put_if(key, absent, json!({ "value": b64(value) }))
-            .await
+        yutu_etcd::parse_txn(&self.call(Call::create(key.as_bytes(), value)).await?)
     }
 
     /// Replaces `key`'s value only if it is still `old` (one transaction); whether it was
     /// written. A key deleted meanwhile is not written again.
     pub async fn replace(&mut self, key: &str, old: &[u8], new: &[u8]) -> Result<bool, EtcdError> {
-        let same = json!({ "target": "VALUE", "value": b64(old) });
-        self.put_if(key, same, json!({ "value": b64(new) })).await
+        yutu_etcd::parse_txn(&self.call(Call::replace(key.as_bytes(), old, new)).await?)
     }
 
     /// Writes `key` attached to `lease` only if it does not exist (one transaction); whether
@@ -258,29 +155,77 @@ impl Etcd {
         value: &[u8],
         lease: i64,
     ) -> Result<bool, EtcdError> {
-        let absent = json!({ "target": "CREATE", "create_revision": "0" });
-        let put = json!({ "value": b64(value), "lease": lease.to_string() });
-        self.put_if(key, absent, put).await
+        let call = Call::create_leased(key.as_bytes(), value, lease);
+        yutu_etcd::parse_txn(&self.call(call).await?)
     }
 
     /// Deletes `key`; whether it existed.
     pub async fn delete(&mut self, key: &str) -> Result<bool, EtcdError> {
-        let v = self
-            .call("/v3/kv/deleterange", json!({ "key": b64(key.as_bytes()) }))
-            .await?;
-        Ok(int(v.get("deleted")) > 0)
+        Ok(yutu_etcd::parse_delete(&self.call(Call::delete(key.as_bytes())).await?)? > 0)
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn integers_are_strings_or_numbers() {
-        assert_eq!(int(Some(&json!("42"))), 42);
-        assert_eq!(int(Some(&json!(7))), 7);
-        assert_eq!(int(None), 0);
-        assert_eq!(int(Some(&json!("x"))), 0);
+    /// Watches the keys under `prefix` from `start_revision`, handing each document of the
+    /// stream to `on` until it returns `false`, the stream ends or breaks, `stopped` says so
+    /// (checked at least every [`WATCH_SLICE`]), or `session` has passed. `Ok` when the
+    /// stream was opened and ran; the endpoints are tried in turn to open it.
+    pub async fn watch_prefix(
+        &mut self,
+        prefix: &str,
+        start_revision: i64,
+        session: Duration,
+        stopped: impl Fn() -> bool,
+        mut on: impl FnMut(WatchResponse) -> bool,
+    ) -> Result<(), EtcdError> {
+        let call = Call::watch_prefix(prefix.as_bytes(), start_revision);
+        let order: Vec<(usize, String)> = match &self.endpoints {
+            Ok(e) => e.order().map(|(i, u)| (i, u.to_owned())).collect(),
+            Err(e) => return Err(e.clone()),
+        };
+        let until = Instant::now() + session;
+        let mut last = EtcdError::NoEndpoint;
+        for (i, url) in order {
+            // A connection of its own: the stream holds it until it ends.
+            let opened = match Client::new(&url, self.timeout) {
+                Ok(mut c) => {
+                    c.open_stream(call.path, call.body.clone().into_bytes())
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            let mut stream = match opened {
+                Ok(s) if s.status == 200 => s,
+                Ok(s) => {
+                    last = EtcdError::status(s.status, b"(a watch refused)");
+                    continue;
+                }
+                Err(e) => {
+                    last = EtcdError::Unreachable(format!("{url}: {e}"));
+                    continue;
+                }
+            };
+            if let Ok(e) = &self.endpoints {
+                e.answered(i);
+            }
+            let mut decoder = WatchDecoder::default();
+            while !stopped() {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(());
+                }
+                let chunk = match stream.next_chunk(left.min(WATCH_SLICE)).await {
+                    Ok(Some(chunk)) => chunk,
+                    Ok(None) => return Ok(()),
+                    Err(crate::net::client::ClientError::Timeout) => continue,
+                    Err(e) => return Err(EtcdError::Unreachable(format!("{url}: {e}"))),
+                };
+                for doc in decoder.push(&chunk)? {
+                    if !on(doc) {
+                        return Ok(());
+                    }
+                }
+            }
+            return Ok(());
+        }
+        Err(last)
     }
 }

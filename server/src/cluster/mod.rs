@@ -1,7 +1,9 @@
 //! Taking part in a cluster: membership and bucket configuration from etcd, and who owns a key.
 //!
 //! The node registers itself under an etcd lease it keeps alive ([`agent`]) and reads the
-//! cluster's members and buckets back every [`agent::POLL_INTERVAL`]. What it last read is a
+//! cluster's members and buckets back whenever etcd's watch reports a change under the
+//! cluster's prefix (every [`agent::RESYNC_INTERVAL`] anyway, and every
+//! [`agent::POLL_INTERVAL`] while no watch runs). What it last read is a
 //! [`View`], shared by every shard; placement ([`yutu_api::cluster::owners`]) runs on it, so
 //! there is no metadata service on the data path. When etcd cannot be reached the node keeps
 //! its last view: a running cluster keeps serving known buckets through an etcd outage.
@@ -80,6 +82,11 @@ pub enum NotWritable {
 pub struct ClusterMetrics {
     pub etcd_errors: AtomicU64,
     pub lease_expired: AtomicU64,
+    /// Watches of the cluster's prefix set up in etcd (the first, then one per break or
+    /// session end).
+    pub watch_starts: AtomicU64,
+    /// View reads woken by a change etcd's watch reported (rather than by the resync timer).
+    pub watch_wakeups: AtomicU64,
     pub forwarded: AtomicU64,
     pub forward_failures: AtomicU64,
     pub replicated: AtomicU64,
@@ -520,6 +527,10 @@ impl Cluster {
              # TYPE yutu_cluster_etcd_errors_total counter\nyutu_cluster_etcd_errors_total {}\n\
              # HELP yutu_cluster_lease_expired_total Times this node found its lease expired and registered again.\n\
              # TYPE yutu_cluster_lease_expired_total counter\nyutu_cluster_lease_expired_total {}\n\
+             # HELP yutu_cluster_etcd_watch_starts_total Watches of the cluster's keys set up in etcd (the first, then one per break).\n\
+             # TYPE yutu_cluster_etcd_watch_starts_total counter\nyutu_cluster_etcd_watch_starts_total {}\n\
+             # HELP yutu_cluster_etcd_watch_wakeups_total Reads of the cluster's keys woken by a change etcd's watch reported.\n\
+             # TYPE yutu_cluster_etcd_watch_wakeups_total counter\nyutu_cluster_etcd_watch_wakeups_total {}\n\
              # HELP yutu_cluster_forwarded_total Requests forwarded to the key's owner.\n\
              # TYPE yutu_cluster_forwarded_total counter\nyutu_cluster_forwarded_total {}\n\
              # HELP yutu_cluster_forward_failures_total Owners that could not be reached (the next owner was tried).\n\
@@ -564,6 +575,8 @@ impl Cluster {
             self.etcd_reachable() as u8,
             c(&m.etcd_errors),
             c(&m.lease_expired),
+            c(&m.watch_starts),
+            c(&m.watch_wakeups),
             c(&m.forwarded),
             c(&m.forward_failures),
             c(&m.replicated),

@@ -40,6 +40,46 @@ pub struct Reply {
     pub body: Bytes,
 }
 
+/// An answer whose body is read as it arrives (etcd's watch): one call's connection, not
+/// reused afterwards.
+pub struct Streaming {
+    pub status: u16,
+    body: hyper::body::Incoming,
+}
+
+impl Streaming {
+    /// The body's next bytes, waiting at most `wait`; `Ok(None)` at its end. A read that
+    /// times out loses nothing (the next one gets the bytes), so a caller may wait in short
+    /// slices to check for its own stop.
+    pub async fn next_chunk(&mut self, wait: Duration) -> Result<Option<Bytes>, ClientError> {
+        loop {
+            let frame = within(wait, async { Ok(self.body.frame().await) }).await?;
+            match frame {
+                None => return Ok(None),
+                Some(Err(e)) => return Err(ClientError::Http(e)),
+                Some(Ok(f)) => {
+                    if let Ok(data) = f.into_data() {
+                        return Ok(Some(data));
+                    }
+                    // A trailers frame: nothing to hand on.
+                }
+            }
+        }
+    }
+}
+
+/// `f`, or [`ClientError::Timeout`] after `d`.
+async fn within<T>(
+    d: Duration,
+    f: impl std::future::Future<Output = Result<T, ClientError>>,
+) -> Result<T, ClientError> {
+    futures_lite::future::or(f, async {
+        glommio::timer::sleep(d).await;
+        Err(ClientError::Timeout)
+    })
+    .await
+}
+
 /// One keep-alive connection to one `http://host:port` base URL.
 pub struct Client {
     authority: String,
@@ -122,6 +162,34 @@ impl Client {
         }
         self.send_with(method, path, headers, Bytes::from(json.unwrap_or_default()))
             .await
+    }
+
+    /// POSTs a JSON body and returns once the answer's head has come (within the client's
+    /// timeout), leaving its body to be read as it arrives.
+    pub async fn open_stream(
+        &mut self,
+        path: &str,
+        json: Vec<u8>,
+    ) -> Result<Streaming, ClientError> {
+        let mut sender = match self.sender.take() {
+            Some(s) if !s.is_closed() => s,
+            _ => self.connect().await?,
+        };
+        let req = http::Request::builder()
+            .method(http::Method::POST)
+            .uri(format!("{}{path}", self.base_path))
+            .header(http::header::HOST, &self.authority)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(json)))?;
+        let resp = within(self.timeout, async {
+            sender.ready().await?;
+            Ok(sender.send_request(req).await?)
+        })
+        .await?;
+        Ok(Streaming {
+            status: resp.status().as_u16(),
+            body: resp.into_body(),
+        })
     }
 
     /// Sends `method path` with these headers and body, and reads the whole answer.
