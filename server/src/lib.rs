@@ -5,7 +5,7 @@
 //!
 //! 1. [`model`], [`metrics`], [`net`]: plain types, counters, the glommio/hyper glue.
 //! 2. [`config`]: the node's settings and users.
-//! 3. [`engine`]: one shard's synchronous store (arena, index, eviction, leases, uploads,
+//! 3. [`store`]: one shard's synchronous store (arena, index, eviction, leases, uploads,
 //!    event log), with no runtime and no HTTP, unit-testable on its own.
 //! 4. [`tier`]: DRAM and NVMe as one [`tier::TieredStore`] (demotion, promotion, tombstones,
 //!    write-through); async methods that return their results.
@@ -22,7 +22,6 @@
 pub mod auth;
 pub mod cluster;
 pub mod config;
-pub mod engine;
 pub mod events;
 pub mod http;
 pub mod kv;
@@ -31,4 +30,5 @@ pub mod model;
 pub mod net;
 pub mod node;
 pub mod serve;
+pub mod store;
 pub mod tier;

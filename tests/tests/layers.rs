@@ -17,7 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["metrics"],
     &["net"],
     &["config"],
-    &["engine"],
+    &["store"],
     &["tier"],
     &["node"],
     &["auth", "events", "kv", "cluster"],
@@ -96,17 +96,17 @@ fn the_checker_sees_grouped_and_inline_paths() {
         .map(|s| s.to_string())
         .collect();
     assert_eq!(found, want);
-    // From `engine`: `model` and `net` are below it, `tier`, `http` and `auth` are not.
+    // From `store`: `model` and `net` are below it, `tier`, `http` and `auth` are not.
     assert_eq!(
-        violations("engine", &found),
+        violations("store", &found),
         [
-            "`engine` imports `crate::auth`, which is not below it",
-            "`engine` imports `crate::http`, which is not below it",
-            "`engine` imports `crate::tier`, which is not below it",
+            "`store` imports `crate::auth`, which is not below it",
+            "`store` imports `crate::http`, which is not below it",
+            "`store` imports `crate::tier`, which is not below it",
         ]
     );
     // Sideways within one layer, and a name in no layer.
-    let named: BTreeSet<String> = ["events", "engine", "nowhere"]
+    let named: BTreeSet<String> = ["events", "store", "nowhere"]
         .iter()
         .map(|s| s.to_string())
         .collect();
@@ -121,7 +121,7 @@ fn the_checker_sees_grouped_and_inline_paths() {
     assert_eq!(violations("new", &BTreeSet::new()).len(), 1);
 }
 
-/// The files outside `engine/` and `tier/` that may name the shard's store type: the one
+/// The files outside `store/` and `tier/` that may name the shard's store type: the one
 /// that builds it (and hands it to the tier at once).
 const BUILDS_THE_STORE: &[&str] = &["node/runtime.rs"];
 
@@ -136,11 +136,11 @@ fn only_the_tier_reaches_a_shards_store() {
     for file in rust_files(&src) {
         let rel = file.strip_prefix(&src).expect("under src");
         let rel = rel.to_string_lossy().replace('\\', "/");
-        if rel.starts_with("engine/") || rel.starts_with("tier/") {
+        if rel.starts_with("store/") || rel.starts_with("tier/") {
             continue;
         }
         let text = std::fs::read_to_string(&file).expect("readable");
-        if text.contains("ShardStore") || text.contains("engine::store") {
+        if text.contains("ShardStore") || text.contains("store::shard") {
             found.insert(rel);
         }
     }

@@ -71,12 +71,12 @@ const ALLOWED_FILES: &[Allowed] = &[
     Allowed {
         root: "server/src/lib.rs",
         edges: &[
-            "engine::kv -> engine::store",
-            "engine::multipart -> engine::store",
-            "engine::pinning -> engine::store",
-            "engine::store -> engine::kv",
-            "engine::store -> engine::multipart",
-            "engine::store -> engine::pinning",
+            "store::kv -> store::shard",
+            "store::multipart -> store::shard",
+            "store::pinning -> store::shard",
+            "store::shard -> store::kv",
+            "store::shard -> store::multipart",
+            "store::shard -> store::pinning",
         ],
         why: "one `impl ShardStore` split over files by concern (KV blocks, multipart parts, \
               pins): each part needs the store's private fields and the store calls each \

@@ -433,7 +433,7 @@ impl KvClient {
             },
         };
         self.check_buffer(buf)?;
-        let mut ranges = Vec::with_capacity(keys.len());
+        // Checked whole before any node is asked (the nodes' parts are checked again).
         for (i, (&off, &cap)) in offsets.iter().zip(capacities).enumerate() {
             check_range(buf, i, off, cap)?;
             if cap == 0 {
@@ -441,7 +441,6 @@ impl KvClient {
                     "key {i} has no room at offset {off}"
                 )));
             }
-            ranges.push((off, cap));
         }
         self.route.get_into(bucket, keys, buf, offsets, capacities)
     }

@@ -10,10 +10,10 @@ use super::permission::{self, Asked};
 use super::target::Target;
 use crate::auth::authenticate::RequestAuth;
 use crate::auth::{authorize_object, authorize_with_acl, Action, Gate, Identity};
-use crate::engine::bucket_settings::BucketSettings;
 use crate::metrics::Op;
 use crate::net::budget::BodyClient;
 use crate::node::Shard;
+use crate::store::bucket_settings::BucketSettings;
 use yutu_api::bucket_policy::{keys, Context, Decision};
 
 pub struct Ctx {

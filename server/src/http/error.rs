@@ -8,9 +8,9 @@ use yutu_api::xml::{to_xml, ErrorDoc};
 use yutu_api::S3ErrorCode;
 
 use crate::auth::AuthError;
-use crate::engine::peers::PeerError;
 use crate::kv::KvError;
 use crate::model::StoreError;
+use crate::node::sessions::PeerError;
 use crate::node::{BucketError, CallError, ShardError};
 
 /// An error response in the making: the code, a message, and what it was about.

@@ -8,8 +8,8 @@ use yutu_api::acl::{Acl, Grantee, Permission, Principal};
 use yutu_api::bucket_policy::{actions, bucket_arn, object_arn, Context, Decision, Request};
 
 use crate::auth::{Action, Identity};
-use crate::engine::bucket_settings::BucketGuards;
 use crate::metrics::Op;
+use crate::store::bucket_settings::BucketGuards;
 
 /// The policy action a request is evaluated as: its operation's, or (for calls outside the
 /// S3 operations: KV, Mooncake's queries, a copy's source) its permission's.

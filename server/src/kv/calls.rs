@@ -14,13 +14,13 @@ use yutu_api::kv::{
 use yutu_api::validate_object_key;
 use yutu_transfer::SegmentDescriptor;
 
-use crate::engine::kv::BlockRef;
 use crate::kv::error::KvError;
 use crate::kv::ops;
 use crate::kv::owners::{pick, Owners};
 use crate::kv::Caller;
 use crate::model::StoreError;
 use crate::node::Shard;
+use crate::store::kv::BlockRef;
 use crate::tier::Step;
 
 /// [`DEFAULT_TTL_MS`]: the lifetime of the leases and puts the node takes for get-into and

@@ -370,7 +370,7 @@ async fn pin_blocks(
     keys: &[String],
     pin: yutu_api::kv::BlockPin,
 ) -> Result<(), KvError> {
-    use crate::engine::pinning::AdminPin;
+    use crate::store::pinning::AdminPin;
     let kind = match pin.soft_ttl_secs {
         None => AdminPin::Hard,
         Some(s @ 1..=yutu_api::kv::MAX_SOFT_PIN_SECS) => {

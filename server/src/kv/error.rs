@@ -3,8 +3,8 @@
 
 use yutu_api::KeyError;
 
-use crate::engine::peers::PeerError;
 use crate::model::StoreError;
+use crate::node::sessions::PeerError;
 use crate::node::{CallError, ShardError};
 
 #[derive(Debug, thiserror::Error)]

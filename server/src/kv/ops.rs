@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use yutu_transfer::{Access, SegmentDescriptor};
 
-use crate::engine::kv::BlockRef;
 use crate::model::StoreError;
 use crate::node::Shard;
+use crate::store::kv::BlockRef;
 use crate::tier::PutResult;
 
 /// Per key, the leased block and its descriptor (`None`: not in DRAM).
@@ -96,7 +96,7 @@ pub fn pin(
     shard: &Shard,
     bucket: &str,
     keys: &[String],
-    kind: crate::engine::pinning::AdminPin,
+    kind: crate::store::pinning::AdminPin,
 ) -> Result<(), String> {
     shard
         .tier

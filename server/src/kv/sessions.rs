@@ -5,16 +5,16 @@
 //! (tcp, shm) is challenged with the secret of the request, which the client's engine was
 //! given beforehand, and only the paths that answer are kept. The challenge is the only thing
 //! ever sent to an unproven address, under a short deadline, off the shard's thread. The
-//! session then belongs to the registering user (the registry is `engine::peers`).
+//! session then belongs to the registering user (the registry is `node::sessions`).
 
 use std::time::Duration;
 
 use yutu_api::kv::{PeerRequest, PeerResponse};
 use yutu_transfer::{NodeAddress, TransferEngine};
 
-use crate::engine::peers::EngineCall;
 use crate::kv::error::KvError;
 use crate::kv::Caller;
+use crate::node::sessions::EngineCall;
 use crate::node::Shard;
 
 /// How long each path of a client's address has to answer its challenge.

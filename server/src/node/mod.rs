@@ -7,6 +7,7 @@ pub mod data_dir;
 pub mod publisher;
 pub mod quota;
 pub mod runtime;
+pub mod sessions;
 pub mod shard;
 pub mod shutdown;
 

@@ -19,13 +19,13 @@ use super::quota::{self, BucketUsage};
 use super::shard::{Job, Shard};
 use super::shutdown::{DrainBarrier, StopFlag, StopSignal};
 use crate::config::{EvictionKind, Settings};
-use crate::engine::arena::Arena;
-use crate::engine::eviction::{EvictionPolicy, Lru};
-use crate::engine::kv::Grants;
-use crate::engine::peers::PeerSessions;
-use crate::engine::ShardStore;
 use crate::metrics::ShardMetrics;
 use crate::net::budget::BodyBudget;
+use crate::node::sessions::PeerSessions;
+use crate::store::arena::Arena;
+use crate::store::eviction::{EvictionPolicy, Lru};
+use crate::store::kv::Grants;
+use crate::store::ShardStore;
 use crate::tier::TieredStore;
 
 /// What runs on each shard once it is ready: the node's services (HTTP, events), given the

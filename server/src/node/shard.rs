@@ -60,7 +60,7 @@ pub struct Shard {
     /// read and written one-sidedly through descriptors into this segment.
     pub transfer: Option<(yutu_transfer::TransferEngine, yutu_transfer::LocalSegment)>,
     /// The client engines registered for get-into and put-from (node-wide, shared).
-    pub peers: Arc<crate::engine::peers::PeerSessions>,
+    pub peers: Arc<crate::node::sessions::PeerSessions>,
     /// Request-body bytes the node holds at once (node-wide, shared).
     pub body_budget: Arc<crate::net::budget::BodyBudget>,
     /// Every bucket's bytes over the node's shards and the cluster (node-wide, shared).
@@ -132,7 +132,7 @@ impl Shard {
     /// it, and 48 bits no other client can guess (a keyed hash of this shard's counter and
     /// its id), so an id seen in a log or learnt by another tenant is not a handle on
     /// anything. Two live ids of one owner are equal with odds of about one in 2^48 per
-    /// pair; the owner refuses the second ([`crate::engine::kv`]) rather than mix them up.
+    /// pair; the owner refuses the second ([`crate::store::kv`]) rather than mix them up.
     pub fn kv_id_for(&self, owner: usize) -> u64 {
         let n = self.kv_seq.get() + 1;
         self.kv_seq.set(n);

@@ -1,4 +1,4 @@
-//! The door to a shard's KV block state in DRAM (`engine::kv`, `engine::pinning`): read
+//! The door to a shard's KV block state in DRAM (`store::kv`, `store::pinning`): read
 //! leases, two-phase puts, pins, and reading a block in place. Publishing a put is
 //! [`TieredStore::publish_staged`], which writes `disk` buckets through.
 
@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use yutu_transfer::GrantId;
 
 use super::TieredStore;
-use crate::engine::kv::BlockRef;
-use crate::engine::pinning::AdminPin;
-use crate::engine::store::Staged;
 use crate::model::{ObjectMeta, StoreError};
+use crate::store::kv::BlockRef;
+use crate::store::pinning::AdminPin;
+use crate::store::shard::Staged;
 
 impl TieredStore {
     /// Leases `keys` of `bucket` for `holder` under `lease_id` (`None`: not in DRAM).

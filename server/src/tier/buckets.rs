@@ -1,5 +1,5 @@
 //! The door to a shard's buckets: their lifecycle as the store sees it (added, closed,
-//! gone) and their settings (`engine::bucket_settings`), for the layers above, which never
+//! gone) and their settings (`store::bucket_settings`), for the layers above, which never
 //! reach the store itself.
 
 use std::sync::Arc;
@@ -8,8 +8,8 @@ use std::time::SystemTime;
 use yutu_api::cors::CorsConfiguration;
 
 use super::TieredStore;
-use crate::engine::bucket_settings::{BucketGuards, BucketSettings};
 use crate::model::{BucketInfo, Durability};
+use crate::store::bucket_settings::{BucketGuards, BucketSettings};
 
 impl TieredStore {
     /// Adds a bucket (nothing when it is there already) and gives it its settings.

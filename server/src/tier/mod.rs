@@ -42,14 +42,14 @@ use yutu_api::block_hash::BlockHash;
 use yutu_api::events::Tier;
 use yutu_api::RangeSpec;
 
-use crate::engine::multipart::CompletePart;
-use crate::engine::store::Staged;
-use crate::engine::ShardStore;
 use crate::metrics::ShardMetrics;
 use crate::model::conditions::{ReadConditions, WriteConditions};
 use crate::model::listing::{merge, shard_page, ListItem, ListQuery};
 use crate::model::object::block_id;
 use crate::model::{serve, Durability, GetResult, ListedMeta, ObjectMeta, StoreError};
+use crate::store::multipart::CompletePart;
+use crate::store::shard::Staged;
+use crate::store::ShardStore;
 pub use durable::DurableBudget;
 pub use nvme::{nvme_error, Nvme};
 use record::{decode_meta, encode_meta, is_kv};
@@ -119,7 +119,7 @@ pub struct TieredStore {
     /// Bytes of live `disk` records on this shard's NVMe, and their limit.
     pub durable: DurableBudget,
     /// Deletes remembered, so that an older copy of a deleted key is not taken back.
-    tombstones: RefCell<crate::engine::tombstones::Tombstones>,
+    tombstones: RefCell<crate::store::tombstones::Tombstones>,
     /// Told a bucket's bytes on this shard after a delete changed them (the node's quota
     /// accounting, which this layer does not know).
     usage_sink: RefCell<Option<UsageSink>>,
@@ -194,7 +194,7 @@ impl TieredStore {
             order: order::KeyOrder::default(),
             durable,
             usage_sink: RefCell::new(None),
-            tombstones: RefCell::new(crate::engine::tombstones::Tombstones::new(
+            tombstones: RefCell::new(crate::store::tombstones::Tombstones::new(
                 Duration::from_secs(86_400),
                 TOMBSTONES_PER_SHARD,
             )),
@@ -204,7 +204,7 @@ impl TieredStore {
     /// Sets how long deletes are remembered (`--tombstone-ttl-secs`).
     pub fn set_tombstone_ttl(&self, ttl: Duration) {
         *self.tombstones.borrow_mut() =
-            crate::engine::tombstones::Tombstones::new(ttl, TOMBSTONES_PER_SHARD);
+            crate::store::tombstones::Tombstones::new(ttl, TOMBSTONES_PER_SHARD);
     }
 
     /// Sets who is told a bucket's bytes on this shard when a delete changes them.

@@ -1,12 +1,12 @@
 //! The door to a shard's multipart uploads in progress (the parts live in DRAM until
-//! completion, `engine::multipart`; completing one is [`TieredStore::complete_upload`]).
+//! completion, `store::multipart`; completing one is [`TieredStore::complete_upload`]).
 
 use std::time::SystemTime;
 
 use super::TieredStore;
-use crate::engine::multipart::{ClaimedChecksum, CompletePart, PartInfo, Upload, UploadInfo};
 use crate::model::checksum::{Algorithm, Checksum};
 use crate::model::StoreError;
+use crate::store::multipart::{ClaimedChecksum, CompletePart, PartInfo, Upload, UploadInfo};
 
 impl TieredStore {
     /// Starts upload `id` (refused where a write of its key would be).

@@ -10,13 +10,13 @@ use yutu_api::admin::{
 use yutu_api::S3ErrorCode;
 
 use crate::cluster::replica;
-use crate::engine::pinning::{AdminPin, MAX_PINS};
 use crate::http::ctx::Ctx;
 use crate::http::error::S3Error;
 use crate::model::conditions::ReadConditions;
 use crate::model::listing::{ListItem, ListQuery};
 use crate::model::StoreError;
 use crate::node::Shard;
+use crate::store::pinning::{AdminPin, MAX_PINS};
 
 /// Keys read from the index per step of a prefix walk.
 const PAGE: usize = 512;

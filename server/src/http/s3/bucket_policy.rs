@@ -12,13 +12,13 @@ use yutu_api::bucket_policy::{BucketPolicy, Effect, Targets, MAX_POLICY_LEN};
 use yutu_api::public_access_block::{PolicyStatus, PublicAccessBlock, MAX_DOCUMENT};
 use yutu_api::S3ErrorCode;
 
-use crate::engine::bucket_settings::BucketGuards;
 use crate::http::body;
 use crate::http::ctx::Ctx;
 use crate::http::error::S3Error;
 use crate::http::permission::acl_is_public;
 use crate::http::{xml_response, Resp};
 use crate::node::buckets::{self, BucketChange};
+use crate::store::bucket_settings::BucketGuards;
 
 /// `BlockPublicAcls`: refuses (403) a request that would set a public ACL on `bucket` or one
 /// of its objects.

@@ -17,9 +17,6 @@ use yutu_api::{parse_range, S3ErrorCode};
 use super::copy::{fetch_source, invalid_source_range};
 use super::objects::{bucket_must_exist, check_key, check_write_conditions};
 use super::{meta, payload};
-use crate::engine::multipart::{
-    multipart_etag, ClaimedChecksum, CompletePart, Upload, MAX_PART_NUMBER,
-};
 use crate::http::common::{empty, read_local};
 use crate::http::ctx::Ctx;
 use crate::http::error::S3Error;
@@ -28,6 +25,9 @@ use crate::model::checksum::{md5, Algorithm, Checksum};
 use crate::model::conditions::WriteConditions;
 use crate::model::{ObjectMeta, StoreError};
 use crate::node::quota::Admitted;
+use crate::store::multipart::{
+    multipart_etag, ClaimedChecksum, CompletePart, Upload, MAX_PART_NUMBER,
+};
 use crate::tier::Step;
 
 /// Largest part (S3's limit), further bounded by a shard's DRAM.

@@ -292,7 +292,7 @@ fn part_number(ctx: &Ctx) -> Result<Option<u32>, S3Error> {
         Some(n) => n
             .parse::<u32>()
             .ok()
-            .filter(|n| (1..=crate::engine::multipart::MAX_PART_NUMBER).contains(n))
+            .filter(|n| (1..=crate::store::multipart::MAX_PART_NUMBER).contains(n))
             .map(Some)
             .ok_or_else(|| {
                 S3Error::new(S3ErrorCode::InvalidArgument)

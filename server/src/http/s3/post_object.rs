@@ -29,7 +29,6 @@ use yutu_api::S3ErrorCode;
 use super::meta::STORED_HEADERS;
 use super::objects::store;
 use crate::auth::{authorize_with_acl, Action, Identity};
-use crate::engine::bucket_settings::BucketSettings;
 use crate::http::body;
 use crate::http::ctx::Ctx;
 use crate::http::error::S3Error;
@@ -37,6 +36,7 @@ use crate::http::Resp;
 use crate::model::checksum::{md5, Algorithm, Checksum};
 use crate::model::conditions::WriteConditions;
 use crate::model::ObjectMeta;
+use crate::store::bucket_settings::BucketSettings;
 
 /// Room for the form's text fields besides the file (S3 limits them to 20 KiB).
 const FORM_OVERHEAD: u64 = 64 * 1024;

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use md5::{Digest, Md5};
 
 use super::arena::{Arena, Extent};
-use super::store::{ShardStore, Staged, ENTRY_OVERHEAD};
+use super::shard::{ShardStore, Staged, ENTRY_OVERHEAD};
 use crate::model::checksum::{Algorithm, Checksum, Hasher};
 use crate::model::conditions::WriteConditions;
 use crate::model::object::PartLayout;

@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use super::store::ShardStore;
+use super::shard::ShardStore;
 use crate::model::StoreError;
 
 /// Most admin pins one shard keeps (each costs a key's worth of memory).
@@ -145,11 +145,11 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     use super::*;
-    use crate::engine::arena::Arena;
-    use crate::engine::eviction::Lru;
     use crate::metrics::ShardMetrics;
     use crate::model::conditions::WriteConditions;
     use crate::model::{Durability, ObjectMeta};
+    use crate::store::arena::Arena;
+    use crate::store::eviction::Lru;
 
     fn store(capacity: u64) -> ShardStore {
         let arena = Arena::new("pins", capacity, 4096).expect("arena");

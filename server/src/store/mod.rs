@@ -1,7 +1,6 @@
 //! One shard's store, synchronous and runtime-free: the DRAM arena and its allocator, the
 //! object index, eviction, KV leases and pending puts, multipart uploads, the event log and
-//! each bucket's settings (`bucket_settings`);
-//! and the node-wide registry of client engines (`peers`).
+//! each bucket's settings (`bucket_settings`).
 //!
 //! Nothing here awaits, so every operation is atomic with respect to every other on the
 //! shard's thread, and all of it is unit-testable without glommio.
@@ -12,9 +11,8 @@ pub mod events;
 pub mod eviction;
 pub mod kv;
 pub mod multipart;
-pub mod peers;
 pub mod pinning;
-pub mod store;
+pub mod shard;
 pub mod tombstones;
 
-pub use store::ShardStore;
+pub use shard::ShardStore;

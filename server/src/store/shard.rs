@@ -966,7 +966,7 @@ fn random_salt() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::eviction::Lru;
+    use crate::store::eviction::Lru;
 
     fn meta(size: usize) -> ObjectMeta {
         ObjectMeta {

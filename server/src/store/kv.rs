@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::arena::Extent;
 use super::eviction::EntryId;
-use super::store::{ShardStore, Staged};
+use super::shard::{ShardStore, Staged};
 use crate::model::conditions::WriteConditions;
 use crate::model::{ObjectMeta, StoreError};
 use yutu_transfer::{Access, GrantId, SegmentDescriptor};
@@ -589,10 +589,10 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::engine::arena::Arena;
-    use crate::engine::eviction::Lru;
     use crate::metrics::ShardMetrics;
     use crate::model::conditions::{ReadConditions, WriteConditions};
+    use crate::store::arena::Arena;
+    use crate::store::eviction::Lru;
 
     fn meta() -> ObjectMeta {
         ObjectMeta {
