@@ -636,3 +636,109 @@ fn signed_kv_calls_verify_through_a_base_url_with_a_path_prefix() {
         "{forwarded:?}"
     );
 }
+
+/// The path an engine's own host memory takes (shared with the Python package): spans of
+/// plain heap memory are staged through the pool, chunk by chunk through the two halves of a
+/// buffer (a chunk of 64 KiB splits this batch into several), scattered over several spans
+/// per key; spans inside one range registered in place go in one call with no staging. Both
+/// read back byte for byte, and a device span is refused before anything moves.
+#[test]
+fn an_engines_host_memory_is_staged_or_reached_in_place() {
+    use yutu_client::kv::{PutOptions, Span, SpanStaging};
+    let Some(server) = start_server("spans") else {
+        return;
+    };
+    Client::new(&server.url)
+        .unwrap()
+        .create_bucket("spans")
+        .unwrap();
+    let kv = KvClient::new(&server.url, KvOptions::default()).expect("kv client");
+    let staging = SpanStaging::new(64 << 10, 2);
+    let span = |v: &[u8]| Span {
+        addr: v.as_ptr() as usize,
+        len: v.len() as u64,
+        device: None,
+    };
+    // Staged: each key's value gathered from two spans of unregistered heap memory.
+    let sizes = [5_000usize, 70_000, 1, 200_000, 33_333];
+    let keys: Vec<String> = (0..sizes.len()).map(|i| format!("staged-{i}")).collect();
+    let values: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| pattern(n, 40 + i as u64))
+        .collect();
+    let halves: Vec<[Span; 2]> = values
+        .iter()
+        .map(|v| {
+            let (a, b) = v.split_at(v.len() / 2);
+            [span(a), span(b)]
+        })
+        .collect();
+    let srcs: Vec<&[Span]> = halves.iter().map(|h| &h[..]).collect();
+    staging
+        .put_from_parts(&kv, "spans", &keys, &srcs, &PutOptions::default())
+        .expect("staged put");
+    let mut outs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+    let dests: Vec<Span> = outs.iter_mut().map(|v| span(v)).collect();
+    let got = staging
+        .get_into(&kv, "spans", &keys, &dests)
+        .expect("staged get");
+    assert_eq!(
+        got,
+        sizes.iter().map(|&n| Some(n as u64)).collect::<Vec<_>>()
+    );
+    assert_eq!(outs, values);
+    assert_eq!(
+        staging.in_place.path(dests[0].addr),
+        None,
+        "never registered"
+    );
+
+    // In place: one registered range holds both the sources and the targets.
+    let mut region = vec![0u8; 1 << 20];
+    let base = region.as_mut_ptr() as usize;
+    // SAFETY: `region` outlives every call below and is unregistered before it is dropped.
+    unsafe { staging.in_place.register(&kv, base, region.len() as u64) };
+    assert_eq!(
+        staging.in_place.path(base).as_deref(),
+        Some("in place"),
+        "a heap range the engine registers as it is"
+    );
+    let v = pattern(300_000, 77);
+    region[..v.len()].copy_from_slice(&v);
+    let src = Span {
+        addr: base,
+        len: v.len() as u64,
+        device: None,
+    };
+    staging
+        .put_from(
+            &kv,
+            "spans",
+            &["in-place".to_string()],
+            &[src],
+            &PutOptions::default(),
+        )
+        .expect("in-place put");
+    let dst = Span {
+        addr: base + (512 << 10),
+        len: 400_000,
+        device: None,
+    };
+    let got = staging
+        .get_into(&kv, "spans", &["in-place".to_string()], &[dst])
+        .expect("in-place get");
+    assert_eq!(got, vec![Some(v.len() as u64)]);
+    assert_eq!(&region[512 << 10..(512 << 10) + v.len()], &v[..]);
+    staging.in_place.unregister(base);
+
+    let gpu = Span {
+        addr: base,
+        len: 16,
+        device: Some(0),
+    };
+    let err = staging
+        .get_into(&kv, "spans", &["in-place".to_string()], &[gpu])
+        .expect_err("device memory is not staged through host buffers");
+    assert!(matches!(err, KvError::InvalidArgument(_)), "{err}");
+}

@@ -11,7 +11,7 @@
 //! this host allows).
 //!
 //! A batch is split by where its spans are: the host spans go through the package's own
-//! staging (`staging.rs`) and each GPU's spans through that GPU's calls, one group after the
+//! staging (`yutu_client::kv::SpanStaging`) and each GPU's spans through that GPU's calls, one group after the
 //! other in the order their first span appears, and the answers are merged in the caller's
 //! order. A span of 0 bytes names no memory and goes with the host spans.
 //!
@@ -25,12 +25,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use yutu_client::kv::{
-    Device, DeviceBlock, DeviceMemory, HostDevice, KvClient, KvError, PutOptions, MAX_BATCH,
+    Device, DeviceBlock, DeviceMemory, HostDevice, KvClient, KvError, PutOptions,
+    SpanStaging as Staging, MAX_BATCH, MAX_STAGED_BLOCK,
 };
 
 use crate::errors::{Error, Result};
 use crate::memory::Span;
-use crate::staging::{Staging, MAX_STAGED_BLOCK};
 
 /// The environment variable that, set to `host` when a store is created, makes its "GPUs"
 /// stand-ins over host memory.
@@ -155,7 +155,7 @@ fn check_lens(keys: &[String], n: usize) -> Result<()> {
 pub fn get_into(ctx: &Ctx<'_>, keys: &[String], dests: &[Span]) -> Result<Vec<Option<u64>>> {
     check_lens(keys, dests.len())?;
     if dests.iter().all(|d| d.device.is_none()) {
-        return ctx.staging.get_into(ctx.kv, ctx.bucket, keys, dests);
+        return Ok(ctx.staging.get_into(ctx.kv, ctx.bucket, keys, dests)?);
     }
     if let Some(i) = dests.iter().position(|d| d.len == 0) {
         return Err(Error::invalid(format!("key {i} has a size of 0 bytes")));
@@ -163,7 +163,10 @@ pub fn get_into(ctx: &Ctx<'_>, keys: &[String], dests: &[Span]) -> Result<Vec<Op
     let mut out = vec![None; keys.len()];
     run_groups(keys, dests, |place, idx, ks, ss| {
         let got = match place {
-            None => ctx.staging.get_into(ctx.kv, ctx.bucket, ks, ss)?,
+            None => ctx
+                .staging
+                .get_into(ctx.kv, ctx.bucket, ks, ss)
+                .map_err(|e| Failure::new(e, 0))?,
             Some(ordinal) => {
                 let device = ctx.devices.get(ordinal)?;
                 // As on the host path, a get stages at most MAX_STAGED_BLOCK per block.
@@ -205,9 +208,9 @@ pub fn get_into(ctx: &Ctx<'_>, keys: &[String], dests: &[Span]) -> Result<Vec<Op
 pub fn put_from(ctx: &Ctx<'_>, keys: &[String], srcs: &[Span], options: &PutOptions) -> Result<()> {
     check_lens(keys, srcs.len())?;
     if srcs.iter().all(|s| s.device.is_none()) {
-        return ctx
+        return Ok(ctx
             .staging
-            .put_from(ctx.kv, ctx.bucket, keys, srcs, options);
+            .put_from(ctx.kv, ctx.bucket, keys, srcs, options)?);
     }
     if let Some(i) = srcs.iter().position(|s| s.len > MAX_STAGED_BLOCK) {
         return Err(Error::invalid(format!(
@@ -217,7 +220,10 @@ pub fn put_from(ctx: &Ctx<'_>, keys: &[String], srcs: &[Span], options: &PutOpti
     }
     run_groups(keys, srcs, |place, _idx, ks, ss| {
         match place {
-            None => ctx.staging.put_from(ctx.kv, ctx.bucket, ks, ss, options)?,
+            None => ctx
+                .staging
+                .put_from(ctx.kv, ctx.bucket, ks, ss, options)
+                .map_err(|e| Failure::new(e, 0))?,
             Some(ordinal) => {
                 let device = ctx.devices.get(ordinal)?;
                 let blocks: Vec<DeviceBlock> = ss
@@ -454,6 +460,7 @@ pub fn put_from_parts(
             }
         }
     }
-    ctx.staging
-        .put_from_parts(ctx.kv, ctx.bucket, keys, &bounced.slices(), options)
+    Ok(ctx
+        .staging
+        .put_from_parts(ctx.kv, ctx.bucket, keys, &bounced.slices(), options)?)
 }

@@ -12,10 +12,8 @@ use pyo3::prelude::*;
 mod device;
 mod errors;
 mod hashing;
-mod in_place;
 mod memory;
 mod slab;
-mod staging;
 mod store;
 
 #[pymodule]

@@ -4,7 +4,7 @@
 //! Bytes never move straight between the node and this memory: the node's one-sided copies
 //! need memory it can map (a sealed memfd) or reach through the client's transfer engine,
 //! and an engine's own allocation (a numpy array, a torch tensor) is neither. They go
-//! through the store's staging buffers (`staging.rs`). Registration is still required for
+//! through the store's staging buffers (`yutu_client::kv::SpanStaging`). Registration is still required for
 //! raw pointers, as in Mooncake: it is the one check that a pointer the caller passes was
 //! meant as transfer memory, so a wrong integer fails with an error instead of scribbling
 //! over the interpreter. Python objects (buffers, tensors) are resolved into pointers by the
@@ -25,16 +25,7 @@ use crate::errors::{Error, Result};
 /// large buffers, not one per block.
 const MAX_REGISTERED: usize = 4096;
 
-/// Bytes of the caller's memory: the source of a put or the target of a get.
-#[derive(Debug, Clone, Copy)]
-pub struct Span {
-    /// The address, as an integer so that spans can cross threads: a host address, or a
-    /// device address of GPU `device`.
-    pub addr: usize,
-    pub len: u64,
-    /// The CUDA ordinal of the GPU whose memory this is; `None` for host memory.
-    pub device: Option<u32>,
-}
+pub use yutu_client::kv::Span;
 
 /// One registered range.
 #[derive(Debug, Clone, Copy)]

@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyString};
 use yutu_api::kv::{BlockPin, MAX_SOFT_PIN_SECS};
-use yutu_client::kv::{DeviceBuffer, KvClient, KvOptions, PutMode, PutOptions, MAX_BATCH};
+use yutu_client::kv::{
+    DeviceBuffer, KvClient, KvOptions, PutMode, PutOptions, SpanStaging as Staging, MAX_BATCH,
+};
 use yutu_client::{Client, Credentials};
 use yutu_transfer::device::DeviceMemory;
 
@@ -21,7 +23,6 @@ use crate::device::{self, Ctx, Devices};
 use crate::errors::{Error, Result};
 use crate::memory::{spans, Registry, Span};
 use crate::slab::Slab;
-use crate::staging::Staging;
 
 /// What an open store holds.
 struct Session {
@@ -528,10 +529,17 @@ impl Store {
             }
             s.registry.register(ptr, size, device)?;
             if device.is_none() {
-                // SAFETY: the caller registers the range as transfer memory it keeps mapped
-                // until it unregisters it (the contract of `register_buffer`), and the
-                // registry has just accepted it.
-                unsafe { s.staging.in_place.register(&s.kv, ptr, size) };
+                if std::env::var_os("YUTU_IN_PLACE").is_some_and(|v| v == "0") {
+                    // Everything staged: to compare, or to rule the in-place path out.
+                    s.staging
+                        .in_place
+                        .register_staged(ptr, "YUTU_IN_PLACE=0".into());
+                } else {
+                    // SAFETY: the caller registers the range as transfer memory it keeps
+                    // mapped until it unregisters it (the contract of `register_buffer`), and
+                    // the registry has just accepted it.
+                    unsafe { s.staging.in_place.register(&s.kv, ptr, size) };
+                }
             }
             if let Some(ordinal) = device {
                 let memory = DeviceMemory {
@@ -768,7 +776,7 @@ impl Store {
         for (h, &room) in handles.iter().zip(&rooms) {
             let n = isize::try_from(room)
                 .ok()
-                .filter(|_| room > 0 && room <= crate::staging::MAX_STAGED_BLOCK)
+                .filter(|_| room > 0 && room <= yutu_client::kv::MAX_STAGED_BLOCK)
                 .ok_or_else(|| Error::invalid(format!("a room of {room} bytes")))?;
             // SAFETY: `h` is a live bytearray (the GIL is held); resizing a bytearray that
             // exports no buffer is allowed, and its new bytes are uninitialised until written.
@@ -787,7 +795,9 @@ impl Store {
         // The handles are only reachable through `handles` while the GIL is released: nobody
         // resizes them meanwhile (a caller's thread could, through a reference it kept, which
         // is the caller's data race, as with any buffer it passes).
-        let got = self.run(py, |s| s.staging.get_into(&s.kv, &s.bucket, &keys, &spans));
+        let got = self.run(py, |s| {
+            Ok(s.staging.get_into(&s.kv, &s.bucket, &keys, &spans)?)
+        });
         let lens = match got {
             Ok(lens) => lens,
             Err(e) => {

@@ -40,6 +40,7 @@ mod lanes;
 mod node;
 mod options;
 mod parts;
+mod spans;
 
 use checks::{check_batch, check_range, same_len};
 pub use error::KvError;
@@ -48,6 +49,7 @@ use http::{check_bucket, read_json};
 pub use node::NodeClient;
 pub use options::{KvOptions, PutMode, PutOptions};
 pub use parts::Parts;
+pub use spans::{InPlace, Span, SpanStaging, MAX_STAGED_BLOCK};
 
 pub use device::{
     BlockFailures, DeviceBuffer, Memory, STAGING_BUFFERS, STAGING_HALF, STAGING_WAIT,

@@ -1,26 +1,48 @@
-//! Staging: moving blocks between the caller's memory and the node through buffers the node
-//! can reach.
+//! Memory the caller did not allocate through the client: an engine's own host memory (a
+//! numpy array, a pinned tensor, a host pool), named by spans of address and length. One
+//! place decides how a batch of such spans travels, for the Rust client and the Python
+//! package alike:
 //!
-//! The node copies a block one-sidedly into or out of a buffer registered with the client's
-//! transfer engine: over shared memory when it runs on this host (the buffer is a sealed
-//! memfd it maps), or over tcp/rdma otherwise. A numpy array or a tensor is neither, so a
-//! batch is staged: a get has the node fill a staging buffer and copies each block out to the
-//! caller's span; a put copies the spans in and has the node read them. A batch larger than
-//! half a staging buffer is split into chunks that alternate between its two halves, so that
-//! this thread's copy of chunk `i` runs while the node moves chunk `i + 1`.
+//! - **In place** ([`InPlace`]): spans that all lie in one host range registered as it is
+//!   ([`KvClient::register_host`]) are one node call naming those ranges
+//!   (`batch_get_into_parts` / `batch_put_from_parts`). The node on the same host copies
+//!   straight between its arena and that memory through this process's memory file: no
+//!   staging buffer and no copy in this process.
+//! - **Staged** ([`SpanStaging`]): anything else (spans in several ranges, unregistered
+//!   memory, a cluster, a range the engine would not register). The node copies a block
+//!   into or out of a registered staging buffer, and this process copies between it and the
+//!   caller's spans. A batch larger than half a staging buffer is split into chunks that
+//!   alternate between its two halves, so that this thread's copy of chunk `i` runs while the
+//!   node moves chunk `i + 1`. Staging buffers come from a pool shared by every thread using
+//!   it: at most `max_buffers`, each at least `chunk * 2` bytes and grown for a batch that
+//!   needs more.
 //!
-//! Staging buffers come from a pool shared by every thread using the store: at most
-//! `max_buffers`, each at least `chunk * 2` bytes and grown for a batch that needs more.
+//! Device (GPU) memory has its own staging through pinned buffers (`device.rs`).
 
+use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use yutu_client::kv::{Buffer, KvClient, PutOptions, MAX_BATCH};
+use super::{Buffer, KvClient, KvError, Parts, PutOptions, MAX_BATCH};
 
-use crate::errors::{Error, Result};
-use crate::in_place::InPlace;
-use crate::memory::Span;
+type Result<T> = std::result::Result<T, KvError>;
+
+fn invalid(msg: impl Into<String>) -> KvError {
+    KvError::InvalidArgument(msg.into())
+}
+
+/// Bytes of the caller's memory: the source of a put or the target of a get.
+#[derive(Debug, Clone, Copy)]
+pub struct Span {
+    /// The address, as an integer so that spans can cross threads: a host address, or a
+    /// device address of GPU `device`.
+    pub addr: usize,
+    pub len: u64,
+    /// The ordinal of the GPU whose memory this is; `None` for host memory. Only host spans
+    /// are moved here; a device span is refused.
+    pub device: Option<u32>,
+}
 
 /// The largest block a get stages: a caller's capacity above it is capped to it (a get into
 /// external memory of a larger block fails as "larger than its room").
@@ -29,7 +51,7 @@ pub const MAX_STAGED_BLOCK: u64 = 1 << 30;
 const TAKE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The pool of staging buffers of one store.
-pub struct Staging {
+pub struct SpanStaging {
     /// Registered engine memory the node reaches without staging (tried first).
     pub in_place: InPlace,
     state: Mutex<PoolState>,
@@ -47,7 +69,7 @@ struct PoolState {
 
 /// A staging buffer lent to one call; back to the pool when dropped.
 pub struct Lease<'a> {
-    pool: &'a Staging,
+    pool: &'a SpanStaging,
     buf: Option<Buffer>,
     /// False once a call on the buffer failed: the node may still be copying into it (a call
     /// that timed out on this side is not cancelled on the node's), so it is not lent again.
@@ -87,10 +109,10 @@ impl Drop for Lease<'_> {
     }
 }
 
-impl Staging {
+impl SpanStaging {
     /// A pool of up to `max_buffers` buffers whose halves hold `chunk` bytes.
-    pub fn new(chunk: u64, max_buffers: usize) -> Staging {
-        Staging {
+    pub fn new(chunk: u64, max_buffers: usize) -> SpanStaging {
+        SpanStaging {
             in_place: InPlace::default(),
             state: Mutex::new(PoolState {
                 free: Vec::new(),
@@ -140,13 +162,13 @@ impl Staging {
                     Err(e) => {
                         self.lock().total -= 1;
                         self.freed.notify_one();
-                        Err(e.into())
+                        Err(e)
                     }
                 };
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(Error::Busy(format!(
+                return Err(KvError::Busy(format!(
                     "all {} staging buffers stayed busy for {}s",
                     self.max_buffers,
                     TAKE_TIMEOUT.as_secs()
@@ -186,6 +208,7 @@ impl Staging {
         dests: &[&[Span]],
     ) -> Result<Vec<Option<u64>>> {
         check_lens(keys, dests.len())?;
+        check_host(dests)?;
         if keys.is_empty() {
             return Ok(Vec::new());
         }
@@ -197,7 +220,7 @@ impl Staging {
             .map(|d| total(d).min(MAX_STAGED_BLOCK))
             .collect();
         if let Some(i) = caps.iter().position(|&c| c == 0) {
-            return Err(Error::invalid(format!("key {i} has a size of 0 bytes")));
+            return Err(invalid(format!("key {i} has a size of 0 bytes")));
         }
         let chunks = plan(&caps, self.chunk);
         let half = largest_chunk(&caps, &chunks);
@@ -263,6 +286,7 @@ impl Staging {
         options: &PutOptions,
     ) -> Result<()> {
         check_lens(keys, srcs.len())?;
+        check_host(srcs)?;
         if keys.is_empty() {
             return Ok(());
         }
@@ -271,7 +295,7 @@ impl Staging {
         }
         let lens: Vec<u64> = srcs.iter().map(|s| total(s)).collect();
         if let Some(i) = lens.iter().position(|&l| l > MAX_STAGED_BLOCK) {
-            return Err(Error::invalid(format!(
+            return Err(invalid(format!(
                 "block {i} is {} bytes; a block is at most {MAX_STAGED_BLOCK}",
                 lens[i]
             )));
@@ -315,17 +339,27 @@ impl Staging {
 
 fn check_lens(keys: &[String], n: usize) -> Result<()> {
     if keys.len() != n {
-        return Err(Error::invalid(format!(
-            "{} keys but {n} buffers",
-            keys.len()
-        )));
+        return Err(invalid(format!("{} keys but {n} buffers", keys.len())));
     }
     Ok(())
 }
 
+/// Only host memory is copied here (a device span goes through its device's staging); an
+/// empty span copies nothing, wherever it is.
+fn check_host(blocks: &[&[Span]]) -> Result<()> {
+    let on_device = |s: &&Span| s.device.is_some() && s.len > 0;
+    match blocks.iter().flat_map(|b| b.iter()).find(on_device) {
+        Some(s) => Err(invalid(format!(
+            "a span of device {} memory cannot be staged through host buffers",
+            s.device.unwrap_or_default()
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn join(h: std::thread::ScopedJoinHandle<'_, Result<()>>) -> Result<()> {
     h.join()
-        .unwrap_or_else(|_| Err(Error::invalid("a staging copy panicked")))
+        .unwrap_or_else(|_| Err(invalid("a staging copy panicked")))
 }
 
 /// Splits blocks of `sizes` into runs of consecutive blocks of at most `chunk` bytes and
@@ -379,7 +413,7 @@ fn copy_out(buf: &Buffer, offsets: &[u64], got: &[Option<u64>], dests: &[&[Span]
         let Some(n) = *n else { continue };
         let room = total(parts);
         if n > room {
-            return Err(Error::invalid(format!(
+            return Err(invalid(format!(
                 "the node sent {n} bytes for spans of {room}"
             )));
         }
@@ -415,4 +449,171 @@ fn copy_in(buf: &Buffer, offsets: &[u64], srcs: &[&[Span]]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Spans one node call names at most (the node takes 65,536).
+const MAX_CALL_SPANS: usize = 16_384;
+
+/// What became of a host range registered with `register_buffer`.
+enum Registered {
+    /// Registered with the engine as it is: its length and the registration.
+    InPlace(u64, Arc<Buffer>),
+    /// Staged, and why.
+    Staged(String),
+}
+
+/// The registered host ranges, by start address (they never overlap: `Registry` refuses it).
+#[derive(Default)]
+pub struct InPlace {
+    ranges: Mutex<BTreeMap<usize, Registered>>,
+}
+
+impl InPlace {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, Registered>> {
+        self.ranges.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers `[addr, addr + len)` with the engine. A failure is not an error: the range
+    /// then goes through staging, as it always could, and [`InPlace::path`] says why.
+    ///
+    /// # Safety
+    ///
+    /// The range must stay mapped until [`InPlace::unregister`] (the contract of Mooncake's
+    /// `register_buffer`, which the caller has already checked the range against).
+    pub unsafe fn register(&self, kv: &KvClient, addr: usize, len: u64) {
+        let registered = if kv.cluster_nodes() > 0 {
+            Registered::Staged("the client routes over a cluster".into())
+        } else {
+            // SAFETY: the caller's contract.
+            match unsafe { kv.register_host(addr as *mut u8, len) } {
+                Ok(buf) => Registered::InPlace(len, Arc::new(buf)),
+                Err(err) => Registered::Staged(err.to_string()),
+            }
+        };
+        self.lock().insert(addr, registered);
+    }
+
+    /// Records the range at `addr` as one to stage, and why (the caller chose not to have it
+    /// reached in place).
+    pub fn register_staged(&self, addr: usize, why: String) {
+        self.lock().insert(addr, Registered::Staged(why));
+    }
+
+    /// How the host range registered at `addr` travels: `"in place"`, or `"staged: "` and
+    /// why; `None` when no host range starts there.
+    pub fn path(&self, addr: usize) -> Option<String> {
+        self.lock().get(&addr).map(|r| match r {
+            Registered::InPlace(..) => "in place".to_string(),
+            Registered::Staged(why) => format!("staged: {why}"),
+        })
+    }
+
+    /// Forgets the range registered at `addr` (the engine unregisters it once no call uses it).
+    pub fn unregister(&self, addr: usize) {
+        self.lock().remove(&addr);
+    }
+
+    /// The registration holding every span, and each block's spans as ranges of it; `None`
+    /// when the spans are not all in one registered host range.
+    fn resolve(&self, blocks: &[&[Span]]) -> Option<(Arc<Buffer>, Vec<Parts>)> {
+        let first = blocks.iter().flat_map(|b| b.iter()).find(|s| s.len > 0)?;
+        let ranges = self.lock();
+        let (&base, Registered::InPlace(len, buf)) = ranges.range(..=first.addr).next_back()?
+        else {
+            return None;
+        };
+        let end = base.checked_add(*len as usize)?;
+        let mut parts = Vec::with_capacity(blocks.len());
+        for b in blocks {
+            let mut p = Vec::with_capacity(b.len());
+            for s in b.iter().filter(|s| s.len > 0) {
+                let inside = s.device.is_none()
+                    && s.addr >= base
+                    && s.addr.checked_add(s.len as usize).is_some_and(|e| e <= end);
+                if !inside {
+                    return None;
+                }
+                p.push(((s.addr - base) as u64, s.len));
+            }
+            if p.is_empty() {
+                return None;
+            }
+            parts.push(p);
+        }
+        Some((Arc::clone(buf), parts))
+    }
+
+    /// Fetches `keys[i]` into the spans `dests[i]` in place; `None` when the spans are not
+    /// in one registered range (the caller stages instead).
+    pub fn get_into(
+        &self,
+        kv: &KvClient,
+        bucket: &str,
+        keys: &[String],
+        dests: &[&[Span]],
+    ) -> Option<Result<Vec<Option<u64>>>> {
+        let (buf, parts) = self.resolve(dests)?;
+        let mut out = Vec::with_capacity(keys.len());
+        for (ks, ps) in batches(keys, &parts) {
+            match kv.batch_get_into_parts(bucket, ks, &buf, ps) {
+                Ok(got) => out.extend(got),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok(out))
+    }
+
+    /// Stores `keys[i]` from the spans `srcs[i]` in place; `None` as for `get_into`.
+    pub fn put_from(
+        &self,
+        kv: &KvClient,
+        bucket: &str,
+        keys: &[String],
+        srcs: &[&[Span]],
+        options: &PutOptions,
+    ) -> Option<Result<()>> {
+        let (buf, parts) = self.resolve(srcs)?;
+        for (ks, ps) in batches(keys, &parts) {
+            if let Err(e) = kv.batch_put_from_parts(bucket, ks, &buf, ps, options) {
+                return Some(Err(e));
+            }
+        }
+        Some(Ok(()))
+    }
+}
+
+/// `keys` and their parts cut into node calls of at most `MAX_BATCH` keys and
+/// `MAX_CALL_SPANS` spans.
+fn batches<'a>(keys: &'a [String], parts: &'a [Parts]) -> Vec<(&'a [String], &'a [Parts])> {
+    let mut out = Vec::new();
+    let (mut start, mut spans) = (0, 0);
+    for (i, p) in parts.iter().enumerate() {
+        if i > start && (i - start == MAX_BATCH || spans + p.len() > MAX_CALL_SPANS) {
+            out.push((&keys[start..i], &parts[start..i]));
+            (start, spans) = (i, 0);
+        }
+        spans += p.len();
+    }
+    if start < keys.len() {
+        out.push((&keys[start..], &parts[start..]));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_respect_both_limits() {
+        let keys: Vec<String> = (0..5000).map(|i| i.to_string()).collect();
+        let parts: Vec<Parts> = (0..5000).map(|_| vec![(0, 1)]).collect();
+        let b = batches(&keys, &parts);
+        assert_eq!(b.len(), 2);
+        assert_eq!(b[0].0.len(), MAX_BATCH);
+        let wide: Vec<Parts> = (0..3).map(|_| vec![(0, 1); 10_000]).collect();
+        let b = batches(&keys[..3], &wide);
+        assert_eq!(b.len(), 3);
+        assert!(batches(&[], &[]).is_empty());
+    }
 }
