@@ -36,20 +36,6 @@ pub fn prefix(cluster: &str) -> String {
     format!("/yutu/{cluster}/")
 }
 
-/// The first key after every key that starts with `prefix`: etcd's `range_end` for a prefix
-/// read (both the node and the conductor read the cluster's prefix this way).
-pub fn etcd_prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    // Every byte is 0xff: the range runs to the end of the keyspace.
-    vec![0]
-}
-
 /// etcd key of a member.
 pub fn member_key(cluster: &str, node: &str) -> String {
     format!("/yutu/{cluster}/members/{node}")
@@ -355,13 +341,6 @@ mod tests {
             share
         );
         assert!((0.008..0.012).contains(&share), "moved share {share}");
-    }
-
-    #[test]
-    fn prefix_end_is_the_next_key() {
-        assert_eq!(etcd_prefix_end(b"/yutu/"), b"/yutu0".to_vec());
-        assert_eq!(etcd_prefix_end(b"a\xff"), b"b".to_vec());
-        assert_eq!(etcd_prefix_end(b"\xff"), vec![0]);
     }
 
     #[test]
