@@ -10,10 +10,10 @@
 //! and the client's device calls use that registration (`KvClient::device_path` says what
 //! this host allows).
 //!
-//! A batch is split by where its spans are: the host spans go through the package's own
-//! staging (`yutu_client::kv::SpanStaging`) and each GPU's spans through that GPU's calls, one group after the
-//! other in the order their first span appears, and the answers are merged in the caller's
-//! order. A span of 0 bytes names no memory and goes with the host spans.
+//! A batch is split by where its spans are: the host spans go through the client's span
+//! staging (`yutu_client::kv::SpanStaging`) and each GPU's spans through that GPU's calls,
+//! one group after the other in the order their first span appears, and the answers are
+//! merged in the caller's order. A span of 0 bytes names no memory and goes with the host spans.
 //!
 //! Devices are opened on first use and kept for the store's life: `open_cuda(N)` (the CUDA
 //! driver through cudarc, loaded at run time; "no CUDA driver" on a host without one), or,
