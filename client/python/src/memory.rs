@@ -5,9 +5,9 @@
 //! need memory it can map (a sealed memfd) or reach through the client's transfer engine,
 //! and an engine's own allocation (a numpy array, a torch tensor) is neither. They go
 //! through the store's staging buffers (`yutu_client::kv::SpanStaging`). Registration is
-//! still required for raw pointers, as in Mooncake: it is the one check that a pointer the caller passes was
-//! meant as transfer memory, so a wrong integer fails with an error instead of scribbling
-//! over the interpreter. Python objects (buffers, tensors) are resolved into pointers by the
+//! still required for raw pointers, as in Mooncake: it is the one check that a pointer the
+//! caller passes was meant as transfer memory, so a wrong integer fails with an error
+//! instead of scribbling over the interpreter. Python objects (buffers, tensors) are resolved into pointers by the
 //! package's Python half (`yutu/_memory.py`), which keeps them alive for the call and marks
 //! their spans as not needing registration: the buffer protocol is not in the stable ABI
 //! before Python 3.11, and the package's one wheel serves 3.9 and later.
