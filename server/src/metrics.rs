@@ -49,73 +49,10 @@ impl Gauge {
     }
 }
 
-/// The S3 (and ops) operations requests are counted by; a variant's name is its metric label
-/// (`op="GetObject"`). What a request is, and so its operation, is decided in
-/// `http/endpoint.rs`, with the permission and policy action each operation needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::VariantArray, strum::IntoStaticStr)]
-pub enum Op {
-    ListBuckets,
-    CreateBucket,
-    DeleteBucket,
-    HeadBucket,
-    ListObjects,
-    PutObject,
-    GetObject,
-    HeadObject,
-    DeleteObject,
-    CopyObject,
-    DeleteObjects,
-    ListObjectVersions,
-    GetBucketLocation,
-    CreateMultipartUpload,
-    UploadPart,
-    UploadPartCopy,
-    CompleteMultipartUpload,
-    AbortMultipartUpload,
-    ListParts,
-    ListMultipartUploads,
-    GetObjectAttributes,
-    GetBucketAcl,
-    PutBucketAcl,
-    GetObjectAcl,
-    PutObjectAcl,
-    GetBucketCors,
-    PutBucketCors,
-    DeleteBucketCors,
-    CorsPreflight,
-    GetBucketPolicy,
-    PutBucketPolicy,
-    DeleteBucketPolicy,
-    GetBucketPolicyStatus,
-    GetPublicAccessBlock,
-    PutPublicAccessBlock,
-    DeletePublicAccessBlock,
-    GetBucketOwnershipControls,
-    PutBucketOwnershipControls,
-    DeleteBucketOwnershipControls,
-    PostObject,
-    Admin,
-    Kv,
-    /// Mooncake master's query endpoints (`/get_all_segments`, `/query_key`,
-    /// `/batch_query_keys`).
-    MooncakeMaster,
-    Ops,
-    Unsupported,
-}
-
-impl Op {
-    /// Every operation, in declaration order (the order of the metric arrays).
-    pub const ALL: &'static [Op] = <Op as strum::VariantArray>::VARIANTS;
-
-    /// The metric label: the variant's name.
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
+/// Most operations requests are counted by. Which operations there are is the request
+/// layer's (`http::endpoint::Op`, whose count is checked against this at compile time):
+/// here they are only indices, and names given when the metrics are rendered.
+pub const MAX_OPS: usize = 96;
 
 /// Upper bounds of the latency histogram buckets, in seconds.
 pub const LATENCY_BUCKETS: [f64; 16] = [
@@ -197,10 +134,10 @@ pub struct ShardMetrics {
 impl Default for ShardMetrics {
     fn default() -> Self {
         ShardMetrics {
-            requests: (0..Op::ALL.len() * STATUS_SLOTS)
+            requests: (0..MAX_OPS * STATUS_SLOTS)
                 .map(|_| Counter::default())
                 .collect(),
-            latency: (0..Op::ALL.len()).map(|_| Histogram::default()).collect(),
+            latency: (0..MAX_OPS).map(|_| Histogram::default()).collect(),
             bytes_in: Counter::default(),
             bytes_out: Counter::default(),
             evictions: Counter::default(),
@@ -241,11 +178,16 @@ impl Default for ShardMetrics {
 }
 
 impl ShardMetrics {
-    pub fn record(&self, op: Op, status: u16, elapsed: Duration) {
+    /// Counts a request of operation number `op` (below [`MAX_OPS`]; another is not
+    /// counted) answered with `status` after `elapsed`.
+    pub fn record(&self, op: usize, status: u16, elapsed: Duration) {
+        if op >= MAX_OPS {
+            return;
+        }
         let slot =
             (status.clamp(STATUS_MIN, STATUS_MIN + STATUS_SLOTS as u16 - 1) - STATUS_MIN) as usize;
-        self.requests[op.index() * STATUS_SLOTS + slot].inc();
-        self.latency[op.index()].observe(elapsed);
+        self.requests[op * STATUS_SLOTS + slot].inc();
+        self.latency[op].observe(elapsed);
     }
 
     pub fn set_dram(&self, used: u64, capacity: u64, objects: u64) {
@@ -255,12 +197,14 @@ impl ShardMetrics {
     }
 }
 
-/// Renders all shards in the Prometheus text exposition format (version 0.0.4).
+/// Renders all shards in the Prometheus text exposition format (version 0.0.4); `ops` names
+/// the operations by number (their `op` label).
 ///
 /// The values are read once, here, into the data model of the `prometheus` crate, whose
 /// encoder writes the text; recording stays on the shards' own atomics above.
-pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
-    let mut families = vec![requests(shards), latency(shards)];
+pub fn render(shards: &[Arc<ShardMetrics>], ops: &[&str]) -> String {
+    let ops = &ops[..ops.len().min(MAX_OPS)];
+    let mut families = vec![requests(shards, ops), latency(shards, ops)];
     families.extend(per_shard(shards));
     // The encoder refuses a family without series (no request yet): leave those out.
     families.retain(|f| !f.get_metric().is_empty());
@@ -272,17 +216,17 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
 }
 
 /// `yutu_requests_total{shard,op,status}`: only the (op, status) pairs that occurred.
-fn requests(shards: &[Arc<ShardMetrics>]) -> MetricFamily {
+fn requests(shards: &[Arc<ShardMetrics>], ops: &[&str]) -> MetricFamily {
     let mut series = Vec::new();
     for (s, m) in shards.iter().enumerate() {
-        for op in Op::ALL {
+        for (op, name) in ops.iter().enumerate() {
             for slot in 0..STATUS_SLOTS {
-                let n = m.requests[op.index() * STATUS_SLOTS + slot].get();
+                let n = m.requests[op * STATUS_SLOTS + slot].get();
                 if n > 0 {
                     let status = (STATUS_MIN as usize + slot).to_string();
                     let mut metric = Metric::from_label(labels(&[
                         ("shard", &s.to_string()),
-                        ("op", op.name()),
+                        ("op", name),
                         ("status", &status),
                     ]));
                     metric.set_counter(counter_value(n));
@@ -300,11 +244,11 @@ fn requests(shards: &[Arc<ShardMetrics>]) -> MetricFamily {
 }
 
 /// `yutu_request_duration_seconds{shard,op}`: the operations that were requested.
-fn latency(shards: &[Arc<ShardMetrics>]) -> MetricFamily {
+fn latency(shards: &[Arc<ShardMetrics>], ops: &[&str]) -> MetricFamily {
     let mut series = Vec::new();
     for (s, m) in shards.iter().enumerate() {
-        for op in Op::ALL {
-            let h = &m.latency[op.index()];
+        for (op, name) in ops.iter().enumerate() {
+            let h = &m.latency[op];
             let count = h.count.get();
             if count == 0 {
                 continue;
@@ -325,8 +269,7 @@ fn latency(shards: &[Arc<ShardMetrics>]) -> MetricFamily {
             histogram.set_bucket(buckets);
             histogram.set_sample_count(count);
             histogram.set_sample_sum(h.sum_us.get() as f64 / 1e6);
-            let mut metric =
-                Metric::from_label(labels(&[("shard", &s.to_string()), ("op", op.name())]));
+            let mut metric = Metric::from_label(labels(&[("shard", &s.to_string()), ("op", name)]));
             metric.set_histogram(histogram);
             series.push(metric);
         }
@@ -606,11 +549,13 @@ mod tests {
     #[test]
     fn renders_counters_and_histograms() {
         let m = Arc::new(ShardMetrics::default());
-        m.record(Op::GetObject, 200, Duration::from_micros(300));
-        m.record(Op::GetObject, 404, Duration::from_millis(2));
+        m.record(1, 200, Duration::from_micros(300));
+        m.record(1, 404, Duration::from_millis(2));
+        m.record(MAX_OPS, 200, Duration::from_millis(2));
         m.set_dram(10, 100, 1);
         m.nvme_hits.add(5);
-        let text = render(&[m, Arc::new(ShardMetrics::default())]);
+        let ops = ["PutObject", "GetObject"];
+        let text = render(&[m, Arc::new(ShardMetrics::default())], &ops);
         for line in [
             "# HELP yutu_requests_total Requests by operation and HTTP status.",
             "# TYPE yutu_requests_total counter",
@@ -645,7 +590,7 @@ mod tests {
 
     #[test]
     fn renders_no_empty_family() {
-        let text = render(&[Arc::new(ShardMetrics::default())]);
+        let text = render(&[Arc::new(ShardMetrics::default())], &["GetObject"]);
         assert!(!text.contains("yutu_requests_total"), "{text}");
         assert!(
             text.contains("yutu_evictions_total{shard=\"0\"} 0\n"),

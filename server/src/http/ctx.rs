@@ -10,7 +10,7 @@ use super::permission::{self, Asked};
 use super::target::Target;
 use crate::auth::authenticate::RequestAuth;
 use crate::auth::{authorize_object, authorize_with_acl, Action, Gate, Identity};
-use crate::metrics::Op;
+use crate::http::endpoint::Op;
 use crate::net::budget::BodyClient;
 use crate::node::Shard;
 use crate::store::bucket_settings::BucketSettings;

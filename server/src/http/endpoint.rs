@@ -18,7 +18,144 @@ use yutu_api::S3ErrorCode;
 use super::error::S3Error;
 use super::target::Target;
 use crate::auth::Action;
-use crate::metrics::Op;
+
+/// The operation a request is: what its metrics count it as (a variant's name is its label,
+/// `op="GetObject"`), the permission and policy action it needs ([`action`],
+/// [`policy_action`]) and the handler that serves it ([`Op::handler`]). Adding an S3
+/// operation is a variant here, its rule in [`bucket_op`] or [`object_op`], its lines in
+/// those tables, and its function in the handler file the table names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::VariantArray, strum::IntoStaticStr)]
+pub enum Op {
+    ListBuckets,
+    CreateBucket,
+    DeleteBucket,
+    HeadBucket,
+    ListObjects,
+    PutObject,
+    GetObject,
+    HeadObject,
+    DeleteObject,
+    CopyObject,
+    DeleteObjects,
+    ListObjectVersions,
+    GetBucketLocation,
+    CreateMultipartUpload,
+    UploadPart,
+    UploadPartCopy,
+    CompleteMultipartUpload,
+    AbortMultipartUpload,
+    ListParts,
+    ListMultipartUploads,
+    GetObjectAttributes,
+    GetBucketAcl,
+    PutBucketAcl,
+    GetObjectAcl,
+    PutObjectAcl,
+    GetBucketCors,
+    PutBucketCors,
+    DeleteBucketCors,
+    CorsPreflight,
+    GetBucketPolicy,
+    PutBucketPolicy,
+    DeleteBucketPolicy,
+    GetBucketPolicyStatus,
+    GetPublicAccessBlock,
+    PutPublicAccessBlock,
+    DeletePublicAccessBlock,
+    GetBucketOwnershipControls,
+    PutBucketOwnershipControls,
+    DeleteBucketOwnershipControls,
+    PostObject,
+    Admin,
+    Kv,
+    /// Mooncake master's query endpoints (`/get_all_segments`, `/query_key`,
+    /// `/batch_query_keys`).
+    MooncakeMaster,
+    Ops,
+    Unsupported,
+}
+
+impl Op {
+    /// Every operation, in declaration order (the order of the metric arrays).
+    pub const ALL: &'static [Op] = <Op as strum::VariantArray>::VARIANTS;
+
+    /// The metric label: the variant's name.
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+
+    /// Its number among the metrics' operations (`crate::metrics::MAX_OPS` at most).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Every operation's metric label, by number.
+    pub fn names() -> Vec<&'static str> {
+        Op::ALL.iter().map(|o| o.name()).collect()
+    }
+
+    /// The handler file whose `serve_bucket` or `serve_object` answers this S3 operation
+    /// (`None`: not one served through them).
+    pub fn handler(self) -> Option<Handler> {
+        use Handler as H;
+        Some(match self {
+            Op::CreateBucket
+            | Op::DeleteBucket
+            | Op::HeadBucket
+            | Op::GetBucketLocation
+            | Op::ListObjects
+            | Op::ListObjectVersions => H::Buckets,
+            Op::GetBucketAcl | Op::PutBucketAcl | Op::GetObjectAcl | Op::PutObjectAcl => H::Acl,
+            Op::GetBucketCors | Op::PutBucketCors | Op::DeleteBucketCors => H::Cors,
+            Op::GetBucketPolicy
+            | Op::PutBucketPolicy
+            | Op::DeleteBucketPolicy
+            | Op::GetBucketPolicyStatus
+            | Op::GetPublicAccessBlock
+            | Op::PutPublicAccessBlock
+            | Op::DeletePublicAccessBlock => H::BucketPolicy,
+            Op::GetBucketOwnershipControls
+            | Op::PutBucketOwnershipControls
+            | Op::DeleteBucketOwnershipControls => H::Ownership,
+            Op::DeleteObjects => H::DeleteMany,
+            Op::ListMultipartUploads
+            | Op::CreateMultipartUpload
+            | Op::UploadPart
+            | Op::UploadPartCopy
+            | Op::CompleteMultipartUpload
+            | Op::AbortMultipartUpload
+            | Op::ListParts => H::Multipart,
+            Op::PutObject | Op::GetObject | Op::HeadObject | Op::DeleteObject => H::Objects,
+            Op::CopyObject => H::Copy,
+            Op::GetObjectAttributes => H::Attributes,
+            _ => return None,
+        })
+    }
+}
+
+/// An operation the handler it was sent to does not serve (a POST no operation matches, or
+/// a table that disagrees with a handler's).
+pub fn not_served(op: Op) -> S3Error {
+    S3Error::new(S3ErrorCode::NotImplemented).msg(format!("{} is not implemented.", op.name()))
+}
+
+/// The handler files of the S3 API (`http/s3/`), each serving its operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handler {
+    Buckets,
+    Acl,
+    Cors,
+    BucketPolicy,
+    Ownership,
+    DeleteMany,
+    Multipart,
+    Objects,
+    Copy,
+    Attributes,
+}
+
+// The metrics count at most MAX_OPS operations.
+const _: () = assert!(Op::ALL.len() <= crate::metrics::MAX_OPS);
 
 /// One request's endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use yutu_api::acl::{Acl, Grantee, Permission, Principal};
 use yutu_api::bucket_policy::{actions, bucket_arn, object_arn, Context, Decision, Request};
 
 use crate::auth::{Action, Identity};
-use crate::metrics::Op;
+use crate::http::endpoint::Op;
 use crate::store::bucket_settings::BucketGuards;
 
 /// The policy action a request is evaluated as: its operation's, or (for calls outside the

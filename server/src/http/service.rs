@@ -14,7 +14,7 @@ use hyper::service::service_fn;
 use yutu_api::S3ErrorCode;
 
 use super::ctx::{Allowed, Ctx};
-use super::endpoint::{action, Endpoint};
+use super::endpoint::{action, Endpoint, Handler, Op};
 use super::error::S3Error;
 use super::peer::coordinate;
 use super::s3::{
@@ -26,7 +26,7 @@ use crate::auth::authenticate::authenticate;
 use crate::auth::tokens::TokenVerifier;
 use crate::auth::{Action, Gate, Identity};
 use crate::cluster::Cluster;
-use crate::metrics::{render, Op};
+use crate::metrics::render;
 use crate::net::io::HyperStream;
 use crate::net::timer::GlommioTimer;
 use crate::node::Shard;
@@ -231,7 +231,7 @@ pub async fn handle(
     }
     let status = resp.status().as_u16();
     let elapsed = started.elapsed();
-    shard.metrics.record(op, status, elapsed);
+    shard.metrics.record(op.index(), status, elapsed);
     tracing::debug!(
         shard = shard.id, %method, path = %resource, status, op = op.name(),
         micros = elapsed.as_micros() as u64, request_id, "request"
@@ -284,7 +284,7 @@ async fn dispatch(
     match endpoint {
         Endpoint::Health => return (op, Ok(text(StatusCode::OK, "text/plain", "ok\n".into()))),
         Endpoint::Metrics => {
-            let mut body = render(&shard.all_metrics);
+            let mut body = render(&shard.all_metrics, &Op::names());
             if let Some(c) = &cluster {
                 body.push_str(&c.render_metrics());
             }
@@ -390,33 +390,17 @@ async fn serve_bucket(ctx: &Ctx, op: Op, b: &str, body: Incoming) -> Result<Resp
     }
     let incarnation = ctx.allow(action(op), Some(b))?;
     super::s3::acl::check_expected_owner(ctx, b)?;
-    match op {
-        Op::CreateBucket => buckets::create(ctx, body, b).await,
-        Op::GetBucketAcl => super::s3::acl::get_bucket_acl(ctx, b),
-        Op::PutBucketAcl => super::s3::acl::put_bucket_acl(ctx, body, b).await,
-        Op::GetBucketCors => super::s3::cors::get_bucket_cors(ctx, b),
-        Op::PutBucketCors => super::s3::cors::put_bucket_cors(ctx, body, b).await,
-        Op::DeleteBucketCors => super::s3::cors::delete_bucket_cors(ctx, b).await,
-        Op::GetBucketPolicy => bucket_policy::get_bucket_policy(ctx, b),
-        Op::PutBucketPolicy => bucket_policy::put_bucket_policy(ctx, body, b).await,
-        Op::DeleteBucketPolicy => bucket_policy::delete_bucket_policy(ctx, b).await,
-        Op::GetBucketPolicyStatus => bucket_policy::get_bucket_policy_status(ctx, b),
-        Op::GetPublicAccessBlock => bucket_policy::get_public_access_block(ctx, b),
-        Op::PutPublicAccessBlock => bucket_policy::put_public_access_block(ctx, body, b).await,
-        Op::DeletePublicAccessBlock => bucket_policy::delete_public_access_block(ctx, b).await,
-        Op::GetBucketOwnershipControls => ownership::get(ctx, b),
-        Op::PutBucketOwnershipControls => ownership::put(ctx, body, b).await,
-        Op::DeleteBucketOwnershipControls => ownership::delete(ctx, b).await,
-        Op::DeleteBucket if ctx.cluster.is_some() && ctx.peer.is_none() => {
-            buckets::delete_in_cluster(ctx, b).await
+    use super::s3::{acl, cors};
+    match op.handler() {
+        Some(Handler::Buckets) => buckets::serve_bucket(ctx, op, b, body, incarnation).await,
+        Some(Handler::Acl) => acl::serve_bucket(ctx, op, b, body, incarnation).await,
+        Some(Handler::Cors) => cors::serve_bucket(ctx, op, b, body, incarnation).await,
+        Some(Handler::BucketPolicy) => {
+            bucket_policy::serve_bucket(ctx, op, b, body, incarnation).await
         }
-        Op::DeleteBucket => buckets::delete(ctx, b).await,
-        Op::HeadBucket => buckets::head(ctx, b),
-        Op::DeleteObjects => delete_many::delete_objects(ctx, body, b, incarnation).await,
-        Op::GetBucketLocation => buckets::location(ctx, b),
-        Op::ListMultipartUploads => multipart::list_uploads(ctx, b).await,
-        Op::ListObjectVersions => buckets::list_versions(ctx, b).await,
-        Op::ListObjects => buckets::list_objects(ctx, b).await,
+        Some(Handler::Ownership) => ownership::serve_bucket(ctx, op, b, body, incarnation).await,
+        Some(Handler::DeleteMany) => delete_many::serve_bucket(ctx, op, b, body, incarnation).await,
+        Some(Handler::Multipart) => multipart::serve_bucket(ctx, op, b, body, incarnation).await,
         _ => Err(S3Error::new(S3ErrorCode::NotImplemented)
             .msg("This POST operation on a bucket is not implemented.")),
     }
@@ -472,23 +456,13 @@ async fn object_here(
         return Err(S3Error::new(S3ErrorCode::AccessDenied));
     }
     super::s3::acl::check_expected_owner(ctx, b)?;
-    match op {
-        Op::GetObjectAcl => super::s3::acl::get_object_acl(ctx, b, k, gate).await,
-        Op::PutObjectAcl => {
-            super::s3::acl::put_object_acl(ctx, body, b, k, gate, incarnation).await
-        }
-        Op::UploadPartCopy => multipart::upload_part_copy(ctx, b, k).await,
-        Op::UploadPart => multipart::upload_part(ctx, body, b, k).await,
-        Op::CopyObject => copy::copy_object(ctx, b, k, incarnation).await,
-        Op::PutObject => objects::put(ctx, body, b, k, incarnation).await,
-        Op::CreateMultipartUpload => multipart::create(ctx, b, k).await,
-        Op::CompleteMultipartUpload => multipart::complete(ctx, body, b, k, incarnation).await,
-        Op::AbortMultipartUpload => multipart::abort(ctx, b, k).await,
-        Op::DeleteObject => objects::delete(ctx, b, k, incarnation).await,
-        Op::HeadObject => objects::get(ctx, b, k, true, gate).await,
-        Op::ListParts => multipart::list_parts(ctx, b, k).await,
-        Op::GetObject => objects::get(ctx, b, k, false, gate).await,
-        Op::GetObjectAttributes => attributes::get_attributes(ctx, b, k).await,
+    let (inc, g) = (incarnation, gate);
+    match op.handler() {
+        Some(Handler::Acl) => super::s3::acl::serve_object(ctx, op, b, k, body, inc, g).await,
+        Some(Handler::Multipart) => multipart::serve_object(ctx, op, b, k, body, inc, g).await,
+        Some(Handler::Objects) => objects::serve_object(ctx, op, b, k, body, inc, g).await,
+        Some(Handler::Copy) => copy::serve_object(ctx, op, b, k, body, inc, g).await,
+        Some(Handler::Attributes) => attributes::serve_object(ctx, op, b, k, body, inc, g).await,
         _ => Err(S3Error::new(S3ErrorCode::NotImplemented)
             .msg("This POST operation on an object is not implemented.")),
     }

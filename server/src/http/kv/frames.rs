@@ -39,11 +39,11 @@ use crate::auth::{Action, Identity};
 use crate::config::Settings;
 use crate::http::body::check_announced;
 use crate::http::ctx::Ctx;
+use crate::http::endpoint::Op;
 use crate::http::error::S3Error;
 use crate::http::service::Listening;
 use crate::http::target::Target;
 use crate::kv::{calls, inline};
-use crate::metrics::Op;
 use crate::net::budget::BodyClient;
 use crate::node::Shard;
 
@@ -338,7 +338,9 @@ impl Conn {
                 }
             };
             if op != FrameOp::Hello {
-                self.shard.metrics.record(Op::Kv, status, started.elapsed());
+                self.shard
+                    .metrics
+                    .record(Op::Kv.index(), status, started.elapsed());
             }
             let Ok(frame) = frame else { return };
             let sent = within(&self.shard, BODY_TIMEOUT, async {

@@ -34,9 +34,9 @@ use crate::cluster::replica;
 use crate::cluster::{Cluster, ClusterMetrics, NODE_SUBJECT_PREFIX};
 use crate::http::common::unavailable;
 use crate::http::ctx::Ctx;
+use crate::http::endpoint::Op;
 use crate::http::error::S3Error;
 use crate::http::Resp;
-use crate::metrics::Op;
 use crate::model::conditions::ReadConditions;
 use crate::model::Version;
 

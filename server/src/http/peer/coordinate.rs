@@ -16,9 +16,9 @@ use super::cluster::{self, Forwarded, Plan};
 use crate::cluster::{Cluster, ClusterMetrics};
 use crate::http::ctx::{Allowed, Ctx};
 use crate::http::endpoint::action;
+use crate::http::endpoint::Op;
 use crate::http::error::S3Error;
 use crate::http::Resp;
-use crate::metrics::Op;
 
 /// Where an object request goes next.
 pub enum Next {

@@ -284,3 +284,41 @@ pub async fn put_object_acl(
         Err(e) => Err(e.into()),
     }
 }
+
+/// Serves this file's bucket operations (the table is
+/// [`Op::handler`](crate::http::endpoint::Op::handler)), once the caller may
+/// (`incarnation`: the bucket's, as the permission was checked against).
+pub async fn serve_bucket(
+    ctx: &Ctx,
+    op: crate::http::endpoint::Op,
+    b: &str,
+    body: Incoming,
+    _incarnation: Option<u64>,
+) -> Result<Resp, S3Error> {
+    use crate::http::endpoint::Op;
+    match op {
+        Op::GetBucketAcl => get_bucket_acl(ctx, b),
+        Op::PutBucketAcl => put_bucket_acl(ctx, body, b).await,
+        _ => Err(crate::http::endpoint::not_served(op)),
+    }
+}
+
+/// Serves this file's object operations (the table is
+/// [`Op::handler`](crate::http::endpoint::Op::handler)), once the caller may (`incarnation`
+/// as for a bucket, `gate`: whether the object's ACL is still to be checked).
+pub async fn serve_object(
+    ctx: &Ctx,
+    op: crate::http::endpoint::Op,
+    b: &str,
+    k: &str,
+    body: Incoming,
+    incarnation: Option<u64>,
+    gate: crate::auth::Gate,
+) -> Result<Resp, S3Error> {
+    use crate::http::endpoint::Op;
+    match op {
+        Op::GetObjectAcl => get_object_acl(ctx, b, k, gate).await,
+        Op::PutObjectAcl => put_object_acl(ctx, body, b, k, gate, incarnation).await,
+        _ => Err(crate::http::endpoint::not_served(op)),
+    }
+}

@@ -189,6 +189,25 @@ pub async fn get_attributes(ctx: &Ctx, bucket: &str, key: &str) -> Result<Resp, 
         })
 }
 
+/// Serves this file's object operations (the table is
+/// [`Op::handler`](crate::http::endpoint::Op::handler)), once the caller may (`incarnation`
+/// as for a bucket, `gate`: whether the object's ACL is still to be checked).
+pub async fn serve_object(
+    ctx: &Ctx,
+    op: crate::http::endpoint::Op,
+    b: &str,
+    k: &str,
+    _body: hyper::body::Incoming,
+    _incarnation: Option<u64>,
+    _gate: crate::auth::Gate,
+) -> Result<Resp, S3Error> {
+    use crate::http::endpoint::Op;
+    match op {
+        Op::GetObjectAttributes => get_attributes(ctx, b, k).await,
+        _ => Err(crate::http::endpoint::not_served(op)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

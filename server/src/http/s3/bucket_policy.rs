@@ -155,3 +155,26 @@ pub async fn delete_public_access_block(ctx: &Ctx, bucket: &str) -> Result<Resp,
     set(ctx, bucket, BucketChange::PublicAccessBlock(None)).await?;
     Ok(empty(StatusCode::NO_CONTENT))
 }
+
+/// Serves this file's bucket operations (the table is
+/// [`Op::handler`](crate::http::endpoint::Op::handler)), once the caller may
+/// (`incarnation`: the bucket's, as the permission was checked against).
+pub async fn serve_bucket(
+    ctx: &Ctx,
+    op: crate::http::endpoint::Op,
+    b: &str,
+    body: Incoming,
+    _incarnation: Option<u64>,
+) -> Result<Resp, S3Error> {
+    use crate::http::endpoint::Op;
+    match op {
+        Op::GetBucketPolicy => get_bucket_policy(ctx, b),
+        Op::PutBucketPolicy => put_bucket_policy(ctx, body, b).await,
+        Op::DeleteBucketPolicy => delete_bucket_policy(ctx, b).await,
+        Op::GetBucketPolicyStatus => get_bucket_policy_status(ctx, b),
+        Op::GetPublicAccessBlock => get_public_access_block(ctx, b),
+        Op::PutPublicAccessBlock => put_public_access_block(ctx, body, b).await,
+        Op::DeletePublicAccessBlock => delete_public_access_block(ctx, b).await,
+        _ => Err(crate::http::endpoint::not_served(op)),
+    }
+}

@@ -548,3 +548,28 @@ pub async fn delete_in_cluster(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error>
 fn memchr_contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
+
+/// Serves this file's bucket operations (the table is
+/// [`Op::handler`](crate::http::endpoint::Op::handler)), once the caller may
+/// (`incarnation`: the bucket's, as the permission was checked against).
+pub async fn serve_bucket(
+    ctx: &Ctx,
+    op: crate::http::endpoint::Op,
+    b: &str,
+    body: Incoming,
+    _incarnation: Option<u64>,
+) -> Result<Resp, S3Error> {
+    use crate::http::endpoint::Op;
+    match op {
+        Op::CreateBucket => create(ctx, body, b).await,
+        Op::DeleteBucket if ctx.cluster.is_some() && ctx.peer.is_none() => {
+            delete_in_cluster(ctx, b).await
+        }
+        Op::DeleteBucket => delete(ctx, b).await,
+        Op::HeadBucket => head(ctx, b),
+        Op::GetBucketLocation => location(ctx, b),
+        Op::ListObjectVersions => list_versions(ctx, b).await,
+        Op::ListObjects => list_objects(ctx, b).await,
+        _ => Err(crate::http::endpoint::not_served(op)),
+    }
+}

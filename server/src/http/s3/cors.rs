@@ -177,3 +177,22 @@ pub fn decorate(shard: &Shard, bucket: &str, origin: &str, method: &Method, resp
         allow(resp.headers_mut(), rule, origin);
     }
 }
+
+/// Serves this file's bucket operations (the table is
+/// [`Op::handler`](crate::http::endpoint::Op::handler)), once the caller may
+/// (`incarnation`: the bucket's, as the permission was checked against).
+pub async fn serve_bucket(
+    ctx: &Ctx,
+    op: crate::http::endpoint::Op,
+    b: &str,
+    body: Incoming,
+    _incarnation: Option<u64>,
+) -> Result<Resp, S3Error> {
+    use crate::http::endpoint::Op;
+    match op {
+        Op::GetBucketCors => get_bucket_cors(ctx, b),
+        Op::PutBucketCors => put_bucket_cors(ctx, body, b).await,
+        Op::DeleteBucketCors => delete_bucket_cors(ctx, b).await,
+        _ => Err(crate::http::endpoint::not_served(op)),
+    }
+}

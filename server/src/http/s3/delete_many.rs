@@ -151,3 +151,20 @@ pub async fn delete_objects(
         to_xml("DeleteResult", &result),
     ))
 }
+
+/// Serves this file's bucket operations (the table is
+/// [`Op::handler`](crate::http::endpoint::Op::handler)), once the caller may
+/// (`incarnation`: the bucket's, as the permission was checked against).
+pub async fn serve_bucket(
+    ctx: &Ctx,
+    op: crate::http::endpoint::Op,
+    b: &str,
+    body: Incoming,
+    incarnation: Option<u64>,
+) -> Result<Resp, S3Error> {
+    use crate::http::endpoint::Op;
+    match op {
+        Op::DeleteObjects => delete_objects(ctx, body, b, incarnation).await,
+        _ => Err(crate::http::endpoint::not_served(op)),
+    }
+}

@@ -574,3 +574,44 @@ pub async fn list_uploads(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
         to_xml("ListMultipartUploadsResult", &doc),
     ))
 }
+
+/// Serves this file's bucket operations (the table is
+/// [`Op::handler`](crate::http::endpoint::Op::handler)), once the caller may
+/// (`incarnation`: the bucket's, as the permission was checked against).
+pub async fn serve_bucket(
+    ctx: &Ctx,
+    op: crate::http::endpoint::Op,
+    b: &str,
+    _body: Incoming,
+    _incarnation: Option<u64>,
+) -> Result<Resp, S3Error> {
+    use crate::http::endpoint::Op;
+    match op {
+        Op::ListMultipartUploads => list_uploads(ctx, b).await,
+        _ => Err(crate::http::endpoint::not_served(op)),
+    }
+}
+
+/// Serves this file's object operations (the table is
+/// [`Op::handler`](crate::http::endpoint::Op::handler)), once the caller may (`incarnation`
+/// as for a bucket, `gate`: whether the object's ACL is still to be checked).
+pub async fn serve_object(
+    ctx: &Ctx,
+    op: crate::http::endpoint::Op,
+    b: &str,
+    k: &str,
+    body: Incoming,
+    incarnation: Option<u64>,
+    _gate: crate::auth::Gate,
+) -> Result<Resp, S3Error> {
+    use crate::http::endpoint::Op;
+    match op {
+        Op::UploadPartCopy => upload_part_copy(ctx, b, k).await,
+        Op::UploadPart => upload_part(ctx, body, b, k).await,
+        Op::CreateMultipartUpload => create(ctx, b, k).await,
+        Op::CompleteMultipartUpload => complete(ctx, body, b, k, incarnation).await,
+        Op::AbortMultipartUpload => abort(ctx, b, k).await,
+        Op::ListParts => list_parts(ctx, b, k).await,
+        _ => Err(crate::http::endpoint::not_served(op)),
+    }
+}

@@ -388,3 +388,25 @@ pub async fn delete(
     ctx.deleted_as.set(Some(applied.0));
     Ok(empty(StatusCode::NO_CONTENT))
 }
+
+/// Serves this file's object operations (the table is
+/// [`Op::handler`](crate::http::endpoint::Op::handler)), once the caller may (`incarnation`
+/// as for a bucket, `gate`: whether the object's ACL is still to be checked).
+pub async fn serve_object(
+    ctx: &Ctx,
+    op: crate::http::endpoint::Op,
+    b: &str,
+    k: &str,
+    body: Incoming,
+    incarnation: Option<u64>,
+    gate: crate::auth::Gate,
+) -> Result<Resp, S3Error> {
+    use crate::http::endpoint::Op;
+    match op {
+        Op::PutObject => put(ctx, body, b, k, incarnation).await,
+        Op::DeleteObject => delete(ctx, b, k, incarnation).await,
+        Op::HeadObject => get(ctx, b, k, true, gate).await,
+        Op::GetObject => get(ctx, b, k, false, gate).await,
+        _ => Err(crate::http::endpoint::not_served(op)),
+    }
+}

@@ -124,3 +124,22 @@ pub async fn delete(ctx: &Ctx, bucket: &str) -> Result<Resp, S3Error> {
         .body(Full::new(Bytes::new()))
         .unwrap_or_default())
 }
+
+/// Serves this file's bucket operations (the table is
+/// [`Op::handler`](crate::http::endpoint::Op::handler)), once the caller may
+/// (`incarnation`: the bucket's, as the permission was checked against).
+pub async fn serve_bucket(
+    ctx: &Ctx,
+    op: crate::http::endpoint::Op,
+    b: &str,
+    body: Incoming,
+    _incarnation: Option<u64>,
+) -> Result<Resp, S3Error> {
+    use crate::http::endpoint::Op;
+    match op {
+        Op::GetBucketOwnershipControls => get(ctx, b),
+        Op::PutBucketOwnershipControls => put(ctx, body, b).await,
+        Op::DeleteBucketOwnershipControls => delete(ctx, b).await,
+        _ => Err(crate::http::endpoint::not_served(op)),
+    }
+}

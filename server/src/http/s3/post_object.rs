@@ -394,7 +394,7 @@ fn authorize_signer_in(
     let guards = found.map(|(s, _)| s.guards()).unwrap_or_default();
     let asked = crate::http::permission::Asked {
         who: identity,
-        op: crate::metrics::Op::PostObject,
+        op: crate::http::endpoint::Op::PostObject,
         action: Action::Write,
         bucket,
         key: Some(key),
