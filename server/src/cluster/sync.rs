@@ -9,11 +9,12 @@
 //! wins" rule as every replica write, so a pass racing a client write can never undo it.
 //!
 //! A node runs a pass when it (re)joins the cluster, after every membership change (once its
-//! rebalancer has moved the keys the change gave new owners), and every
-//! `--sync-interval-secs`. Until a pass has completed under its current lease, the node is
-//! not *caught up* ([`Cluster::caught_up`]): it sends reads of keys it owns to the other
-//! owners first, so a node that comes back with old data (a restart, a pause longer than its
-//! lease, an empty memory tier) never answers with it.
+//! rebalancer has moved the keys the change gave new owners) and once more shortly after
+//! such a pass (a member that came back may apply copies queued for it only after the others
+//! passed against it), and every `--sync-interval-secs`. Until a pass has completed under
+//! its current lease, the node is not *caught up* ([`Cluster::caught_up`]): it sends reads of
+//! keys it owns to the other owners first, so a node that comes back with old data (a
+//! restart, a pause longer than its lease, an empty memory tier) never answers with it.
 //!
 //! Between passes, hints (`hints.rs`) carry what a write's coordinator knows it could not
 //! copy; this module's loop delivers them every [`TICK`].
@@ -44,6 +45,12 @@ pub const PAGE: usize = 512;
 const TICK: Duration = Duration::from_millis(200);
 /// How long after a failed pass the next one starts.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// After a pass made for a membership change (or a new lease), one more this long after it.
+/// A member that comes back from a pause or a cut applies what was queued for it (a request
+/// in its socket, a hint another node delivers once it is a member again) only as it runs
+/// again, possibly after the others' passes against it; this second pass pulls those copies
+/// instead of leaving them to the periodic pass (`--sync-interval-secs`).
+const AFTER_CHANGE: Duration = Duration::from_secs(2);
 
 /// Whether `me` and `partner` both own `bucket/key` in `view`.
 fn shared(view: &View, bucket: &str, key: &str, me: &str, partner: &str) -> bool {
@@ -162,6 +169,7 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>) {
     let mut last_members: Option<Vec<Member>> = None;
     let mut last_pass: Option<Instant> = None;
     let mut last_epoch = 0;
+    let mut again: Option<Instant> = None;
     loop {
         if shard.stop.sleep(TICK).await {
             return;
@@ -181,9 +189,11 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>) {
         // joined again (a new epoch) is not kept waiting: it catches up at once.
         let rebalanced =
             cluster.metrics.settled.load(Ordering::Relaxed) == super::members_digest(&view.members);
-        let due = (last_members.as_ref() != Some(&view.members) && rebalanced)
-            || epoch != last_epoch
-            || last_pass.is_none_or(|t| t.elapsed() >= interval);
+        let changed =
+            (last_members.as_ref() != Some(&view.members) && rebalanced) || epoch != last_epoch;
+        let due = changed
+            || last_pass.is_none_or(|t| t.elapsed() >= interval)
+            || again.is_some_and(|t| Instant::now() >= t);
         if !due {
             continue;
         }
@@ -210,6 +220,7 @@ pub async fn run(shard: Rc<Shard>, cluster: Arc<Cluster>) {
             last_members = Some(view.members.clone());
             last_epoch = epoch;
             last_pass = Some(Instant::now());
+            again = changed.then(|| Instant::now() + AFTER_CHANGE);
         } else if pass.failed > 0 {
             tracing::warn!(
                 failed = pass.failed,
