@@ -742,3 +742,104 @@ fn an_engines_host_memory_is_staged_or_reached_in_place() {
         .expect_err("device memory is not staged through host buffers");
     assert!(matches!(err, KvError::InvalidArgument(_)), "{err}");
 }
+
+/// Memory an engine allocated through Yutu (a sealable memfd it mapped itself) is registered
+/// as that memfd, which the node maps: a range in the middle of the mapping moves blocks at
+/// the right offsets both ways, and a memfd that cannot be sealed is refused (the node maps
+/// only memfds that cannot shrink under it) and falls back to process memory.
+#[test]
+fn an_engines_memfd_is_handed_to_the_node() {
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    use yutu_client::kv::{PutOptions, Span, SpanStaging};
+    let Some(server) = start_server("memfd") else {
+        return;
+    };
+    Client::new(&server.url)
+        .unwrap()
+        .create_bucket("memfd")
+        .unwrap();
+    let kv = KvClient::new(&server.url, KvOptions::default()).expect("kv client");
+    let memfd = |flags: libc::c_uint, len: usize| -> (OwnedFd, *mut u8) {
+        // SAFETY: a fresh memfd, sized and mapped shared here; the test unmaps nothing while
+        // the engine uses it (the process ends with the test).
+        unsafe {
+            let fd = libc::memfd_create(c"yutu-test-pool".as_ptr(), flags);
+            assert!(fd >= 0, "memfd_create");
+            assert_eq!(libc::ftruncate(fd, len as libc::off_t), 0);
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            (OwnedFd::from_raw_fd(fd), p.cast())
+        }
+    };
+    let len = 4 << 20;
+    let (fd, base) = memfd(libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING, len);
+    // SAFETY: the mapping made above, `len` bytes, never unmapped.
+    let pool = unsafe { std::slice::from_raw_parts_mut(base, len) };
+    let staging = SpanStaging::new(64 << 10, 2);
+    let reg = base as usize + (1 << 20);
+    // SAFETY: the range lies in the mapping of `fd` at `base`, mapped for the whole test.
+    unsafe {
+        staging
+            .in_place
+            .register_memfd(&kv, reg, 2 << 20, fd.as_fd(), base as usize, len as u64)
+    };
+    assert_eq!(
+        staging.in_place.path(reg).as_deref(),
+        Some("in place: memfd")
+    );
+    let v = pattern(300_000, 91);
+    pool[(1 << 20) + 4096..(1 << 20) + 4096 + v.len()].copy_from_slice(&v);
+    let src = Span {
+        addr: reg + 4096,
+        len: v.len() as u64,
+        device: None,
+    };
+    let key = ["memfd-block".to_string()];
+    staging
+        .put_from(&kv, "memfd", &key, &[src], &PutOptions::default())
+        .expect("put from the memfd");
+    assert_eq!(
+        kv.get_bytes("memfd", &key[0]).unwrap().as_deref(),
+        Some(&v[..])
+    );
+    let dst = Span {
+        addr: reg + (1 << 20),
+        len: 400_000,
+        device: None,
+    };
+    let got = staging
+        .get_into(&kv, "memfd", &key, &[dst])
+        .expect("get into the memfd");
+    assert_eq!(got, vec![Some(v.len() as u64)]);
+    assert_eq!(&pool[(2 << 20)..(2 << 20) + v.len()], &v[..]);
+    staging.in_place.unregister(reg);
+
+    // Not sealable: refused as a memfd, registered as plain process memory instead.
+    let (plain, pbase) = memfd(libc::MFD_CLOEXEC, 1 << 20);
+    let err = kv
+        .register_memfd(plain.as_fd(), 1 << 20)
+        .expect_err("a memfd that can shrink is refused");
+    assert!(matches!(err, KvError::InvalidArgument(_)), "{err}");
+    // SAFETY: as above.
+    unsafe {
+        staging.in_place.register_memfd(
+            &kv,
+            pbase as usize,
+            1 << 20,
+            plain.as_fd(),
+            pbase as usize,
+            1 << 20,
+        )
+    };
+    assert_eq!(
+        staging.in_place.path(pbase as usize).as_deref(),
+        Some("in place")
+    );
+}

@@ -1,16 +1,18 @@
 //! The caller's memory: spans of bytes, and the pointer ranges registered with
 //! `register_buffer`.
 //!
-//! Bytes never move straight between the node and this memory: the node's one-sided copies
-//! need memory it can map (a sealed memfd) or reach through the client's transfer engine,
-//! and an engine's own allocation (a numpy array, a torch tensor) is neither. They go
-//! through the store's staging buffers (`yutu_client::kv::SpanStaging`). Registration is
-//! still required for raw pointers, as in Mooncake: it is the one check that a pointer the
-//! caller passes was meant as transfer memory, so a wrong integer fails with an error
-//! instead of scribbling over the interpreter. Python objects (buffers, tensors) are resolved into pointers by the
-//! package's Python half (`yutu/_memory.py`), which keeps them alive for the call and marks
-//! their spans as not needing registration: the buffer protocol is not in the stable ABI
-//! before Python 3.11, and the package's one wheel serves 3.9 and later.
+//! A registered host range is handed to the client's transfer engine
+//! (`yutu_client::kv::InPlace`): as its memfd when it is memory from
+//! `MooncakeHostMemAllocator` (the node maps it and copies with `memcpy`), otherwise as
+//! process memory the node reaches through this process's memory file. Memory outside every
+//! registered range goes through the store's staging buffers (`yutu_client::kv::SpanStaging`).
+//! Registration is still required for raw pointers, as in Mooncake: it is the one check that
+//! a pointer the caller passes was meant as transfer memory, so a wrong integer fails with an
+//! error instead of scribbling over the interpreter. Python objects (buffers, tensors) are
+//! resolved into pointers by the package's Python half (`yutu/_memory.py`), which keeps them
+//! alive for the call and marks their spans as not needing registration: the buffer protocol
+//! is not in the stable ABI before Python 3.11, and the package's one wheel serves 3.9 and
+//! later.
 //!
 //! A span may be GPU memory: a CUDA tensor or `__cuda_array_interface__` object (its device
 //! comes from Python), or a raw pointer inside a range registered with

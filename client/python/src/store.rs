@@ -509,13 +509,17 @@ impl Store {
     /// pointers passed to the other calls must lie inside a registered range. `device` is
     /// the CUDA ordinal of the GPU the range is memory of (`None`: host memory); the device
     /// checks that it is (opening it on first use: `yutu.DeviceError` without a driver).
-    #[pyo3(signature = (ptr, size, device = None))]
+    /// `memfd` is `(fd, map_base, map_len)` when the range lies in the caller's `MAP_SHARED`
+    /// mapping of a sealable memfd from its offset 0 (`MooncakeHostMemAllocator` memory): a
+    /// node on the same host then maps the memfd and copies with `memcpy`.
+    #[pyo3(signature = (ptr, size, device = None, memfd = None))]
     fn register_buffer(
         &self,
         py: Python<'_>,
         ptr: usize,
         size: u64,
         device: Option<u32>,
+        memfd: Option<(i32, usize, u64)>,
     ) -> PyResult<()> {
         self.run(py, |s| {
             // A range registered without a device is asked of the CUDA driver (when there is
@@ -534,6 +538,17 @@ impl Store {
                     s.staging
                         .in_place
                         .register_staged(ptr, "YUTU_IN_PLACE=0".into());
+                } else if let Some((fd, map_base, map_len)) = memfd.filter(|m| m.0 >= 0) {
+                    // SAFETY: the caller vouches that the fd is open and that the range lies
+                    // in its mapping of it at `map_base` (checked again there), and keeps the
+                    // range mapped until it unregisters it (`register_buffer`'s contract);
+                    // the fd is only borrowed for the call (the engine maps its own copy).
+                    unsafe {
+                        let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+                        s.staging
+                            .in_place
+                            .register_memfd(&s.kv, ptr, size, fd, map_base, map_len)
+                    };
                 } else {
                     // SAFETY: the caller registers the range as transfer memory it keeps
                     // mapped until it unregisters it (the contract of `register_buffer`), and

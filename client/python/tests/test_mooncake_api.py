@@ -282,6 +282,50 @@ def test_host_allocator(mc):
         alloc.alloc(0)
 
 
+def test_allocator_memory_is_handed_to_the_node_as_its_memfd(mc):
+    """Memory from MooncakeHostMemAllocator is registered as its memfd, which the node maps
+    (``buffer_path`` says so), also when only a part of a region is registered: blocks are
+    scattered into and gathered out of it at the right offsets, byte for byte, and a region
+    freed while registered leaves the node's copies harmless (the store keeps its own
+    mapping until it unregisters)."""
+    alloc = MooncakeHostMemAllocator()
+    n = 8 << 20
+    ptr = alloc.alloc(n)
+    view = np.frombuffer((ctypes.c_ubyte * n).from_address(ptr), dtype=np.uint8)
+    # Register from 1 MiB in: offsets into the memfd are not offsets into the range.
+    reg = ptr + (1 << 20)
+    assert mc.register_buffer(reg, n - (1 << 20)) == 0
+    assert mc._store.buffer_path(reg) == "in place: memfd"
+    rng = np.random.default_rng(11)
+    layers, block, keys = 3, 64 << 10, 8
+    view[1 << 20:(1 << 20) + layers * keys * block] = rng.integers(
+        0, 256, layers * keys * block, dtype=np.uint8)
+    names = [f"memfd{i}" for i in range(keys)]
+    src = [[reg + (j * keys + i) * block for j in range(layers)] for i in range(keys)]
+    assert mc.batch_put_from_multi_buffers(names, src, [[block] * layers] * keys) == [0] * keys
+    for i in range(keys):
+        want = b"".join(bytes(view[s - ptr:s - ptr + block]) for s in src[i])
+        assert mc.get(names[i]) == want
+    out = reg + (4 << 20)
+    got = mc.batch_get_into(names, [out + i * layers * block for i in range(keys)],
+                            [layers * block] * keys)
+    assert got == [layers * block] * keys
+    for i in range(keys):
+        a = (out - ptr) + i * layers * block
+        assert bytes(view[a:a + layers * block]) == mc.get(names[i])
+    # A pointer before the registered part is no registered range's: staged, as Mooncake
+    # takes unregistered pointers.
+    assert mc.get_into(names[0], ptr, layers * block) == layers * block
+    assert bytes(view[:layers * block]) == mc.get(names[0])
+    del view
+    # Freed while registered: the store's own mapping keeps the node's copies in memory the
+    # store still owns; the calls go on working until it unregisters.
+    assert alloc.free(ptr) == 0
+    assert mc.batch_put_from(["after-free"], [reg], [4096]) == [0]
+    assert mc.get_into(names[1], reg, layers * block) == layers * block
+    assert mc.unregister_buffer(reg) == 0
+
+
 def test_tenants_map_to_valid_buckets(node, monkeypatch):
     assert mooncake.tenant_bucket(None) == mooncake.tenant_bucket("") == "default"
     assert mooncake.tenant_bucket("team-a") == "team-a"

@@ -40,6 +40,34 @@ impl KvClient {
         })
     }
 
+    /// Registers the first `len` bytes of the memfd `fd` (memory the engine allocated through
+    /// Yutu, e.g. `MooncakeHostMemAllocator`) as a [`Buffer`]: a node on the same host maps the
+    /// memfd itself and copies with `memcpy`, the fastest path there is (no staging copy, and
+    /// none of the per-page cost of reaching plain process memory). The buffer maps the memfd
+    /// a second time, so it stays valid however the caller's own mapping is used. The memfd
+    /// must allow sealing (`MFD_ALLOW_SEALING`): it is sealed against shrinking, which a node
+    /// requires before it maps a peer's memory.
+    pub fn register_memfd(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        len: u64,
+    ) -> Result<Buffer, KvError> {
+        let len = usize::try_from(len)
+            .map_err(|_| KvError::InvalidArgument(format!("{len} bytes do not fit in memory")))?;
+        let region = MemoryRegion::map_memfd(fd, len)?;
+        if !region.sealed() {
+            return Err(KvError::InvalidArgument(
+                "the memfd cannot be sealed against shrinking (create it with MFD_ALLOW_SEALING)"
+                    .into(),
+            ));
+        }
+        let segment = self.inner.engine.register(region)?;
+        Ok(Buffer {
+            segment,
+            inner: Arc::clone(&self.inner),
+        })
+    }
+
     /// Fetches each `keys[i]` into the ranges `parts[i]` of `buf`, in order (scatter: the
     /// block's first bytes fill the first range; the room for it is their sum). One node call;
     /// each block's length, `None` where the key is absent. Talks to this client's node only

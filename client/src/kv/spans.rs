@@ -456,8 +456,14 @@ const MAX_CALL_SPANS: usize = 16_384;
 
 /// What became of a host range registered with `register_buffer`.
 enum Registered {
-    /// Registered with the engine as it is: its length and the registration.
-    InPlace(u64, Arc<Buffer>),
+    /// Registered with the engine: the range's length, the registration, and the address
+    /// of the registration's first byte (the range's own start, or the start of the memfd
+    /// mapping the range lies in).
+    InPlace {
+        len: u64,
+        buf: Arc<Buffer>,
+        origin: usize,
+    },
     /// Staged, and why.
     Staged(String),
 }
@@ -486,11 +492,55 @@ impl InPlace {
         } else {
             // SAFETY: the caller's contract.
             match unsafe { kv.register_host(addr as *mut u8, len) } {
-                Ok(buf) => Registered::InPlace(len, Arc::new(buf)),
+                Ok(buf) => Registered::InPlace {
+                    len,
+                    buf: Arc::new(buf),
+                    origin: addr,
+                },
                 Err(err) => Registered::Staged(err.to_string()),
             }
         };
         self.lock().insert(addr, registered);
+    }
+
+    /// Registers `[addr, addr + len)`, which lies in the caller's `MAP_SHARED` mapping of the
+    /// memfd `fd` from its offset 0 at `map_base` (`map_len` bytes): memory the engine
+    /// allocated through Yutu. The node then maps the memfd and copies with `memcpy`. As
+    /// [`InPlace::register`], a failure falls back to plain process memory, then to staging.
+    ///
+    /// # Safety
+    ///
+    /// As [`InPlace::register`]; and `map_base .. map_base + map_len` must be the caller's
+    /// mapping of `fd` from offset 0, holding the range.
+    pub unsafe fn register_memfd(
+        &self,
+        kv: &KvClient,
+        addr: usize,
+        len: u64,
+        fd: std::os::fd::BorrowedFd<'_>,
+        map_base: usize,
+        map_len: u64,
+    ) {
+        let inside =
+            addr >= map_base && (addr as u128 + len as u128) <= map_base as u128 + map_len as u128;
+        if inside && kv.cluster_nodes() == 0 {
+            match kv.register_memfd(fd, map_len) {
+                Ok(buf) => {
+                    let registered = Registered::InPlace {
+                        len,
+                        buf: Arc::new(buf),
+                        origin: map_base,
+                    };
+                    self.lock().insert(addr, registered);
+                    return;
+                }
+                Err(err) => {
+                    tracing::debug!(%err, "memfd not registered, as process memory instead")
+                }
+            }
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.register(kv, addr, len) }
     }
 
     /// Records the range at `addr` as one to stage, and why (the caller chose not to have it
@@ -503,7 +553,10 @@ impl InPlace {
     /// why; `None` when no host range starts there.
     pub fn path(&self, addr: usize) -> Option<String> {
         self.lock().get(&addr).map(|r| match r {
-            Registered::InPlace(..) => "in place".to_string(),
+            Registered::InPlace { buf, .. } if buf.segment().region().process() => {
+                "in place".to_string()
+            }
+            Registered::InPlace { .. } => "in place: memfd".to_string(),
             Registered::Staged(why) => format!("staged: {why}"),
         })
     }
@@ -518,7 +571,8 @@ impl InPlace {
     fn resolve(&self, blocks: &[&[Span]]) -> Option<(Arc<Buffer>, Vec<Parts>)> {
         let first = blocks.iter().flat_map(|b| b.iter()).find(|s| s.len > 0)?;
         let ranges = self.lock();
-        let (&base, Registered::InPlace(len, buf)) = ranges.range(..=first.addr).next_back()?
+        let (&base, Registered::InPlace { len, buf, origin }) =
+            ranges.range(..=first.addr).next_back()?
         else {
             return None;
         };
@@ -533,7 +587,7 @@ impl InPlace {
                 if !inside {
                     return None;
                 }
-                p.push(((s.addr - base) as u64, s.len));
+                p.push(((s.addr - origin) as u64, s.len));
             }
             if p.is_empty() {
                 return None;

@@ -142,7 +142,15 @@ class Store(_NativeStore):
         ``torch.device``; ``None`` or ``"cpu"`` is host memory. The GPU checks that the range
         is its memory, inside one allocation (:class:`DeviceError` when it is not, or when
         there is no CUDA driver)."""
-        return super().register_buffer(ptr, size, _memory.device_ordinal(device))
+        ordinal = _memory.device_ordinal(device)
+        memfd = None
+        if ordinal is None:
+            # Memory from MooncakeHostMemAllocator: the node maps its memfd (memcpy speed).
+            # Under the pools' lock, so that a concurrent free cannot close the fd first.
+            with _memory._pools_lock:
+                memfd = _memory.host_memfd_locked(ptr, size)
+                return super().register_buffer(ptr, size, ordinal, memfd)
+        return super().register_buffer(ptr, size, ordinal, memfd)
 
     def batch_put_from(self, keys, buffers, sizes=None, *, if_absent=False, replicas=None,
                        preferred_node=None, pin=None):

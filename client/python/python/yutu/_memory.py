@@ -20,6 +20,8 @@ from 3.11, and the package's one wheel serves 3.9 and later.
 import ctypes
 import numbers
 import operator
+import os
+import threading
 
 from ._errors import InvalidArgument
 
@@ -223,3 +225,72 @@ def spans(objs, sizes, writable):
         checked.append(c)
         devices.append(d)
     return ptrs, lens, checked, devices, keep
+
+
+# --- host memory allocated through Yutu ---------------------------------------------------
+#
+# ``alloc_host`` maps a sealable memfd. A range registered inside one is handed to the node as
+# that memfd (``register_buffer``), which the node maps itself: its copies are then plain
+# ``memcpy``, where memory the process allocated otherwise (a numpy array) is reached through
+# the process's memory file, page by page, at about half that speed.
+
+_pools_lock = threading.Lock()
+_pools = {}  # address -> (mmap, exported ctypes view, fd, length)
+
+
+def alloc_host(n):
+    """Maps ``n`` bytes of shared memory (populated) backed by a memfd and returns its
+    address; falls back to anonymous shared memory where memfds are not available."""
+    import mmap
+
+    flags = getattr(os, "MFD_CLOEXEC", 0) | getattr(os, "MFD_ALLOW_SEALING", 0)
+    try:
+        fd = os.memfd_create("yutu-host-pool", flags)
+    except (AttributeError, OSError):
+        fd = -1
+    try:
+        if fd >= 0:
+            os.ftruncate(fd, n)
+            m = mmap.mmap(fd, n, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+        else:
+            m = mmap.mmap(-1, n, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+    except OSError:
+        if fd >= 0:
+            os.close(fd)
+        raise
+    view = (ctypes.c_char * n).from_buffer(m)
+    addr = ctypes.addressof(view)
+    with _pools_lock:
+        _pools[addr] = (m, view, fd, n)
+    return addr
+
+
+def free_host(addr):
+    """Unmaps what ``alloc_host`` returned at ``addr`` (False for any other address). A
+    store that registered it keeps its own mapping of the memfd until it unregisters it."""
+    with _pools_lock:
+        entry = _pools.pop(addr, None)
+    if entry is None:
+        return False
+    m, view, fd, _n = entry
+    del view
+    try:
+        m.close()
+    except BufferError:
+        # Still exported (a tensor over it lives on): unmapped when that goes.
+        pass
+    if fd >= 0:
+        os.close(fd)
+    return True
+
+
+def host_memfd_locked(ptr, size):
+    """``(fd, base, length)`` of the ``alloc_host`` mapping holding ``[ptr, ptr + size)``, or
+    None. The caller holds ``_pools_lock`` until it is done with the fd (``register_buffer``
+    maps the memfd before it returns), so that ``free_host`` cannot close it meanwhile."""
+    if not isinstance(ptr, int) or not isinstance(size, int):
+        return None
+    for base, (_m, _view, fd, n) in _pools.items():
+        if fd >= 0 and base <= ptr and ptr + size <= base + n:
+            return fd, base, n
+    return None
