@@ -281,6 +281,11 @@ pub struct Welcome {
 #[serde(deny_unknown_fields)]
 pub struct ReadRequest {
     pub keys: Vec<String>,
+    /// Largest value answered inline; a larger one is answered [`InlineValue::TooLarge`]
+    /// with its size (a client that moves large values through registered memory asks for
+    /// the size first). [`MAX_INLINE`] when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_max: Option<u64>,
 }
 
 /// The answer to a [`ReadRequest`], one value per key in order.

@@ -28,6 +28,10 @@ Rows (each measured on every system, in alternating order, median of --reps repe
   is_exist of a present key, p50 and p99                                 (us)
   batch_is_exist of 64 present keys, p50 and p99                         (us)
   4 client processes at once, each batch_get_into 2 MiB x 16             (aggregate GB/s)
+  the 2 MiB rows again in memory from MooncakeHostMemAllocator (_hostalloc), and one
+  thread's numpy memcpy of the same bytes in the client process (the memcpy reference)
+  batch_is_exist of 1 present key, p50 and p99                           (us)
+  Mooncake's concurrent stress test: 8 threads put (bytes) then get 1 MiB values (ops/s)
 Each client owns one numpy array registered with register_buffer. Every case checks the
 bytes once, outside the timing. Before the first put row, each client writes --memory/2 of
 2 MiB blocks and then removes them, untimed (not with --quick): no store prefaults its memory,
@@ -80,6 +84,9 @@ SMALL = (4 * KiB, 256)
 LAT_SIZE = 4 * KiB  # value size of the single-key get latency row
 EXIST_BATCH = 64  # keys per batch_is_exist in its latency row
 MP_PROCS = 4  # client processes of the multi-process row
+# Mooncake's concurrent stress test: (threads, value size); each thread puts and gets its
+# values (`stress_per_thread` of them, 100 in Mooncake's test).
+STRESS = (8, 1 * MiB)
 SEED = 20240611  # every client fills its source region from this seed: same bytes everywhere
 
 
@@ -102,7 +109,7 @@ def plan(quick: bool) -> dict:
             big_prepared=2, big_put=2, big_get=4,
             small_prepared=2, small_put=2, small_get=4,
             lat_keys=64, lat_iters=200,
-            mp_iters=2,
+            mp_iters=2, stress_per_thread=4,
             multi_prepared=1, multi_put=1, multi_get=2, lmcache_keys=8, lmcache_get=2,
         )
     return dict(
@@ -110,7 +117,7 @@ def plan(quick: bool) -> dict:
         big_prepared=4, big_put=8, big_get=16,  # 128 MiB read set; 256 MiB written per rep
         small_prepared=16, small_put=16, small_get=32,  # 4096 keys read set
         lat_keys=64, lat_iters=2000,
-        mp_iters=8,
+        mp_iters=8, stress_per_thread=25,
         multi_prepared=2, multi_put=4, multi_get=8, lmcache_keys=16, lmcache_get=8,
     )
 
@@ -168,7 +175,28 @@ class Workload:
         rc = self.store.register_buffer(self.base, self.buf.nbytes)
         if rc != 0:
             raise RuntimeError(f"{self.system}: register_buffer returned {rc}")
+        # The same layout in memory from the system's own MooncakeHostMemAllocator (what
+        # SGLang's host pools use): Yutu hands it to the node as its memfd.
+        if self.system in MOONCAKE_MODES:
+            from mooncake.store import MooncakeHostMemAllocator
+        else:
+            from yutu.mooncake import MooncakeHostMemAllocator
+        import ctypes
+
+        n = self.buf.nbytes
+        self.alloc_base = MooncakeHostMemAllocator().alloc(n)
+        self.alloc_buf = np.frombuffer((ctypes.c_ubyte * n).from_address(self.alloc_base),
+                                       dtype=np.uint8)
+        self.alloc_buf[:] = self.buf
+        rc = self.store.register_buffer(self.alloc_base, n)
+        if rc != 0:
+            raise RuntimeError(f"{self.system}: register_buffer of allocator memory returned {rc}")
+        self.numpy = (self.buf, self.base)
         self.prefix = conf["key_prefix"]
+
+    def use(self, mem: str) -> None:
+        """Points the next operations at the numpy array or at the allocator's memory."""
+        self.buf, self.base = self.numpy if mem == "numpy" else (self.alloc_buf, self.alloc_base)
 
     # Keys and pointers. Key j of batch g holds source block (j + g) % batch, so that a
     # mixed-up key or batch shows up in the check.
@@ -203,7 +231,8 @@ class Workload:
 
     # ---- operations -----------------------------------------------------------------------
 
-    def op_prepare(self, tag: str, size: int, batch: int, batches: int) -> dict:
+    def op_prepare(self, tag: str, size: int, batch: int, batches: int, mem: str = "numpy") -> dict:
+        self.use(mem)
         sizes = [size] * batch
         for g in range(batches):
             rcs = self.store.batch_put_from(self.keys(tag, g, batch), self.src_ptrs(g, size, batch), sizes,
@@ -227,7 +256,9 @@ class Workload:
             self.remove_keys(keys)
         return {}
 
-    def op_put(self, tag: str, size: int, batch: int, batches: int, verify: bool) -> dict:
+    def op_put(self, tag: str, size: int, batch: int, batches: int, verify: bool,
+               mem: str = "numpy") -> dict:
+        self.use(mem)
         sizes = [size] * batch
         keys = [self.keys(tag, g, batch) for g in range(batches)]
         ptrs = [self.src_ptrs(g, size, batch) for g in range(batch)]
@@ -249,7 +280,9 @@ class Workload:
         return {"elapsed": elapsed, "ops": batches * batch - errors, "bytes": (batches * batch - errors) * size, "errors": errors}
 
     def op_get(self, tag: str, size: int, batch: int, prepared: int, iters: int, verify: bool,
-               offset: int = 0, start_at: float | None = None, warm: bool = True) -> dict:
+               offset: int = 0, start_at: float | None = None, warm: bool = True,
+               mem: str = "numpy") -> dict:
+        self.use(mem)
         sizes = [size] * batch
         keys = [self.keys(tag, g, batch) for g in range(prepared)]
         dst = self.dst_ptrs(size, batch)
@@ -427,6 +460,65 @@ class Workload:
         ok = iters * batch - errors
         return {"elapsed": elapsed, "ops": ok, "bytes": ok * size, "errors": errors}
 
+    def op_memcpy(self, size: int, batch: int, iters: int) -> dict:
+        """The reference of the 2 MiB rows: one thread copying the same bytes (a batch's
+        source region onto its destination region) with numpy, in this client process."""
+        n = size * batch
+        src, dst = self.buf[:n], self.buf[self.region:self.region + n]
+        self.np.copyto(dst, src)  # warm-up, untimed
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            self.np.copyto(dst, src)
+        elapsed = time.perf_counter() - t0
+        return {"elapsed": elapsed, "ops": iters * batch, "bytes": iters * n, "errors": 0}
+
+    def op_stress(self, tag: str, threads: int, per_thread: int, size: int) -> dict:
+        """Mooncake's own concurrent stress test (test_distributed_object_store.py,
+        test_concurrent_stress_with_barrier): `threads` threads each put `per_thread` values
+        of `size` bytes (bytes objects, `put`), then, after a barrier, get them all back
+        (`get`, bytes) and compare; put and get throughput are timed between barriers."""
+        import threading
+
+        values = [os.urandom(size) for _ in range(threads)]
+        start, put_done, get_done = (threading.Barrier(threads + 1) for _ in range(3))
+        failures: list[str] = []
+
+        def worker(t: int) -> None:
+            keys = [f"{self.prefix}{tag}-{t}-{i}" for i in range(per_thread)]
+            try:
+                start.wait()
+                for k in keys:
+                    if self.store.put(k, values[t], **self.put_kw) != 0:
+                        failures.append(f"put {k}")
+                put_done.wait()
+                for k in keys:
+                    if self.store.get(k) != values[t]:
+                        failures.append(f"get {k}")
+                get_done.wait()
+            except threading.BrokenBarrierError:
+                pass
+            except Exception as e:  # noqa: BLE001 - reported below
+                failures.append(f"{type(e).__name__}: {e}")
+                for b in (start, put_done, get_done):
+                    b.abort()
+
+        pool = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+        for th in pool:
+            th.start()
+        start.wait()
+        t0 = time.perf_counter()
+        put_done.wait()
+        t1 = time.perf_counter()
+        get_done.wait()
+        t2 = time.perf_counter()
+        for th in pool:
+            th.join()
+        for t in range(threads):
+            self.remove_keys([f"{self.prefix}{tag}-{t}-{i}" for i in range(per_thread)])
+        n = threads * per_thread
+        return {"put_elapsed": t1 - t0, "get_elapsed": t2 - t1, "ops": n, "errors": len(failures),
+                "first_failure": failures[0] if failures else None}
+
     def close(self) -> None:
         try:
             self.store.close()
@@ -461,6 +553,7 @@ def worker_main(conf: dict) -> int:
         if op == "quit":
             break
         try:
+            w.use("numpy")  # the ops that take `mem` choose for themselves
             send({"ok": getattr(w, "op_" + op)(**cmd)})
         except BaseException as e:  # noqa: BLE001
             send({"error": f"{type(e).__name__}: {e}"})
@@ -753,6 +846,13 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
         "bexist_p50": Row(f"batch_is_exist_{EXIST_BATCH}_p50", "us", lower_is_better=True),
         "bexist_p99": Row(f"batch_is_exist_{EXIST_BATCH}_p99", "us", lower_is_better=True),
         "mp": Row(f"batch_get_into_2MiB_x{bb}_{MP_PROCS}proc", "GB/s", mb_per_s=True),
+        "put_alloc": Row(f"batch_put_from_2MiB_x{bb}_hostalloc", "GB/s", mb_per_s=True),
+        "get_alloc": Row(f"batch_get_into_2MiB_x{bb}_hostalloc", "GB/s", mb_per_s=True),
+        "memcpy": Row(f"memcpy_2MiB_x{bb}_one_thread", "GB/s", mb_per_s=True),
+        "exist1_p50": Row("batch_is_exist_1_p50", "us", lower_is_better=True),
+        "exist1_p99": Row("batch_is_exist_1_p99", "us", lower_is_better=True),
+        "stress_put": Row(f"stress_put_1MiB_{STRESS[0]}threads", "ops/s", mb_per_s=True),
+        "stress_get": Row(f"stress_get_1MiB_{STRESS[0]}threads", "ops/s", mb_per_s=True),
     }
     for name, shape in ENGINE_SHAPES.items():
         k, n, z = shape
@@ -783,6 +883,8 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
                 s.main.call("warm", size=bs, batch=bb, batches=max(1, pl["warm_bytes"] // (bs * bb)))
             s.main.call("prepare", tag="big", size=bs, batch=bb, batches=pl["big_prepared"])
             s.main.call("prepare", tag="small", size=ss, batch=sb, batches=pl["small_prepared"])
+            s.main.call("prepare", tag="abig", size=bs, batch=bb, batches=pl["big_prepared"],
+                        mem="alloc")
             s.main.call("prepare_values", tag="lat", n=pl["lat_keys"], size=LAT_SIZE)
             for name, shape in ENGINE_SHAPES.items():
                 s.main.call("multi_prepare", tag=name, shape=list(shape), batches=pl["multi_prepared"])
@@ -812,6 +914,17 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
                     record(rows[key], s.name, r, size)
             guarded(s, "batch_get_into", gets)
         for s in order(rep):
+            def allocs(s=s):
+                r = s.main.call("put", tag=f"pa{rep}", size=bs, batch=bb, batches=pl["big_put"],
+                                verify=rep == 0, mem="alloc")
+                record(rows["put_alloc"], s.name, r, bs)
+                r = s.main.call("get", tag="abig", size=bs, batch=bb, prepared=pl["big_prepared"],
+                                iters=pl["big_get"], verify=rep == 0, mem="alloc")
+                record(rows["get_alloc"], s.name, r, bs)
+                r = s.main.call("memcpy", size=bs, batch=bb, iters=pl["big_get"])
+                record(rows["memcpy"], s.name, r, bs)
+            guarded(s, "allocator memory", allocs)
+        for s in order(rep):
             def lats(s=s):
                 r = s.main.call("get_latency", tag="lat", n=pl["lat_keys"], size=LAT_SIZE, iters=pl["lat_iters"])
                 rows["get_p50"].samples[s.name].append(r["p50_us"])
@@ -826,7 +939,24 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
                 rows["bexist_p50"].samples[s.name].append(r["p50_us"])
                 rows["bexist_p99"].samples[s.name].append(r["p99_us"])
                 rows["bexist_p50"].errors[s.name] += r["errors"]
+                r = s.main.call("batch_exist_latency", tag="lat", n=pl["lat_keys"],
+                                batch=1, iters=pl["lat_iters"])
+                rows["exist1_p50"].samples[s.name].append(r["p50_us"])
+                rows["exist1_p99"].samples[s.name].append(r["p99_us"])
+                rows["exist1_p50"].errors[s.name] += r["errors"]
             guarded(s, "latency", lats)
+        for s in order(rep):
+            def stress(s=s):
+                threads, per = STRESS[0], pl["stress_per_thread"]
+                r = s.main.call("stress", tag=f"st{rep}", threads=threads, per_thread=per,
+                                size=STRESS[1])
+                if r["first_failure"]:
+                    log(f"{s.name} stress: {r['errors']} failures, first: {r['first_failure']}")
+                for key, el in (("stress_put", r["put_elapsed"]), ("stress_get", r["get_elapsed"])):
+                    rows[key].samples[s.name].append(r["ops"] / el)
+                    rows[key].mb[s.name].append(r["ops"] * STRESS[1] / el / 1e6)
+                    rows[key].errors[s.name] += r["errors"]
+            guarded(s, "stress", stress)
         for s in order(rep):
             def engines(s=s):
                 for name, shape in ENGINE_SHAPES.items():
@@ -926,6 +1056,7 @@ def fmt(v: float | None) -> str:
 
 def report(rows: list[Row], systems: list[System], args) -> dict:
     results = []
+    memcpy = next((r.value("yutu") for r in rows if r.name.startswith("memcpy_")), None)
     for row in rows:
         y = row.value("yutu")
         res: dict = {"name": row.name, "value": y, "unit": row.unit}
@@ -953,6 +1084,10 @@ def report(rows: list[Row], systems: list[System], args) -> dict:
         res["reference"] = ref
         res["ratio"] = row.ratio()
         res["target"] = 1.0
+        if memcpy and y is not None and row.unit == "GB/s" and "2MiB" in row.name:
+            # The rows that move 2 MiB blocks, against one thread's memcpy of the same bytes
+            # measured in Yutu's client process in the same repetitions.
+            res["memcpy_ratio"] = y / memcpy
         results.append(res)
     out = {"suite": "mooncake", "machine": machine(), "results": results}
 
@@ -979,6 +1114,11 @@ def report(rows: list[Row], systems: list[System], args) -> dict:
         lines.append("  ".join([*cells, t[-1]]).rstrip())
     lines.append("ratio: yutu/mooncake for throughput, mooncake/yutu for latency (> 1: Yutu ahead), "
                  "against Mooncake's better mode in the row (* where both ran)")
+    vs = [(r["name"], r["memcpy_ratio"]) for r in results if "memcpy_ratio" in r
+          and not r["name"].startswith("memcpy_")]
+    if vs:
+        lines.append("yutu / one-thread memcpy (same client process, same run): "
+                     + ", ".join(f"{n} {v:.2f}" for n, v in vs))
     for s in systems:
         if s.failed:
             lines.append(f"{s.name} FAILED: {s.failed}")

@@ -147,6 +147,39 @@ fn frame_calls_answer_what_the_json_calls_answer() {
     assert!(framed.get_bytes("by-frames", "big").expect("get") == Some(big));
 }
 
+/// A read with a size limit answers a larger value's size instead of its bytes (a client then
+/// moves it through registered memory); a client without frames, which cannot ask the size
+/// first, gets the value whole.
+#[test]
+fn a_read_with_a_limit_answers_the_size_of_a_larger_value() {
+    use yutu_client::kv::SmallValue;
+    let server = node(&["limits"]);
+    let framed = client(&server, FramesMode::Auto);
+    let small = pattern(1000, 1);
+    let large = pattern(200_000, 2);
+    for (k, v) in [("small", &small), ("large", &large)] {
+        assert_eq!(
+            http(&server, &admin(), "PUT", &format!("/limits/{k}"), v).status,
+            200
+        );
+    }
+    let get = |kv: &KvClient, k: &str, max: u64| kv.get_small("limits", k, max).expect("read");
+    assert_eq!(
+        get(&framed, "small", 1000),
+        SmallValue::Bytes(small.clone())
+    );
+    assert_eq!(get(&framed, "small", 999), SmallValue::Large(1000));
+    assert_eq!(get(&framed, "large", 64 << 10), SmallValue::Large(200_000));
+    assert_eq!(
+        get(&framed, "large", u64::MAX),
+        SmallValue::Bytes(large.clone())
+    );
+    assert_eq!(get(&framed, "absent", 10), SmallValue::Missing);
+    let json = client(&server, FramesMode::Off);
+    assert_eq!(get(&json, "large", 10), SmallValue::Bytes(large));
+    assert_eq!(get(&json, "absent", 10), SmallValue::Missing);
+}
+
 #[test]
 fn frames_go_over_tcp_where_unix_is_not_used() {
     let server = node(&["tcp"]);

@@ -14,7 +14,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyString};
 use yutu_api::kv::{BlockPin, MAX_SOFT_PIN_SECS};
 use yutu_client::kv::{
-    DeviceBuffer, KvClient, KvOptions, PutMode, PutOptions, SpanStaging as Staging, MAX_BATCH,
+    DeviceBuffer, KvClient, KvOptions, PutMode, PutOptions, SmallValue, SpanStaging as Staging,
+    MAX_BATCH, MAX_STAGED_BLOCK,
 };
 use yutu_client::{Client, Credentials};
 use yutu_transfer::device::DeviceMemory;
@@ -23,6 +24,10 @@ use crate::device::{self, Ctx, Devices};
 use crate::errors::{Error, Result};
 use crate::memory::{spans, Registry, Span};
 use crate::slab::Slab;
+
+/// Values of at most this many bytes come back in the answer to a `get`; larger ones through
+/// a staging buffer (see `Store::value`).
+const INLINE_GET: u64 = 64 << 10;
 
 /// What an open store holds.
 struct Session {
@@ -389,6 +394,50 @@ fn sizes_of(s: &Session, keys: &[String]) -> Result<Vec<Option<u64>>> {
     Ok(got.into_iter().map(Option::flatten).collect())
 }
 
+impl Store {
+    /// The bytes of `key` in a new `bytes`, `None` when it is absent. A small value comes in
+    /// the answer to one call; a larger one ([`INLINE_GET`]) is written by the node into a
+    /// staging buffer it maps (one `memcpy` there) and copied once into the new object, where
+    /// carrying it through the call's socket took several round trips of the socket's
+    /// buffer. A value replaced by one of another size between the two calls is asked again.
+    fn value<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let keys = [key.to_string()];
+        for _ in 0..3 {
+            let small = self.run(py, |s| Ok(s.kv.get_small(&s.bucket, key, INLINE_GET)?))?;
+            let n = match small {
+                SmallValue::Bytes(d) => return Ok(Some(PyBytes::new(py, &d))),
+                SmallValue::Missing => return Ok(None),
+                SmallValue::Large(n) if n <= MAX_STAGED_BLOCK => n,
+                SmallValue::Large(_) => break,
+            };
+            let len = usize::try_from(n).map_err(|_| Error::invalid("value too large"))?;
+            let mut got = None;
+            let bytes = PyBytes::new_with(py, len, |buf| {
+                let span = Span {
+                    addr: buf.as_mut_ptr() as usize,
+                    len: n,
+                    device: None,
+                };
+                // The new object is reachable from nowhere else while the GIL is released.
+                got = self
+                    .run(py, |s| {
+                        Ok(s.staging.get_into(&s.kv, &s.bucket, &keys, &[span])?)
+                    })
+                    .ok();
+                Ok(())
+            })?;
+            match got.as_deref() {
+                Some([Some(m)]) if *m == n => return Ok(Some(bytes)),
+                Some([None]) => return Ok(None),
+                _ => continue,
+            }
+        }
+        // Whole, whatever its size (and with the error, if there is one).
+        let data = self.run(py, |s| Ok(s.kv.get_bytes(&s.bucket, key)?))?;
+        Ok(data.map(|d| PyBytes::new(py, &d)))
+    }
+}
+
 #[pymethods]
 impl Store {
     /// Connects to the first node of `url` (a URL or a list of them) that answers, and to
@@ -481,11 +530,8 @@ impl Store {
 
     /// The bytes stored under `key`; raises `yutu.NotFound`.
     fn get<'py>(&self, py: Python<'py>, key: String) -> PyResult<Bound<'py, PyBytes>> {
-        let data = self.run(py, |s| {
-            s.kv.get_bytes(&s.bucket, &key)?
-                .ok_or_else(|| Error::NotFound(format!("The key {key:?} does not exist.")))
-        })?;
-        Ok(PyBytes::new(py, &data))
+        self.value(py, &key)?
+            .ok_or_else(|| Error::NotFound(format!("The key {key:?} does not exist.")).into())
     }
 
     /// The bytes of each key, `None` where it is absent.
@@ -494,15 +540,7 @@ impl Store {
         py: Python<'py>,
         keys: Vec<String>,
     ) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
-        let data = self.run(py, |s| {
-            keys.iter()
-                .map(|k| Ok(s.kv.get_bytes(&s.bucket, k)?))
-                .collect::<Result<Vec<_>>>()
-        })?;
-        Ok(data
-            .into_iter()
-            .map(|d| d.map(|d| PyBytes::new(py, &d)))
-            .collect())
+        keys.iter().map(|k| self.value(py, k)).collect()
     }
 
     /// Declares `size` bytes at address `ptr` as memory the store may read and write: raw

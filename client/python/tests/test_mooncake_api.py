@@ -455,3 +455,22 @@ def test_buffer_handles_live_in_a_registered_slab(node, bucket):
     s.close()
     # The slab stays mapped while a handle over it lives.
     assert bytes(again[1][:4]) == bytes([9]) * 4
+
+
+def test_get_of_bytes_at_every_size(mc):
+    """``get`` answers small values from the call itself and larger ones (past 64 KiB) through
+    a staging buffer: byte for byte at and around the boundary, for several values at once,
+    and for a key replaced by a value of another size."""
+    rng = np.random.default_rng(21)
+    sizes = [1, (64 << 10) - 1, 64 << 10, (64 << 10) + 1, 1 << 20, (3 << 20) + 7]
+    values = {f"size{n}": rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in sizes}
+    for k, v in values.items():
+        assert mc.put(k, v) == 0
+    for k, v in values.items():
+        assert mc.get(k) == v
+    assert mc.get_batch(list(values) + ["absent"]) == list(values.values()) + [b""]
+    # Replaced by a larger and then a smaller value: each get answers the current bytes.
+    for n in (2 << 20, 100 << 10, 10):
+        v = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        assert mc.upsert("size1048576", v) == 0
+        assert mc.get("size1048576") == v

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use yutu_api::cluster::{Member, Membership, MEMBERSHIP_PATH};
 
-use super::{Buffer, Inner, KvError, KvOptions, NodeClient, PutOptions};
+use super::{Buffer, Inner, KvError, KvOptions, NodeClient, PutOptions, SmallValue};
 
 /// How old the membership may get before a call reads it again.
 const REFRESH: Duration = Duration::from_secs(2);
@@ -165,6 +165,21 @@ impl Routing {
         match &self.cluster {
             None => self.seed.get_bytes(bucket, key),
             Some(c) => c.get_bytes(bucket, key),
+        }
+    }
+
+    pub(super) fn get_small(
+        &self,
+        bucket: &str,
+        key: &str,
+        max: u64,
+    ) -> Result<SmallValue, KvError> {
+        match &self.cluster {
+            None => self.seed.get_small(bucket, key, max),
+            Some(c) => Ok(match c.get_bytes(bucket, key)? {
+                Some(data) => SmallValue::Bytes(data),
+                None => SmallValue::Missing,
+            }),
         }
     }
 }

@@ -44,6 +44,17 @@ mod spans;
 
 use checks::{check_batch, check_range, same_len};
 pub use error::KvError;
+
+/// What [`KvClient::get_small`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SmallValue {
+    /// The whole value.
+    Bytes(Vec<u8>),
+    /// No such key.
+    Missing,
+    /// Stored, with this many bytes: more than the call's limit.
+    Large(u64),
+}
 pub use frames::{FramesMode, FramesPath};
 use http::{check_bucket, read_json};
 pub use node::NodeClient;
@@ -473,6 +484,19 @@ impl KvClient {
             return Err(KvError::InvalidArgument("a key cannot be empty".into()));
         }
         self.route.get_bytes(bucket, key)
+    }
+
+    /// The bytes of `key` when it holds at most `max` bytes, else only its size
+    /// ([`SmallValue::Large`]), so that a caller moves a large value through registered
+    /// memory (one `memcpy` on the node) rather than through the call's socket. Where the
+    /// size cannot be asked first (a client without frames, or one routing over a cluster),
+    /// the value comes whole whatever its size.
+    pub fn get_small(&self, bucket: &str, key: &str, max: u64) -> Result<SmallValue, KvError> {
+        check_bucket(bucket)?;
+        if key.is_empty() {
+            return Err(KvError::InvalidArgument("a key cannot be empty".into()));
+        }
+        self.route.get_small(bucket, key, max)
     }
 
     fn check_put(

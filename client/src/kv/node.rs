@@ -28,7 +28,7 @@ use super::http::{
     call_get, check_bucket, check_status, keys_request, kv_agent, kv_path, read_json, signed_get,
 };
 use super::{device, lanes, random_node_id, remove_stale_dirs, Buffer, Inner, KvError, KvOptions};
-use super::{PutMode, PutOptions};
+use super::{PutMode, PutOptions, SmallValue};
 use crate::address::encode_key;
 use crate::error::Resource;
 use crate::ClientError;
@@ -686,28 +686,48 @@ impl NodeClient {
     /// when it is absent: for a small read where staging it through a registered buffer
     /// would cost more than it saves.
     pub fn get_bytes(&self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        match self.get_small(bucket, key, u64::MAX)? {
+            SmallValue::Bytes(data) => Ok(Some(data)),
+            SmallValue::Missing => Ok(None),
+            // Too large to answer inline: an S3 GET streams it.
+            SmallValue::Large(_) => self.get_streamed(bucket, key),
+        }
+    }
+
+    /// The bytes of `key` when it holds at most `max` bytes, else its size
+    /// ([`SmallValue::Large`]), in one frame to the owning shard; a client without frames
+    /// reads the value whole over HTTP whatever its size (it never answers `Large`).
+    pub fn get_small(&self, bucket: &str, key: &str, max: u64) -> Result<SmallValue, KvError> {
         check_bucket(bucket)?;
         if key.is_empty() {
             return Err(KvError::InvalidArgument("a key cannot be empty".into()));
         }
-        if let Some(frames) = &self.frames {
-            use yutu_api::kv_frame::{InlineValue, ReadRequest, ReadResponse};
-            let shard = yutu_api::placement::shard_for(bucket, key, frames.shards());
-            let req = ReadRequest {
-                keys: vec![key.to_string()],
-            };
-            let body = yutu_api::kv_frame::encode_call(bucket, &req)
-                .map_err(|e| KvError::InvalidArgument(e.to_string()))?;
-            let answer: ReadResponse =
-                frames.call(shard, yutu_api::kv_frame::FrameOp::Read, &body, true)?;
-            expect_len(answer.values.len(), 1, "read")?;
-            match answer.values.into_iter().next() {
-                Some(InlineValue::Bytes(data)) => return Ok(Some(data)),
-                Some(InlineValue::Missing) | None => return Ok(None),
-                // Too large to answer inline: the S3 GET below streams it.
-                Some(InlineValue::TooLarge(_)) => {}
-            }
-        }
+        let Some(frames) = &self.frames else {
+            return Ok(match self.get_streamed(bucket, key)? {
+                Some(data) => SmallValue::Bytes(data),
+                None => SmallValue::Missing,
+            });
+        };
+        use yutu_api::kv_frame::{InlineValue, ReadRequest, ReadResponse};
+        let shard = yutu_api::placement::shard_for(bucket, key, frames.shards());
+        let req = ReadRequest {
+            keys: vec![key.to_string()],
+            value_max: (max < yutu_api::kv_frame::MAX_INLINE).then_some(max),
+        };
+        let body = yutu_api::kv_frame::encode_call(bucket, &req)
+            .map_err(|e| KvError::InvalidArgument(e.to_string()))?;
+        let answer: ReadResponse =
+            frames.call(shard, yutu_api::kv_frame::FrameOp::Read, &body, true)?;
+        expect_len(answer.values.len(), 1, "read")?;
+        Ok(match answer.values.into_iter().next() {
+            Some(InlineValue::Bytes(data)) => SmallValue::Bytes(data),
+            Some(InlineValue::Missing) | None => SmallValue::Missing,
+            Some(InlineValue::TooLarge(n)) => SmallValue::Large(n),
+        })
+    }
+
+    /// The bytes of `key` by an S3 GET, `None` when it is absent.
+    fn get_streamed(&self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         let path = format!("/{}/{}", encode_key(bucket), encode_key(key));
         let lane = self.lane(bucket, &[key.to_string()]);
         let agent = lane.as_ref().map_or(&self.agent, |(_, a)| a);

@@ -17,7 +17,8 @@ use crate::node::Shard;
 use crate::tier::{PutResult, Step};
 
 /// The values of `keys` on this (their owning) shard, in order: each whole while the answer
-/// stays within `room` bytes, [`InlineValue::TooLarge`] past it. The size is looked up before
+/// stays within `room` bytes and the value within `value_max`, [`InlineValue::TooLarge`]
+/// past either. The size is looked up before
 /// the value is read, so a large value is never copied only to be refused. Values in DRAM are
 /// answered at once; from the first one that must come from NVMe on, in a task.
 pub fn read(
@@ -25,12 +26,13 @@ pub fn read(
     bucket: &str,
     keys: Vec<String>,
     mut room: u64,
+    value_max: u64,
 ) -> Step<Result<Vec<InlineValue>, StoreError>> {
     let mut out = Vec::with_capacity(keys.len());
     let mut keys = keys.into_iter();
     while let Some(key) = keys.next() {
         let size = shard.tier.stored_size(bucket, &key);
-        if size > room {
+        if size > room.min(value_max) {
             out.push(InlineValue::TooLarge(size));
             continue;
         }
@@ -45,7 +47,7 @@ pub fn read(
                     out.push(value(pending.await, &mut room)?);
                     for key in keys {
                         let size = shard.tier.stored_size(&bucket, &key);
-                        if size > room {
+                        if size > room.min(value_max) {
                             out.push(InlineValue::TooLarge(size));
                             continue;
                         }
@@ -114,10 +116,11 @@ pub async fn read_many(
     let owners = Owners::of_keys(here, bucket, &req.keys);
     let mut values = Vec::with_capacity(owners.groups().len());
     let mut room = MAX_INLINE;
+    let value_max = req.value_max.unwrap_or(MAX_INLINE);
     for (shard, idx) in owners.groups() {
         let (keys, b) = (pick(&req.keys, idx), bucket.to_string());
         let got = here
-            .run_step(*shard, move |s| read(s, &b, keys, room))
+            .run_step(*shard, move |s| read(s, &b, keys, room, value_max))
             .await??;
         for v in &got {
             if let InlineValue::Bytes(data) = v {
