@@ -970,9 +970,22 @@ impl Store {
         })
     }
 
-    /// The length of the block stored under `key`; raises `yutu.NotFound`.
+    /// The length of the block stored under `key`; raises `yutu.NotFound`. One frame to the
+    /// owning shard (a read that answers sizes only); an S3 HEAD where frames cannot ask it
+    /// (no frames, or a client routing over a cluster).
     fn get_size(&self, py: Python<'_>, key: String) -> PyResult<u64> {
-        self.run(py, |s| Ok(s.s3.head_object(&s.bucket, &key)?.size))
+        self.run(py, |s| {
+            if s.kv.cluster_nodes() == 0 && s.kv.frames_path().is_some() {
+                return match s.kv.get_small(&s.bucket, &key, 0)? {
+                    SmallValue::Large(n) => Ok(n),
+                    SmallValue::Bytes(d) => Ok(d.len() as u64),
+                    SmallValue::Missing => {
+                        Err(Error::NotFound(format!("The key {key:?} does not exist.")))
+                    }
+                };
+            }
+            Ok(s.s3.head_object(&s.bucket, &key)?.size)
+        })
     }
 
     /// Deletes `key`; False when it was not stored.

@@ -469,6 +469,9 @@ def test_get_of_bytes_at_every_size(mc):
     for k, v in values.items():
         assert mc.get(k) == v
     assert mc.get_batch(list(values) + ["absent"]) == list(values.values()) + [b""]
+    # get_size asks the owning shard in a frame that carries no bytes.
+    assert [mc.get_size(k) for k in values] == sizes
+    assert mc.get_size("absent") == NOT_FOUND
     # Replaced by a larger and then a smaller value: each get answers the current bytes.
     for n in (2 << 20, 100 << 10, 10):
         v = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
