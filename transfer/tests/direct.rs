@@ -131,6 +131,12 @@ fn a_peer_process_memory_is_reached_without_a_mapping() {
 
     let range = server.map_direct(&[desc]).unwrap().remove(0).unwrap();
     assert!(range.is_process_memory());
+    // The peer is this process: the same user, so cross-memory attach is allowed (unless
+    // turned off).
+    assert_eq!(
+        range.is_cross_memory(),
+        std::env::var_os("YUTU_CROSS_MEMORY").is_none_or(|v| v != "0")
+    );
     let mut got = vec![0u8; 8192];
     range.read_at(100, &mut got).unwrap();
     assert_eq!(got, pattern(5, len)[4096 + 100..4096 + 100 + 8192]);

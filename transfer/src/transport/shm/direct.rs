@@ -94,6 +94,12 @@ impl DirectRange {
         self.mapping.is_process()
     }
 
+    /// True when the peer's process memory is reached by cross-memory attach
+    /// (`process_vm_writev`) rather than through its memory file.
+    pub fn is_cross_memory(&self) -> bool {
+        self.mapping.is_cross_memory()
+    }
+
     /// The mapping's offset of `at` when `[at, at + len)` lies inside the range.
     fn bounds(&self, at: u64, len: u64) -> Result<u64, TransferError> {
         if at.checked_add(len).is_none_or(|end| end > self.len) {

@@ -12,6 +12,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::cross_memory::peer_cred;
 use super::fdpass::recv_with_fds;
 use super::mapping::{MappingCache, PeerMapping};
 use super::wire::{self, CheckEntry, Verdict, HEADER_LEN, MAX_ENTRIES, VERDICT_ENTRY_LEN};
@@ -189,8 +190,9 @@ pub(crate) fn check_on(
             ));
         }
         let mut fds = fds.into_iter();
+        let cred = peer_cred(&conn.stream);
         for (entry, verdict) in entries.iter().zip(verdicts) {
-            out.push(apply(mappings, peer, entry, verdict, &mut fds));
+            out.push(apply(mappings, peer, entry, verdict, &mut fds, cred));
         }
     }
     Ok(out)
@@ -203,6 +205,7 @@ fn apply(
     entry: &CheckEntry,
     verdict: Verdict,
     fds: &mut impl Iterator<Item = OwnedFd>,
+    cred: Option<libc::ucred>,
 ) -> Checked {
     let desc = &entry.desc;
     if let Err(Refusal::NotShareable) = verdict.status {
@@ -227,7 +230,7 @@ fn apply(
         let key = (peer.node, peer.incarnation, desc.segment);
         if mappings.get(&key).is_none() {
             let mapping = match verdict.process {
-                Some(base) => PeerMapping::process(fd, base, verdict.segment_len),
+                Some(base) => PeerMapping::process(fd, base, verdict.segment_len, cred),
                 None => PeerMapping::map(fd, verdict.segment_len),
             }
             .map_err(|m| TransferError::unavailable(KIND, peer.node, m))?;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::descriptor::NodeId;
 use crate::transport::{Lane, Transport, TransportKind};
 
+mod cross_memory;
 mod direct;
 mod fdpass;
 mod lane;
