@@ -147,6 +147,23 @@ fn a_peer_process_memory_is_reached_without_a_mapping() {
         Err(TransferError::OutOfBounds { .. })
     ));
 
+    // Scattered over and gathered from several parts (one per layer of a block), in one
+    // cross-memory call where that is used: the bytes land at each part's place, in order.
+    let parts: Vec<_> = [(0u64, 1000u64), (50_000, 3000), (9000, 5000)]
+        .iter()
+        .map(|&(at, n)| range.sub(at, n).unwrap())
+        .collect();
+    let block = pattern(13, 8000); // fills the first two parts and 4000 bytes of the third
+    yutu_transfer::DirectRange::scatter(&parts, &block).unwrap();
+    assert_eq!(read(&cli, 4096, 1000), block[..1000]);
+    assert_eq!(read(&cli, 4096 + 50_000, 3000), block[1000..4000]);
+    assert_eq!(read(&cli, 4096 + 9000, 4000), block[4000..]);
+    let mut whole = vec![0u8; 9000];
+    yutu_transfer::DirectRange::gather(&parts, &mut whole).unwrap();
+    assert_eq!(whole[..8000], block[..]);
+    assert!(yutu_transfer::DirectRange::scatter(&parts, &[0; 9001]).is_err());
+    assert!(yutu_transfer::DirectRange::gather(&parts, &mut [0; 100]).is_err());
+
     // The workers' shm lane reaches it too: one-sided write from the server's segment.
     let src = segment(&server, 64 << 10);
     src.region().write_at(0, &pattern(9, 64 << 10)).unwrap();

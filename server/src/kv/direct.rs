@@ -31,24 +31,16 @@ pub enum Copied {
 }
 
 /// Scatters `bytes` over the ranges of `target`, in order (one range unless the client
-/// split the block's room).
+/// split the block's room): runs of ranges in one client process go in one system call.
 fn copy_into(target: &[DirectRange], bytes: &[u8]) -> Copied {
     let (len, room) = (bytes.len() as u64, total(target));
     if len > room {
         return Copied::TooSmall { len, room };
     }
-    let mut rest = bytes;
-    for part in target {
-        if rest.is_empty() {
-            break;
-        }
-        let take = rest.len().min(part.len() as usize);
-        if let Err(e) = part.write_at(0, &rest[..take]) {
-            return Copied::Unreachable(e.to_string());
-        }
-        rest = &rest[take..];
+    match DirectRange::scatter(target, bytes) {
+        Ok(()) => Copied::Len(len),
+        Err(e) => Copied::Unreachable(e.to_string()),
     }
-    Copied::Len(len)
 }
 
 /// Bytes in `ranges` together.
@@ -58,17 +50,7 @@ fn total(ranges: &[DirectRange]) -> u64 {
 
 /// Gathers the ranges of `source`, in order, into `dst` (their total length).
 fn gather(source: &[DirectRange], dst: &mut [u8]) -> bool {
-    let mut at = 0usize;
-    for part in source {
-        let Some(room) = dst.get_mut(at..at + part.len() as usize) else {
-            return false;
-        };
-        if part.read_at(0, room).is_err() {
-            return false;
-        }
-        at += room.len();
-    }
-    at == dst.len()
+    DirectRange::gather(source, dst).is_ok()
 }
 
 /// get-into for a same-host client: each key's block copied into its target range.

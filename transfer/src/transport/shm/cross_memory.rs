@@ -82,6 +82,86 @@ impl CrossMemory {
         unsafe { libc::poll(&mut p, 1, 0) == 0 }
     }
 
+    /// Copies between the contiguous `local` bytes and the peer's ranges `remote`
+    /// (`(address, length)`, in order), in as few calls as `IOV_MAX` allows: a block scattered
+    /// over one span per layer is one system call, not one per span. `None` as for
+    /// [`CrossMemory::copy`], before anything moved.
+    ///
+    /// # Safety
+    ///
+    /// `local` must be valid for the ranges' total length (reads when `write`, writes
+    /// otherwise).
+    pub(crate) unsafe fn copy_vectored(
+        &self,
+        remote: &[(u64, usize)],
+        local: *mut u8,
+        write: bool,
+    ) -> Option<io::Result<()>> {
+        const IOV_MAX: usize = 1024;
+        let mut at = 0usize;
+        for (i, chunk) in remote.chunks(IOV_MAX).enumerate() {
+            let len: usize = chunk.iter().map(|r| r.1).sum();
+            let iovs: Vec<libc::iovec> = chunk
+                .iter()
+                .map(|&(addr, len)| libc::iovec {
+                    iov_base: addr as usize as *mut libc::c_void,
+                    iov_len: len,
+                })
+                .collect();
+            let l = libc::iovec {
+                // SAFETY: inside the caller's range (`at` + this chunk's total).
+                iov_base: unsafe { local.add(at) }.cast(),
+                iov_len: len,
+            };
+            if self.refused.load(Ordering::Relaxed) {
+                return None;
+            }
+            // SAFETY: one local iovec inside the caller's range, remote iovecs the kernel
+            // checks against the peer's address space.
+            let n = unsafe {
+                if write {
+                    libc::process_vm_writev(self.pid, &l, 1, iovs.as_ptr(), iovs.len() as _, 0)
+                } else {
+                    libc::process_vm_readv(self.pid, &l, 1, iovs.as_ptr(), iovs.len() as _, 0)
+                }
+            };
+            if n < 0 && i == 0 {
+                let err = io::Error::last_os_error();
+                if matches!(err.raw_os_error(), Some(libc::EPERM | libc::ENOSYS)) {
+                    self.refused.store(true, Ordering::Relaxed);
+                    return None;
+                }
+            }
+            if n < 0 || n as usize != len {
+                // Short, interrupted or failed: the chunk again range by range, which retries
+                // what can be retried and names the address that failed.
+                let mut off = at;
+                for &(addr, rlen) in chunk {
+                    // SAFETY: inside the caller's range.
+                    match unsafe { self.copy(addr, local.add(off), rlen, write) } {
+                        Some(Ok(())) => {}
+                        Some(Err(e)) => return Some(Err(e)),
+                        None => {
+                            return Some(Err(io::Error::other(
+                                "cross-memory access was refused mid-copy",
+                            )))
+                        }
+                    }
+                    off += rlen;
+                }
+            }
+            at += len;
+        }
+        Some(if self.alive() {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("the peer process {} has exited", self.pid),
+            ))
+        })
+    }
+
     /// Copies `len` bytes between `local` and address `at` of the peer (`write`: into the
     /// peer). `None` when the kernel refuses cross-memory access to it (the caller copies
     /// through the memory file instead, and so do later copies).

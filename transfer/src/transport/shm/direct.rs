@@ -80,6 +80,84 @@ impl DirectRange {
         self.finish(done, at, src.len())
     }
 
+    /// Scatters `src` over `parts`, in order: each part filled from its start, the last one
+    /// possibly in part (`src` must fit their total). Runs of parts in one peer process's
+    /// memory go in one cross-memory call each, so a block split into one span per layer
+    /// costs one system call, not one per span.
+    pub fn scatter(parts: &[DirectRange], src: &[u8]) -> Result<(), TransferError> {
+        let mut rest = src;
+        Self::runs(parts, src.len(), |run, ranges, len| {
+            let (now, later) = rest.split_at(len);
+            rest = later;
+            // SAFETY: `now` is a Rust slice of this process, valid for the call; the mapping
+            // only reads it.
+            let done = unsafe {
+                run.mapping
+                    .copy_vectored(ranges, now.as_ptr().cast_mut(), true)
+            };
+            run.finish(done, 0, len)
+        })
+    }
+
+    /// Gathers `parts`, in order, into `dst` (exactly their total length).
+    pub fn gather(parts: &[DirectRange], dst: &mut [u8]) -> Result<(), TransferError> {
+        let total: u64 = parts.iter().map(|p| p.len).sum();
+        if total != dst.len() as u64 {
+            return Err(TransferError::OutOfBounds {
+                index: 0,
+                side: Side::Local,
+                offset: 0,
+                len: dst.len() as u64,
+                limit: total,
+            });
+        }
+        let mut rest = dst;
+        Self::runs(parts, rest.len(), |run, ranges, len| {
+            let (now, later) = std::mem::take(&mut rest).split_at_mut(len);
+            rest = later;
+            // SAFETY: `now` is exclusively borrowed memory of this process.
+            let done = unsafe { run.mapping.copy_vectored(ranges, now.as_mut_ptr(), false) };
+            run.finish(done, 0, len)
+        })
+    }
+
+    /// Calls `each(first part, ranges of its mapping, bytes)` for the runs of consecutive
+    /// parts that share a mapping, covering `len` bytes from the first part on (the last part
+    /// possibly in part); an error when `len` is more than the parts hold.
+    fn runs(
+        parts: &[DirectRange],
+        len: usize,
+        mut each: impl FnMut(&DirectRange, &[(u64, usize)], usize) -> Result<(), TransferError>,
+    ) -> Result<(), TransferError> {
+        let mut left = len;
+        let mut i = 0;
+        while left > 0 {
+            let Some(first) = parts.get(i) else {
+                return Err(TransferError::OutOfBounds {
+                    index: 0,
+                    side: Side::Remote,
+                    offset: 0,
+                    len: len as u64,
+                    limit: (len - left) as u64,
+                });
+            };
+            let mut ranges = Vec::new();
+            let mut bytes = 0usize;
+            while let Some(p) = parts.get(i) {
+                if left == 0 || !Arc::ptr_eq(&p.mapping, &first.mapping) {
+                    break;
+                }
+                let take = left.min(p.len as usize);
+                ranges.push((p.offset, take));
+                bytes += take;
+                left -= take;
+                i += 1;
+            }
+            each(first, &ranges, bytes)?;
+        }
+        Ok(())
+    }
+
     /// Copies `dst.len()` bytes of the range, starting `at` bytes in, into `dst`.
     pub fn read_at(&self, at: u64, dst: &mut [u8]) -> Result<(), TransferError> {
         let offset = self.bounds(at, dst.len() as u64)?;

@@ -170,6 +170,45 @@ impl PeerMapping {
         unsafe { self.copy(offset, dst, len, false) }
     }
 
+    /// Between the contiguous `local` bytes and the segment's ranges `ranges`
+    /// (`(offset, length)`, in order): one cross-memory call for all of them where the
+    /// segment is reached that way, else one copy per range. `None` when a range is outside
+    /// the segment (nothing moved).
+    ///
+    /// # Safety
+    ///
+    /// `local` must be valid for the ranges' total length (reads when `write`, writes
+    /// otherwise), and not aliased by a Rust reference when not `write`.
+    pub(crate) unsafe fn copy_vectored(
+        &self,
+        ranges: &[(u64, usize)],
+        local: *mut u8,
+        write: bool,
+    ) -> Option<io::Result<()>> {
+        for &(offset, len) in ranges {
+            (offset.checked_add(len as u64)? <= self.len as u64).then_some(())?;
+        }
+        if let Backing::Process {
+            base, vm: Some(vm), ..
+        } = &self.backing
+        {
+            let remote: Vec<(u64, usize)> = ranges.iter().map(|&(o, l)| (base + o, l)).collect();
+            // SAFETY: as this function's contract; the ranges are inside the segment.
+            if let Some(done) = unsafe { vm.copy_vectored(&remote, local, write) } {
+                return Some(done);
+            }
+        }
+        let mut at = 0usize;
+        for &(offset, len) in ranges {
+            // SAFETY: as this function's contract; `at + len` stays inside `local`.
+            match unsafe { self.copy(offset, local.add(at), len, write) } {
+                Some(Ok(())) => at += len,
+                other => return other,
+            }
+        }
+        Some(Ok(()))
+    }
+
     /// `local` into the segment at `offset` (`write`) or the segment into `local`.
     ///
     /// # Safety
