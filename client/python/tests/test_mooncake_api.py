@@ -423,7 +423,15 @@ def test_host_allocator_regions_outlive_the_allocator():
     arr = (ctypes.c_ubyte * (1 << 20)).from_address(ptr)
     arr[(1 << 20) - 1] = 9
     assert arr[(1 << 20) - 1] == 9
+    del arr
+
+    def mapped():
+        with open("/proc/self/maps") as f:
+            return any(line.startswith(f"{ptr:x}-") for line in f)
+
+    assert mapped()
     assert MooncakeHostMemAllocator().free(ptr) == 0
+    assert not mapped(), "free unmaps the region"
 
 
 def test_buffer_handles_live_in_a_registered_slab(node, bucket):

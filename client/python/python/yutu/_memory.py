@@ -273,7 +273,7 @@ def free_host(addr):
     if entry is None:
         return False
     m, view, fd, _n = entry
-    del view
+    del entry, view  # the last references to the export, so that the mmap can close
     try:
         m.close()
     except BufferError:
