@@ -283,7 +283,8 @@ pub struct ReadRequest {
     pub keys: Vec<String>,
     /// Largest value answered inline; a larger one is answered [`InlineValue::TooLarge`]
     /// with its size (a client that moves large values through registered memory asks for
-    /// the size first). [`MAX_INLINE`] when absent.
+    /// the size first). [`MAX_INLINE`] when absent. Only for a node whose
+    /// [`FramesInfo::read_limit`] is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value_max: Option<u64>,
 }
@@ -349,12 +350,31 @@ pub struct FramesInfo {
     /// TCP ports on the node's HTTP address, one per shard; empty on a node with TLS (frames
     /// are not encrypted, so they do not cross hosts in the clear where HTTP does not).
     pub tcp: Vec<u16>,
+    /// The node takes [`ReadRequest::value_max`]. Absent (false) from older nodes, which
+    /// refuse the field: a client sends it only to a node that says so.
+    #[serde(default)]
+    pub read_limit: bool,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kv::{ExistsResponse, KeysRequest};
+
+    /// A node older than the read limit says nothing of it: its frames info reads as not
+    /// taking `value_max` (the client then never sends the field, which such a node refuses),
+    /// and a read without a limit is encoded as it always was.
+    #[test]
+    fn an_older_nodes_frames_info_takes_no_read_limit() {
+        let old: FramesInfo =
+            serde_json::from_str(r#"{"version":1,"pid":5,"unix":["a"],"tcp":[]}"#).unwrap();
+        assert!(!old.read_limit);
+        let plain = ReadRequest {
+            keys: vec!["k".into()],
+            value_max: None,
+        };
+        assert_eq!(serde_json::to_string(&plain).unwrap(), r#"{"keys":["k"]}"#);
+    }
 
     #[test]
     fn every_op_has_its_own_code() {

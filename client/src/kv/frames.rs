@@ -212,6 +212,11 @@ impl Frames {
         &self.path
     }
 
+    /// Whether the node takes a read's `value_max` (older nodes refuse the field).
+    pub(super) fn read_limit(&self) -> bool {
+        self.info.read_limit
+    }
+
     pub(super) fn shards(&self) -> usize {
         self.idle.len()
     }
@@ -570,6 +575,7 @@ mod tests {
                 pid: 1,
                 unix: names,
                 tcp: vec![1; tcp],
+                read_limit: true,
             };
             Frames::open(
                 info,

@@ -710,9 +710,11 @@ impl NodeClient {
         };
         use yutu_api::kv_frame::{InlineValue, ReadRequest, ReadResponse};
         let shard = yutu_api::placement::shard_for(bucket, key, frames.shards());
+        // A node too old to take the limit answers values whole, as it always did.
+        let limited = frames.read_limit() && max < yutu_api::kv_frame::MAX_INLINE;
         let req = ReadRequest {
             keys: vec![key.to_string()],
-            value_max: (max < yutu_api::kv_frame::MAX_INLINE).then_some(max),
+            value_max: limited.then_some(max),
         };
         let body = yutu_api::kv_frame::encode_call(bucket, &req)
             .map_err(|e| KvError::InvalidArgument(e.to_string()))?;

@@ -89,6 +89,7 @@ pub fn plan(settings: &Settings) -> std::io::Result<Plan> {
             pid,
             unix,
             tcp: ports,
+            read_limit: true,
         },
         tcp: Arc::new(Mutex::new(tcp)),
     })
