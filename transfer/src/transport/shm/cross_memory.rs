@@ -82,6 +82,23 @@ impl CrossMemory {
         unsafe { libc::poll(&mut p, 1, 0) == 0 }
     }
 
+    /// The error of a copy that found the peer gone.
+    fn gone(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("the peer process {} has exited", self.pid),
+        )
+    }
+
+    /// A finished copy's result: the peer still alive means the pid named it throughout.
+    fn still_there(&self) -> io::Result<()> {
+        if self.alive() {
+            Ok(())
+        } else {
+            Err(self.gone())
+        }
+    }
+
     /// Copies between the contiguous `local` bytes and the peer's ranges `remote`
     /// (`(address, length)`, in order), in as few calls as `IOV_MAX` allows: a block scattered
     /// over one span per layer is one system call, not one per span. `None` as for
@@ -98,6 +115,12 @@ impl CrossMemory {
         write: bool,
     ) -> Option<io::Result<()>> {
         const IOV_MAX: usize = 1024;
+        if self.refused.load(Ordering::Relaxed) {
+            return None;
+        }
+        if !self.alive() {
+            return Some(Err(self.gone()));
+        }
         let mut at = 0usize;
         for (i, chunk) in remote.chunks(IOV_MAX).enumerate() {
             let len: usize = chunk.iter().map(|r| r.1).sum();
@@ -152,14 +175,7 @@ impl CrossMemory {
             }
             at += len;
         }
-        Some(if self.alive() {
-            Ok(())
-        } else {
-            Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("the peer process {} has exited", self.pid),
-            ))
-        })
+        Some(self.still_there())
     }
 
     /// Copies `len` bytes between `local` and address `at` of the peer (`write`: into the
@@ -179,14 +195,8 @@ impl CrossMemory {
         if self.refused.load(Ordering::Relaxed) {
             return None;
         }
-        let gone = || {
-            io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("the peer process {} has exited", self.pid),
-            )
-        };
         if !self.alive() {
-            return Some(Err(gone()));
+            return Some(Err(self.gone()));
         }
         let mut done = 0usize;
         while done < len {
@@ -227,7 +237,7 @@ impl CrossMemory {
                             self.refused.store(true, Ordering::Relaxed);
                             return None;
                         }
-                        Some(libc::ESRCH) => return Some(Err(gone())),
+                        Some(libc::ESRCH) => return Some(Err(self.gone())),
                         _ => {
                             return Some(Err(io::Error::new(
                                 err.kind(),
@@ -238,8 +248,7 @@ impl CrossMemory {
                 }
             }
         }
-        // Still the same process: the pid named it for the whole copy.
-        Some(if self.alive() { Ok(()) } else { Err(gone()) })
+        Some(self.still_there())
     }
 }
 
