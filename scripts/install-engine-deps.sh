@@ -16,9 +16,11 @@ if [ -x "$dir/bin/python" ] && cat "$reqs" "$nodeps" | cmp -s - "$stamp"; then
     exit 0
 fi
 python3 -m venv "$dir"
-"$dir/bin/pip" install -q --upgrade pip
-"$dir/bin/pip" install -q -r "$reqs" maturin
-"$dir/bin/pip" install -q --no-deps -r "$nodeps"
+# No pip cache: the wheels (about 4 GB, mostly torch and its CUDA libraries) would stay on
+# disk beside the installed copies.
+"$dir/bin/pip" install -q --no-cache-dir --upgrade pip
+"$dir/bin/pip" install -q --no-cache-dir -r "$reqs" maturin
+"$dir/bin/pip" install -q --no-cache-dir --no-deps -r "$nodeps"
 if "$dir/bin/python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("mooncake") is None)'; then
     echo "install-engine-deps: $dir has a real mooncake package; the engine tests need it absent" >&2
     exit 1
