@@ -90,12 +90,17 @@ STRESS = (8, 1 * MiB)
 SEED = 20240611  # every client fills its source region from this seed: same bytes everywhere
 
 
-# The engines' shapes: (keys per batch, buffers per key, bytes per buffer).
+# The engines' shapes: (keys per batch, buffers per key, bytes per buffer), and the memory
+# the engine hands the store.
 ENGINE_SHAPES = {
-    # vLLM's MooncakeStoreConnector: a block's K/V segments, one per registered KV tensor.
-    "vllm": (16, 8, 256 * KiB),
-    # SGLang HiCache, layer-first MLA pool: a page's slice of every layer's buffer.
-    "sglang_mla": (16, 32, 32 * KiB),
+    # vLLM's MooncakeStoreConnector: a block's K/V segments, one per registered KV tensor
+    # (GPU memory in a real deployment; ordinary host memory, numpy, stands in here).
+    "vllm": ((16, 8, 256 * KiB), "numpy"),
+    # SGLang HiCache, layer-first MLA pool: a page's slice of every layer's buffer. With the
+    # mooncake storage backend SGLang allocates its host pools from the store's
+    # MooncakeHostMemAllocator (sglang 0.5.23: mem_cache/pool_host/common.py,
+    # get_allocator_type and get_allocator_from_storage), so both systems run it there.
+    "sglang_mla": ((16, 32, 32 * KiB), "alloc"),
 }
 LMCACHE_CHUNK = 2 * MiB  # LMCache's chunk (256 tokens) at its default save_chunk_meta
 LMCACHE_BATCH = 8
@@ -377,7 +382,9 @@ class Workload:
         names = [f"{self.prefix}{tag}-{g}-{i}" for i in range(keys)]
         return names, src, dst, [[seg] * segs for _ in range(keys)]
 
-    def op_multi_put(self, tag: str, shape: list, batches: int, verify: bool) -> dict:
+    def op_multi_put(self, tag: str, shape: list, batches: int, verify: bool,
+                     mem: str = "numpy") -> dict:
+        self.use(mem)
         shape = tuple(shape)
         keys, segs, seg = shape
         batch = [self._multi(tag, g, shape) for g in range(batches)]
@@ -388,13 +395,15 @@ class Workload:
             errors += sum(1 for r in rcs if r != 0)
         elapsed = time.perf_counter() - t0
         if verify:
-            self.op_multi_get(tag, list(shape), 1, 1, True)
+            self.op_multi_get(tag, list(shape), 1, 1, True, mem)
         for names, *_ in batch:
             self.remove_keys(names)
         ok = batches * keys - errors
         return {"elapsed": elapsed, "ops": ok, "bytes": ok * segs * seg, "errors": errors}
 
-    def op_multi_get(self, tag: str, shape: list, prepared: int, iters: int, verify: bool) -> dict:
+    def op_multi_get(self, tag: str, shape: list, prepared: int, iters: int, verify: bool,
+                     mem: str = "numpy") -> dict:
+        self.use(mem)
         shape = tuple(shape)
         keys, segs, seg = shape
         batch = [self._multi(tag, g, shape) for g in range(prepared)]
@@ -420,7 +429,8 @@ class Workload:
         ok = iters * keys - errors
         return {"elapsed": elapsed, "ops": ok, "bytes": ok * segs * seg, "errors": errors}
 
-    def op_multi_prepare(self, tag: str, shape: list, batches: int) -> dict:
+    def op_multi_prepare(self, tag: str, shape: list, batches: int, mem: str = "numpy") -> dict:
+        self.use(mem)
         shape = tuple(shape)
         for g in range(batches):
             names, src, _dst, sizes = self._multi(tag, g, shape)
@@ -854,10 +864,12 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
         "stress_put": Row(f"stress_put_1MiB_{STRESS[0]}threads", "ops/s", mb_per_s=True),
         "stress_get": Row(f"stress_get_1MiB_{STRESS[0]}threads", "ops/s", mb_per_s=True),
     }
-    for name, shape in ENGINE_SHAPES.items():
-        k, n, z = shape
-        rows[f"{name}_put"] = Row(f"{name}_put_multi_{k}x{n}x{z // KiB}KiB", "GB/s", mb_per_s=True)
-        rows[f"{name}_get"] = Row(f"{name}_get_multi_{k}x{n}x{z // KiB}KiB", "GB/s", mb_per_s=True)
+    for name, ((k, n, z), mem) in ENGINE_SHAPES.items():
+        at = "" if mem == "numpy" else f"_{mem}"
+        rows[f"{name}_put"] = Row(f"{name}_put_multi_{k}x{n}x{z // KiB}KiB{at}", "GB/s",
+                                  mb_per_s=True)
+        rows[f"{name}_get"] = Row(f"{name}_get_multi_{k}x{n}x{z // KiB}KiB{at}", "GB/s",
+                                  mb_per_s=True)
     rows["lmcache_put"] = Row(f"lmcache_put_parts_{LMCACHE_CHUNK // MiB}MiB", "GB/s", mb_per_s=True)
     rows["lmcache_get"] = Row(f"lmcache_batch_get_buffer_{LMCACHE_CHUNK // MiB}MiB_x{LMCACHE_BATCH}",
                               "GB/s", mb_per_s=True)
@@ -886,8 +898,9 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
             s.main.call("prepare", tag="abig", size=bs, batch=bb, batches=pl["big_prepared"],
                         mem="alloc")
             s.main.call("prepare_values", tag="lat", n=pl["lat_keys"], size=LAT_SIZE)
-            for name, shape in ENGINE_SHAPES.items():
-                s.main.call("multi_prepare", tag=name, shape=list(shape), batches=pl["multi_prepared"])
+            for name, (shape, mem) in ENGINE_SHAPES.items():
+                s.main.call("multi_prepare", tag=name, shape=list(shape), batches=pl["multi_prepared"],
+                            mem=mem)
             s.main.call("parts_put", tag="lmc", size=LMCACHE_CHUNK, n=pl["lmcache_keys"], verify=True)
         guarded(s, "setup", prep)
 
@@ -959,14 +972,14 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
             guarded(s, "stress", stress)
         for s in order(rep):
             def engines(s=s):
-                for name, shape in ENGINE_SHAPES.items():
+                for name, (shape, mem) in ENGINE_SHAPES.items():
                     k, n, z = shape
                     r = s.main.call("multi_put", tag=f"{name}p{rep}", shape=list(shape),
-                                    batches=pl["multi_put"], verify=rep == 0)
+                                    batches=pl["multi_put"], verify=rep == 0, mem=mem)
                     record(rows[f"{name}_put"], s.name, r, n * z)
                     r = s.main.call("multi_get", tag=name, shape=list(shape),
                                     prepared=pl["multi_prepared"], iters=pl["multi_get"],
-                                    verify=rep == 0)
+                                    verify=rep == 0, mem=mem)
                     record(rows[f"{name}_get"], s.name, r, n * z)
                 r = s.main.call("parts_put", tag=f"lmcp{rep}", size=LMCACHE_CHUNK,
                                 n=pl["lmcache_keys"], verify=rep == 0)

@@ -141,6 +141,14 @@ def test_multi_buffers_bad_shapes(mc, pool, node, bucket):
     assert mc.batch_put_from_multi_buffers(["a", "b", "c"], [[p, 0], [p], [p]],
                                            [[1, 1], [0], [8]]) == [INVALID, INVALID, 0]
     assert mc.get_size("c") == 8
+    # Lists of plain ints are checked natively, anything else in Python, with one answer:
+    # numpy integers and tuples are taken, a bool or a float fails its key only.
+    assert mc.batch_put_from_multi_buffers(
+        ["d", "e", "f", "g"], [(np.uint64(p),), [np.int64(p)], [True], [p]],
+        [[np.int32(4)], (4,), [4], [4.0]]) == [0, 0, INVALID, INVALID]
+    assert mc.batch_get_into_multi_buffers(
+        ["d", "e", "c"], [[p + 100], (np.uint64(p + 200),), [p, False]],
+        [[4], [np.int64(4)], [4, 4]]) == [4, 4, INVALID]
     # Not set up: Mooncake answers an empty list.
     assert MooncakeDistributedStore().batch_put_from_multi_buffers(["a"], [[p]], [[1]]) == []
 

@@ -34,7 +34,7 @@ import types
 import urllib.parse
 import weakref
 
-from . import Store, _memory
+from . import Store, _memory, _native
 from ._errors import (
     AuthError,
     Busy,
@@ -552,6 +552,10 @@ class MooncakeDistributedStore:
         indices of the keys whose lists are usable; None when the shapes disagree (Mooncake
         then fails every key with INVALID_PARAMS)."""
         keys = list(keys)
+        # Lists of plain positive ints, as engines pass them, are checked natively (per span
+        # in Python it cost about 2 us, a third of a 512-span call).
+        if _native.plain_spans(all_ptrs, all_sizes, len(keys)):
+            return keys, all_ptrs, all_sizes, list(range(len(keys)))
         try:
             ptrs = [[_index(p) for p in ps] for ps in all_ptrs]
             sizes = [[_index(z) for z in zs] for zs in all_sizes]
