@@ -164,6 +164,27 @@ fn a_peer_process_memory_is_reached_without_a_mapping() {
     assert!(yutu_transfer::DirectRange::scatter(&parts, &[0; 9001]).is_err());
     assert!(yutu_transfer::DirectRange::gather(&parts, &mut [0; 100]).is_err());
 
+    // Several blocks at once (a run of a get-into batch), each over its own parts, in one
+    // copy: each lands in place; a block too large for its parts fails alone.
+    let a = [
+        range.sub(20_000, 2000).unwrap(),
+        range.sub(30_000, 500).unwrap(),
+    ];
+    let b = [range.sub(40_000, 4000).unwrap()];
+    let c = [range.sub(60_000, 10).unwrap()];
+    let (x, y, z) = (pattern(21, 2500), pattern(22, 4000), pattern(23, 11));
+    let done = yutu_transfer::DirectRange::scatter_each(&[(&a, &x), (&b, &y)]);
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    assert_eq!(read(&cli, 4096 + 20_000, 2000), x[..2000]);
+    assert_eq!(read(&cli, 4096 + 30_000, 500), x[2000..]);
+    assert_eq!(read(&cli, 4096 + 40_000, 4000), y);
+    let w = pattern(24, 4000);
+    let before = read(&cli, 4096 + 60_000, 10);
+    let done = yutu_transfer::DirectRange::scatter_each(&[(&c, &z), (&b, &w)]);
+    assert!(done[0].is_err() && done[1].is_ok(), "{done:?}");
+    assert_eq!(read(&cli, 4096 + 40_000, 4000), w);
+    assert_eq!(read(&cli, 4096 + 60_000, 10), before);
+
     // The workers' shm lane reaches it too: one-sided write from the server's segment.
     let src = segment(&server, 64 << 10);
     src.region().write_at(0, &pattern(9, 64 << 10)).unwrap();
@@ -177,4 +198,6 @@ fn a_peer_process_memory_is_reached_without_a_mapping() {
     assert_eq!(unsafe { libc::munmap(base, len) }, 0);
     let err = range.write_at(0, &[1; 64]).unwrap_err();
     assert!(matches!(err, TransferError::Io { .. }), "{err}");
+    let done = yutu_transfer::DirectRange::scatter_each(&[(&a, &x), (&b, &y)]);
+    assert!(done.iter().all(Result::is_err), "{done:?}");
 }

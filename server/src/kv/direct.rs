@@ -4,8 +4,10 @@
 //! With the client on the same host, a get-into or put-from needs no lease, no pending put
 //! and no transfer thread: the owner looks the key up and `memcpy`s, in one step that does
 //! not yield, so a reader sees the old block or the whole new one and nothing can evict the
-//! bytes mid-copy. Long batches yield between blocks, so one client cannot hold a shard for
-//! the length of a 64 MiB batch. Blocks only on NVMe are read (and promoted) as a GET would.
+//! bytes mid-copy. A get-into copies a run of blocks at once (one system call for the run
+//! when the client's memory is reached by cross-memory attach); long batches yield between
+//! runs, so one client cannot hold a shard for the length of a 64 MiB batch. Blocks only on
+//! NVMe are read (and promoted) as a GET would.
 
 use std::rc::Rc;
 
@@ -53,28 +55,77 @@ fn gather(source: &[DirectRange], dst: &mut [u8]) -> bool {
     DirectRange::gather(source, dst).is_ok()
 }
 
-/// get-into for a same-host client: each key's block copied into its target range.
+/// Most keys one batched copy of a get-into covers.
+const RUN_KEYS: usize = 256;
+/// Most bytes of room one batched copy covers past its first key: the shard yields between
+/// runs, so one client's 64 MiB batch does not hold it for the whole copy.
+const RUN_BYTES: u64 = 4 << 20;
+
+/// get-into for a same-host client: each key's block copied into its target range. The keys
+/// go in runs (at most [`RUN_KEYS`], [`RUN_BYTES`] of room): a run's blocks are looked up
+/// together and copied together, one system call for a run of small blocks when the client's
+/// memory is reached by cross-memory attach (it was three a block).
 pub async fn copy_out(
     shard: Rc<Shard>,
     bucket: String,
     items: Vec<(String, Vec<DirectRange>)>,
 ) -> Result<Vec<Copied>, StoreError> {
     let mut out = Vec::with_capacity(items.len());
-    for (key, target) in items {
-        let hit = shard
-            .tier
-            .read_with(&bucket, &key, |_, bytes| copy_into(&target, bytes))?;
-        let copied = match hit {
-            Some(c) => {
-                shard.metrics.dram_hits.inc();
-                c
+    let mut start = 0;
+    while start < items.len() {
+        let mut end = start + 1;
+        let mut room = total(&items[start].1);
+        while end < items.len() && end - start < RUN_KEYS {
+            room = room.saturating_add(total(&items[end].1));
+            if room > RUN_BYTES {
+                break;
             }
-            None => copy_out_nvme(&shard, &bucket, &key, &target).await?,
-        };
-        out.push(copied);
+            end += 1;
+        }
+        let run = &items[start..end];
+        let keys: Vec<&str> = run.iter().map(|(k, _)| k.as_str()).collect();
+        let copied = shard
+            .tier
+            .read_many_with(&bucket, &keys, |found| copy_run(run, found))?;
+        for ((key, target), copied) in run.iter().zip(copied) {
+            let copied = match copied {
+                Some(c) => {
+                    shard.metrics.dram_hits.inc();
+                    c
+                }
+                None => copy_out_nvme(&shard, &bucket, key, target).await?,
+            };
+            out.push(copied);
+        }
+        start = end;
         glommio::yield_if_needed().await;
     }
     Ok(out)
+}
+
+/// The copies of one run of keys whose blocks DRAM holds (`found`, in the run's order), all
+/// in one [`DirectRange::scatter_each`]; `None` for the keys DRAM lacks.
+fn copy_run(run: &[(String, Vec<DirectRange>)], found: &[Option<&[u8]>]) -> Vec<Option<Copied>> {
+    let mut out: Vec<Option<Copied>> = vec![None; run.len()];
+    let mut batch = Vec::with_capacity(run.len());
+    let mut lens = Vec::with_capacity(run.len());
+    for (i, ((_, target), bytes)) in run.iter().zip(found).enumerate() {
+        let Some(bytes) = *bytes else { continue };
+        let (len, room) = (bytes.len() as u64, total(target));
+        if len > room {
+            out[i] = Some(Copied::TooSmall { len, room });
+            continue;
+        }
+        batch.push((&target[..], bytes));
+        lens.push((i, len));
+    }
+    for ((i, len), done) in lens.into_iter().zip(DirectRange::scatter_each(&batch)) {
+        out[i] = Some(match done {
+            Ok(()) => Copied::Len(len),
+            Err(e) => Copied::Unreachable(e.to_string()),
+        });
+    }
+    out
 }
 
 /// A DRAM miss: read from NVMe (promoting it, as a GET does), or report it missing.

@@ -552,6 +552,35 @@ impl ShardStore {
             .map(|(meta, data)| f(meta, data)))
     }
 
+    /// Reads several keys of `bucket` in place at once: `f` gets each key's bytes, `None`
+    /// where DRAM does not hold it, all borrowed together (so one copy can move them all).
+    pub fn read_many_with<R>(
+        &mut self,
+        bucket: &str,
+        keys: &[&str],
+        f: impl FnOnce(&[Option<&[u8]>]) -> R,
+    ) -> Result<R, StoreError> {
+        let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
+        let mut ids = Vec::with_capacity(keys.len());
+        let found: Vec<Option<&[u8]>> = keys
+            .iter()
+            .map(|k| match part.objects.get(*k) {
+                Some(entry) => {
+                    ids.push(entry.id);
+                    Some(self.arena.bytes(&entry.extent))
+                }
+                // On its way to NVMe: still served from the copy kept for the demotion.
+                None => self.demoting_get(bucket, k).map(|(_, data)| &data[..]),
+            })
+            .collect();
+        let r = f(&found);
+        drop(found);
+        for id in ids {
+            self.policy.on_access(id);
+        }
+        Ok(r)
+    }
+
     /// For each key, whether the bucket holds it.
     pub fn exists(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, StoreError> {
         let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;

@@ -93,6 +93,16 @@ impl TieredStore {
         self.store.borrow_mut().read_with(bucket, key, read)
     }
 
+    /// Reads several keys of `bucket` in place at once (`None` for those DRAM lacks).
+    pub fn read_many_with<R>(
+        &self,
+        bucket: &str,
+        keys: &[&str],
+        read: impl FnOnce(&[Option<&[u8]>]) -> R,
+    ) -> Result<R, StoreError> {
+        self.store.borrow_mut().read_many_with(bucket, keys, read)
+    }
+
     /// Pins `keys` of `bucket` by name; how many pins are new.
     pub fn pin_keys(
         &self,

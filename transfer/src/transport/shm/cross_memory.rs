@@ -35,6 +35,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
+/// One piece of a copy: an address of this process, an address of the peer, a length.
+pub(crate) type Piece = (*mut u8, u64, usize);
+
 /// The peer's pid and a pidfd on it, for copies with `process_vm_*`.
 pub(crate) struct CrossMemory {
     pid: libc::pid_t,
@@ -99,19 +102,20 @@ impl CrossMemory {
         }
     }
 
-    /// Copies between the contiguous `local` bytes and the peer's ranges `remote`
-    /// (`(address, length)`, in order), in as few calls as `IOV_MAX` allows: a block scattered
-    /// over one span per layer is one system call, not one per span. `None` as for
+    /// Copies each piece `(local, address, length)` between this process and the peer, in as
+    /// few calls as `IOV_MAX` allows: a block scattered over one span per layer is one system
+    /// call, not one per span, and so are the blocks of a whole batch, each from its own
+    /// place in the node's memory into its own range of the client's, with one liveness
+    /// check before and one after (not three system calls a block). `None` as for
     /// [`CrossMemory::copy`], before anything moved.
     ///
     /// # Safety
     ///
-    /// `local` must be valid for the ranges' total length (reads when `write`, writes
-    /// otherwise).
-    pub(crate) unsafe fn copy_vectored(
+    /// Each piece's `local` must be valid for its length (reads when `write`, writes
+    /// otherwise), and the pieces' local ranges must not overlap when reading.
+    pub(crate) unsafe fn copy_pieces(
         &self,
-        remote: &[(u64, usize)],
-        local: *mut u8,
+        pieces: &[Piece],
         write: bool,
     ) -> Option<io::Result<()>> {
         const IOV_MAX: usize = 1024;
@@ -121,31 +125,46 @@ impl CrossMemory {
         if !self.alive() {
             return Some(Err(self.gone()));
         }
-        let mut at = 0usize;
-        for (i, chunk) in remote.chunks(IOV_MAX).enumerate() {
-            let len: usize = chunk.iter().map(|r| r.1).sum();
-            let iovs: Vec<libc::iovec> = chunk
+        for (i, chunk) in pieces.chunks(IOV_MAX).enumerate() {
+            let len: usize = chunk.iter().map(|p| p.2).sum();
+            let locals: Vec<libc::iovec> = chunk
                 .iter()
-                .map(|&(addr, len)| libc::iovec {
+                .map(|&(local, _, len)| libc::iovec {
+                    iov_base: local.cast(),
+                    iov_len: len,
+                })
+                .collect();
+            let remotes: Vec<libc::iovec> = chunk
+                .iter()
+                .map(|&(_, addr, len)| libc::iovec {
                     iov_base: addr as usize as *mut libc::c_void,
                     iov_len: len,
                 })
                 .collect();
-            let l = libc::iovec {
-                // SAFETY: inside the caller's range (`at` + this chunk's total).
-                iov_base: unsafe { local.add(at) }.cast(),
-                iov_len: len,
-            };
             if self.refused.load(Ordering::Relaxed) {
                 return None;
             }
-            // SAFETY: one local iovec inside the caller's range, remote iovecs the kernel
+            // SAFETY: local iovecs inside the caller's ranges, remote iovecs the kernel
             // checks against the peer's address space.
             let n = unsafe {
                 if write {
-                    libc::process_vm_writev(self.pid, &l, 1, iovs.as_ptr(), iovs.len() as _, 0)
+                    libc::process_vm_writev(
+                        self.pid,
+                        locals.as_ptr(),
+                        locals.len() as _,
+                        remotes.as_ptr(),
+                        remotes.len() as _,
+                        0,
+                    )
                 } else {
-                    libc::process_vm_readv(self.pid, &l, 1, iovs.as_ptr(), iovs.len() as _, 0)
+                    libc::process_vm_readv(
+                        self.pid,
+                        locals.as_ptr(),
+                        locals.len() as _,
+                        remotes.as_ptr(),
+                        remotes.len() as _,
+                        0,
+                    )
                 }
             };
             if n < 0 && i == 0 {
@@ -156,12 +175,11 @@ impl CrossMemory {
                 }
             }
             if n < 0 || n as usize != len {
-                // Short, interrupted or failed: the chunk again range by range, which retries
+                // Short, interrupted or failed: the chunk again piece by piece, which retries
                 // what can be retried and names the address that failed.
-                let mut off = at;
-                for &(addr, rlen) in chunk {
-                    // SAFETY: inside the caller's range.
-                    match unsafe { self.copy(addr, local.add(off), rlen, write) } {
+                for &(local, addr, plen) in chunk {
+                    // SAFETY: as this function's contract.
+                    match unsafe { self.copy(addr, local, plen, write) } {
                         Some(Ok(())) => {}
                         Some(Err(e)) => return Some(Err(e)),
                         None => {
@@ -170,10 +188,8 @@ impl CrossMemory {
                             )))
                         }
                     }
-                    off += rlen;
                 }
             }
-            at += len;
         }
         Some(self.still_there())
     }

@@ -81,10 +81,21 @@ impl DirectRange {
     }
 
     /// Scatters `src` over `parts`, in order: each part filled from its start, the last one
-    /// possibly in part (`src` must fit their total). Runs of parts in one peer process's
+    /// possibly in part (`src` must fit their total, else nothing moves). Runs of parts in one peer process's
     /// memory go in one cross-memory call each, so a block split into one span per layer
     /// costs one system call, not one per span.
     pub fn scatter(parts: &[DirectRange], src: &[u8]) -> Result<(), TransferError> {
+        // Checked first, so that a block too large moves nothing.
+        let total: u64 = parts.iter().map(|p| p.len).sum();
+        if src.len() as u64 > total {
+            return Err(TransferError::OutOfBounds {
+                index: 0,
+                side: Side::Remote,
+                offset: 0,
+                len: src.len() as u64,
+                limit: total,
+            });
+        }
         let mut rest = src;
         Self::runs(parts, src.len(), |run, ranges, len| {
             let (now, later) = rest.split_at(len);
@@ -97,6 +108,53 @@ impl DirectRange {
             };
             run.finish(done, 0, len)
         })
+    }
+
+    /// Scatters each `(parts, src)` item as [`DirectRange::scatter`] does, one result per
+    /// item. When every part of every item lies in one peer mapping, all the copies go
+    /// together: for a peer reached by cross-memory attach, one system call for the whole
+    /// batch instead of one per block (plus two liveness checks each). If that fails, each
+    /// item is copied again alone, so that the failure is its item's only.
+    pub fn scatter_each(items: &[(&[DirectRange], &[u8])]) -> Vec<Result<(), TransferError>> {
+        let alone = |items: &[(&[DirectRange], &[u8])]| {
+            items
+                .iter()
+                .map(|(parts, src)| Self::scatter(parts, src))
+                .collect::<Vec<_>>()
+        };
+        let Some(first) = items.iter().find_map(|(parts, _)| parts.first()) else {
+            return alone(items);
+        };
+        let one_mapping = items.iter().all(|(parts, _)| {
+            parts
+                .iter()
+                .all(|p| Arc::ptr_eq(&p.mapping, &first.mapping))
+        });
+        if items.len() < 2 || !one_mapping {
+            return alone(items);
+        }
+        let mut pieces = Vec::new();
+        for (parts, src) in items {
+            let mut at = 0usize;
+            let planned = Self::runs(parts, src.len(), |_, ranges, _| {
+                for &(offset, len) in ranges {
+                    // `src` is only read: the pointer is cast for the shared piece type.
+                    pieces.push((offset, src[at..].as_ptr().cast_mut(), len));
+                    at += len;
+                }
+                Ok(())
+            });
+            if planned.is_err() {
+                // An item too large for its parts: each alone, which names it.
+                return alone(items);
+            }
+        }
+        // SAFETY: every piece's local address is inside its item's `src`, a Rust slice of
+        // this process valid for the call; a write only reads it.
+        match unsafe { first.mapping.copy_pieces(&pieces, true) } {
+            Some(Ok(())) => items.iter().map(|_| Ok(())).collect(),
+            _ => alone(items),
+        }
     }
 
     /// Gathers `parts`, in order, into `dst` (exactly their total length).

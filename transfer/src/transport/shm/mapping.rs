@@ -185,24 +185,55 @@ impl PeerMapping {
         local: *mut u8,
         write: bool,
     ) -> Option<io::Result<()>> {
-        for &(offset, len) in ranges {
+        let mut at = 0usize;
+        let pieces: Vec<(u64, *mut u8, usize)> = ranges
+            .iter()
+            .map(|&(offset, len)| {
+                // SAFETY: `at + len` stays inside `local` (the ranges' total).
+                let piece = (offset, unsafe { local.add(at) }, len);
+                at += len;
+                piece
+            })
+            .collect();
+        // SAFETY: as this function's contract.
+        unsafe { self.copy_pieces(&pieces, write) }
+    }
+
+    /// Each piece `(offset in the segment, local address, length)` copied between this
+    /// process and the segment: all of them in as few cross-memory calls as the kernel
+    /// allows where the segment is reached that way, else one copy per piece. `None` when a
+    /// piece is outside the segment (nothing moved).
+    ///
+    /// # Safety
+    ///
+    /// Each piece's local address must be valid for its length (reads when `write`, writes
+    /// otherwise), not aliased by a Rust reference when not `write`, and the local ranges
+    /// must not overlap when not `write`.
+    pub(crate) unsafe fn copy_pieces(
+        &self,
+        pieces: &[(u64, *mut u8, usize)],
+        write: bool,
+    ) -> Option<io::Result<()>> {
+        for &(offset, _, len) in pieces {
             (offset.checked_add(len as u64)? <= self.len as u64).then_some(())?;
         }
         if let Backing::Process {
             base, vm: Some(vm), ..
         } = &self.backing
         {
-            let remote: Vec<(u64, usize)> = ranges.iter().map(|&(o, l)| (base + o, l)).collect();
-            // SAFETY: as this function's contract; the ranges are inside the segment.
-            if let Some(done) = unsafe { vm.copy_vectored(&remote, local, write) } {
+            let remote: Vec<super::cross_memory::Piece> = pieces
+                .iter()
+                .map(|&(offset, local, len)| (local, base + offset, len))
+                .collect();
+            // SAFETY: as this function's contract; the pieces are inside the segment.
+            if let Some(done) = unsafe { vm.copy_pieces(&remote, write) } {
                 return Some(done);
             }
         }
-        let mut at = 0usize;
-        for &(offset, len) in ranges {
-            // SAFETY: as this function's contract; `at + len` stays inside `local`.
-            match unsafe { self.copy(offset, local.add(at), len, write) } {
-                Some(Ok(())) => at += len,
+        for &(offset, local, len) in pieces {
+            // SAFETY: as this function's contract.
+            match unsafe { self.copy(offset, local, len, write) } {
+                Some(Ok(())) => {}
                 other => return other,
             }
         }
