@@ -732,6 +732,47 @@ fn an_engines_host_memory_is_staged_or_reached_in_place() {
     assert_eq!(&region[512 << 10..(512 << 10) + v.len()], &v[..]);
     staging.in_place.unregister(base);
 
+    // The client's own memory (objects it holds for the call, never a caller's pointer): no
+    // registration of the caller's, gathered from two heap vectors and scattered into two
+    // others, in place once the own-memory registration is made on first use.
+    assert!(!staging.in_place.own_registered());
+    let (a, b) = (pattern(90_000, 81), pattern(7, 82));
+    let own_keys = ["own-0".to_string(), "own-1".to_string()];
+    staging
+        .put_from_own(
+            &kv,
+            "spans",
+            &own_keys,
+            &[&[span(&a), span(&b)], &[span(&b)]],
+            &PutOptions::default(),
+        )
+        .expect("own put");
+    assert!(staging.in_place.own_registered());
+    let (mut x, mut y, mut z) = (vec![0u8; 50_000], vec![0u8; 60_000], vec![0u8; 7]);
+    let span_mut = |v: &mut Vec<u8>| Span {
+        addr: v.as_mut_ptr() as usize,
+        len: v.len() as u64,
+        device: None,
+    };
+    let (sx, sy, sz) = (span_mut(&mut x), span_mut(&mut y), span_mut(&mut z));
+    let got = staging
+        .get_into_own(&kv, "spans", &own_keys, &[&[sx, sy], &[sz]])
+        .expect("own get");
+    assert_eq!(got, vec![Some(90_007), Some(7)]);
+    let joined: Vec<u8> = a.iter().chain(&b).copied().collect();
+    assert_eq!(&x[..], &joined[..50_000]);
+    assert_eq!(&y[..40_007], &joined[50_000..]);
+    assert_eq!(z, b);
+    // Too little room: refused, and nothing written.
+    let mut small = vec![0u8; 10];
+    let err = staging.get_into_own(&kv, "spans", &own_keys[..1], &[&[span_mut(&mut small)]]);
+    let err = err.expect_err("a block larger than its room is refused");
+    assert!(err.to_string().contains("has 10 bytes"), "{err}");
+    assert_eq!(small, vec![0u8; 10]);
+    x.clear();
+    y.clear();
+    z.clear();
+
     let gpu = Span {
         addr: base,
         len: 16,

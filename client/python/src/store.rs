@@ -290,6 +290,14 @@ fn put_options(
     })
 }
 
+/// Whether the spans can go through the client's own-memory registration
+/// (`SpanStaging::get_into_own`): host memory, none of it a raw pointer checked against
+/// `register_buffer`. The caller passes `own = True` only for spans of Python objects the
+/// package holds for the call (`bytes`, `bytearray`, buffers), never for raw pointers.
+fn own_objects(checked: &[bool], spans: &[Span]) -> bool {
+    !spans.is_empty() && !checked.iter().any(|&c| c) && spans.iter().all(|s| s.device.is_none())
+}
+
 /// The spans of a scatter/gather call: `ptrs[i][j]` and `sizes[i][j]` for key `i`. Each span
 /// is host memory unless it lies in a range registered as GPU memory; a null pointer or an
 /// empty span is refused with its key's number, and so is a key with no spans. `devices`,
@@ -396,10 +404,11 @@ fn sizes_of(s: &Session, keys: &[String]) -> Result<Vec<Option<u64>>> {
 
 impl Store {
     /// The bytes of `key` in a new `bytes`, `None` when it is absent. A small value comes in
-    /// the answer to one call; a larger one ([`INLINE_GET`]) is written by the node into a
-    /// staging buffer it maps (one `memcpy` there) and copied once into the new object, where
-    /// carrying it through the call's socket took several round trips of the socket's
-    /// buffer. A value replaced by one of another size between the two calls is asked again.
+    /// the answer to one call; a larger one ([`INLINE_GET`]) is written by the node straight
+    /// into the new object (the client's own memory, `SpanStaging::get_into_own`; through a
+    /// staging buffer and one more copy where that cannot be), where carrying it through the
+    /// call's socket took several round trips of the socket's buffer. A value replaced by
+    /// one of another size between the two calls is asked again.
     fn value<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let keys = [key.to_string()];
         for _ in 0..3 {
@@ -418,10 +427,12 @@ impl Store {
                     len: n,
                     device: None,
                 };
-                // The new object is reachable from nowhere else while the GIL is released.
+                // The new object is reachable from nowhere else while the GIL is released:
+                // the node writes it in place (own memory), or it is staged.
                 got = self
                     .run(py, |s| {
-                        Ok(s.staging.get_into(&s.kv, &s.bucket, &keys, &[span])?)
+                        Ok(s.staging
+                            .get_into_own(&s.kv, &s.bucket, &keys, &[&[span]])?)
                     })
                     .ok();
                 Ok(())
@@ -638,6 +649,13 @@ impl Store {
         Ok(self.open()?.registry.room(ptr))
     }
 
+    /// Whether the client's own memory is registered with its engine, so that the node
+    /// copies straight into the `bytes` a get returns and out of the objects a put stores
+    /// (made on the first such call; never on a cluster).
+    fn _own_memory(&self) -> PyResult<bool> {
+        Ok(self.open()?.staging.in_place.own_registered())
+    }
+
     /// The port of this client's own transfer engine (its tcp listener), for Mooncake's
     /// `get_hostname`; None when it has no tcp listener.
     fn _engine_port(&self) -> PyResult<Option<u16>> {
@@ -687,7 +705,7 @@ impl Store {
     /// `preferred_node` and `pin` are the put's options (see `put_options`), checked before
     /// anything is sent.
     #[pyo3(signature = (keys, ptrs, sizes, checked, if_absent, replicas = None,
-        preferred_node = None, pin = None, devices = None))]
+        preferred_node = None, pin = None, devices = None, own = false))]
     #[allow(clippy::too_many_arguments)]
     fn _put_spans(
         &self,
@@ -701,6 +719,7 @@ impl Store {
         preferred_node: Option<Bound<'_, PyAny>>,
         pin: Option<Bound<'_, PyAny>>,
         devices: Option<Vec<Option<u32>>>,
+        own: bool,
     ) -> PyResult<()> {
         let options = put_options(
             if_absent,
@@ -711,6 +730,12 @@ impl Store {
         self.run(py, |s| {
             let devices = devices.unwrap_or_default();
             let spans = spans(&s.registry, &ptrs, &sizes, &checked, &devices)?;
+            if own && own_objects(&checked, &spans) {
+                let srcs: Vec<&[Span]> = spans.iter().map(std::slice::from_ref).collect();
+                return Ok(s
+                    .staging
+                    .put_from_own(&s.kv, &s.bucket, &keys, &srcs, &options)?);
+            }
             device::put_from(&s.ctx(), &keys, &spans, &options)
         })
     }
@@ -745,7 +770,8 @@ impl Store {
 
     /// Reads each `keys[i]` into at most `sizes[i]` bytes at `ptrs[i]` (see `_put_spans`);
     /// returns each block's length, `None` where the key is absent.
-    #[pyo3(signature = (keys, ptrs, sizes, checked, devices = None))]
+    #[pyo3(signature = (keys, ptrs, sizes, checked, devices = None, own = false))]
+    #[allow(clippy::too_many_arguments)]
     fn _get_spans(
         &self,
         py: Python<'_>,
@@ -754,10 +780,15 @@ impl Store {
         sizes: Vec<u64>,
         checked: Vec<bool>,
         devices: Option<Vec<Option<u32>>>,
+        own: bool,
     ) -> PyResult<Vec<Option<u64>>> {
         self.run(py, |s| {
             let devices = devices.unwrap_or_default();
             let spans = spans(&s.registry, &ptrs, &sizes, &checked, &devices)?;
+            if own && own_objects(&checked, &spans) {
+                let dests: Vec<&[Span]> = spans.iter().map(std::slice::from_ref).collect();
+                return Ok(s.staging.get_into_own(&s.kv, &s.bucket, &keys, &dests)?);
+            }
             device::get_into(&s.ctx(), &keys, &spans)
         })
     }
@@ -767,7 +798,7 @@ impl Store {
     /// staging chunk. Pointers need no registration (as Mooncake's over tcp); one inside a
     /// range registered as GPU memory is copied from the GPU. Options as `_put_spans`.
     #[pyo3(signature = (keys, ptrs, sizes, if_absent, replicas = None, preferred_node = None,
-        pin = None, devices = None))]
+        pin = None, devices = None, own = false))]
     #[allow(clippy::too_many_arguments)]
     fn _put_parts(
         &self,
@@ -780,6 +811,7 @@ impl Store {
         preferred_node: Option<Bound<'_, PyAny>>,
         pin: Option<Bound<'_, PyAny>>,
         devices: Option<Vec<Vec<Option<u32>>>>,
+        own: bool,
     ) -> PyResult<()> {
         let options = put_options(
             if_absent,
@@ -789,6 +821,12 @@ impl Store {
         )?;
         self.run(py, |s| {
             let parts = part_spans(&s.registry, &keys, &ptrs, &sizes, devices.as_deref())?;
+            if own && parts.iter().flatten().all(|s| s.device.is_none()) {
+                let srcs: Vec<&[Span]> = parts.iter().map(Vec::as_slice).collect();
+                return Ok(s
+                    .staging
+                    .put_from_own(&s.kv, &s.bucket, &keys, &srcs, &options)?);
+            }
             device::put_from_parts(&s.ctx(), &keys, &parts, &options)
         })
     }

@@ -474,16 +474,24 @@ def test_buffer_handles_live_in_a_registered_slab(node, bucket):
 
 
 def test_get_of_bytes_at_every_size(mc):
-    """``get`` answers small values from the call itself and larger ones (past 64 KiB) through
-    a staging buffer: byte for byte at and around the boundary, for several values at once,
-    and for a key replaced by a value of another size."""
+    """``get`` answers small values from the call itself and larger ones (past 64 KiB) written
+    by the node straight into the new ``bytes`` (the client's own memory; ``put`` of bytes
+    is read from the object the same way): byte for byte at and around the boundary, for
+    several values at once, and for a key replaced by a value of another size."""
     rng = np.random.default_rng(21)
     sizes = [1, (64 << 10) - 1, 64 << 10, (64 << 10) + 1, 1 << 20, (3 << 20) + 7]
     values = {f"size{n}": rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in sizes}
+    assert not mc._s()._own_memory()
     for k, v in values.items():
         assert mc.put(k, v) == 0
+    # The puts of bytes went through the client's own memory, registered on first use.
+    assert mc._s()._own_memory()
     for k, v in values.items():
         assert mc.get(k) == v
+    # Parts of several objects, one key: gathered from each in place, in order.
+    parts = [values[f"size{n}"] for n in sizes]
+    assert mc.put_parts("joined", *parts) == 0
+    assert mc.get("joined") == b"".join(parts)
     assert mc.get_batch(list(values) + ["absent"]) == list(values.values()) + [b""]
     # get_size asks the owning shard in a frame that carries no bytes.
     assert [mc.get_size(k) for k in values] == sizes

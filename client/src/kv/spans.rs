@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::{Buffer, KvClient, KvError, Parts, PutOptions, MAX_BATCH};
@@ -193,6 +193,47 @@ impl SpanStaging {
     ) -> Result<Vec<Option<u64>>> {
         let parts: Vec<&[Span]> = dests.iter().map(std::slice::from_ref).collect();
         self.get_into_parts(kv, bucket, keys, &parts)
+    }
+
+    /// As [`SpanStaging::get_into_parts`], for memory this process owns and holds for the
+    /// call (a buffer it just allocated, an object it keeps alive; never an address a caller
+    /// names): written by the node in place through [`InPlace::own`] where it can, else
+    /// staged.
+    pub fn get_into_own(
+        &self,
+        kv: &KvClient,
+        bucket: &str,
+        keys: &[String],
+        dests: &[&[Span]],
+    ) -> Result<Vec<Option<u64>>> {
+        check_lens(keys, dests.len())?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.in_place.get_into_own(kv, bucket, keys, dests) {
+            Some(done) => done,
+            None => self.get_into_parts(kv, bucket, keys, dests),
+        }
+    }
+
+    /// As [`SpanStaging::put_from_parts`], for memory this process owns and holds for the
+    /// call (as [`SpanStaging::get_into_own`]).
+    pub fn put_from_own(
+        &self,
+        kv: &KvClient,
+        bucket: &str,
+        keys: &[String],
+        srcs: &[&[Span]],
+        options: &PutOptions,
+    ) -> Result<()> {
+        check_lens(keys, srcs.len())?;
+        if keys.is_empty() {
+            return Ok(());
+        }
+        match self.in_place.put_from_own(kv, bucket, keys, srcs, options) {
+            Some(done) => done,
+            None => self.put_from_parts(kv, bucket, keys, srcs, options),
+        }
     }
 
     /// Fetches `keys[i]` into the spans `dests[i]`, in order (scatter: the block's first bytes
@@ -472,7 +513,16 @@ enum Registered {
 #[derive(Default)]
 pub struct InPlace {
     ranges: Mutex<BTreeMap<usize, Registered>>,
+    /// This process's own memory as one registration (see [`InPlace::own`]): made on first
+    /// use; `None` when it could not be (a cluster, or the engine refused it).
+    own: OnceLock<Option<Arc<Buffer>>>,
 }
+
+/// The addresses the own-memory registration covers: user space above the first page, up to
+/// the 47-bit limit of x86-64 and of the default `mmap` placement on aarch64. A span outside
+/// (or a process where it cannot be registered) is staged instead.
+const OWN_START: usize = 1 << 16;
+const OWN_END: usize = 1 << 47;
 
 impl InPlace {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, Registered>> {
@@ -564,6 +614,105 @@ impl InPlace {
     /// Forgets the range registered at `addr` (the engine unregisters it once no call uses it).
     pub fn unregister(&self, addr: usize) {
         self.lock().remove(&addr);
+    }
+
+    /// This process's user address space registered with the engine as one range of process
+    /// memory, for memory the client itself owns for the length of a call: the `bytes` a get
+    /// creates, the `bytes` a put stores. The node on the same host copies straight into or
+    /// out of them (cross-memory attach), where staging costs a second copy of every byte.
+    ///
+    /// It is never used for an address the caller names (an engine's pointers stay checked
+    /// against `register_buffer`, as in Mooncake): only the client's own code mints
+    /// descriptors of it, each for one object it holds. It widens nothing a node can reach:
+    /// a node reaching this process's memory at all already holds its memory file, the whole
+    /// address space, and the kernel lets it use cross-memory attach only where the client
+    /// could do the same to the node (see `yutu_transfer`'s `cross_memory`).
+    fn own(&self, kv: &KvClient) -> Option<Arc<Buffer>> {
+        self.own
+            .get_or_init(|| {
+                if kv.cluster_nodes() > 0 {
+                    return None;
+                }
+                // SAFETY: the range is never read or written through its pointer here: the
+                // node copies only into the objects the `*_own` calls name, each alive and
+                // owned by the caller for its call.
+                match unsafe {
+                    kv.register_host(OWN_START as *mut u8, (OWN_END - OWN_START) as u64)
+                } {
+                    Ok(buf) => Some(Arc::new(buf)),
+                    Err(err) => {
+                        tracing::debug!(%err, "own memory not registered: staged instead");
+                        None
+                    }
+                }
+            })
+            .clone()
+    }
+
+    /// Whether the own-memory registration ([`InPlace::own`]) was made and is in use.
+    pub fn own_registered(&self) -> bool {
+        matches!(self.own.get(), Some(Some(_)))
+    }
+
+    /// Each block's spans as ranges of the own-memory registration; `None` when one lies
+    /// outside it or is device memory.
+    fn own_parts(blocks: &[&[Span]]) -> Option<Vec<Parts>> {
+        blocks
+            .iter()
+            .map(|b| {
+                let parts: Option<Parts> = b
+                    .iter()
+                    .filter(|s| s.len > 0)
+                    .map(|s| {
+                        let end = s.addr.checked_add(usize::try_from(s.len).ok()?)?;
+                        (s.device.is_none() && s.addr >= OWN_START && end <= OWN_END)
+                            .then(|| ((s.addr - OWN_START) as u64, s.len))
+                    })
+                    .collect();
+                parts.filter(|p| !p.is_empty())
+            })
+            .collect()
+    }
+
+    /// Fetches `keys[i]` into the spans `dests[i]`, memory the caller owns for the call (see
+    /// [`InPlace::own`]); `None` when that cannot be done in place.
+    pub fn get_into_own(
+        &self,
+        kv: &KvClient,
+        bucket: &str,
+        keys: &[String],
+        dests: &[&[Span]],
+    ) -> Option<Result<Vec<Option<u64>>>> {
+        let parts = Self::own_parts(dests)?;
+        let own = self.own(kv)?;
+        let mut out = Vec::with_capacity(keys.len());
+        for (ks, ps) in batches(keys, &parts) {
+            match kv.batch_get_into_parts(bucket, ks, &own, ps) {
+                Ok(got) => out.extend(got),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok(out))
+    }
+
+    /// Stores `keys[i]` from the spans `srcs[i]`, memory the caller owns for the call; `None`
+    /// as for [`InPlace::get_into_own`].
+    pub fn put_from_own(
+        &self,
+        kv: &KvClient,
+        bucket: &str,
+        keys: &[String],
+        srcs: &[&[Span]],
+        options: &PutOptions,
+    ) -> Option<Result<()>> {
+        let parts = Self::own_parts(srcs)?;
+        let own = self.own(kv)?;
+        for (ks, ps) in batches(keys, &parts) {
+            if let Err(e) = kv.batch_put_from_parts(bucket, ks, &own, ps, options) {
+                return Some(Err(e));
+            }
+        }
+        Some(Ok(()))
     }
 
     /// The registration holding every span, and each block's spans as ranges of it; `None`

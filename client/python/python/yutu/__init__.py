@@ -161,8 +161,10 @@ class Store(_NativeStore):
         keys = list(keys)
         ptrs, lens, checked, devices, keep = _memory.spans(buffers, sizes, writable=False)
         try:
+            # Spans of objects held here (raw pointers are checked, and keep a call off this):
+            # the node reaches them in place through the client's own memory.
             self._put_spans(keys, ptrs, lens, checked, if_absent, replicas, preferred_node, pin,
-                            devices=devices)
+                            devices=devices, own=True)
         finally:
             del keep
 
@@ -173,7 +175,7 @@ class Store(_NativeStore):
         keys = list(keys)
         ptrs, lens, checked, devices, keep = _memory.spans(buffers, sizes, writable=True)
         try:
-            return self._get_spans(keys, ptrs, lens, checked, devices=devices)
+            return self._get_spans(keys, ptrs, lens, checked, devices=devices, own=True)
         finally:
             del keep
 

@@ -518,7 +518,7 @@ class MooncakeDistributedStore:
         gathered by the native half in one node call (no joined copy in Python)."""
         opts = self._options(config)
         store = self._s()
-        ptrs, lens, _checked, devices, keep = _memory.spans(list(parts), None, writable=False)
+        ptrs, lens, checked, devices, keep = _memory.spans(list(parts), None, writable=False)
         try:
             nonempty = [i for i, n in enumerate(lens) if n > 0]
             if not nonempty:
@@ -531,7 +531,10 @@ class MooncakeDistributedStore:
                 not overwrite,
             )
             dev = [[devices[i] for i in nonempty]]
-            self._send_put(lambda **o: store._put_parts(*args, devices=dev, **o), opts)
+            # Objects held here for the call (never raw pointers): the node reads them in
+            # place through the client's own memory, with no staging copy.
+            own = not any(checked)
+            self._send_put(lambda **o: store._put_parts(*args, devices=dev, own=own, **o), opts)
         finally:
             del keep
         return 0
