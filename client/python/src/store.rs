@@ -290,6 +290,27 @@ fn put_options(
     })
 }
 
+/// A new `bytes` of `len` bytes whose contents are not initialised, and the address of its
+/// contents: for a get to fill, where `PyBytes::new_with` would first zero every byte (a
+/// whole extra pass over a large value, and the pass that faults its pages in). The caller
+/// hands it out only once every byte is written.
+fn uninit_bytes(py: Python<'_>, len: usize) -> PyResult<(Bound<'_, PyBytes>, usize)> {
+    let n = pyo3::ffi::Py_ssize_t::try_from(len)
+        .map_err(|_| Error::invalid(format!("{len} bytes do not fit a bytes object")))?;
+    // SAFETY: a null source asks CPython for a new object with uninitialised contents of `n`
+    // bytes; the GIL is held (`py`).
+    let raw = unsafe { pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), n) };
+    // SAFETY: `raw` is a new reference (or null with an exception set, which becomes the
+    // error) to a `bytes` object.
+    let obj = unsafe { Bound::from_owned_ptr_or_err(py, raw)?.cast_into_unchecked::<PyBytes>() };
+    // SAFETY: `obj` is a live `bytes`; its buffer holds `len` bytes for as long as it lives.
+    let addr = unsafe { pyo3::ffi::PyBytes_AsString(obj.as_ptr()) } as usize;
+    if addr == 0 {
+        return Err(PyErr::fetch(py));
+    }
+    Ok((obj, addr))
+}
+
 /// Whether the spans can go through the client's own-memory registration
 /// (`SpanStaging::get_into_own`): host memory, none of it a raw pointer checked against
 /// `register_buffer`. The caller passes `own = True` only for spans of Python objects the
@@ -420,23 +441,22 @@ impl Store {
                 SmallValue::Large(_) => break,
             };
             let len = usize::try_from(n).map_err(|_| Error::invalid("value too large"))?;
-            let mut got = None;
-            let bytes = PyBytes::new_with(py, len, |buf| {
-                let span = Span {
-                    addr: buf.as_mut_ptr() as usize,
-                    len: n,
-                    device: None,
-                };
-                // The new object is reachable from nowhere else while the GIL is released:
-                // the node writes it in place (own memory), or it is staged.
-                got = self
-                    .run(py, |s| {
-                        Ok(s.staging
-                            .get_into_own(&s.kv, &s.bucket, &keys, &[&[span]])?)
-                    })
-                    .ok();
-                Ok(())
-            })?;
+            let (bytes, addr) = uninit_bytes(py, len)?;
+            let span = Span {
+                addr,
+                len: n,
+                device: None,
+            };
+            // The new object is reachable from nowhere else while the GIL is released: the
+            // node writes it in place (own memory), or it is staged. It is handed out only
+            // when the whole value landed in it (`m == n` below), so its bytes are never
+            // seen uninitialised.
+            let got = self
+                .run(py, |s| {
+                    Ok(s.staging
+                        .get_into_own(&s.kv, &s.bucket, &keys, &[&[span]])?)
+                })
+                .ok();
             match got.as_deref() {
                 Some([Some(m)]) if *m == n => return Ok(Some(bytes)),
                 Some([None]) => return Ok(None),
