@@ -735,7 +735,7 @@ fn an_engines_host_memory_is_staged_or_reached_in_place() {
     // The client's own memory (objects it holds for the call, never a caller's pointer): no
     // registration of the caller's, gathered from two heap vectors and scattered into two
     // others, in place once the own-memory registration is made on first use.
-    assert!(!staging.in_place.own_registered());
+    assert!(!kv.own_memory_registered());
     let (a, b) = (pattern(90_000, 81), pattern(7, 82));
     let own_keys = ["own-0".to_string(), "own-1".to_string()];
     staging
@@ -747,7 +747,7 @@ fn an_engines_host_memory_is_staged_or_reached_in_place() {
             &PutOptions::default(),
         )
         .expect("own put");
-    assert!(staging.in_place.own_registered());
+    assert!(kv.own_memory_registered());
     let (mut x, mut y, mut z) = (vec![0u8; 50_000], vec![0u8; 60_000], vec![0u8; 7]);
     let span_mut = |v: &mut Vec<u8>| Span {
         addr: v.as_mut_ptr() as usize,
@@ -763,6 +763,13 @@ fn an_engines_host_memory_is_staged_or_reached_in_place() {
     assert_eq!(&x[..], &joined[..50_000]);
     assert_eq!(&y[..40_007], &joined[50_000..]);
     assert_eq!(z, b);
+    // get_bytes of a value past 64 KiB: written by the node into the new vector.
+    assert_eq!(
+        kv.get_bytes("spans", "own-0").unwrap(),
+        Some(joined.clone())
+    );
+    assert_eq!(kv.get_bytes("spans", "own-1").unwrap(), Some(b.clone()));
+    assert_eq!(kv.get_bytes("spans", "absent").unwrap(), None);
     // Too little room: refused, and nothing written.
     let mut small = vec![0u8; 10];
     let err = staging.get_into_own(&kv, "spans", &own_keys[..1], &[&[span_mut(&mut small)]]);

@@ -673,7 +673,7 @@ impl Store {
     /// copies straight into the `bytes` a get returns and out of the objects a put stores
     /// (made on the first such call; never on a cluster).
     fn _own_memory(&self) -> PyResult<bool> {
-        Ok(self.open()?.staging.in_place.own_registered())
+        Ok(self.open()?.kv.own_memory_registered())
     }
 
     /// The port of this client's own transfer engine (its tcp listener), for Mooncake's

@@ -39,6 +39,7 @@ mod http;
 mod lanes;
 mod node;
 mod options;
+mod own;
 mod parts;
 mod spans;
 
@@ -186,6 +187,8 @@ pub struct KvClient {
     inner: Arc<Inner>,
     /// Pinned staging buffers for device memory, per device.
     staging: device::StagingPool,
+    /// This process's own memory as one registration (`own.rs`), made on first use.
+    own: std::sync::OnceLock<Option<Arc<Buffer>>>,
 }
 
 impl std::fmt::Debug for KvClient {
@@ -207,6 +210,7 @@ impl KvClient {
             inner: seed.inner.clone(),
             route: cluster::Routing::new(seed, &options)?,
             staging: device::StagingPool::default(),
+            own: std::sync::OnceLock::new(),
         })
     }
 
@@ -476,12 +480,16 @@ impl KvClient {
         self.route.remove(bucket, keys)
     }
 
-    /// The bytes of `key`, `None` when it is absent: for a small read where staging it
-    /// through a registered buffer would cost more than it saves.
+    /// The bytes of `key`, `None` when it is absent. On a node of its own, a value past
+    /// 64 KiB is written by the node straight into the new vector (this process's own
+    /// memory, see `own.rs`) rather than carried in the answer's frames.
     pub fn get_bytes(&self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         check_bucket(bucket)?;
         if key.is_empty() {
             return Err(KvError::InvalidArgument("a key cannot be empty".into()));
+        }
+        if let Some(done) = self.get_bytes_own(bucket, key) {
+            return done;
         }
         self.route.get_bytes(bucket, key)
     }

@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Buffer, KvClient, KvError, Parts, PutOptions, MAX_BATCH};
@@ -197,7 +197,7 @@ impl SpanStaging {
 
     /// As [`SpanStaging::get_into_parts`], for memory this process owns and holds for the
     /// call (a buffer it just allocated, an object it keeps alive; never an address a caller
-    /// names): written by the node in place through [`InPlace::own`] where it can, else
+    /// names): written by the node in place through the client's own memory (`own.rs`) where it can, else
     /// staged.
     pub fn get_into_own(
         &self,
@@ -513,16 +513,7 @@ enum Registered {
 #[derive(Default)]
 pub struct InPlace {
     ranges: Mutex<BTreeMap<usize, Registered>>,
-    /// This process's own memory as one registration (see [`InPlace::own`]): made on first
-    /// use; `None` when it could not be (a cluster, or the engine refused it).
-    own: OnceLock<Option<Arc<Buffer>>>,
 }
-
-/// The addresses the own-memory registration covers: user space above the first page, up to
-/// the 47-bit limit of x86-64 and of the default `mmap` placement on aarch64. A span outside
-/// (or a process where it cannot be registered) is staged instead.
-const OWN_START: usize = 1 << 16;
-const OWN_END: usize = 1 << 47;
 
 impl InPlace {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, Registered>> {
@@ -616,66 +607,8 @@ impl InPlace {
         self.lock().remove(&addr);
     }
 
-    /// This process's user address space registered with the engine as one range of process
-    /// memory, for memory the client itself owns for the length of a call: the `bytes` a get
-    /// creates, the `bytes` a put stores. The node on the same host copies straight into or
-    /// out of them (cross-memory attach), where staging costs a second copy of every byte.
-    ///
-    /// It is never used for an address the caller names (an engine's pointers stay checked
-    /// against `register_buffer`, as in Mooncake): only the client's own code mints
-    /// descriptors of it, each for one object it holds. It widens nothing a node can reach:
-    /// a node reaching this process's memory at all already holds its memory file, the whole
-    /// address space, and the kernel lets it use cross-memory attach only where the client
-    /// could do the same to the node (see `yutu_transfer`'s `cross_memory`).
-    fn own(&self, kv: &KvClient) -> Option<Arc<Buffer>> {
-        self.own
-            .get_or_init(|| {
-                if kv.cluster_nodes() > 0 {
-                    return None;
-                }
-                // SAFETY: the range is never read or written through its pointer here: the
-                // node copies only into the objects the `*_own` calls name, each alive and
-                // owned by the caller for its call.
-                match unsafe {
-                    kv.register_host(OWN_START as *mut u8, (OWN_END - OWN_START) as u64)
-                } {
-                    Ok(buf) => Some(Arc::new(buf)),
-                    Err(err) => {
-                        tracing::debug!(%err, "own memory not registered: staged instead");
-                        None
-                    }
-                }
-            })
-            .clone()
-    }
-
-    /// Whether the own-memory registration ([`InPlace::own`]) was made and is in use.
-    pub fn own_registered(&self) -> bool {
-        matches!(self.own.get(), Some(Some(_)))
-    }
-
-    /// Each block's spans as ranges of the own-memory registration; `None` when one lies
-    /// outside it or is device memory.
-    fn own_parts(blocks: &[&[Span]]) -> Option<Vec<Parts>> {
-        blocks
-            .iter()
-            .map(|b| {
-                let parts: Option<Parts> = b
-                    .iter()
-                    .filter(|s| s.len > 0)
-                    .map(|s| {
-                        let end = s.addr.checked_add(usize::try_from(s.len).ok()?)?;
-                        (s.device.is_none() && s.addr >= OWN_START && end <= OWN_END)
-                            .then(|| ((s.addr - OWN_START) as u64, s.len))
-                    })
-                    .collect();
-                parts.filter(|p| !p.is_empty())
-            })
-            .collect()
-    }
-
     /// Fetches `keys[i]` into the spans `dests[i]`, memory the caller owns for the call (see
-    /// [`InPlace::own`]); `None` when that cannot be done in place.
+    /// the client's own memory (`own.rs`)); `None` when that cannot be done in place.
     pub fn get_into_own(
         &self,
         kv: &KvClient,
@@ -683,8 +616,8 @@ impl InPlace {
         keys: &[String],
         dests: &[&[Span]],
     ) -> Option<Result<Vec<Option<u64>>>> {
-        let parts = Self::own_parts(dests)?;
-        let own = self.own(kv)?;
+        let parts = KvClient::own_parts(dests)?;
+        let own = kv.own_memory()?;
         let mut out = Vec::with_capacity(keys.len());
         for (ks, ps) in batches(keys, &parts) {
             match kv.batch_get_into_parts(bucket, ks, &own, ps) {
@@ -705,8 +638,8 @@ impl InPlace {
         srcs: &[&[Span]],
         options: &PutOptions,
     ) -> Option<Result<()>> {
-        let parts = Self::own_parts(srcs)?;
-        let own = self.own(kv)?;
+        let parts = KvClient::own_parts(srcs)?;
+        let own = kv.own_memory()?;
         for (ks, ps) in batches(keys, &parts) {
             if let Err(e) = kv.batch_put_from_parts(bucket, ks, &own, ps, options) {
                 return Some(Err(e));
