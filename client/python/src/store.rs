@@ -8,6 +8,7 @@
 //! the session ends when the last of them returns.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use pyo3::prelude::*;
@@ -75,6 +76,10 @@ pub struct Store {
     session: RwLock<Option<Arc<Session>>>,
     url: String,
     bucket: String,
+    /// The size of the last value `get` found too large to answer inline (0: none yet, or
+    /// the last one was small): engines store blocks of one size, so the next `get` reads
+    /// straight into a new object of that size, in one call instead of two.
+    size_hint: AtomicU64,
 }
 
 /// A store collected without `close()` (Mooncake's users rarely call it): ending the session
@@ -432,6 +437,9 @@ impl Store {
     /// one of another size between the two calls is asked again.
     fn value<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let keys = [key.to_string()];
+        if let Some(found) = self.value_as_hinted(py, &keys)? {
+            return Ok(found);
+        }
         for _ in 0..3 {
             let small = self.run(py, |s| Ok(s.kv.get_small(&s.bucket, key, INLINE_GET)?))?;
             let n = match small {
@@ -458,7 +466,10 @@ impl Store {
                 })
                 .ok();
             match got.as_deref() {
-                Some([Some(m)]) if *m == n => return Ok(Some(bytes)),
+                Some([Some(m)]) if *m == n => {
+                    self.size_hint.store(n, Ordering::Relaxed);
+                    return Ok(Some(bytes));
+                }
                 Some([None]) => return Ok(None),
                 _ => continue,
             }
@@ -466,6 +477,51 @@ impl Store {
         // Whole, whatever its size (and with the error, if there is one).
         let data = self.run(py, |s| Ok(s.kv.get_bytes(&s.bucket, key)?))?;
         Ok(data.map(|d| PyBytes::new(py, &d)))
+    }
+
+    /// `get` in one call when the last large value's size ([`Store::size_hint`]) is known:
+    /// the node writes the value into a new object of that size. `Some(answer)` when that
+    /// settled it (a value of that size, a shorter one, copied into an object of its own
+    /// size, or an absent key); `None` when the value is larger or the call failed (the
+    /// caller asks its size first, as without a hint).
+    fn value_as_hinted<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &[String; 1],
+    ) -> PyResult<Option<Option<Bound<'py, PyBytes>>>> {
+        let hint = self.size_hint.load(Ordering::Relaxed);
+        if hint <= INLINE_GET || hint > MAX_STAGED_BLOCK {
+            return Ok(None);
+        }
+        let len = usize::try_from(hint).map_err(|_| Error::invalid("value too large"))?;
+        let (bytes, addr) = uninit_bytes(py, len)?;
+        let span = Span {
+            addr,
+            len: hint,
+            device: None,
+        };
+        // As in `value`: the object is handed out only when every byte of it was written.
+        let got = self.run(py, |s| {
+            Ok(s.staging.get_into_own(&s.kv, &s.bucket, keys, &[&[span]])?)
+        });
+        Ok(match got.as_deref() {
+            Ok([Some(m)]) if *m == hint => Some(Some(bytes)),
+            Ok([Some(m)]) => {
+                // Shorter than the hint: its bytes are the object's first `m`.
+                let m = usize::try_from(*m).unwrap_or(len).min(len);
+                // SAFETY: the node wrote the object's first `m` bytes (the block's length);
+                // only those are read, while `bytes` keeps them alive.
+                let written = unsafe { std::slice::from_raw_parts(addr as *const u8, m) };
+                let found = PyBytes::new(py, written);
+                if (m as u64) <= INLINE_GET {
+                    self.size_hint.store(0, Ordering::Relaxed);
+                }
+                Some(Some(found))
+            }
+            Ok([None]) => Some(None),
+            // Larger than the hint (refused as too large for its room), or failed.
+            _ => None,
+        })
     }
 }
 
@@ -523,6 +579,7 @@ impl Store {
             session: RwLock::new(Some(Arc::new(session))),
             url,
             bucket: bucket_name,
+            size_hint: AtomicU64::new(0),
         })
     }
 
