@@ -770,6 +770,28 @@ fn an_engines_host_memory_is_staged_or_reached_in_place() {
     );
     assert_eq!(kv.get_bytes("spans", "own-1").unwrap(), Some(b.clone()));
     assert_eq!(kv.get_bytes("spans", "absent").unwrap(), None);
+    // A client reaching the node by TCP (as from another host) never registers its own
+    // memory: large values come as before, and only registered memory is reached in place.
+    let remote = KvClient::new(
+        &server.url,
+        KvOptions {
+            frames: yutu_client::kv::FramesMode::Tcp,
+            ..KvOptions::default()
+        },
+    )
+    .expect("kv client over tcp frames");
+    assert_eq!(
+        remote.get_bytes("spans", "own-0").unwrap(),
+        Some(joined.clone())
+    );
+    let staged = SpanStaging::new(64 << 10, 2);
+    let mut far = vec![0u8; 90_007];
+    let got = staged
+        .get_into_own(&remote, "spans", &own_keys[..1], &[&[span_mut(&mut far)]])
+        .expect("staged own get");
+    assert_eq!(got, vec![Some(90_007)]);
+    assert_eq!(far, joined);
+    assert!(!remote.own_memory_registered());
     // Too little room: refused, and nothing written.
     let mut small = vec![0u8; 10];
     let err = staging.get_into_own(&kv, "spans", &own_keys[..1], &[&[span_mut(&mut small)]]);

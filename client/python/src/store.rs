@@ -15,8 +15,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyString};
 use yutu_api::kv::{BlockPin, MAX_SOFT_PIN_SECS};
 use yutu_client::kv::{
-    DeviceBuffer, KvClient, KvOptions, PutMode, PutOptions, SmallValue, SpanStaging as Staging,
-    MAX_BATCH, MAX_STAGED_BLOCK,
+    answered, DeviceBuffer, KvClient, KvError, KvOptions, PutMode, PutOptions, SmallValue,
+    SpanStaging as Staging, MAX_BATCH, MAX_STAGED_BLOCK,
 };
 use yutu_client::{Client, Credentials};
 use yutu_transfer::device::DeviceMemory;
@@ -316,6 +316,22 @@ fn uninit_bytes(py: Python<'_>, len: usize) -> PyResult<(Bound<'_, PyBytes>, usi
     Ok((obj, addr))
 }
 
+/// `e` as the package's error, noting in `unanswered` when the call ended without the
+/// node's answer (`yutu_client::kv::answered`): the node may still be copying.
+fn noted(e: KvError, unanswered: &mut bool) -> Error {
+    *unanswered |= !answered(&e);
+    e.into()
+}
+
+/// Never frees `objects` when `unanswered`: the node may still copy into or out of their
+/// memory (the client's own memory, reached in place), which must not be reused. Rare (a
+/// timeout, a broken connection), and a leak is the price of never corrupting the heap.
+fn keep_if(unanswered: bool, objects: Option<&Bound<'_, PyAny>>) {
+    if let (true, Some(o)) = (unanswered, objects) {
+        std::mem::forget(o.clone().unbind());
+    }
+}
+
 /// Whether the spans can go through the client's own-memory registration
 /// (`SpanStaging::get_into_own`): host memory, none of it a raw pointer checked against
 /// `register_buffer`. The caller passes `own = True` only for spans of Python objects the
@@ -459,12 +475,15 @@ impl Store {
             // node writes it in place (own memory), or it is staged. It is handed out only
             // when the whole value landed in it (`m == n` below), so its bytes are never
             // seen uninitialised.
+            let mut unanswered = false;
             let got = self
                 .run(py, |s| {
-                    Ok(s.staging
-                        .get_into_own(&s.kv, &s.bucket, &keys, &[&[span]])?)
+                    s.staging
+                        .get_into_own(&s.kv, &s.bucket, &keys, &[&[span]])
+                        .map_err(|e| noted(e, &mut unanswered))
                 })
                 .ok();
+            keep_if(unanswered, Some(bytes.as_any()));
             match got.as_deref() {
                 Some([Some(m)]) if *m == n => {
                     self.size_hint.store(n, Ordering::Relaxed);
@@ -501,9 +520,13 @@ impl Store {
             device: None,
         };
         // As in `value`: the object is handed out only when every byte of it was written.
+        let mut unanswered = false;
         let got = self.run(py, |s| {
-            Ok(s.staging.get_into_own(&s.kv, &s.bucket, keys, &[&[span]])?)
+            s.staging
+                .get_into_own(&s.kv, &s.bucket, keys, &[&[span]])
+                .map_err(|e| noted(e, &mut unanswered))
         });
+        keep_if(unanswered, Some(bytes.as_any()));
         Ok(match got.as_deref() {
             Ok([Some(m)]) if *m == hint => Some(Some(bytes)),
             Ok([Some(m)]) => {
@@ -782,7 +805,7 @@ impl Store {
     /// `preferred_node` and `pin` are the put's options (see `put_options`), checked before
     /// anything is sent.
     #[pyo3(signature = (keys, ptrs, sizes, checked, if_absent, replicas = None,
-        preferred_node = None, pin = None, devices = None, own = false))]
+        preferred_node = None, pin = None, devices = None, own = false, keep = None))]
     #[allow(clippy::too_many_arguments)]
     fn _put_spans(
         &self,
@@ -797,6 +820,7 @@ impl Store {
         pin: Option<Bound<'_, PyAny>>,
         devices: Option<Vec<Option<u32>>>,
         own: bool,
+        keep: Option<Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let options = put_options(
             if_absent,
@@ -804,17 +828,21 @@ impl Store {
             preferred_node.as_ref(),
             pin.as_ref(),
         )?;
-        self.run(py, |s| {
+        let mut unanswered = false;
+        let done = self.run(py, |s| {
             let devices = devices.unwrap_or_default();
             let spans = spans(&s.registry, &ptrs, &sizes, &checked, &devices)?;
             if own && own_objects(&checked, &spans) {
                 let srcs: Vec<&[Span]> = spans.iter().map(std::slice::from_ref).collect();
-                return Ok(s
+                return s
                     .staging
-                    .put_from_own(&s.kv, &s.bucket, &keys, &srcs, &options)?);
+                    .put_from_own(&s.kv, &s.bucket, &keys, &srcs, &options)
+                    .map_err(|e| noted(e, &mut unanswered));
             }
             device::put_from(&s.ctx(), &keys, &spans, &options)
-        })
+        });
+        keep_if(unanswered, keep.as_ref());
+        done
     }
 
     /// How many nodes the store routes its blocks over: the cluster's members, or 0 when its
@@ -847,7 +875,7 @@ impl Store {
 
     /// Reads each `keys[i]` into at most `sizes[i]` bytes at `ptrs[i]` (see `_put_spans`);
     /// returns each block's length, `None` where the key is absent.
-    #[pyo3(signature = (keys, ptrs, sizes, checked, devices = None, own = false))]
+    #[pyo3(signature = (keys, ptrs, sizes, checked, devices = None, own = false, keep = None))]
     #[allow(clippy::too_many_arguments)]
     fn _get_spans(
         &self,
@@ -858,16 +886,23 @@ impl Store {
         checked: Vec<bool>,
         devices: Option<Vec<Option<u32>>>,
         own: bool,
+        keep: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Option<u64>>> {
-        self.run(py, |s| {
+        let mut unanswered = false;
+        let done = self.run(py, |s| {
             let devices = devices.unwrap_or_default();
             let spans = spans(&s.registry, &ptrs, &sizes, &checked, &devices)?;
             if own && own_objects(&checked, &spans) {
                 let dests: Vec<&[Span]> = spans.iter().map(std::slice::from_ref).collect();
-                return Ok(s.staging.get_into_own(&s.kv, &s.bucket, &keys, &dests)?);
+                return s
+                    .staging
+                    .get_into_own(&s.kv, &s.bucket, &keys, &dests)
+                    .map_err(|e| noted(e, &mut unanswered));
             }
             device::get_into(&s.ctx(), &keys, &spans)
-        })
+        });
+        keep_if(unanswered, keep.as_ref());
+        done
     }
 
     /// Stores each `keys[i]` as the concatenation of the spans `ptrs[i][j]`, `sizes[i][j]`
@@ -875,7 +910,7 @@ impl Store {
     /// staging chunk. Pointers need no registration (as Mooncake's over tcp); one inside a
     /// range registered as GPU memory is copied from the GPU. Options as `_put_spans`.
     #[pyo3(signature = (keys, ptrs, sizes, if_absent, replicas = None, preferred_node = None,
-        pin = None, devices = None, own = false))]
+        pin = None, devices = None, own = false, keep = None))]
     #[allow(clippy::too_many_arguments)]
     fn _put_parts(
         &self,
@@ -889,6 +924,7 @@ impl Store {
         pin: Option<Bound<'_, PyAny>>,
         devices: Option<Vec<Vec<Option<u32>>>>,
         own: bool,
+        keep: Option<Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let options = put_options(
             if_absent,
@@ -896,16 +932,20 @@ impl Store {
             preferred_node.as_ref(),
             pin.as_ref(),
         )?;
-        self.run(py, |s| {
+        let mut unanswered = false;
+        let done = self.run(py, |s| {
             let parts = part_spans(&s.registry, &keys, &ptrs, &sizes, devices.as_deref())?;
             if own && parts.iter().flatten().all(|s| s.device.is_none()) {
                 let srcs: Vec<&[Span]> = parts.iter().map(Vec::as_slice).collect();
-                return Ok(s
+                return s
                     .staging
-                    .put_from_own(&s.kv, &s.bucket, &keys, &srcs, &options)?);
+                    .put_from_own(&s.kv, &s.bucket, &keys, &srcs, &options)
+                    .map_err(|e| noted(e, &mut unanswered));
             }
             device::put_from_parts(&s.ctx(), &keys, &parts, &options)
-        })
+        });
+        keep_if(unanswered, keep.as_ref());
+        done
     }
 
     /// Reads each `keys[i]` into the spans `ptrs[i][j]` (`sizes[i][j]` bytes each) in order

@@ -60,6 +60,7 @@ pub use frames::{FramesMode, FramesPath};
 use http::{check_bucket, read_json};
 pub use node::NodeClient;
 pub use options::{KvOptions, PutMode, PutOptions};
+pub use own::answered;
 pub use parts::Parts;
 pub use spans::{InPlace, Span, SpanStaging, MAX_STAGED_BLOCK};
 

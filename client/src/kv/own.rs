@@ -7,14 +7,20 @@
 //!
 //! It is never used for an address a caller names (an engine's pointers stay checked against
 //! its registrations, as in Mooncake): only this crate and the Python package mint
-//! descriptors of it, each for one object they hold. It widens nothing a node can reach: a
-//! node that reaches this process's memory at all already holds its memory file, the whole
-//! address space, and the kernel lets it use cross-memory attach only where the client
-//! could do the same to the node (`yutu_transfer`'s `cross_memory`).
+//! descriptors of it, each for one object they hold. It is made only with a node on this
+//! host reached by the frames' Unix sockets: that node copies through the memory file the
+//! client hands it with the registration (the whole address space, as for any process
+//! memory an engine registers), and the kernel lets it use cross-memory attach only where
+//! the client could do the same to the node (`yutu_transfer`'s `cross_memory`); a node on
+//! another host never gets a descriptor of it.
+//!
+//! A call that ends without the node's answer (a timeout, a broken connection) may still be
+//! copying on the node: its objects are then never freed ([`answered`], the callers leak
+//! them), so a late copy can neither land in reused memory nor store bytes read from it.
 
 use std::sync::Arc;
 
-use super::{Buffer, KvClient, KvError, Parts, SmallValue, Span};
+use super::{Buffer, FramesPath, KvClient, KvError, Parts, SmallValue, Span};
 
 /// The addresses the registration covers: user space above the first 64 KiB, up to the
 /// 47-bit limit of x86-64 and of the default `mmap` placement on aarch64. A span outside is
@@ -31,7 +37,8 @@ impl KvClient {
     pub(super) fn own_memory(&self) -> Option<Arc<Buffer>> {
         self.own
             .get_or_init(|| {
-                if self.cluster_nodes() > 0 {
+                let same_host = matches!(self.node().frames_path(), Some(FramesPath::Unix));
+                if self.cluster_nodes() > 0 || !same_host {
                     return None;
                 }
                 // SAFETY: the range is never read or written through its pointer here: the
@@ -119,10 +126,68 @@ impl KvClient {
                 Ok(got) if got.first() == Some(&None) => return Some(Ok(None)),
                 // Replaced by a value of another size meanwhile: asked again.
                 Ok(_) => continue,
-                Err(KvError::InvalidArgument(_)) => continue,
+                Err(e) if !answered(&e) => {
+                    // The node may still write into it: never freed.
+                    std::mem::forget(out);
+                    return Some(Err(e));
+                }
+                Err(e) if e.code() == Some("InvalidArgument") => continue,
                 Err(e) => return Some(Err(e)),
             }
         }
         None
+    }
+}
+
+/// Whether a failed call is over on the node's side too: it answered (an error of its own),
+/// or the call was refused before anything was sent. Otherwise (a timeout, a broken
+/// connection) the node may still be copying into or out of the call's memory, which must
+/// then stay allocated.
+pub fn answered(e: &KvError) -> bool {
+    use crate::ClientError;
+    matches!(
+        e,
+        KvError::Client(
+            ClientError::S3 { .. }
+                | ClientError::InvalidArgument(_)
+                | ClientError::InvalidUrl { .. }
+                | ClientError::InvalidResponse(_),
+        ) | KvError::InvalidArgument(_)
+            | KvError::InvalidResponse(_)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ClientError;
+
+    #[test]
+    fn only_an_answer_or_a_refusal_before_sending_ends_a_call() {
+        let s3 = KvError::Client(ClientError::S3 {
+            status: 400,
+            code: "InvalidArgument".into(),
+            message: "too small".into(),
+        });
+        assert!(answered(&s3));
+        assert!(answered(&KvError::InvalidArgument("no keys".into())));
+        let io = KvError::Client(ClientError::Io(std::io::ErrorKind::TimedOut.into()));
+        assert!(!answered(&io));
+        assert!(!answered(&KvError::Busy("staging".into())));
+    }
+
+    #[test]
+    fn own_parts_take_only_host_spans_inside_the_range() {
+        let span = |addr, len, device| Span { addr, len, device };
+        let ok =
+            KvClient::own_parts(&[&[span(OWN_START, 10, None), span(OWN_START + 100, 0, None)]]);
+        assert_eq!(ok, Some(vec![vec![(0, 10)]]));
+        assert_eq!(KvClient::own_parts(&[&[span(0x1000, 10, None)]]), None);
+        assert_eq!(KvClient::own_parts(&[&[span(OWN_END - 5, 10, None)]]), None);
+        assert_eq!(
+            KvClient::own_parts(&[&[span(OWN_START, 10, Some(0))]]),
+            None
+        );
+        assert_eq!(KvClient::own_parts(&[&[span(OWN_START, 0, None)]]), None);
     }
 }

@@ -162,9 +162,10 @@ class Store(_NativeStore):
         ptrs, lens, checked, devices, keep = _memory.spans(buffers, sizes, writable=False)
         try:
             # Spans of objects held here (raw pointers are checked, and keep a call off this):
-            # the node reaches them in place through the client's own memory.
+            # the node reaches them in place through the client's own memory (and `keep` is
+            # never freed if the call ends without the node's answer).
             self._put_spans(keys, ptrs, lens, checked, if_absent, replicas, preferred_node, pin,
-                            devices=devices, own=True)
+                            devices=devices, own=True, keep=keep)
         finally:
             del keep
 
@@ -175,7 +176,8 @@ class Store(_NativeStore):
         keys = list(keys)
         ptrs, lens, checked, devices, keep = _memory.spans(buffers, sizes, writable=True)
         try:
-            return self._get_spans(keys, ptrs, lens, checked, devices=devices, own=True)
+            return self._get_spans(keys, ptrs, lens, checked, devices=devices, own=True,
+                                   keep=keep)
         finally:
             del keep
 

@@ -534,7 +534,8 @@ class MooncakeDistributedStore:
             # Objects held here for the call (never raw pointers): the node reads them in
             # place through the client's own memory, with no staging copy.
             own = not any(checked)
-            self._send_put(lambda **o: store._put_parts(*args, devices=dev, own=own, **o), opts)
+            self._send_put(
+                lambda **o: store._put_parts(*args, devices=dev, own=own, keep=keep, **o), opts)
         finally:
             del keep
         return 0
