@@ -607,8 +607,8 @@ impl InPlace {
         self.lock().remove(&addr);
     }
 
-    /// Fetches `keys[i]` into the spans `dests[i]`, memory the caller owns for the call (see
-    /// the client's own memory (`own.rs`)); `None` when that cannot be done in place.
+    /// Fetches `keys[i]` into the spans `dests[i]`, memory the caller owns for the call (the
+    /// client's own memory, `own.rs`); `None` when that cannot be done in place.
     pub fn get_into_own(
         &self,
         kv: &KvClient,
@@ -618,14 +618,7 @@ impl InPlace {
     ) -> Option<Result<Vec<Option<u64>>>> {
         let parts = KvClient::own_parts(dests)?;
         let own = kv.own_memory()?;
-        let mut out = Vec::with_capacity(keys.len());
-        for (ks, ps) in batches(keys, &parts) {
-            match kv.batch_get_into_parts(bucket, ks, &own, ps) {
-                Ok(got) => out.extend(got),
-                Err(e) => return Some(Err(e)),
-            }
-        }
-        Some(Ok(out))
+        Some(get_parts_on(kv, bucket, keys, &own, &parts))
     }
 
     /// Stores `keys[i]` from the spans `srcs[i]`, memory the caller owns for the call; `None`
@@ -640,12 +633,7 @@ impl InPlace {
     ) -> Option<Result<()>> {
         let parts = KvClient::own_parts(srcs)?;
         let own = kv.own_memory()?;
-        for (ks, ps) in batches(keys, &parts) {
-            if let Err(e) = kv.batch_put_from_parts(bucket, ks, &own, ps, options) {
-                return Some(Err(e));
-            }
-        }
-        Some(Ok(()))
+        Some(put_parts_on(kv, bucket, keys, &own, &parts, options))
     }
 
     /// The registration holding every span, and each block's spans as ranges of it; `None`
@@ -689,14 +677,7 @@ impl InPlace {
         dests: &[&[Span]],
     ) -> Option<Result<Vec<Option<u64>>>> {
         let (buf, parts) = self.resolve(dests)?;
-        let mut out = Vec::with_capacity(keys.len());
-        for (ks, ps) in batches(keys, &parts) {
-            match kv.batch_get_into_parts(bucket, ks, &buf, ps) {
-                Ok(got) => out.extend(got),
-                Err(e) => return Some(Err(e)),
-            }
-        }
-        Some(Ok(out))
+        Some(get_parts_on(kv, bucket, keys, &buf, &parts))
     }
 
     /// Stores `keys[i]` from the spans `srcs[i]` in place; `None` as for `get_into`.
@@ -709,13 +690,39 @@ impl InPlace {
         options: &PutOptions,
     ) -> Option<Result<()>> {
         let (buf, parts) = self.resolve(srcs)?;
-        for (ks, ps) in batches(keys, &parts) {
-            if let Err(e) = kv.batch_put_from_parts(bucket, ks, &buf, ps, options) {
-                return Some(Err(e));
-            }
-        }
-        Some(Ok(()))
+        Some(put_parts_on(kv, bucket, keys, &buf, &parts, options))
     }
+}
+
+/// `keys[i]` fetched into the ranges `parts[i]` of `buf`, in as many node calls as the
+/// limits on keys and spans take ([`batches`]).
+fn get_parts_on(
+    kv: &KvClient,
+    bucket: &str,
+    keys: &[String],
+    buf: &Buffer,
+    parts: &[Parts],
+) -> Result<Vec<Option<u64>>> {
+    let mut out = Vec::with_capacity(keys.len());
+    for (ks, ps) in batches(keys, parts) {
+        out.extend(kv.batch_get_into_parts(bucket, ks, buf, ps)?);
+    }
+    Ok(out)
+}
+
+/// `keys[i]` stored from the ranges `parts[i]` of `buf`, as [`get_parts_on`].
+fn put_parts_on(
+    kv: &KvClient,
+    bucket: &str,
+    keys: &[String],
+    buf: &Buffer,
+    parts: &[Parts],
+    options: &PutOptions,
+) -> Result<()> {
+    for (ks, ps) in batches(keys, parts) {
+        kv.batch_put_from_parts(bucket, ks, buf, ps, options)?;
+    }
+    Ok(())
 }
 
 /// `keys` and their parts cut into node calls of at most `MAX_BATCH` keys and

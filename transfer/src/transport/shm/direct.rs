@@ -88,13 +88,7 @@ impl DirectRange {
         // Checked first, so that a block too large moves nothing.
         let total: u64 = parts.iter().map(|p| p.len).sum();
         if src.len() as u64 > total {
-            return Err(TransferError::OutOfBounds {
-                index: 0,
-                side: Side::Remote,
-                offset: 0,
-                len: src.len() as u64,
-                limit: total,
-            });
+            return Err(not_their_size(src.len(), total));
         }
         let mut rest = src;
         Self::runs(parts, src.len(), |run, ranges, len| {
@@ -161,13 +155,7 @@ impl DirectRange {
     pub fn gather(parts: &[DirectRange], dst: &mut [u8]) -> Result<(), TransferError> {
         let total: u64 = parts.iter().map(|p| p.len).sum();
         if total != dst.len() as u64 {
-            return Err(TransferError::OutOfBounds {
-                index: 0,
-                side: Side::Local,
-                offset: 0,
-                len: dst.len() as u64,
-                limit: total,
-            });
+            return Err(not_their_size(dst.len(), total));
         }
         let mut rest = dst;
         Self::runs(parts, rest.len(), |run, ranges, len| {
@@ -265,6 +253,17 @@ impl DirectRange {
             Some(Err(e)) => Err(TransferError::io(KIND, self.node, e)),
             None => Err(self.out_of_bounds(at, len)),
         }
+    }
+}
+
+/// The error of a block of `len` bytes that does not match parts of `total` bytes.
+fn not_their_size(len: usize, total: u64) -> TransferError {
+    TransferError::OutOfBounds {
+        index: 0,
+        side: Side::Local,
+        offset: 0,
+        len: len as u64,
+        limit: total,
     }
 }
 
