@@ -82,18 +82,18 @@ impl KvClient {
             .collect()
     }
 
-    /// The bytes of `key` when the node is this client's alone: a small value from the
-    /// answer to one read, a larger one written by the node straight into the new vector.
-    /// `None` when that cannot be done (a cluster, no own memory, a value that kept changing
-    /// size): the caller reads it the usual way.
+    /// The bytes of `key` when the client has its own memory registered (a node of its own
+    /// on this host): a small value from the answer to one read, a larger one written by the
+    /// node straight into the new vector. `None` when that cannot be done (a cluster, a node
+    /// on another host, a value that kept changing size): the caller reads it the usual way.
     pub(super) fn get_bytes_own(
         &self,
         bucket: &str,
         key: &str,
     ) -> Option<Result<Option<Vec<u8>>, KvError>> {
-        if self.cluster_nodes() > 0 || self.node().frames_path().is_none() {
-            return None;
-        }
+        // Without own memory (a cluster, a node on another host) a large value would cost a
+        // second read: the caller's one read answers it whole.
+        let own = self.own_memory()?;
         let keys = [key.to_string()];
         for _ in 0..3 {
             let n = match self.get_small(bucket, key, INLINE_BYTES) {
@@ -107,7 +107,6 @@ impl KvClient {
             if n > super::MAX_STAGED_BLOCK {
                 return None;
             }
-            let own = self.own_memory()?;
             let len = usize::try_from(n).ok()?;
             let mut out: Vec<u8> = Vec::with_capacity(len);
             let span = Span {
