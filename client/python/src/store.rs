@@ -465,25 +465,8 @@ impl Store {
                 SmallValue::Large(_) => break,
             };
             let len = usize::try_from(n).map_err(|_| Error::invalid("value too large"))?;
-            let (bytes, addr) = uninit_bytes(py, len)?;
-            let span = Span {
-                addr,
-                len: n,
-                device: None,
-            };
-            // The new object is reachable from nowhere else while the GIL is released: the
-            // node writes it in place (own memory), or it is staged. It is handed out only
-            // when the whole value landed in it (`m == n` below), so its bytes are never
-            // seen uninitialised.
-            let mut unanswered = false;
-            let got = self
-                .run(py, |s| {
-                    s.staging
-                        .get_into_own(&s.kv, &s.bucket, &keys, &[&[span]])
-                        .map_err(|e| noted(e, &mut unanswered))
-                })
-                .ok();
-            keep_if(unanswered, Some(bytes.as_any()));
+            let (bytes, _, got) = self.read_into_new(py, &keys, len)?;
+            let got = got.ok();
             match got.as_deref() {
                 Some([Some(m)]) if *m == n => {
                     self.size_hint.store(n, Ordering::Relaxed);
@@ -496,6 +479,35 @@ impl Store {
         // Whole, whatever its size (and with the error, if there is one).
         let data = self.run(py, |s| Ok(s.kv.get_bytes(&s.bucket, key)?))?;
         Ok(data.map(|d| PyBytes::new(py, &d)))
+    }
+
+    /// Reads `keys[0]` into a new `bytes` of `len` bytes, created uninitialised: the node
+    /// writes it in place (the client's own memory) or it is staged. The object is reachable
+    /// from nowhere else while the GIL is released, and the callers hand it out only when
+    /// every byte of it was written (the block's length is `len`), or copy out the bytes
+    /// written; a call that ended without the node's answer keeps it for good (`keep_if`).
+    /// The object, the address of its contents, and the read's answer.
+    #[allow(clippy::type_complexity)]
+    fn read_into_new<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &[String; 1],
+        len: usize,
+    ) -> PyResult<(Bound<'py, PyBytes>, usize, PyResult<Vec<Option<u64>>>)> {
+        let (bytes, addr) = uninit_bytes(py, len)?;
+        let span = Span {
+            addr,
+            len: len as u64,
+            device: None,
+        };
+        let mut unanswered = false;
+        let got = self.run(py, |s| {
+            s.staging
+                .get_into_own(&s.kv, &s.bucket, keys, &[&[span]])
+                .map_err(|e| noted(e, &mut unanswered))
+        });
+        keep_if(unanswered, Some(bytes.as_any()));
+        Ok((bytes, addr, got))
     }
 
     /// `get` in one call when the last large value's size ([`Store::size_hint`]) is known:
@@ -513,20 +525,7 @@ impl Store {
             return Ok(None);
         }
         let len = usize::try_from(hint).map_err(|_| Error::invalid("value too large"))?;
-        let (bytes, addr) = uninit_bytes(py, len)?;
-        let span = Span {
-            addr,
-            len: hint,
-            device: None,
-        };
-        // As in `value`: the object is handed out only when every byte of it was written.
-        let mut unanswered = false;
-        let got = self.run(py, |s| {
-            s.staging
-                .get_into_own(&s.kv, &s.bucket, keys, &[&[span]])
-                .map_err(|e| noted(e, &mut unanswered))
-        });
-        keep_if(unanswered, Some(bytes.as_any()));
+        let (bytes, addr, got) = self.read_into_new(py, keys, len)?;
         Ok(match got.as_deref() {
             Ok([Some(m)]) if *m == hint => Some(Some(bytes)),
             Ok([Some(m)]) => {
