@@ -168,14 +168,25 @@ pub struct Cluster {
     pub name_conflicts: AtomicU64,
     /// Re-replication's token bucket: bytes it may send, and when it was last filled.
     budget: Mutex<(f64, Instant)>,
-    /// Bucket names etcd did not have when last asked, and when: a client naming buckets
-    /// that do not exist must not turn every request into an etcd read.
-    absent: Mutex<HashMap<String, Instant>>,
+    /// Bucket names this node's view lacks, what etcd answered when last asked about them,
+    /// and when: a client naming buckets that do not exist must not turn every request into
+    /// an etcd read.
+    absent: Mutex<HashMap<String, (Instant, Lookup)>>,
     /// The lease epoch and membership digest of the last completed anti-entropy pass
     /// ([`Cluster::caught_up`]).
     synced: Mutex<(u64, u64)>,
     /// Copies owed to other owners ([`hints::Hints`]).
     pub hints: Mutex<hints::Hints>,
+}
+
+/// What etcd answered about a bucket this node's view lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// Etcd has no such bucket: a bucket of this node alone (or none), never replicated.
+    Absent,
+    /// Etcd could not be asked: whether the bucket is the cluster's, and with how many
+    /// replicas, is unknown.
+    Failed,
 }
 
 /// How long a bucket etcd did not have is not asked about again.
@@ -266,28 +277,36 @@ impl Cluster {
         })
     }
 
-    /// Whether `bucket` was looked up in etcd and found absent within the last second.
-    pub fn recently_absent(&self, bucket: &str) -> bool {
+    /// What looking `bucket` up in etcd gave within the last second, if it was.
+    pub fn recent_lookup(&self, bucket: &str) -> Option<Lookup> {
         let absent = match self.absent.lock() {
             Ok(a) => a,
             Err(p) => p.into_inner(),
         };
-        absent.get(bucket).is_some_and(|t| t.elapsed() < ABSENT_TTL)
+        absent
+            .get(bucket)
+            .filter(|(t, _)| t.elapsed() < ABSENT_TTL)
+            .map(|&(_, l)| l)
     }
 
-    /// Remembers that etcd does not have `bucket` (for [`ABSENT_TTL`]).
-    pub fn note_absent(&self, bucket: &str) {
+    /// Remembers what etcd answered about `bucket` (for [`ABSENT_TTL`]).
+    pub fn note_lookup(&self, bucket: &str, lookup: Lookup) {
         let mut absent = match self.absent.lock() {
             Ok(a) => a,
             Err(p) => p.into_inner(),
         };
         if absent.len() >= ABSENT_MAX {
-            absent.retain(|_, t| t.elapsed() < ABSENT_TTL);
+            absent.retain(|_, (t, _)| t.elapsed() < ABSENT_TTL);
             if absent.len() >= ABSENT_MAX {
                 absent.clear();
             }
         }
-        absent.insert(bucket.to_string(), Instant::now());
+        absent.insert(bucket.to_string(), (Instant::now(), lookup));
+    }
+
+    /// Whether this node is mirroring `bucket` from etcd.
+    pub fn is_mirrored(&self, bucket: &str) -> bool {
+        self.mirrored(|m| m.contains(bucket))
     }
 
     /// Marks `node` draining (or not) in this node's view before the next poll confirms it.

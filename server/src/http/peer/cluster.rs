@@ -31,7 +31,7 @@ use super::forward::{self, ProxyBody};
 use crate::auth::tokens::TokenVerifier;
 use crate::auth::Identity;
 use crate::cluster::replica;
-use crate::cluster::{Cluster, ClusterMetrics, NODE_SUBJECT_PREFIX};
+use crate::cluster::{Cluster, ClusterMetrics, Lookup, NODE_SUBJECT_PREFIX};
 use crate::http::common::unavailable;
 use crate::http::ctx::Ctx;
 use crate::http::endpoint::Op;
@@ -493,19 +493,45 @@ pub fn membership(ctx: &Ctx) -> Result<Resp, S3Error> {
     }
 }
 
-/// Makes sure this node knows a cluster bucket created through another node moments ago.
+/// Makes sure this node's view has a cluster bucket created through another node moments
+/// ago: its replica count decides where a write goes.
+///
+/// The view, not the local bucket list, is what must know it. A node creates a bucket it
+/// reads from etcd locally first and puts it into its view after: in between, a write it
+/// coordinated found the bucket but no owners, and was stored here alone (acknowledged with
+/// one copy). A local bucket from before the node joined is in no view either: etcd is asked
+/// about a name the view lacks at most once a second, or every time while this node is
+/// mirroring it (its view is about to have it).
 pub async fn know_bucket(ctx: &Ctx, cluster: &Arc<Cluster>, bucket: &str) {
-    if ctx.shard.tier.bucket_known(bucket) || cluster.recently_absent(bucket) {
+    if cluster.view().buckets.contains_key(bucket)
+        || (cluster.recent_lookup(bucket).is_some() && !cluster.is_mirrored(bucket))
+    {
         return;
     }
     match crate::cluster::buckets::ensure(&ctx.shard, cluster, bucket).await {
         Ok(true) => {}
-        Ok(false) => cluster.note_absent(bucket),
+        Ok(false) => cluster.note_lookup(bucket, Lookup::Absent),
         Err(e) => {
-            cluster.note_absent(bucket);
+            cluster.note_lookup(bucket, Lookup::Failed);
             tracing::warn!(bucket, error = %e, "cannot look the bucket up in etcd");
         }
     }
+}
+
+/// Whether this node can coordinate a write to `bucket`: its view has the bucket (and so its
+/// replica count), or etcd said it has no such bucket (a local bucket of this node, written
+/// here alone). When etcd could not be asked, writing here alone could acknowledge a write
+/// of a replicated bucket with one copy.
+pub fn bucket_placed(cluster: &Cluster, bucket: &str) -> Result<(), S3Error> {
+    if cluster.view().buckets.contains_key(bucket)
+        || cluster.recent_lookup(bucket) == Some(Lookup::Absent)
+    {
+        return Ok(());
+    }
+    Err(S3Error::new(S3ErrorCode::ServiceUnavailable).msg(format!(
+        "This node has not read bucket {bucket}'s replica count from etcd yet (etcd does not \
+         answer); retry, or write through another node."
+    )))
 }
 
 /// The other members' pages of a cluster bucket's listing. A member that does not answer is

@@ -115,6 +115,9 @@ fn writable(ctx: &Ctx, cluster: &Cluster, op: Op, b: &str, k: &str) -> Result<()
     if !cluster::coordinated(op) {
         return Ok(());
     }
+    if !ctx.is_replica_copy() {
+        cluster::bucket_placed(cluster, b)?;
+    }
     if !ctx.is_replica_copy() && !cluster.caught_up() && cluster.shares(b, k) {
         // Coordinating reads the key here first (conditions, ACL changes, copies onto
         // themselves): with what may be old data, it could write that back as the newest
