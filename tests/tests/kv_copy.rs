@@ -158,6 +158,47 @@ fn same_host_clients_are_served_through_a_mapping() {
     round_trip(false);
 }
 
+/// A put-from batch longer than one run (runs of 256 keys are reserved and filled together)
+/// that names keys several times, within a run and across runs, and replaces blocks already
+/// stored: every block lands whole, the last of a key's blocks wins, and its ETag is the
+/// one a GET then shows.
+#[test]
+fn a_long_put_from_batch_stores_every_block_and_a_repeated_key_keeps_the_later() {
+    let server = Server::start(&["--memory", "256MiB", "--shards", "2"]);
+    let c = server.client();
+    c.mb("runs");
+    let p = Peer::new(&server, 0x0c7, 4 << 20, false);
+    let n = 600usize;
+    let mut blocks = Vec::new();
+    for i in 0..n {
+        let len = 1000 + (i % 7) * 300;
+        let at = (i * 4096) as u64;
+        p.buf
+            .region()
+            .write_at(at, &pattern(len, i as u64))
+            .unwrap();
+        // 200 keys three times over, so that some repeat within one run of 256.
+        blocks.push((format!("k{}", i % 200), at, len as u64));
+    }
+    for round in 0..2 {
+        let r = p.put_from(&c, "runs", &blocks);
+        assert_eq!(r.status, 200, "round {round}: {}", r.text());
+        let etags: Value = serde_json::from_slice(&r.body).unwrap();
+        let etags = etags["etags"].as_array().unwrap().clone();
+        assert_eq!(etags.len(), n);
+        for i in 400..n {
+            let (key, _, len) = &blocks[i];
+            let r = c.get(&format!("/runs/{key}"));
+            assert_eq!(r.status, 200, "{key}");
+            assert!(
+                r.body == pattern(*len as usize, i as u64),
+                "{key} round {round}"
+            );
+            assert_eq!(r.header("etag"), etags[i].as_str(), "{key}");
+        }
+    }
+}
+
 #[test]
 fn remote_clients_are_served_through_the_engine() {
     round_trip(true);

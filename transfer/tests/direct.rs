@@ -185,6 +185,18 @@ fn a_peer_process_memory_is_reached_without_a_mapping() {
     assert_eq!(read(&cli, 4096 + 40_000, 4000), w);
     assert_eq!(read(&cli, 4096 + 60_000, 10), before);
 
+    // And gathered back at once (a run of a put-from batch): each item gets its own parts'
+    // bytes; an item whose room is not its parts' size fails alone, the others still filled.
+    let (mut p, mut q) = (vec![0u8; 2500], vec![0u8; 4000]);
+    let done = yutu_transfer::DirectRange::gather_each(&mut [(&a, &mut p), (&b, &mut q)]);
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    assert_eq!(p, x);
+    assert_eq!(q, w);
+    let (mut short, mut q2) = (vec![0u8; 9], vec![0u8; 4000]);
+    let done = yutu_transfer::DirectRange::gather_each(&mut [(&c, &mut short), (&b, &mut q2)]);
+    assert!(done[0].is_err() && done[1].is_ok(), "{done:?}");
+    assert_eq!(q2, w);
+
     // The workers' shm lane reaches it too: one-sided write from the server's segment.
     let src = segment(&server, 64 << 10);
     src.region().write_at(0, &pattern(9, 64 << 10)).unwrap();
@@ -199,5 +211,7 @@ fn a_peer_process_memory_is_reached_without_a_mapping() {
     let err = range.write_at(0, &[1; 64]).unwrap_err();
     assert!(matches!(err, TransferError::Io { .. }), "{err}");
     let done = yutu_transfer::DirectRange::scatter_each(&[(&a, &x), (&b, &y)]);
+    assert!(done.iter().all(Result::is_err), "{done:?}");
+    let done = yutu_transfer::DirectRange::gather_each(&mut [(&a, &mut p), (&b, &mut q)]);
     assert!(done.iter().all(Result::is_err), "{done:?}");
 }

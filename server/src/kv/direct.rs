@@ -4,9 +4,10 @@
 //! With the client on the same host, a get-into or put-from needs no lease, no pending put
 //! and no transfer thread: the owner looks the key up and `memcpy`s, in one step that does
 //! not yield, so a reader sees the old block or the whole new one and nothing can evict the
-//! bytes mid-copy. A get-into copies a run of blocks at once (one system call for the run
-//! when the client's memory is reached by cross-memory attach); long batches yield between
-//! runs, so one client cannot hold a shard for the length of a 64 MiB batch. Blocks only on
+//! bytes mid-copy. A get-into copies a run of blocks at once, and a put-from reserves room
+//! for a run and fills it at once (one system call for the run when the client's memory is
+//! reached by cross-memory attach); long batches yield between runs, so one client cannot
+//! hold a shard for the length of a 64 MiB batch. Blocks only on
 //! NVMe are read (and promoted) as a GET would.
 
 use std::rc::Rc;
@@ -73,15 +74,7 @@ pub async fn copy_out(
     let mut out = Vec::with_capacity(items.len());
     let mut start = 0;
     while start < items.len() {
-        let mut end = start + 1;
-        let mut room = total(&items[start].1);
-        while end < items.len() && end - start < RUN_KEYS {
-            room = room.saturating_add(total(&items[end].1));
-            if room > RUN_BYTES {
-                break;
-            }
-            end += 1;
-        }
+        let end = run_end(&items, start);
         let run = &items[start..end];
         let keys: Vec<&str> = run.iter().map(|(k, _)| k.as_str()).collect();
         let copied = shard
@@ -101,6 +94,21 @@ pub async fn copy_out(
         glommio::yield_if_needed().await;
     }
     Ok(out)
+}
+
+/// Where the run of `items` that starts at `start` ends: at most [`RUN_KEYS`] keys, and
+/// [`RUN_BYTES`] of room past the first.
+fn run_end(items: &[(String, Vec<DirectRange>)], start: usize) -> usize {
+    let mut end = start + 1;
+    let mut room = total(&items[start].1);
+    while end < items.len() && end - start < RUN_KEYS {
+        room = room.saturating_add(total(&items[end].1));
+        if room > RUN_BYTES {
+            break;
+        }
+        end += 1;
+    }
+    end
 }
 
 /// The copies of one run of keys whose blocks DRAM holds (`found`, in the run's order), all
@@ -158,20 +166,67 @@ async fn copy_out_nvme(
 }
 
 /// put-from for a same-host client: each block copied out of the client's buffer and
-/// stored (written through for a `disk` bucket). One result per item, in order; the items
-/// before a failed one stay stored.
+/// stored (written through for a `disk` bucket). One result per item, in order; a failed
+/// item leaves the others stored. The keys of a `memory` bucket go in runs, as a get-into's
+/// do: room for a run's blocks is reserved together and filled by one copy (one system call
+/// for a run of small blocks when the client's memory is reached by cross-memory attach).
 pub async fn put_from(
     shard: Rc<Shard>,
     bucket: String,
     items: Vec<(String, Vec<DirectRange>)>,
 ) -> Vec<PutResult> {
     let mut out = Vec::with_capacity(items.len());
-    for (key, source) in items {
-        let len = total(&source);
-        out.push(store_whole(&shard, &bucket, &key, len, |dst| gather(&source, dst)).await);
+    let mut start = 0;
+    while start < items.len() {
+        let end = run_end(&items, start);
+        out.extend(put_run(&shard, &bucket, &items[start..end]).await);
+        start = end;
         glommio::yield_if_needed().await;
     }
     out
+}
+
+/// Stores one run of put-from items: together when the bucket is a `memory` one and the
+/// quota admits the whole run, else block by block (so that only the blocks past the quota
+/// fail).
+async fn put_run(
+    shard: &Shard,
+    bucket: &str,
+    run: &[(String, Vec<DirectRange>)],
+) -> Vec<PutResult> {
+    let blocks: Vec<(&str, u64)> = run.iter().map(|(k, s)| (k.as_str(), total(s))).collect();
+    if let Ok(_admitted) = shard.admit(bucket, &blocks) {
+        let together = shard
+            .tier
+            .put_many_filled(bucket, &blocks, |dst| gather_run(run, dst))
+            .await;
+        if let Some(stored) = together {
+            return stored;
+        }
+    }
+    let mut out = Vec::with_capacity(run.len());
+    for ((key, source), &(_, len)) in run.iter().zip(&blocks) {
+        out.push(store_whole(shard, bucket, key, len, |dst| gather(source, dst)).await);
+    }
+    out
+}
+
+/// Fills the arena ranges of a run's blocks (`None`: the block found no room) from the
+/// client's memory, all in one [`DirectRange::gather_each`]; whether each was filled.
+fn gather_run(run: &[(String, Vec<DirectRange>)], dst: &mut [Option<&mut [u8]>]) -> Vec<bool> {
+    let mut filled = vec![false; dst.len()];
+    let mut batch: Vec<(&[DirectRange], &mut [u8])> = Vec::with_capacity(dst.len());
+    let mut which = Vec::with_capacity(dst.len());
+    for (i, (room, (_, source))) in dst.iter_mut().zip(run).enumerate() {
+        if let Some(room) = room.take() {
+            batch.push((&source[..], room));
+            which.push(i);
+        }
+    }
+    for (i, done) in which.into_iter().zip(DirectRange::gather_each(&mut batch)) {
+        filled[i] = done.is_ok();
+    }
+    filled
 }
 
 /// Stores one block of `len` bytes that `fill` writes, within the bucket's quota: what

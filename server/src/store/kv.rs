@@ -532,6 +532,57 @@ impl ShardStore {
         Ok(self.publish(bucket, key, extent, meta, charge))
     }
 
+    /// [`ShardStore::put_filled`] for a batch of `(key, len)` blocks of `bucket` whose bytes
+    /// `fill` writes all at once (one copy out of a client's memory for the batch): it gets
+    /// each block's range (`None` where the block found no room) and says for each whether
+    /// it was filled. One result per block, in order; a block that found no room or was not
+    /// filled is not stored, and the others are.
+    pub fn put_many_filled(
+        &mut self,
+        bucket: &str,
+        blocks: &[(&str, u64)],
+        fill: impl FnOnce(&mut [Option<&mut [u8]>]) -> Vec<bool>,
+    ) -> Vec<Result<Arc<ObjectMeta>, StoreError>> {
+        let cond = WriteConditions::default();
+        let mut reserved = Vec::with_capacity(blocks.len());
+        for &(key, len) in blocks {
+            let r = self.check_write(bucket, key, &cond).and_then(|()| {
+                let meta = ObjectMeta::for_block(len);
+                let charge = Self::charge_for(bucket, key, len, &meta);
+                self.reserve_replacing(bucket, key, len, charge)
+                    .map(|e| (e, charge, meta))
+            });
+            reserved.push(r);
+        }
+        let extents: Vec<&Extent> = reserved.iter().flatten().map(|(e, _, _)| e).collect();
+        let filled = match self.arena.bytes_mut_many(&extents) {
+            Some(ranges) => {
+                let mut ranges = ranges.into_iter();
+                let mut aligned: Vec<Option<&mut [u8]>> = reserved
+                    .iter()
+                    .map(|r| r.as_ref().ok().and_then(|_| ranges.next()))
+                    .collect();
+                fill(&mut aligned)
+            }
+            None => Vec::new(),
+        };
+        let mut filled = filled.into_iter();
+        let mut out = Vec::with_capacity(blocks.len());
+        for (&(key, len), r) in blocks.iter().zip(reserved) {
+            let filled = filled.next() == Some(true);
+            out.push(r.and_then(|(extent, charge, mut meta)| {
+                if !filled {
+                    self.release(extent, charge);
+                    return Err(StoreError::InvalidRange { size: len });
+                }
+                meta.size = len;
+                meta.etag = self.next_kv_etag();
+                Ok(self.publish(bucket, key, extent, meta, charge))
+            }));
+        }
+        out
+    }
+
     /// Runs `f` on a DRAM-resident object's metadata and bytes without copying them out
     /// (counts as an access for eviction); `Ok(None)` when DRAM does not hold the key.
     pub fn read_with<R>(
@@ -697,6 +748,60 @@ mod tests {
         assert!(s.used() < used, "the orphaned bytes were freed");
         assert!(!s.release_lease(7));
         assert!(s.used() <= s.capacity());
+    }
+
+    /// A batch filled by one copy: each block gets its own range, in the batch's order; a
+    /// block with no room gets none and fails alone; one not filled is not stored; a key
+    /// twice keeps its later block; the old version a block replaces is freed.
+    #[test]
+    fn a_batch_of_blocks_is_filled_at_once_and_each_fails_alone() {
+        let mut s = store(1 << 20);
+        put(&mut s, "a", &[9u8; 5000]);
+        let blocks = [
+            ("a", 100),
+            ("huge", 4 << 20),
+            ("b", 3000),
+            ("a", 200),
+            ("c", 10),
+        ];
+        let mut seen = Vec::new();
+        let done = s.put_many_filled("b", &blocks, |dst| {
+            seen = dst.iter().map(|d| d.as_ref().map(|d| d.len())).collect();
+            dst.iter_mut()
+                .enumerate()
+                .map(|(i, d)| match d {
+                    Some(d) => {
+                        d.fill(i as u8);
+                        i != 4
+                    }
+                    None => true,
+                })
+                .collect()
+        });
+        assert_eq!(seen, [Some(100), None, Some(3000), Some(200), Some(10)]);
+        assert!(
+            done[0].is_ok() && done[2].is_ok() && done[3].is_ok(),
+            "{done:?}"
+        );
+        assert!(
+            matches!(done[1], Err(StoreError::TooLarge { .. })),
+            "{done:?}"
+        );
+        assert!(
+            matches!(done[4], Err(StoreError::InvalidRange { .. })),
+            "{done:?}"
+        );
+        let read = |s: &mut ShardStore, k: &str| {
+            s.get("b", k, None, false, &ReadConditions::default())
+                .map(|(_, _, d)| d.to_vec())
+        };
+        assert_eq!(read(&mut s, "a").unwrap(), vec![3u8; 200]);
+        assert_eq!(read(&mut s, "b").unwrap(), vec![2u8; 3000]);
+        assert!(read(&mut s, "huge").is_err() && read(&mut s, "c").is_err());
+        // Only what is stored is held: "a" at 200 bytes and "b".
+        let held = ShardStore::charge_for("b", "a", 200, &ObjectMeta::for_block(200))
+            + ShardStore::charge_for("b", "b", 3000, &ObjectMeta::for_block(3000));
+        assert_eq!(s.used(), held);
     }
 
     #[test]

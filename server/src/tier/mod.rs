@@ -489,6 +489,38 @@ impl TieredStore {
         .await
     }
 
+    /// [`TieredStore::put_filled`] for a batch of `(key, len)` blocks of a `memory` bucket,
+    /// all filled by one `fill` ([`ShardStore::put_many_filled`]); `None` for a `disk`
+    /// bucket, whose blocks are written through one by one.
+    pub async fn put_many_filled(
+        self: &Rc<Self>,
+        bucket: &str,
+        blocks: &[(&str, u64)],
+        fill: impl FnOnce(&mut [Option<&mut [u8]>]) -> Vec<bool>,
+    ) -> Option<Vec<PutResult>> {
+        if self.is_disk(bucket) {
+            return None;
+        }
+        let stored = self
+            .store
+            .borrow_mut()
+            .put_many_filled(bucket, blocks, fill);
+        let mut out = Vec::with_capacity(stored.len());
+        for (&(key, _), r) in blocks.iter().zip(stored) {
+            let r = match self.nvme {
+                // No older NVMe version to tombstone.
+                None => r,
+                Some(_) => {
+                    self.after_memory_write(bucket.to_string(), key.to_string(), r)
+                        .get()
+                        .await
+                }
+            };
+            out.push(r);
+        }
+        Some(out)
+    }
+
     /// Appends to NVMe and syncs, then publishes in DRAM: the `disk` durability path.
     /// `cond` has its ETag conditions decided already; a conditional write marked the key
     /// in flight before deciding them, so no other conditional write decides meanwhile.

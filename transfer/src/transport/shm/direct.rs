@@ -110,45 +110,90 @@ impl DirectRange {
     /// batch instead of one per block (plus two liveness checks each). If that fails, each
     /// item is copied again alone, so that the failure is its item's only.
     pub fn scatter_each(items: &[(&[DirectRange], &[u8])]) -> Vec<Result<(), TransferError>> {
-        let alone = |items: &[(&[DirectRange], &[u8])]| {
-            items
-                .iter()
-                .map(|(parts, src)| Self::scatter(parts, src))
-                .collect::<Vec<_>>()
+        // `src` is only read: the pointer is cast for the shared piece type.
+        let local: Vec<(&[DirectRange], *mut u8, usize)> = items
+            .iter()
+            .map(|(parts, src)| (*parts, src.as_ptr().cast_mut(), src.len()))
+            .collect();
+        // SAFETY: every local range is an item's `src`, a Rust slice of this process valid
+        // for the call; a write only reads it.
+        if unsafe { Self::copy_together(&local, true) } {
+            return items.iter().map(|_| Ok(())).collect();
+        }
+        items
+            .iter()
+            .map(|(parts, src)| Self::scatter(parts, src))
+            .collect()
+    }
+
+    /// Gathers each `(parts, dst)` item as [`DirectRange::gather`] does, one result per item,
+    /// batched as [`DirectRange::scatter_each`] is: a put of many small blocks reads them all
+    /// out of the client's memory in one system call.
+    pub fn gather_each(
+        items: &mut [(&[DirectRange], &mut [u8])],
+    ) -> Vec<Result<(), TransferError>> {
+        let sized = items
+            .iter()
+            .all(|(parts, dst)| parts.iter().map(|p| p.len).sum::<u64>() == dst.len() as u64);
+        if sized {
+            let local: Vec<(&[DirectRange], *mut u8, usize)> = items
+                .iter_mut()
+                .map(|(parts, dst)| (*parts, dst.as_mut_ptr(), dst.len()))
+                .collect();
+            // SAFETY: every local range is an item's `dst`, a distinct exclusively borrowed
+            // slice of this process (so the ranges do not overlap), valid for the call.
+            if unsafe { Self::copy_together(&local, false) } {
+                return items.iter().map(|_| Ok(())).collect();
+            }
+        }
+        items
+            .iter_mut()
+            .map(|(parts, dst)| Self::gather(parts, dst))
+            .collect()
+    }
+
+    /// Copies every item `(parts, local address, length)` in one call of their common peer
+    /// mapping (into the parts when `write`, out of them otherwise); `false` when the items
+    /// do not share one mapping, are fewer than two, one is larger than its parts, or the
+    /// copy failed (the caller then copies each alone, which names the failing one).
+    ///
+    /// # Safety
+    ///
+    /// As [`PeerMapping::copy_pieces`]: each local range valid for its length (reads when
+    /// `write`, writes otherwise), not aliased when not `write`, and the local ranges not
+    /// overlapping when not `write`.
+    unsafe fn copy_together(items: &[(&[DirectRange], *mut u8, usize)], write: bool) -> bool {
+        let Some(first) = items.iter().find_map(|(parts, _, _)| parts.first()) else {
+            return false;
         };
-        let Some(first) = items.iter().find_map(|(parts, _)| parts.first()) else {
-            return alone(items);
-        };
-        let one_mapping = items.iter().all(|(parts, _)| {
+        let one_mapping = items.iter().all(|(parts, _, _)| {
             parts
                 .iter()
                 .all(|p| Arc::ptr_eq(&p.mapping, &first.mapping))
         });
         if items.len() < 2 || !one_mapping {
-            return alone(items);
+            return false;
         }
         let mut pieces = Vec::new();
-        for (parts, src) in items {
+        for &(parts, local, len) in items {
             let mut at = 0usize;
-            let planned = Self::runs(parts, src.len(), |_, ranges, _| {
+            let planned = Self::runs(parts, len, |_, ranges, _| {
                 for &(offset, len) in ranges {
-                    // `src` is only read: the pointer is cast for the shared piece type.
-                    pieces.push((offset, src[at..].as_ptr().cast_mut(), len));
+                    pieces.push((offset, local.wrapping_add(at), len));
                     at += len;
                 }
                 Ok(())
             });
             if planned.is_err() {
-                // An item too large for its parts: each alone, which names it.
-                return alone(items);
+                return false;
             }
         }
-        // SAFETY: every piece's local address is inside its item's `src`, a Rust slice of
-        // this process valid for the call; a write only reads it.
-        match unsafe { first.mapping.copy_pieces(&pieces, true) } {
-            Some(Ok(())) => items.iter().map(|_| Ok(())).collect(),
-            _ => alone(items),
-        }
+        // SAFETY: every piece lies inside its item's local range (the runs cover at most
+        // `len` bytes of it), so the caller's contract covers it.
+        matches!(
+            unsafe { first.mapping.copy_pieces(&pieces, write) },
+            Some(Ok(()))
+        )
     }
 
     /// Gathers `parts`, in order, into `dst` (exactly their total length).
