@@ -454,14 +454,7 @@ fn a_write_is_never_acknowledged_with_fewer_copies_than_its_bucket_has_replicas(
         .metric_sum("yutu_cluster_caught_up")
         == 1.0));
     proxy.cut();
-    let auth = format!("Bearer {}", TestCluster::admin_token());
-    let r = c.node(0).client().send(
-        "PUT",
-        "/early",
-        &[("authorization", &auth), ("x-yutu-replicas", "2")],
-        Some(b""),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
+    replicated_bucket(&c, "early");
     // Keys node2 coordinates: node0 forwards their writes to it.
     let members = c.membership(0).expect("membership").members;
     let paths: Vec<String> = (0..400)
