@@ -109,6 +109,29 @@ def test_registered_host_memory_moves_in_place(mc, pool):
     assert mc._store.buffer_path(p) is None
 
 
+def test_a_long_batch_is_read_out_of_engine_memory_in_runs(mc, pool):
+    """A put-from longer than one run (the node reserves room for up to 256 blocks and reads
+    them out of the engine's memory in one copy), with every key three times, within a run
+    and across runs: each key holds its last block, byte for byte."""
+    p = pool.ctypes.data
+    rng = np.random.default_rng(11)
+    n, distinct, stride = 600, 200, 4096
+    pool[: n * stride] = rng.integers(0, 256, n * stride, dtype=np.uint8)
+    sizes = [1000 + (i % 7) * 300 for i in range(n)]
+    keys = [f"runs{i % distinct}" for i in range(n)]
+    assert mc.batch_upsert_from(keys, [p + i * stride for i in range(n)], sizes) == [0] * n
+    last = {k: i for i, k in enumerate(keys)}
+    names = sorted(last)
+    out = 8 << 20
+    got = mc.batch_get_into(names, [p + out + j * stride for j in range(len(names))],
+                            [stride] * len(names))
+    assert got == [sizes[last[k]] for k in names]
+    for j, k in enumerate(names):
+        i = last[k]
+        assert bytes(pool[out + j * stride: out + j * stride + sizes[i]]) == \
+            bytes(pool[i * stride: i * stride + sizes[i]]), k
+
+
 def test_small_calls_go_in_frames_and_answer_as_over_http(mc, node, bucket, monkeypatch):
     """With a token, the control calls go in binary frames to the owning shard
     (``control_path``); with ``YUTU_FRAMES=0`` over HTTP. Both answer the same."""
