@@ -206,14 +206,7 @@ impl SpanStaging {
         keys: &[String],
         dests: &[&[Span]],
     ) -> Result<Vec<Option<u64>>> {
-        check_lens(keys, dests.len())?;
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        match self.in_place.get_into_own(kv, bucket, keys, dests) {
-            Some(done) => done,
-            None => self.get_into_parts(kv, bucket, keys, dests),
-        }
+        self.get_into_spans(kv, bucket, keys, dests, true)
     }
 
     /// As [`SpanStaging::put_from_parts`], for memory this process owns and holds for the
@@ -226,14 +219,7 @@ impl SpanStaging {
         srcs: &[&[Span]],
         options: &PutOptions,
     ) -> Result<()> {
-        check_lens(keys, srcs.len())?;
-        if keys.is_empty() {
-            return Ok(());
-        }
-        match self.in_place.put_from_own(kv, bucket, keys, srcs, options) {
-            Some(done) => done,
-            None => self.put_from_parts(kv, bucket, keys, srcs, options),
-        }
+        self.put_from_spans(kv, bucket, keys, srcs, options, true)
     }
 
     /// Fetches `keys[i]` into the spans `dests[i]`, in order (scatter: the block's first bytes
@@ -248,11 +234,28 @@ impl SpanStaging {
         keys: &[String],
         dests: &[&[Span]],
     ) -> Result<Vec<Option<u64>>> {
+        self.get_into_spans(kv, bucket, keys, dests, false)
+    }
+
+    /// [`SpanStaging::get_into_parts`], trying the client's own memory first when `own`.
+    fn get_into_spans(
+        &self,
+        kv: &KvClient,
+        bucket: &str,
+        keys: &[String],
+        dests: &[&[Span]],
+        own: bool,
+    ) -> Result<Vec<Option<u64>>> {
         check_lens(keys, dests.len())?;
-        check_host(dests)?;
         if keys.is_empty() {
             return Ok(Vec::new());
         }
+        if own {
+            if let Some(done) = self.in_place.get_into_own(kv, bucket, keys, dests) {
+                return done;
+            }
+        }
+        check_host(dests)?;
         if let Some(done) = self.in_place.get_into(kv, bucket, keys, dests) {
             return done;
         }
@@ -326,11 +329,29 @@ impl SpanStaging {
         srcs: &[&[Span]],
         options: &PutOptions,
     ) -> Result<()> {
+        self.put_from_spans(kv, bucket, keys, srcs, options, false)
+    }
+
+    /// [`SpanStaging::put_from_parts`], trying the client's own memory first when `own`.
+    fn put_from_spans(
+        &self,
+        kv: &KvClient,
+        bucket: &str,
+        keys: &[String],
+        srcs: &[&[Span]],
+        options: &PutOptions,
+        own: bool,
+    ) -> Result<()> {
         check_lens(keys, srcs.len())?;
-        check_host(srcs)?;
         if keys.is_empty() {
             return Ok(());
         }
+        if own {
+            if let Some(done) = self.in_place.put_from_own(kv, bucket, keys, srcs, options) {
+                return done;
+            }
+        }
+        check_host(srcs)?;
         if let Some(done) = self.in_place.put_from(kv, bucket, keys, srcs, options) {
             return done;
         }
