@@ -70,6 +70,7 @@
 
 mod address;
 mod batch;
+pub mod cold_copy;
 mod descriptor;
 pub mod device;
 mod engine;

@@ -7,6 +7,11 @@
 //!   on the same host (the owning shards copy into the client's mapped buffer); GB/s with the
 //!   HTTP call counted. Reference: one thread `memcpy`ing the same number of 2 MiB blocks
 //!   between mappings.
+//! - `put_from_2MiB_shm`: `batch_put_from` of the same batches of 2 MiB keys (overwriting
+//!   them) out of the registered buffer; the owning shards copy out of the client's mapped
+//!   buffer into their arenas. Reference: one thread `memcpy`ing the same number of 2 MiB
+//!   blocks from one batch-sized mapping into blocks rotating over a `--big-keys` mapping, so
+//!   neither side's destination is in the cache.
 //! - `get_2MiB_tcp`: the raw form (`get`: leases and read-only descriptors, one-sided reads by
 //!   the client's engine, `release`) over tcp. There is no shm case of the raw form: the node
 //!   never maps its arena into a client (every tenant's blocks are in it). Reference: one raw loopback TCP stream
@@ -240,6 +245,66 @@ fn run_blocking(args: &KvArgs) -> anyhow::Result<Report> {
                     base,
                     errors,
                     target,
+                ));
+            }
+
+            {
+                eprintln!("put_from_2MiB_shm: batch_put_from against memcpy_into_2MiB...");
+                let batches = args.big_keys / args.big_batch;
+                let batch_keys = |step: usize| -> Vec<String> {
+                    let first = (step % batches) * args.big_batch;
+                    big_keys[first..first + args.big_batch].to_vec()
+                };
+                // Sources in the buffer's second half, a pattern of its own in each slot; every
+                // batch stores the same sources under its keys. Checked once, read back into
+                // the first half.
+                let sources: Vec<u64> = (0..args.big_batch)
+                    .map(|i| lib.half + (i * BIG) as u64)
+                    .collect();
+                let lens = vec![BIG as u64; args.big_batch];
+                for (i, &at) in sources.iter().enumerate() {
+                    lib.buf.write_at(at, &pattern(BIG, 1000 + i as u64))?;
+                }
+                lib.kv
+                    .batch_put_from(BUCKET, &batch_keys(0), &lib.buf, &sources, &lens)?;
+                let offsets: Vec<u64> = (0..args.big_batch).map(|i| (i * BIG) as u64).collect();
+                lib.get_into(&batch_keys(0), &offsets)?;
+                let mut back = vec![0u8; BIG];
+                for (i, &at) in offsets.iter().enumerate() {
+                    lib.buf.read_at(at, &mut back)?;
+                    ensure!(
+                        back == pattern(BIG, 1000 + i as u64),
+                        "put-from block {i} came back wrong"
+                    );
+                }
+                let memcpy = Memcpy::new(args.big_keys, args.big_batch)?;
+                let (yutu, base) = interleave(
+                    args,
+                    batches,
+                    |step| {
+                        lib.kv.batch_put_from(
+                            BUCKET,
+                            &batch_keys(step),
+                            &lib.buf,
+                            &sources,
+                            &lens,
+                        )?;
+                        Ok(())
+                    },
+                    |step| {
+                        memcpy.fill_batch(step);
+                        Ok(())
+                    },
+                )?;
+                server.check_running()?;
+                results.push(big_result(
+                    args,
+                    "put_from_2MiB_shm",
+                    "memcpy_into_2MiB",
+                    yutu,
+                    base,
+                    0,
+                    Some(0.9),
                 ));
             }
         }

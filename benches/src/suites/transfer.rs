@@ -346,6 +346,22 @@ impl Memcpy {
             }
         }
     }
+
+    /// The other direction, a put's shape: the batch's blocks copied from one buffer into the
+    /// blocks of this step, which rotate over all of them (so the destination is not cached).
+    pub(crate) fn fill_batch(&self, step: usize) {
+        let first = (step % (self.blocks / self.batch)) * self.batch;
+        for i in 0..self.batch {
+            // SAFETY: as in `copy_batch`, with the roles of the mappings swapped.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.dst.as_ptr().add(i * BLOCK),
+                    self.src.as_ptr().add((first + i) * BLOCK),
+                    BLOCK,
+                );
+            }
+        }
+    }
 }
 
 /// The tcp reference: a sender thread streaming blocks from a mapping over one loopback

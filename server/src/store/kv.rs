@@ -656,10 +656,11 @@ impl ShardStore {
             return Err(StoreError::InvalidRange { size: p.extent.len });
         }
         let (offset, len) = (p.extent.offset + at, data.len() as u64);
-        self.arena
+        let dst = self
+            .arena
             .slice_mut(offset, len)
-            .ok_or(StoreError::InvalidRange { size: len })?
-            .copy_from_slice(data);
+            .ok_or(StoreError::InvalidRange { size: len })?;
+        yutu_transfer::cold_copy::copy_cold_slice(dst, data);
         Ok(())
     }
 }

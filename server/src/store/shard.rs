@@ -467,7 +467,8 @@ impl ShardStore {
             });
         }
         let extent = self.reserve_replacing(bucket, key, size, charge)?;
-        self.arena.bytes_mut(&extent).copy_from_slice(data);
+        // Streaming stores: the object waits in the arena for a later read (`cold_copy`).
+        yutu_transfer::cold_copy::copy_cold_slice(self.arena.bytes_mut(&extent), data);
         Ok(self.publish(bucket, key, extent, meta, charge))
     }
 

@@ -258,14 +258,16 @@ impl PeerMapping {
                 // SAFETY: the range lies in our live mapping (checked above); the caller
                 // vouches for `local`. Peers may write the same pages concurrently, which
                 // makes the bytes unspecified, never the copy unsound at the machine level.
+                // Reading out of a peer is how a put fills the node's arena, where the block
+                // waits for a later get: those stores stream past the cache (`cold_copy`).
+                // Writing into a peer fills an engine's buffer it is about to use.
                 unsafe {
                     let remote = ptr.as_ptr().add(offset as usize);
-                    let (src, dst) = if write {
-                        (local, remote)
+                    if write {
+                        std::ptr::copy_nonoverlapping(local.cast_const(), remote, len)
                     } else {
-                        (remote, local)
-                    };
-                    std::ptr::copy_nonoverlapping(src.cast_const(), dst, len)
+                        crate::cold_copy::copy_cold(remote.cast_const(), local, len)
+                    }
                 };
                 Ok(())
             }
