@@ -215,3 +215,84 @@ fn a_peer_process_memory_is_reached_without_a_mapping() {
     let done = yutu_transfer::DirectRange::gather_each(&mut [(&a, &mut p), (&b, &mut q)]);
     assert!(done.iter().all(Result::is_err), "{done:?}");
 }
+
+/// Large reads out of a peer's process memory (a put's blocks) go through the copying
+/// thread's bounce buffer, half a MiB at a time: parts larger than the buffer, parts
+/// split between two fills, reads at odd offsets, all land exactly. A hole in the peer's
+/// memory part way through fails only the block over it, with the address named; the bytes
+/// before it and the other blocks are still copied.
+#[test]
+fn large_reads_out_of_peer_process_memory_land_exactly_and_a_hole_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, server) = pair(dir.path(), true);
+    let len = 4 << 20;
+    // SAFETY: a fresh anonymous mapping of our own; the hole is unmapped below while only the
+    // region refers to it (copies through it then fail, they do not fault).
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    // SAFETY: the mapping above stays mapped (but for the hole) until the munmap at the end.
+    let region = unsafe { MemoryRegion::process_memory(base.cast(), len) }.unwrap();
+    let cli = client.register(region).unwrap();
+    let bytes = pattern(31, len);
+    cli.region().write_at(0, &bytes).unwrap();
+    let desc = cli.descriptor(0, len as u64).unwrap();
+    let range = server.map_direct(&[desc]).unwrap().remove(0).unwrap();
+    let at = |o: usize, n: usize| range.sub(o as u64, n as u64).unwrap();
+
+    // One block over four parts (a 28-byte header as LMCache writes one, 20 KiB, 700 KiB +
+    // 77 bytes: more than a fill, 300 KiB) and one 2 MiB block in one part: six fills, some
+    // parts split between two.
+    let parts = [
+        (5, 28),
+        (100, 20 << 10),
+        (1_000_003, (700 << 10) + 77),
+        (2_500_000, 300 << 10),
+    ];
+    let a: Vec<_> = parts.iter().map(|&(o, n)| at(o, n)).collect();
+    let b = [at(1 << 20, 2 << 20)];
+    let alen: usize = parts.iter().map(|p| p.1).sum();
+    let (mut p, mut q) = (vec![0u8; alen], vec![0u8; 2 << 20]);
+    let done = yutu_transfer::DirectRange::gather_each(&mut [(&a, &mut p), (&b, &mut q)]);
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    let want: Vec<u8> = parts
+        .iter()
+        .flat_map(|&(o, n)| bytes[o..o + n].iter().copied())
+        .collect();
+    assert!(p == want, "the three-part block came back wrong");
+    assert!(
+        q[..] == bytes[1 << 20..3 << 20],
+        "the 2 MiB block came back wrong"
+    );
+    let mut one = vec![0u8; 600 << 10];
+    range.read_at(333, &mut one).unwrap();
+    assert!(one[..] == bytes[333..333 + (600 << 10)]);
+
+    // A 64 KiB hole at 3 MiB: a block over it fails and names an address; a block before it
+    // is filled in the same call.
+    // SAFETY: page-aligned range inside our own mapping, no Rust reference into it.
+    assert_eq!(
+        unsafe { libc::munmap(base.cast::<u8>().add(3 << 20).cast(), 64 << 10) },
+        0
+    );
+    let over = [at((3 << 20) - (100 << 10), 400 << 10)];
+    let before = [at(0, 1 << 20)];
+    let (mut o, mut f) = (vec![0u8; 400 << 10], vec![0u8; 1 << 20]);
+    let done = yutu_transfer::DirectRange::gather_each(&mut [(&over, &mut o), (&before, &mut f)]);
+    assert!(done[0].is_err() && done[1].is_ok(), "{done:?}");
+    assert!(f[..] == bytes[..1 << 20]);
+    let err = range
+        .read_at((3 << 20) - 4096, &mut vec![0u8; 128 << 10])
+        .unwrap_err();
+    assert!(matches!(err, TransferError::Io { .. }), "{err}");
+    // SAFETY: our own mapping from above (munmap of the hole again is harmless).
+    assert_eq!(unsafe { libc::munmap(base, len) }, 0);
+}
