@@ -29,6 +29,11 @@ pub struct Flags {
     /// DRAM capacity of the whole node, split evenly across shards (e.g. 1GiB).
     #[arg(long)]
     pub memory: Option<ByteSize>,
+    /// Fault all of --memory in at start (in the background), so that puts never wait for
+    /// the kernel to allocate the arena's pages: for nodes that give their memory to the
+    /// cache anyway.
+    #[arg(long)]
+    pub prefault: bool,
     /// Number of shards (one pinned thread each). Defaults to the number of CPUs.
     #[arg(long)]
     pub shards: Option<usize>,
@@ -255,6 +260,7 @@ pub struct FileConfig {
     pub listen: Option<SocketAddr>,
     pub data_dir: Option<PathBuf>,
     pub memory: Option<ByteSize>,
+    pub prefault: Option<bool>,
     pub shards: Option<usize>,
     pub max_object_size: Option<ByteSize>,
     pub no_auth: Option<bool>,
@@ -303,6 +309,8 @@ pub struct Settings {
     /// How long a delete is remembered as a tombstone (`--tombstone-ttl-secs`).
     pub tombstone_ttl: std::time::Duration,
     pub memory: u64,
+    /// Fault the DRAM arena in at start (`--prefault`).
+    pub prefault: bool,
     pub shards: usize,
     pub max_object_size: u64,
     pub no_auth: bool,
@@ -592,6 +600,7 @@ impl Settings {
                     .clamp(1, 30 * 86_400),
             ),
             memory,
+            prefault: flags.prefault || file.prefault.unwrap_or(false),
             shards,
             max_object_size,
             no_auth,

@@ -89,3 +89,44 @@ fn writing_3x_capacity_evicts_and_stays_bounded() {
         CAPACITY >> 20
     );
 }
+
+/// `--prefault`: the node holds all of its DRAM soon after start without a single write,
+/// serves meanwhile, and stays within the same bound; a node without it holds little. A
+/// `--memory` larger than the machine has available is refused at start with a clear error,
+/// not left to the OOM killer.
+#[test]
+fn a_prefaulting_node_holds_its_memory_from_the_start() {
+    let args = ["--memory", "64MiB", "--shards", "2", "--nvme-capacity", "0"];
+    let lazy = Server::start(&args);
+    let server = Server::start(&[&args[..], &["--prefault"]].concat());
+    let c = server.client();
+    c.mb("prefault");
+    let r = c.put("/prefault/k", &pattern(1 << 20, 7));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let full = yutu_tests::server::wait_until(std::time::Duration::from_secs(30), || {
+        server.rss_bytes() >= CAPACITY
+    });
+    assert!(full, "RSS {} after prefaulting", server.rss_bytes());
+    assert!(server.rss_bytes() <= CAPACITY + OVERHEAD);
+    assert!(c.get("/prefault/k").body == pattern(1 << 20, 7));
+    assert!(
+        server.log().contains("DRAM arena prefaulted"),
+        "{}",
+        server.log()
+    );
+    assert!(lazy.rss_bytes() < CAPACITY / 2, "RSS {}", lazy.rss_bytes());
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = std::process::Command::new(yutu_tests::server::bin_path("yutu-server"))
+        .args(["--no-auth", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .args(["--memory", "64TiB", "--nvme-capacity", "0", "--prefault"])
+        .output()
+        .expect("run yutu-server");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started: {err}");
+    assert!(
+        err.contains("--prefault") && err.contains("available"),
+        "{err}"
+    );
+}

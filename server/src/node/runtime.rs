@@ -305,8 +305,13 @@ async fn run_shard(
     // One allocator node per 1 KiB of capacity bounds the object count (and the index
     // memory) while leaving room for small objects; see `Arena::new`.
     let max_objects = (shard_memory / 1024).clamp(4096, 1 << 22) as u32;
-    let arena = Arena::new(&format!("yutu-shard-{id}"), shard_memory, max_objects)
+    let mut arena = Arena::new(&format!("yutu-shard-{id}"), shard_memory, max_objects)
         .map_err(|e| e.to_string())?;
+    if settings.prefault {
+        arena
+            .prefault(format!("yutu-prefault-{id}"))
+            .map_err(|e| format!("cannot start prefaulting the arena: {e}"))?;
+    }
     let nvme = match &settings.nvme {
         Some(path) => Some(Rc::new(
             crate::tier::nvme::open(path, settings.nvme_capacity, id as u32, n as u32).await?,
