@@ -34,7 +34,8 @@ Rows (each measured on every system, in alternating order, median of --reps repe
   Mooncake's concurrent stress test: 8 threads put (bytes) then get 1 MiB values (ops/s)
 Each client owns one numpy array registered with register_buffer. Every case checks the
 bytes once, outside the timing. Before the first put row, each client writes --memory/2 of
-2 MiB blocks and then removes them, untimed (not with --quick): no store prefaults its memory,
+2 MiB blocks and then removes them, untimed (not with --quick or --no-warm): neither store
+prefaults its memory by default (`--yutu-arg=--prefault` makes Yutu's node do it at start),
 so without this the put rows mostly measure first-touch page faults. Keys are distinct per
 system and per run. The table has one column per Mooncake mode; its ratio is against
 Mooncake's better mode in that row (marked *): yutu/mooncake for throughputs and
@@ -782,7 +783,7 @@ def start_yutu(sysm: System, args, tmp: Path, run_id: str) -> None:
     data_dir = tmp / "yutu-data"
     server = Proc("yutu-server", [
         str(server_bin), "--listen", "127.0.0.1:0", "--data-dir", str(data_dir),
-        "--memory", args.memory, "--nvme-capacity", args.yutu_nvme_capacity,
+        "--memory", args.memory, "--nvme-capacity", args.yutu_nvme_capacity, *args.yutu_arg,
     ], tmp, env=dict(os.environ, NO_COLOR="1"))
     sysm.procs.append(server)
     deadline = time.monotonic() + 30
@@ -796,6 +797,15 @@ def start_yutu(sysm: System, args, tmp: Path, run_id: str) -> None:
         if m:
             addr = m.group(1)
         else:
+            time.sleep(0.1)
+    if "--prefault" in args.yutu_arg:
+        # Until every shard has faulted its arena in, that work competes with the cases.
+        given = [a.split("=", 1)[1] for a in args.yutu_arg if a.startswith("--shards=")]
+        shards = int(given[0]) if given else (os.cpu_count() or 1)
+        deadline = time.monotonic() + 120
+        while server.log.read_text(errors="replace").count("DRAM arena prefaulted") < shards:
+            if not server.alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"yutu-server did not finish prefaulting; log:\n{tail(server.log)}")
             time.sleep(0.1)
     token_file = data_dir / "auth" / "admin-token"
     while not token_file.is_file():
@@ -1168,12 +1178,17 @@ def main() -> int:
                          "in-process client's), Yutu's --memory (default 2GiB)")
     ap.add_argument("--reps", type=int, help="repetitions per case (default 5, --quick 1)")
     ap.add_argument("--keep-tmp", action="store_true", help="keep the scratch directory (logs) after the run")
+    ap.add_argument("--no-warm", action="store_true",
+                    help="skip writing --memory/2 before the first put row (the put rows then "
+                         "include first-touch page faults, as on a fresh store)")
+    ap.add_argument("--yutu-arg", action="append", default=[], metavar="ARG",
+                    help="an extra yutu-server argument (repeatable), e.g. --yutu-arg=--prefault")
     args = ap.parse_args()
     args.memory_bytes = parse_size(args.memory)
     pl = plan(args.quick)
     if args.reps:
         pl["reps"] = args.reps
-    pl["warm_bytes"] = 0 if args.quick else args.memory_bytes // 2
+    pl["warm_bytes"] = 0 if args.quick or args.no_warm else args.memory_bytes // 2
     timeout = 120.0 if args.quick else 600.0
 
     wanted = [s for s in SYSTEMS if s in args.only] if args.only else list(SYSTEMS)
