@@ -332,10 +332,10 @@ impl CrossMemory {
     /// Reads the pieces out of the peer through a small buffer of this thread's: the kernel
     /// copies into the buffer, which stays in the cache, and streaming stores copy it on to
     /// each piece's place (`cold_copy`). A put's pieces are bound for the node's arena, where
-    /// the kernel's own copy reads every destination line into the cache before writing it;
-    /// the two copies together measured 8.3–9.3 GB/s against 6.8–7.3 for the one
-    /// (`process_vm_readv` of 2 MiB blocks into a memfd not in the cache, on the development
-    /// VM). Each call fills the buffer from as many pieces (or parts of one) as fit.
+    /// the kernel's own copy reads every destination line into the cache before writing it.
+    /// The two copies together beat the one: Python `batch_put_from` of 2 MiB blocks from
+    /// numpy went from 8.2 to 9.4–9.8 GB/s on the development VM (`docs/kv-api.md`). Each
+    /// call fills the buffer from as many pieces (or parts of one) as fit.
     ///
     /// # Safety
     ///
