@@ -103,10 +103,15 @@ fn a_prefaulting_node_holds_its_memory_from_the_start() {
     c.mb("prefault");
     let r = c.put("/prefault/k", &pattern(1 << 20, 7));
     assert_eq!(r.status, 200, "{}", r.text());
+    // The arena is a memfd: its resident pages are the process's shared-memory RSS.
     let full = yutu_tests::server::wait_until(std::time::Duration::from_secs(30), || {
-        server.rss_bytes() >= CAPACITY
+        rss_shmem(server.pid()) >= CAPACITY
     });
-    assert!(full, "RSS {} after prefaulting", server.rss_bytes());
+    assert!(
+        full,
+        "RssShmem {} after prefaulting",
+        rss_shmem(server.pid())
+    );
     assert!(server.rss_bytes() <= CAPACITY + OVERHEAD);
     assert!(c.get("/prefault/k").body == pattern(1 << 20, 7));
     assert!(
@@ -114,7 +119,11 @@ fn a_prefaulting_node_holds_its_memory_from_the_start() {
         "{}",
         server.log()
     );
-    assert!(lazy.rss_bytes() < CAPACITY / 2, "RSS {}", lazy.rss_bytes());
+    let untouched = rss_shmem(lazy.pid());
+    assert!(
+        untouched < CAPACITY / 4,
+        "RssShmem {untouched} without --prefault"
+    );
 
     let dir = tempfile::tempdir().expect("temp dir");
     let out = std::process::Command::new(yutu_tests::server::bin_path("yutu-server"))
@@ -129,4 +138,17 @@ fn a_prefaulting_node_holds_its_memory_from_the_start() {
         err.contains("--prefault") && err.contains("available"),
         "{err}"
     );
+}
+
+/// The shared-memory part of process `pid`'s resident set (`RssShmem`), in bytes.
+fn rss_shmem(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("RssShmem:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        * 1024
 }
