@@ -218,14 +218,15 @@ fn a_peer_process_memory_is_reached_without_a_mapping() {
 
 /// Large reads out of a peer's process memory (a put's blocks) go through the copying
 /// thread's bounce buffer, half a MiB at a time: parts larger than the buffer, parts
-/// split between two fills, reads at odd offsets, all land exactly. A hole in the peer's
+/// split between two fills, more parts than one system call takes, reads at odd offsets,
+/// all land exactly. A hole in the peer's
 /// memory part way through fails only the block over it, with the address named; the bytes
 /// before it and the other blocks are still copied.
 #[test]
 fn large_reads_out_of_peer_process_memory_land_exactly_and_a_hole_fails_alone() {
     let dir = tempfile::tempdir().unwrap();
     let (client, server) = pair(dir.path(), true);
-    let len = 4 << 20;
+    let len = 24 << 20;
     // SAFETY: a fresh anonymous mapping of our own; the hole is unmapped below while only the
     // region refers to it (copies through it then fail, they do not fault).
     let base = unsafe {
@@ -275,6 +276,20 @@ fn large_reads_out_of_peer_process_memory_land_exactly_and_a_hole_fails_alone() 
     let mut one = vec![0u8; 600 << 10];
     range.read_at(333, &mut one).unwrap();
     assert!(one[..] == bytes[333..333 + (600 << 10)]);
+
+    // More parts than one call takes (1,100 headers of 28 bytes, then 18 MiB): the fills
+    // stop at the kernel's iovec limit too.
+    let mut parts: Vec<(usize, usize)> = (0..1100).map(|i| (4 << 20 | i * 64, 28)).collect();
+    parts.push((5 << 20, 18 << 20));
+    let many: Vec<_> = parts.iter().map(|&(o, n)| at(o, n)).collect();
+    let mut got = vec![0u8; parts.iter().map(|p| p.1).sum()];
+    let done = yutu_transfer::DirectRange::gather_each(&mut [(&many, &mut got)]);
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    let want: Vec<u8> = parts
+        .iter()
+        .flat_map(|&(o, n)| bytes[o..o + n].iter().copied())
+        .collect();
+    assert!(got == want, "the block of 1,101 parts came back wrong");
 
     // A 64 KiB hole at 3 MiB: a block over it fails and names an address; a block before it
     // is filled in the same call.

@@ -44,6 +44,9 @@ use crate::cold_copy::{self, STREAM_MIN};
 /// One piece of a copy: an address of this process, an address of the peer, a length.
 pub(crate) type Piece = (*mut u8, u64, usize);
 
+/// The most iovecs one `process_vm_*` call takes (the kernel's `UIO_MAXIOV`).
+const IOV_MAX: usize = 1024;
+
 /// The peer's pid and a pidfd on it, for copies with `process_vm_*`.
 pub(crate) struct CrossMemory {
     pid: libc::pid_t,
@@ -124,7 +127,6 @@ impl CrossMemory {
         pieces: &[Piece],
         write: bool,
     ) -> Option<io::Result<()>> {
-        const IOV_MAX: usize = 1024;
         if self.refused.load(Ordering::Relaxed) {
             return None;
         }
@@ -335,7 +337,7 @@ impl CrossMemory {
     /// the kernel's own copy reads every destination line into the cache before writing it.
     /// The two copies together beat the one: Python `batch_put_from` of 2 MiB blocks from
     /// numpy went from 8.2 to 9.4–9.8 GB/s on the development VM (`docs/kv-api.md`). Each
-    /// call fills the buffer from as many pieces (or parts of one) as fit.
+    /// call fills the buffer from as many pieces (or parts of one) as fit, up to `IOV_MAX`.
     ///
     /// # Safety
     ///
@@ -356,7 +358,7 @@ impl CrossMemory {
             for (i, &(local, addr, len)) in pieces.iter().enumerate() {
                 let mut done = 0usize;
                 while done < len {
-                    if used == BOUNCE {
+                    if used == BOUNCE || remotes.len() == IOV_MAX {
                         // SAFETY: as this function's contract; `lands` lie in the pieces.
                         match unsafe { self.bounce_once(base, used, &remotes, &lands, first_call) }
                         {
