@@ -279,7 +279,7 @@ fn large_reads_out_of_peer_process_memory_land_exactly_and_a_hole_fails_alone() 
 
     // More parts than one call takes (1,100 headers of 28 bytes, then 18 MiB): the fills
     // stop at the kernel's iovec limit too.
-    let mut parts: Vec<(usize, usize)> = (0..1100).map(|i| (4 << 20 | i * 64, 28)).collect();
+    let mut parts: Vec<(usize, usize)> = (0..1100).map(|i| ((4 << 20) + i * 64, 28)).collect();
     parts.push((5 << 20, 18 << 20));
     let many: Vec<_> = parts.iter().map(|&(o, n)| at(o, n)).collect();
     let mut got = vec![0u8; parts.iter().map(|p| p.1).sum()];
