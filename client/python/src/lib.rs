@@ -23,6 +23,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<slab::Slab>()?;
     m.add_class::<hashing::BlockHasher>()?;
     m.add_function(wrap_pyfunction!(args::plain_spans, m)?)?;
+    m.add_function(wrap_pyfunction!(args::plain_flat, m)?)?;
     m.add("MAX_BATCH", yutu_client::kv::MAX_BATCH)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -121,6 +121,8 @@ def test_registered_buffers_and_return_codes(mc):
     got = mc.batch_get_into(["one", "blk0", "blk1", "blk2"], [p, p + 8192, 0, p + 16384],
                             [10, 4096, 4096, 0])
     assert got == [INVALID, 4096, INVALID, INVALID]
+    # The same with lists of plain ints (sent as they are, then key by key when refused).
+    assert mc.batch_get_into(["one", "blk0"], [p, p + 8192], [10, 4096]) == [INVALID, 4096]
     assert mc.get_into("one", p, 0) == INVALID
     assert mc.batch_put_from(["z0", "z1"], [p, p], [0, 8]) == [INVALID, 0]
     assert mc.put_from("empty", p, 0) == 0 and mc.is_exist("empty") == 0
