@@ -312,6 +312,36 @@ impl GetIntoRequest {
             _ => None,
         }
     }
+
+    /// The request for the keys at `idx` alone, in that order, each with its targets or
+    /// ranges: what a client sends each shard when it splits a batch by owner. `None` when
+    /// the form is inconsistent or an index is out of range (the node would refuse the
+    /// request whole).
+    pub fn subset(&self, idx: &[usize]) -> Option<GetIntoRequest> {
+        let spans = match self.targets()? {
+            GetIntoTargets::PerKey(t) => t.len(),
+            GetIntoTargets::Buffer { ranges, .. } => ranges.len(),
+        };
+        let groups = part_ranges(self.parts.as_deref(), spans).ok()?;
+        if groups.len() != self.keys.len() {
+            return None;
+        }
+        let picked = idx
+            .iter()
+            .map(|&i| groups.get(i).cloned())
+            .collect::<Option<Vec<_>>>()?;
+        Some(GetIntoRequest {
+            keys: idx.iter().map(|&i| self.keys[i].clone()).collect(),
+            targets: self.targets.as_deref().map(|t| pick_groups(t, &picked)),
+            buffer: self.buffer,
+            ranges: self.ranges.as_deref().map(|r| pick_groups(r, &picked)),
+            session: self.session.clone(),
+            parts: self
+                .parts
+                .as_ref()
+                .map(|_| picked.iter().map(|r| r.len() as u32).collect()),
+        })
+    }
 }
 
 /// put-from: the node reads each block out of the client's registered buffer, stores and
@@ -342,6 +372,39 @@ pub struct PutFromRequest {
     /// [`MAX_SPANS`] entries in all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parts: Option<Vec<u32>>,
+}
+
+impl PutFromRequest {
+    /// The request for the blocks at `idx` alone (block `i` being the `i`th group of
+    /// entries, see [`PutFromRequest::parts`]), in that order: what a client sends each
+    /// shard when it splits a batch by owner. `None` when the parts do not fit the entries
+    /// or an index is out of range.
+    pub fn subset(&self, idx: &[usize]) -> Option<PutFromRequest> {
+        let groups = part_ranges(self.parts.as_deref(), self.blocks.len()).ok()?;
+        let picked = idx
+            .iter()
+            .map(|&i| groups.get(i).cloned())
+            .collect::<Option<Vec<_>>>()?;
+        Some(PutFromRequest {
+            blocks: pick_groups(&self.blocks, &picked),
+            buffer: self.buffer,
+            session: self.session.clone(),
+            if_absent: self.if_absent,
+            pin: self.pin,
+            parts: self
+                .parts
+                .as_ref()
+                .map(|_| picked.iter().map(|r| r.len() as u32).collect()),
+        })
+    }
+}
+
+/// The entries of `v` in the index ranges `groups`, one group after another.
+fn pick_groups<T: Clone>(v: &[T], groups: &[std::ops::Range<usize>]) -> Vec<T> {
+    groups
+        .iter()
+        .flat_map(|r| v[r.clone()].iter().cloned())
+        .collect()
 }
 
 /// Groups `n` entries by `parts` (see [`GetIntoRequest::parts`]): the index range of each
@@ -610,6 +673,63 @@ mod tests {
     {
         let json = serde_json::to_string(value).unwrap();
         assert_eq!(&serde_json::from_str::<T>(&json).unwrap(), value, "{json}");
+    }
+
+    /// A batch split by owner: each part keeps its keys' own spans, in the order asked, with
+    /// the flags of the whole; indices out of range or parts that do not fit give `None`.
+    #[test]
+    fn a_request_split_by_owner_keeps_each_keys_spans() {
+        let keys: Vec<String> = ["a", "b", "c"].iter().map(|k| k.to_string()).collect();
+        let mut get = GetIntoRequest::into_buffer(
+            keys.clone(),
+            desc(0, 1 << 20),
+            vec![(0, 1), (1, 2), (3, 3), (6, 4), (10, 5), (15, 6)],
+            "s".into(),
+        );
+        get.parts = Some(vec![2, 1, 3]);
+        let part = get.subset(&[2, 0]).unwrap();
+        assert_eq!(part.keys, ["c", "a"]);
+        assert_eq!(
+            part.ranges.as_deref(),
+            Some(&[(6, 4), (10, 5), (15, 6), (0, 1), (1, 2)][..])
+        );
+        assert_eq!(part.parts.as_deref(), Some(&[3, 2][..]));
+        assert_eq!(part.buffer, get.buffer);
+        assert!(get.subset(&[3]).is_none());
+        get.parts = Some(vec![2, 1, 2]);
+        assert!(get.subset(&[0]).is_none(), "parts that do not add up");
+        let per_key = GetIntoRequest::per_key(
+            keys.clone(),
+            vec![desc(0, 1), desc(1, 1), desc(2, 1)],
+            "s".into(),
+        );
+        let part = per_key.subset(&[1]).unwrap();
+        assert_eq!(part.targets, Some(vec![desc(1, 1)]));
+        assert_eq!(part.parts, None);
+
+        let block = |key: &str, offset| PutFromBlock {
+            key: key.into(),
+            offset,
+            len: 8,
+        };
+        let put = PutFromRequest {
+            blocks: vec![block("a", 0), block("b", 8), block("b", 16), block("c", 24)],
+            buffer: desc(0, 64),
+            session: "s".into(),
+            if_absent: true,
+            pin: Some(BlockPin {
+                soft_ttl_secs: None,
+            }),
+            parts: Some(vec![1, 2, 1]),
+        };
+        let part = put.subset(&[1, 2]).unwrap();
+        assert_eq!(
+            part.blocks,
+            vec![block("b", 8), block("b", 16), block("c", 24)]
+        );
+        assert_eq!(part.parts, Some(vec![2, 1]));
+        assert!(part.if_absent && part.pin == put.pin);
+        assert!(put.subset(&[0, 3]).is_none());
     }
 
     #[test]

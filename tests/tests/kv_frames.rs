@@ -147,6 +147,53 @@ fn frame_calls_answer_what_the_json_calls_answer() {
     assert!(framed.get_bytes("by-frames", "big").expect("get") == Some(big));
 }
 
+/// A batch whose keys both shards own goes to each shard in a part of its own, every part
+/// sent before any answer is read: no shard hands keys to the other, and every block comes
+/// back in the batch's order. The same batch over HTTP goes through one shard, which hands
+/// the other its keys (what the metric counts).
+#[test]
+fn a_batch_over_two_shards_goes_to_each_shard_directly() {
+    let server = node(&["split"]);
+    let n = 64usize;
+    let block = 4096u64;
+    let keys: Vec<String> = (0..n).map(|i| format!("k{i}")).collect();
+    let lens = vec![block; n];
+    let sources: Vec<u64> = (0..n as u64).map(|i| i * block).collect();
+    let targets: Vec<u64> = sources.iter().map(|o| o + n as u64 * block).collect();
+    let forwarded = || server.metric_sum("yutu_forwarded_total");
+    for (mode, split) in [(FramesMode::Auto, true), (FramesMode::Off, false)] {
+        let kv = client(&server, mode);
+        let buf = kv.register(2 * n as u64 * block).expect("buffer");
+        for (i, &at) in sources.iter().enumerate() {
+            buf.write_at(at, &pattern(block as usize, i as u64))
+                .unwrap();
+        }
+        // The session's first call, which may register the client's engine on one shard.
+        assert!(kv.batch_exists("split", &keys[..1]).is_ok());
+        let before = forwarded();
+        kv.batch_put_from("split", &keys, &buf, &sources, &lens)
+            .expect("put");
+        let got = kv
+            .batch_get_into("split", &keys, &buf, &targets)
+            .expect("get");
+        assert!(got.iter().all(|g| *g == Some(block)), "{mode:?}: {got:?}");
+        for (i, &at) in targets.iter().enumerate() {
+            let mut back = vec![0u8; block as usize];
+            buf.read_at(at, &mut back).unwrap();
+            assert!(
+                back == pattern(block as usize, i as u64),
+                "{mode:?}: block {i}"
+            );
+        }
+        let hops = forwarded() - before;
+        if split {
+            assert_eq!(hops, 0.0, "frames: a shard handed keys to the other");
+        } else {
+            assert!(hops >= 2.0, "HTTP: {hops} hand-overs");
+        }
+    }
+}
+
 /// A read with a size limit answers a larger value's size instead of its bytes (a client then
 /// moves it through registered memory); a client without frames, which cannot ask the size
 /// first, gets the value whole.

@@ -336,9 +336,21 @@ impl NodeClient {
             pin: options.pin,
             parts,
         };
-        let ended: EtagsResponse = self.call_kv(bucket, KvOp::PutFrom, Some(keys), &body)?;
-        expect_len(ended.etags.len(), keys.len(), "put-from")?;
-        Ok(ended.etags)
+        let etags = match self.split_by_shard(bucket, keys) {
+            Some((frames, groups)) => {
+                let parts = self.call_groups(frames, bucket, KvOp::PutFrom, &groups, |idx| {
+                    body.subset(idx)
+                })?;
+                merge_groups(keys.len(), parts, |a: EtagsResponse| a.etags, "put-from")?
+            }
+            None => {
+                let ended: EtagsResponse =
+                    self.call_kv(bucket, KvOp::PutFrom, Some(keys), &body)?;
+                ended.etags
+            }
+        };
+        expect_len(etags.len(), keys.len(), "put-from")?;
+        Ok(etags)
     }
 
     /// The get-into call to this client's node; `rooms[i]` is the room key `i` was given, and
@@ -350,9 +362,21 @@ impl NodeClient {
         body: &GetIntoRequest,
         rooms: impl Fn(usize) -> u64,
     ) -> Result<Vec<Option<u64>>, KvError> {
-        let answer: CopiedResponse = self.call_kv(bucket, KvOp::GetInto, Some(keys), body)?;
-        expect_len(answer.copied.len(), keys.len(), "get-into")?;
-        for (i, c) in answer.copied.iter().enumerate() {
+        let copied = match self.split_by_shard(bucket, keys) {
+            Some((frames, groups)) => {
+                let parts = self.call_groups(frames, bucket, KvOp::GetInto, &groups, |idx| {
+                    body.subset(idx)
+                })?;
+                merge_groups(keys.len(), parts, |a: CopiedResponse| a.copied, "get-into")?
+            }
+            None => {
+                let answer: CopiedResponse =
+                    self.call_kv(bucket, KvOp::GetInto, Some(keys), body)?;
+                answer.copied
+            }
+        };
+        expect_len(copied.len(), keys.len(), "get-into")?;
+        for (i, c) in copied.iter().enumerate() {
             let room = rooms(i);
             if let Some(n) = c.filter(|n| *n > room) {
                 return Err(KvError::InvalidResponse(format!(
@@ -360,7 +384,7 @@ impl NodeClient {
                 )));
             }
         }
-        Ok(answer.copied)
+        Ok(copied)
     }
 
     /// As [`NodeClient::batch_put_from_opts`], with the client moving the bytes: put-start reserves
@@ -505,9 +529,8 @@ impl NodeClient {
         self.per_key(bucket, KvOp::Exists, keys, |a: ExistsResponse| a.exists)
     }
 
-    /// A call of `op` on `keys` whose answer is one flag per key (exists, remove). With
-    /// frames, the keys are split by owning shard and every shard's part is sent before any
-    /// answer is read: the shards work at once and none forwards to another.
+    /// A call of `op` on `keys` whose answer is one flag per key (exists, remove), split by
+    /// owning shard where frames allow ([`NodeClient::split_by_shard`]).
     fn per_key<T: DeserializeOwned>(
         &self,
         bucket: &str,
@@ -515,44 +538,76 @@ impl NodeClient {
         keys: &[String],
         flags: impl Fn(T) -> Vec<bool>,
     ) -> Result<Vec<bool>, KvError> {
-        let groups = match &self.frames {
-            Some(frames) if keys.len() > 1 => {
-                let mut groups: Vec<Vec<usize>> = vec![Vec::new(); frames.shards()];
-                for (i, k) in keys.iter().enumerate() {
-                    groups[yutu_api::placement::shard_for(bucket, k, frames.shards())].push(i);
-                }
-                groups.retain(|g| !g.is_empty());
-                (groups.len() > 1).then_some((frames, groups))
-            }
-            _ => None,
-        };
-        let Some((frames, groups)) = groups else {
-            let flags = flags(self.call_kv(bucket, op, Some(keys), &keys_request(keys))?);
-            expect_len(flags.len(), keys.len(), op.as_str())?;
-            return Ok(flags);
-        };
+        if let Some((frames, groups)) = self.split_by_shard(bucket, keys) {
+            let parts: Vec<(&[usize], T)> =
+                self.call_groups(frames, bucket, op, &groups, |idx| {
+                    Some(keys_request(
+                        &idx.iter().map(|&i| keys[i].clone()).collect::<Vec<_>>(),
+                    ))
+                })?;
+            return merge_groups(keys.len(), parts, flags, op.as_str());
+        }
+        let flags = flags(self.call_kv(bucket, op, Some(keys), &keys_request(keys))?);
+        expect_len(flags.len(), keys.len(), op.as_str())?;
+        Ok(flags)
+    }
+
+    /// With frames, and `keys` owned by more than one of the node's shards: each owning
+    /// shard with the indices of its keys (request order kept within each). Each shard's part
+    /// then goes straight to it, every part sent before any answer is read, so the shards work
+    /// at once and none forwards to another (a 256-key get-into of 4 KiB blocks on two shards
+    /// took about 1.0 ms through one of them and 0.7 ms when one shard held every key).
+    /// `None`: one call does it all.
+    fn split_by_shard(
+        &self,
+        bucket: &str,
+        keys: &[String],
+    ) -> Option<(&frames::Frames, Vec<ShardGroup>)> {
+        let frames = self.frames.as_ref().filter(|_| keys.len() > 1)?;
+        let mut groups: Vec<Vec<usize>> = vec![Vec::new(); frames.shards()];
+        for (i, k) in keys.iter().enumerate() {
+            groups[yutu_api::placement::shard_for(bucket, k, frames.shards())].push(i);
+        }
+        let groups: Vec<ShardGroup> = groups
+            .into_iter()
+            .enumerate()
+            .filter(|(_, g)| !g.is_empty())
+            .collect();
+        (groups.len() > 1).then_some((frames, groups))
+    }
+
+    /// One call of `op` per group of [`NodeClient::split_by_shard`], its body made by
+    /// `request` from the group's indices (`None`: the request cannot be split, an error);
+    /// each group's indices with its answer.
+    fn call_groups<'g, R: Serialize, T: DeserializeOwned>(
+        &self,
+        frames: &frames::Frames,
+        bucket: &str,
+        op: KvOp,
+        groups: &'g [ShardGroup],
+        request: impl Fn(&[usize]) -> Option<R>,
+    ) -> Result<Vec<(&'g [usize], T)>, KvError> {
         check_bucket(bucket)?;
         let calls = groups
             .iter()
-            .map(|idx| {
-                let part: Vec<String> = idx.iter().map(|&i| keys[i].clone()).collect();
-                let shard = yutu_api::placement::shard_for(bucket, &part[0], frames.shards());
-                yutu_api::kv_frame::encode_call(bucket, &keys_request(&part))
-                    .map(|body| (shard, body))
+            .map(|(shard, idx)| {
+                let body = request(idx).ok_or_else(|| {
+                    KvError::InvalidArgument(format!(
+                        "the {op} request's spans do not fit its keys"
+                    ))
+                })?;
+                yutu_api::kv_frame::encode_call(bucket, &body)
+                    .map(|body| (*shard, body))
                     .map_err(|e| KvError::InvalidArgument(e.to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let answers: Vec<T> =
             frames.call_each(yutu_api::kv_frame::FrameOp::Kv(op), &calls, op.is_read())?;
-        let mut out = vec![false; keys.len()];
-        for (idx, answer) in groups.iter().zip(answers) {
-            let part = flags(answer);
-            expect_len(part.len(), idx.len(), op.as_str())?;
-            for (&i, f) in idx.iter().zip(part) {
-                out[i] = f;
-            }
-        }
-        Ok(out)
+        Ok(groups
+            .iter()
+            .map(|(_, idx)| idx.as_slice())
+            .zip(answers)
+            .collect())
     }
 
     /// How many leading keys of the chain `keys` are stored (the usable cached prefix).
@@ -754,4 +809,26 @@ impl NodeClient {
     pub fn shard_lanes(&self) -> usize {
         self.lanes.as_ref().map_or(0, |l| l.found())
     }
+}
+
+/// A shard, and the indices of a request's keys it owns.
+type ShardGroup = (usize, Vec<usize>);
+
+/// The per-key answers of the groups of a split call (each group's indices with its answer,
+/// `each` taking an answer's per-key list) back in the order of the `n` keys.
+fn merge_groups<T, X: Default>(
+    n: usize,
+    parts: Vec<(&[usize], T)>,
+    each: impl Fn(T) -> Vec<X>,
+    what: &str,
+) -> Result<Vec<X>, KvError> {
+    let mut out: Vec<X> = (0..n).map(|_| X::default()).collect();
+    for (idx, answer) in parts {
+        let part = each(answer);
+        expect_len(part.len(), idx.len(), what)?;
+        for (&i, x) in idx.iter().zip(part) {
+            out[i] = x;
+        }
+    }
+    Ok(out)
 }
