@@ -108,21 +108,9 @@ fn a_peer_process_memory_is_reached_without_a_mapping() {
     let dir = tempfile::tempdir().unwrap();
     let (client, server) = pair(dir.path(), true);
     let len = 256 << 10;
-    // SAFETY: a fresh anonymous mapping of our own; unmapped below only after the test is
-    // done with it through the region (and the region is then only used to show the error).
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(base, libc::MAP_FAILED);
-    // SAFETY: the mapping above is ours and stays mapped until the munmap at the end.
-    let region = unsafe { MemoryRegion::process_memory(base.cast(), len) }.unwrap();
+    // Unmapped below only after the test is done with it through the region (and the region
+    // is then only used to show the error).
+    let (base, region) = anonymous(len);
     assert!(region.process() && region.fd().is_none());
     let cli = client.register(region).unwrap();
     assert!(cli.shm_shareable());
@@ -227,21 +215,9 @@ fn large_reads_out_of_peer_process_memory_land_exactly_and_a_hole_fails_alone() 
     let dir = tempfile::tempdir().unwrap();
     let (client, server) = pair(dir.path(), true);
     let len = 24 << 20;
-    // SAFETY: a fresh anonymous mapping of our own; the hole is unmapped below while only the
-    // region refers to it (copies through it then fail, they do not fault).
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(base, libc::MAP_FAILED);
-    // SAFETY: the mapping above stays mapped (but for the hole) until the munmap at the end.
-    let region = unsafe { MemoryRegion::process_memory(base.cast(), len) }.unwrap();
+    // The hole is unmapped below while only the region refers to it (copies through it then
+    // fail, they do not fault).
+    let (base, region) = anonymous(len);
     let cli = client.register(region).unwrap();
     let bytes = pattern(31, len);
     cli.region().write_at(0, &bytes).unwrap();
@@ -310,4 +286,28 @@ fn large_reads_out_of_peer_process_memory_land_exactly_and_a_hole_fails_alone() 
     assert!(matches!(err, TransferError::Io { .. }), "{err}");
     // SAFETY: our own mapping from above (munmap of the hole again is harmless).
     assert_eq!(unsafe { libc::munmap(base, len) }, 0);
+}
+
+/// A fresh anonymous mapping of `len` bytes (an engine's array, as far as the engine can
+/// tell) and a process-memory region over it. The test unmaps it; copies through the region
+/// after that fail rather than fault (what the tests show).
+fn anonymous(len: usize) -> (*mut libc::c_void, MemoryRegion) {
+    // SAFETY: a new private mapping; nothing else refers to it.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    // SAFETY: the mapping above is this process's and readable and writable. The tests
+    // touch it through the region in this process only while it is mapped; they unmap it
+    // (or a hole in it) only to show that a peer's copies, which go through the kernel's
+    // checks, then fail instead of faulting, and use the region for nothing else after that.
+    let region = unsafe { MemoryRegion::process_memory(base.cast(), len) }.unwrap();
+    (base, region)
 }

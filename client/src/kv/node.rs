@@ -12,10 +12,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use ureq::Agent;
 use yutu_api::kv::{
-    CopiedResponse, EtagsResponse, ExistsResponse, GetIntoRequest, KvOp, PeerRequest, PeerResponse,
-    PeerSecret, PrefixResponse, PutFromBlock, PutFromRequest, PutIdsRequest, PutStartBlock,
-    PutStartRequest, PutStartResponse, RemoveResponse, RevokeResponse, StartedPut, ENGINE_PATH,
-    PEERS_PATH,
+    CopiedResponse, EtagsResponse, ExistsResponse, GetIntoRequest, KeysRequest, KvOp, PeerRequest,
+    PeerResponse, PeerSecret, PrefixResponse, PutFromBlock, PutFromRequest, PutIdsRequest,
+    PutStartBlock, PutStartRequest, PutStartResponse, RemoveResponse, RevokeResponse, StartedPut,
+    ENGINE_PATH, PEERS_PATH,
 };
 use yutu_transfer::{
     EngineConfig, HugePages, MemoryRegion, NodeAddress, NodeId, SegmentDescriptor, TransferEngine,
@@ -336,21 +336,14 @@ impl NodeClient {
             pin: options.pin,
             parts,
         };
-        let etags = match self.split_by_shard(bucket, keys) {
-            Some((frames, groups)) => {
-                let parts = self.call_groups(frames, bucket, KvOp::PutFrom, &groups, |idx| {
-                    body.subset(idx)
-                })?;
-                merge_groups(keys.len(), parts, |a: EtagsResponse| a.etags, "put-from")?
-            }
-            None => {
-                let ended: EtagsResponse =
-                    self.call_kv(bucket, KvOp::PutFrom, Some(keys), &body)?;
-                ended.etags
-            }
-        };
-        expect_len(etags.len(), keys.len(), "put-from")?;
-        Ok(etags)
+        self.call_batch(
+            bucket,
+            KvOp::PutFrom,
+            keys,
+            &body,
+            PutFromRequest::subset,
+            |a: EtagsResponse| a.etags,
+        )
     }
 
     /// The get-into call to this client's node; `rooms[i]` is the room key `i` was given, and
@@ -362,20 +355,14 @@ impl NodeClient {
         body: &GetIntoRequest,
         rooms: impl Fn(usize) -> u64,
     ) -> Result<Vec<Option<u64>>, KvError> {
-        let copied = match self.split_by_shard(bucket, keys) {
-            Some((frames, groups)) => {
-                let parts = self.call_groups(frames, bucket, KvOp::GetInto, &groups, |idx| {
-                    body.subset(idx)
-                })?;
-                merge_groups(keys.len(), parts, |a: CopiedResponse| a.copied, "get-into")?
-            }
-            None => {
-                let answer: CopiedResponse =
-                    self.call_kv(bucket, KvOp::GetInto, Some(keys), body)?;
-                answer.copied
-            }
-        };
-        expect_len(copied.len(), keys.len(), "get-into")?;
+        let copied = self.call_batch(
+            bucket,
+            KvOp::GetInto,
+            keys,
+            body,
+            GetIntoRequest::subset,
+            |a: CopiedResponse| a.copied,
+        )?;
         for (i, c) in copied.iter().enumerate() {
             let room = rooms(i);
             if let Some(n) = c.filter(|n| *n > room) {
@@ -538,18 +525,43 @@ impl NodeClient {
         keys: &[String],
         flags: impl Fn(T) -> Vec<bool>,
     ) -> Result<Vec<bool>, KvError> {
-        if let Some((frames, groups)) = self.split_by_shard(bucket, keys) {
-            let parts: Vec<(&[usize], T)> =
-                self.call_groups(frames, bucket, op, &groups, |idx| {
-                    Some(keys_request(
-                        &idx.iter().map(|&i| keys[i].clone()).collect::<Vec<_>>(),
-                    ))
-                })?;
-            return merge_groups(keys.len(), parts, flags, op.as_str());
-        }
-        let flags = flags(self.call_kv(bucket, op, Some(keys), &keys_request(keys))?);
-        expect_len(flags.len(), keys.len(), op.as_str())?;
-        Ok(flags)
+        let request = keys_request(keys);
+        self.call_batch(
+            bucket,
+            op,
+            keys,
+            &request,
+            |r: &KeysRequest, idx| {
+                Some(keys_request(
+                    &idx.iter().map(|&i| r.keys[i].clone()).collect::<Vec<_>>(),
+                ))
+            },
+            flags,
+        )
+    }
+
+    /// A batch call of `op` on `keys` whose answer has one entry per key (`each` takes the
+    /// list out of an answer): split by owning shard where frames allow
+    /// ([`NodeClient::split_by_shard`], `subset` making each shard's request), else one call.
+    fn call_batch<R: Serialize, T: DeserializeOwned, X: Default>(
+        &self,
+        bucket: &str,
+        op: KvOp,
+        keys: &[String],
+        body: &R,
+        subset: impl Fn(&R, &[usize]) -> Option<R>,
+        each: impl Fn(T) -> Vec<X>,
+    ) -> Result<Vec<X>, KvError> {
+        let out = match self.split_by_shard(bucket, keys) {
+            Some((frames, groups)) => {
+                let parts =
+                    self.call_groups(frames, bucket, op, &groups, |idx| subset(body, idx))?;
+                merge_groups(keys.len(), parts, &each, op.as_str())?
+            }
+            None => each(self.call_kv(bucket, op, Some(keys), body)?),
+        };
+        expect_len(out.len(), keys.len(), op.as_str())?;
+        Ok(out)
     }
 
     /// With frames, and `keys` owned by more than one of the node's shards: each owning
