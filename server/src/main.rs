@@ -92,19 +92,6 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-/// Most freed bytes glibc keeps at the top of a heap before it gives them back.
-const TRIM_THRESHOLD: libc::c_int = 16 << 20;
-/// Allocations from this size on get their own mapping (glibc's ceiling for its own
-/// adaptive threshold).
-const MMAP_THRESHOLD: libc::c_int = 32 << 20;
-
-/// glibc gives the free memory at the top of a heap back to the kernel once more than
-/// 128 KiB of it is free (until its adaptive threshold has seen a large block freed), and
-/// the next allocation faults those pages in again. A small KV read allocates and frees a
-/// few buffers of its value's size per call, so a 64 KiB read faulted about fifty pages on
-/// every call: 87 us p50 against 56 with these limits, 4 KiB 25 against 20 (one client,
-/// one key, 2 vCPUs). Blocks up to 32 MiB then come from the heaps, and each heap keeps up
-/// to 16 MiB free. An operator's `GLIBC_TUNABLES` for malloc is left to decide.
 /// `--prefault` takes all of `--memory` at once: refused up front when the machine does not
 /// have that much available, rather than the kernel's OOM killer stopping the node later.
 fn check_prefault_fits(memory: u64) -> anyhow::Result<()> {
@@ -123,6 +110,19 @@ fn check_prefault_fits(memory: u64) -> anyhow::Result<()> {
     }
 }
 
+/// Most freed bytes glibc keeps at the top of a heap before it gives them back.
+const TRIM_THRESHOLD: libc::c_int = 16 << 20;
+/// Allocations from this size on get their own mapping (glibc's ceiling for its own
+/// adaptive threshold).
+const MMAP_THRESHOLD: libc::c_int = 32 << 20;
+
+/// glibc gives the free memory at the top of a heap back to the kernel once more than
+/// 128 KiB of it is free (until its adaptive threshold has seen a large block freed), and
+/// the next allocation faults those pages in again. A small KV read allocates and frees a
+/// few buffers of its value's size per call, so a 64 KiB read faulted about fifty pages on
+/// every call: 87 us p50 against 56 with these limits, 4 KiB 25 against 20 (one client,
+/// one key, 2 vCPUs). Blocks up to 32 MiB then come from the heaps, and each heap keeps up
+/// to 16 MiB free. An operator's `GLIBC_TUNABLES` for malloc is left to decide.
 fn keep_freed_memory() {
     if std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("malloc")) {
         return;

@@ -3,10 +3,10 @@
 //! The arena is a memfd mapping whose pages the kernel allocates and zeroes the first time
 //! something writes them. Until a node has written its whole arena once, a put into a part of
 //! it never written before pays that page fault on the shard's thread: on the development VM
-//! a fresh node took LMCache-shaped puts (28 bytes + 2 MiB) at 1.5 GB/s, a node whose arena
-//! had been written once at about 4 GB/s (a Python loop of `put_parts`; `perf` put the
-//! difference in `shmem_get_folio_gfp` and `clear_page_erms` under the copy). A dedicated
-//! cache node gives its memory to the cache anyway; with `--prefault` it does so at start.
+//! a fresh node's 2 MiB puts from allocator memory ran at 10.3 GB/s, 14.3 once prefaulted
+//! (`benches/python/mooncake_compare.py --only yutu --no-warm`, with and without
+//! `--yutu-arg=--prefault`; `docs/configuration.md`). A dedicated cache node gives its memory
+//! to the cache anyway; with `--prefault` it does so at start.
 //!
 //! A helper thread per shard asks the kernel to populate the mapping
 //! (`MADV_POPULATE_WRITE`, Linux 5.14 and later) 64 MiB at a time, so the shard serves
