@@ -37,8 +37,12 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 const REUSE_IDLE: Duration = Duration::from_secs(300);
 /// Idle connections kept per shard.
 const IDLE_PER_SHARD: usize = 4;
-/// How long a call polls for its answer by default (see `KvOptions::frame_spin`).
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+/// The longest a call polls for its answer by default (see `KvOptions::frame_spin` and
+/// [`Pace`]).
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(400);
+/// What a call polls for at least when it polls at all (and when its op's answer time is not
+/// known yet).
+const MIN_SPIN: Duration = Duration::from_micros(50);
 /// The first read of an answer: small answers (most) arrive whole in it.
 const FIRST_READ: usize = 8 << 10;
 /// Most shards a node's frames info may name (a node has one per core).
@@ -93,12 +97,10 @@ impl Stream {
         }
     }
 
-    /// The first bytes of an answer about to arrive: polled for up to `spin`, giving the CPU
-    /// away between polls, then waited for. A small call's answer comes back within tens of
-    /// microseconds, and a thread asleep in `read` takes several more to be woken on another
-    /// core (about 5 us of a 16 us round trip on a 2-vCPU VM); a thread that yields while it
-    /// polls still lets the node's shard run when both share a core. Returns the bytes read
-    /// (0 at the end of the stream).
+    /// The first bytes of an answer about to arrive: polled for up to `spin` ([`Pace`] says
+    /// how long), giving the CPU away between polls, then waited for. A thread that yields
+    /// while it polls still lets the node's shard run when both share a core. Returns the
+    /// bytes read (0 at the end of the stream).
     fn read_soon(&mut self, buf: &mut [u8], spin: Duration) -> std::io::Result<usize> {
         if !spin.is_zero() {
             let until = Instant::now() + spin;
@@ -152,8 +154,67 @@ pub(super) struct Frames {
     token: Option<String>,
     idle: Vec<Mutex<Vec<Conn>>>,
     next_id: AtomicU32,
-    /// How long an answer is polled for before the thread sleeps (`Stream::read_soon`).
+    /// The longest an answer is polled for before the thread sleeps (`Stream::read_soon`).
     spin: Duration,
+    /// How long each op's answers have been taking, to poll only as long as is worth it.
+    pace: Pace,
+}
+
+/// How long to poll for an answer, learnt from the answers so far.
+///
+/// A thread asleep in `read` is woken by the node's answer, and on a VM that wake-up costs
+/// tens of microseconds or more (an interrupt to an idle virtual CPU): on the 2-vCPU VM, a
+/// single-key put answered in about 80 us while its thread polled, 110-150 us when it slept
+/// after 50 us, and a thread that never polled took 235 us. Polling for a long call is waste:
+/// the thread takes the CPU (or its hyper-thread sibling) from the shard doing the work, and
+/// batches of 2 MiB blocks moved 10-25% slower with 1 ms of polling. So each op keeps a
+/// moving average of its answer times, and a call polls for twice that (at least
+/// [`MIN_SPIN`], at most the client's limit) when answers come within the limit, and not at
+/// all when they take longer.
+struct Pace {
+    /// Microseconds, per op byte ([`FrameOp::code`]); 0 until an answer came.
+    typical: [AtomicU32; 256],
+}
+
+impl Pace {
+    fn new() -> Pace {
+        Pace {
+            typical: std::array::from_fn(|_| AtomicU32::new(0)),
+        }
+    }
+
+    /// How long a call of `op` polls, with `limit` the most.
+    fn spin(&self, op: FrameOp, limit: Duration) -> Duration {
+        let typical = self.typical[usize::from(op.code())].load(Ordering::Relaxed);
+        if typical == 0 {
+            return MIN_SPIN.min(limit);
+        }
+        let typical = Duration::from_micros(u64::from(typical));
+        if typical > limit {
+            return Duration::ZERO;
+        }
+        (typical * 2).clamp(MIN_SPIN.min(limit), limit)
+    }
+
+    /// Notes that a call of `op` was answered `took` after it was sent.
+    fn record(&self, op: FrameOp, took: Duration) {
+        let slot = &self.typical[usize::from(op.code())];
+        let sample = i64::try_from(took.as_micros())
+            .unwrap_or(i64::MAX)
+            .min(i64::from(u32::MAX));
+        let old = i64::from(slot.load(Ordering::Relaxed));
+        // An average over about the last eight answers; concurrent callers may lose each
+        // other's updates, which only makes it a little less smooth.
+        let new = if old == 0 {
+            sample
+        } else {
+            old + (sample - old) / 8
+        };
+        slot.store(
+            u32::try_from(new.max(1)).unwrap_or(u32::MAX),
+            Ordering::Relaxed,
+        );
+    }
 }
 
 impl Frames {
@@ -187,6 +248,7 @@ impl Frames {
             idle: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
             next_id: AtomicU32::new(1),
             spin,
+            pace: Pace::new(),
         };
         let mut paths = Vec::new();
         if mode == FramesMode::Auto && !frames.info.unix.is_empty() {
@@ -249,14 +311,19 @@ impl Frames {
             Some(c) => (c, true),
             None => (self.connect(shard)?, false),
         };
-        let answer = match exchange(&mut conn, &frame, op, id, self.spin) {
+        let spin = self.pace.spin(op, self.spin);
+        let sent = Instant::now();
+        let answer = match exchange(&mut conn, &frame, op, id, spin) {
             Err(Exchange::Io(e)) if reused && retry => {
                 drop(e);
                 conn = self.connect(shard)?;
-                exchange(&mut conn, &frame, op, id, self.spin)
+                exchange(&mut conn, &frame, op, id, spin)
             }
             other => other,
         };
+        if answer.is_ok() {
+            self.pace.record(op, sent.elapsed());
+        }
         self.finish(shard, conn, answer)
     }
 
@@ -270,6 +337,8 @@ impl Frames {
         retry: bool,
     ) -> Result<Vec<T>, KvError> {
         let io = |e| KvError::from(crate::ClientError::Io(e));
+        let spin = self.pace.spin(op, self.spin);
+        let started = Instant::now();
         let mut sent = Vec::with_capacity(calls.len());
         for (shard, body) in calls {
             let shard = (*shard).min(self.idle.len() - 1);
@@ -291,18 +360,23 @@ impl Frames {
         let mut answers = Vec::with_capacity(sent.len());
         let mut failed = None;
         for (shard, id, frame, mut conn, reused) in sent {
-            let mut answer = receive(&mut conn, op, id, self.spin);
+            let mut answer = receive(&mut conn, op, id, spin);
             if matches!(answer, Err(Exchange::Io(_))) && reused && retry {
                 match self.connect(shard) {
                     Ok(fresh) => {
                         conn = fresh;
-                        answer = exchange(&mut conn, &frame, op, id, self.spin);
+                        answer = exchange(&mut conn, &frame, op, id, spin);
                     }
                     Err(e) => {
                         failed.get_or_insert(e);
                         continue;
                     }
                 }
+            }
+            if answer.is_ok() {
+                // The batch's time until this answer: the later shards' answers have mostly
+                // arrived while the first was read.
+                self.pace.record(op, started.elapsed());
             }
             // Every answer is read, so no connection goes back with one still unread.
             match self.finish(shard, conn, answer) {
@@ -557,6 +631,44 @@ pub(super) fn url_host(base: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_polls_as_long_as_its_ops_answers_take_and_not_for_slow_ones() {
+        let us = Duration::from_micros;
+        let limit = us(400);
+        let exists = FrameOp::Kv(KvOp::Exists);
+        let get = FrameOp::Kv(KvOp::GetInto);
+        let pace = Pace::new();
+        // Nothing known yet: the least poll, never more than the limit.
+        assert_eq!(pace.spin(exists, limit), MIN_SPIN);
+        assert_eq!(pace.spin(exists, us(10)), us(10));
+        assert_eq!(pace.spin(exists, Duration::ZERO), Duration::ZERO);
+        // Quick answers: twice their time, at least the least poll.
+        pace.record(exists, us(40));
+        assert_eq!(pace.spin(exists, limit), us(80));
+        pace.record(exists, us(10));
+        assert!(
+            pace.spin(exists, limit) > us(60),
+            "one quick answer is an average's eighth"
+        );
+        for _ in 0..64 {
+            pace.record(exists, us(10));
+        }
+        assert_eq!(pace.spin(exists, limit), MIN_SPIN);
+        // Answers near the limit: polled up to it; past it: not polled at all.
+        pace.record(get, us(300));
+        assert_eq!(pace.spin(get, limit), limit);
+        for _ in 0..64 {
+            pace.record(get, us(3_000));
+        }
+        assert_eq!(pace.spin(get, limit), Duration::ZERO);
+        // Each op keeps its own pace; zero turns polling off.
+        assert_eq!(pace.spin(exists, limit), MIN_SPIN);
+        assert_eq!(pace.spin(exists, Duration::ZERO), Duration::ZERO);
+        // A call that took longer than anything representable does not wrap around.
+        pace.record(exists, Duration::from_secs(1 << 40));
+        assert_eq!(pace.spin(exists, limit), Duration::ZERO);
+    }
 
     #[test]
     fn frames_info_that_names_no_socket_per_shard_is_not_used() {

@@ -53,9 +53,12 @@ pub struct KvOptions {
     /// [`super::FramesMode`]); they need a bearer token or an open node, not SigV4
     /// credentials.
     pub frames: super::FramesMode,
-    /// How long a frame call polls for its answer before its thread sleeps (zero: it sleeps
-    /// at once). Polling spares a small call the wake-up of a sleeping thread, several
-    /// microseconds; the thread yields between polls, so a node sharing its core still runs.
+    /// The longest a frame call polls for its answer before its thread sleeps (zero: it
+    /// always sleeps at once; default 400 us). Polling spares a call the wake-up of a
+    /// sleeping thread (tens of microseconds on a VM); the thread yields between polls, so a
+    /// node sharing its core still runs. Within the limit, a call polls for about twice its
+    /// op's recent answer time, and not at all when those answers take longer than the limit
+    /// (a poll would only take CPU from the node doing the work).
     pub frame_spin: std::time::Duration,
 }
 
