@@ -37,6 +37,11 @@ pub struct Flags {
     /// Number of shards (one pinned thread each). Defaults to the number of CPUs.
     #[arg(long)]
     pub shards: Option<usize>,
+    /// Leave the shards' threads unpinned, for the kernel to place: for a node sharing a
+    /// few cores with the engines that call it (single-key calls answer sooner, large
+    /// batches move a little slower).
+    #[arg(long)]
+    pub no_pin: bool,
     /// Largest object a single PUT may store (e.g. 64MiB).
     #[arg(long)]
     pub max_object_size: Option<ByteSize>,
@@ -262,6 +267,7 @@ pub struct FileConfig {
     pub memory: Option<ByteSize>,
     pub prefault: Option<bool>,
     pub shards: Option<usize>,
+    pub no_pin: Option<bool>,
     pub max_object_size: Option<ByteSize>,
     pub no_auth: Option<bool>,
     pub bucket_exists_conflict: Option<bool>,
@@ -312,6 +318,9 @@ pub struct Settings {
     /// Fault the DRAM arena in at start (`--prefault`).
     pub prefault: bool,
     pub shards: usize,
+    /// Each shard's thread pinned to a core of its own (unless there are more shards than
+    /// cores); `--no-pin` turns it off.
+    pub pin_shards: bool,
     pub max_object_size: u64,
     pub no_auth: bool,
     /// CreateBucket of a bucket the caller owns: 409 (true) or 200 (false, us-east-1's way).
@@ -602,6 +611,7 @@ impl Settings {
             memory,
             prefault: flags.prefault || file.prefault.unwrap_or(false),
             shards,
+            pin_shards: !(flags.no_pin || file.no_pin.unwrap_or(false)),
             max_object_size,
             no_auth,
             bucket_exists_conflict: flags.bucket_exists_conflict
@@ -786,6 +796,14 @@ mod tests {
         assert_eq!(s.shards, 1);
         assert_eq!(s.max_object_size, 1 << 20);
         assert_eq!(s.listen.to_string(), DEFAULT_LISTEN);
+        assert!(s.pin_shards, "shards are pinned by default");
+        std::fs::write(&path, "memory = \"64MiB\"\nno_pin = true\n").unwrap();
+        let s = Settings::resolve(Flags {
+            config: Some(path.clone()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(!s.pin_shards, "no_pin in the file");
         std::fs::write(&path, "memroy = 1\n").unwrap();
         let err = Settings::resolve(Flags {
             config: Some(path),

@@ -183,3 +183,59 @@ fn connections_past_the_limit_are_refused_and_counted() {
         || server.metric_sum("yutu_connections_refused_total") >= 1.0
     ));
 }
+
+/// Each shard thread's `Cpus_allowed_list` (from `/proc`), by thread name.
+fn shard_cpus(pid: u32) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = task.unwrap().path();
+        let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if !name.starts_with("yutu-shard-") {
+            continue;
+        }
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default();
+        out.push((name.trim().to_string(), cpus));
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn shards_are_pinned_to_a_core_each_unless_told_not_to() {
+    let ours = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_string())
+        .unwrap();
+    // One shard fits on any machine: pinned, its thread may run on CPU 0 only.
+    let pinned = Server::start(&["--memory", "32MiB", "--shards", "1"]);
+    // (glommio names the shard's helper threads after it.)
+    let cpus = shard_cpus(pinned.pid());
+    assert!(!cpus.is_empty(), "no shard thread");
+    assert!(
+        cpus.iter().all(|(_, c)| c == "0"),
+        "a pinned shard: {cpus:?}"
+    );
+    assert!(pinned.log().contains("pinned=true"), "{}", pinned.log());
+    drop(pinned);
+
+    // --no-pin (and `no_pin = true` in the file): every CPU this process may use.
+    let loose = Server::start(&["--memory", "32MiB", "--shards", "1", "--no-pin"]);
+    let cpus = shard_cpus(loose.pid());
+    assert!(!cpus.is_empty(), "no shard thread");
+    assert!(
+        cpus.iter().all(|(_, c)| *c == ours),
+        "an unpinned shard: {cpus:?} ({ours})"
+    );
+    assert!(loose.log().contains("pinned=false"), "{}", loose.log());
+    let c = loose.client();
+    c.mb("loose");
+    assert_eq!(c.put("/loose/a", b"served").status, 200);
+    assert_eq!(c.get("/loose/a").body, b"served");
+}

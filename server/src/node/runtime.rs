@@ -185,7 +185,7 @@ pub fn start(settings: Settings, serve: Serve, stop: StopFlag) -> Result<Node, S
 
     let mut handles = Vec::with_capacity(n);
     for i in 0..n {
-        let placement = if n <= cpus {
+        let placement = if settings.pin_shards && n <= cpus {
             Placement::Fixed(i)
         } else {
             Placement::Unbound
