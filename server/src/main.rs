@@ -144,6 +144,9 @@ extern "C" fn tune_allocator() {
     }
 }
 
+// SAFETY: the dynamic loader calls every `.init_array` entry once, on the main thread, before
+// Rust's runtime starts; `tune_allocator` relies on nothing the runtime sets up (no allocation,
+// no std I/O, no panics on its path). `#[used]` keeps the entry when nothing refers to it.
 #[used]
 #[link_section = ".init_array"]
 static TUNE_ALLOCATOR: extern "C" fn() = tune_allocator;
