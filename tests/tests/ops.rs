@@ -184,6 +184,16 @@ fn connections_past_the_limit_are_refused_and_counted() {
     ));
 }
 
+/// The `Cpus_allowed_list` of a `/proc` status file (empty when it cannot be read).
+fn cpus_allowed(status: &std::path::Path) -> String {
+    std::fs::read_to_string(status)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default()
+}
+
 /// Each shard thread's `Cpus_allowed_list` (from `/proc`), by thread name.
 fn shard_cpus(pid: u32) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -193,13 +203,7 @@ fn shard_cpus(pid: u32) -> Vec<(String, String)> {
         if !name.starts_with("yutu-shard-") {
             continue;
         }
-        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
-        let cpus = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            .map(|v| v.trim().to_string())
-            .unwrap_or_default();
-        out.push((name.trim().to_string(), cpus));
+        out.push((name.trim().to_string(), cpus_allowed(&dir.join("status"))));
     }
     out.sort();
     out
@@ -207,12 +211,8 @@ fn shard_cpus(pid: u32) -> Vec<(String, String)> {
 
 #[test]
 fn shards_are_pinned_to_a_core_each_unless_told_not_to() {
-    let ours = std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .map(|v| v.trim().to_string())
-        .unwrap();
+    let ours = cpus_allowed(std::path::Path::new("/proc/self/status"));
+    assert!(!ours.is_empty(), "no Cpus_allowed_list for this process");
     // One shard fits on any machine: pinned, its thread may run on CPU 0 only.
     let pinned = Server::start(&["--memory", "32MiB", "--shards", "1"]);
     // (glommio names the shard's helper threads after it.)
@@ -225,7 +225,7 @@ fn shards_are_pinned_to_a_core_each_unless_told_not_to() {
     assert!(pinned.log().contains("pinned=true"), "{}", pinned.log());
     drop(pinned);
 
-    // --no-pin (and `no_pin = true` in the file): every CPU this process may use.
+    // --no-pin (the file's `no_pin` is config's unit test): every CPU this process may use.
     let loose = Server::start(&["--memory", "32MiB", "--shards", "1", "--no-pin"]);
     let cpus = shard_cpus(loose.pid());
     assert!(!cpus.is_empty(), "no shard thread");
