@@ -42,6 +42,12 @@ pub struct Flags {
     /// batches move a little slower).
     #[arg(long)]
     pub no_pin: bool,
+    /// Threads that copy one large transfer (1 MiB or more) between the arena and a
+    /// same-host client's memory together, the owning shard's included: 1 keeps every copy
+    /// on its shard (a node sharing its cores with busy engines). Defaults to the number of
+    /// CPUs.
+    #[arg(long)]
+    pub copy_threads: Option<usize>,
     /// Largest object a single PUT may store (e.g. 64MiB).
     #[arg(long)]
     pub max_object_size: Option<ByteSize>,
@@ -268,6 +274,7 @@ pub struct FileConfig {
     pub prefault: Option<bool>,
     pub shards: Option<usize>,
     pub no_pin: Option<bool>,
+    pub copy_threads: Option<usize>,
     pub max_object_size: Option<ByteSize>,
     pub no_auth: Option<bool>,
     pub bucket_exists_conflict: Option<bool>,
@@ -321,6 +328,9 @@ pub struct Settings {
     /// Each shard's thread pinned to a core of its own (unless there are more shards than
     /// cores); `--no-pin` turns it off.
     pub pin_shards: bool,
+    /// Threads that copy one large same-host transfer together (`--copy-threads`; 1: none
+    /// but the shard), see `yutu_transfer::split_copy`.
+    pub copy_threads: usize,
     pub max_object_size: u64,
     pub no_auth: bool,
     /// CreateBucket of a bucket the caller owns: 409 (true) or 200 (false, us-east-1's way).
@@ -395,6 +405,8 @@ pub const DEFAULT_NVME_CAPACITY: u64 = 1 << 30;
 pub const DEFAULT_MAX_OBJECT_SIZE: u64 = 5 << 30;
 /// Smallest share of DRAM a shard may get: below this the allocator's bookkeeping dominates.
 pub const MIN_SHARD_MEMORY: u64 = 1 << 20;
+/// Most threads `--copy-threads` may ask for.
+pub const MAX_COPY_THREADS: usize = 256;
 
 impl Settings {
     /// Merges flags over the file over the defaults and checks the result.
@@ -418,6 +430,12 @@ impl Settings {
             .map(|n| n.get())
             .unwrap_or(1);
         let shards = flags.shards.or(file.shards).unwrap_or(cpus);
+        let copy_threads = flags.copy_threads.or(file.copy_threads).unwrap_or(cpus);
+        if !(1..=MAX_COPY_THREADS).contains(&copy_threads) {
+            return Err(ConfigError::Invalid(format!(
+                "--copy-threads must be 1 to {MAX_COPY_THREADS} (1: each shard copies alone), not {copy_threads}"
+            )));
+        }
         let memory = flags.memory.or(file.memory).map_or(DEFAULT_MEMORY, |b| b.0);
         let max_object_size = flags
             .max_object_size
@@ -612,6 +630,7 @@ impl Settings {
             prefault: flags.prefault || file.prefault.unwrap_or(false),
             shards,
             pin_shards: !(flags.no_pin || file.no_pin.unwrap_or(false)),
+            copy_threads,
             max_object_size,
             no_auth,
             bucket_exists_conflict: flags.bucket_exists_conflict
@@ -804,6 +823,23 @@ mod tests {
         })
         .unwrap();
         assert!(!s.pin_shards, "no_pin in the file");
+        std::fs::write(&path, "memory = \"64MiB\"\ncopy_threads = 1\n").unwrap();
+        let s = Settings::resolve(Flags {
+            config: Some(path.clone()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(s.copy_threads, 1, "copy_threads in the file");
+        let err = Settings::resolve(Flags {
+            config: Some(path.clone()),
+            copy_threads: Some(0),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("--copy-threads must be 1"),
+            "{err}"
+        );
         std::fs::write(&path, "memroy = 1\n").unwrap();
         let err = Settings::resolve(Flags {
             config: Some(path),

@@ -55,6 +55,7 @@ fn main() -> anyhow::Result<()> {
     }
     tracing::info!(
         listen = %settings.listen, shards = settings.shards, pinned = settings.pin_shards,
+        copy_threads = settings.copy_threads,
         memory = settings.memory,
         max_object_size = settings.max_object_size, data_dir = %settings.data_dir.display(),
         "starting yutu-server {}", env!("CARGO_PKG_VERSION")

@@ -17,6 +17,13 @@ const LEAVE_DEADLINE: std::time::Duration =
 /// Starts the node described by `settings`; returns once every shard accepts connections.
 /// Raising `stop` drains and stops it.
 pub fn start(mut settings: Settings, stop: StopFlag) -> Result<Node, StartError> {
+    // Before any copy: the helpers are made on the first large one.
+    if !yutu_transfer::split_copy::set_threads(settings.copy_threads) {
+        tracing::warn!(
+            copy_threads = settings.copy_threads,
+            "copy helpers already running in this process; --copy-threads left as it was"
+        );
+    }
     let tls = match &settings.tls {
         Some((cert, key)) => {
             Some(crate::net::tls::acceptor(cert, key).map_err(|e| StartError::Tls(e.to_string()))?)

@@ -184,3 +184,81 @@ fn scattered_blocks_move_in_place_between_the_node_and_engine_memory() {
     );
     drop(buf);
 }
+
+/// The names of the threads of process `pid`.
+fn thread_names(pid: u32) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the node's threads")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect();
+    out.sort();
+    out
+}
+
+/// A block of 1 MiB or more is copied by its shard and a copy helper together
+/// (`--copy-threads`, `yutu_transfer::split_copy`): the bytes arrive whole both ways, and
+/// `--copy-threads 1` keeps every copy on the shard (no helper thread is ever started).
+#[test]
+fn large_blocks_are_copied_with_helpers_unless_told_not_to_and_arrive_whole() {
+    for threads in ["2", "1"] {
+        let server = node_with_users(&[
+            "--memory",
+            "64MiB",
+            "--shards",
+            "1",
+            "--copy-threads",
+            threads,
+        ]);
+        assert!(
+            server.log().contains(&format!("copy_threads={threads}")),
+            "{}",
+            server.log()
+        );
+        assert_eq!(send_as(&server, &alice(), "PUT", "/alice", b"").status, 200);
+        let kv = client(&server, alice());
+        let mut mem = Anon::new();
+        // SAFETY: `mem` outlives `buf` (declared before it, dropped after it).
+        let buf = unsafe { kv.register_host(mem.0, LEN as u64) }.expect("register engine memory");
+        // A 2 MiB block from two spans (1.5 MiB and 512 KiB + 3 bytes), read back into one.
+        let half = LEN / 2;
+        let block = pattern(half + 3, 77);
+        mem.bytes_mut()[..half + 3].copy_from_slice(&block);
+        let from: Parts = vec![
+            (0, (3 << 19) as u64),
+            ((3 << 19) as u64, (half + 3 - (3 << 19)) as u64),
+        ];
+        let keys = vec!["large".to_string()];
+        kv.batch_put_from_parts("alice", &keys, &buf, &[from], &PutOptions::default())
+            .expect("put-from");
+        let got = send_as(&server, &alice(), "GET", "/alice/large", b"");
+        assert!(
+            got.body == block,
+            "copy-threads {threads}: stored wrong bytes"
+        );
+        mem.bytes_mut()[half - 8..].fill(0);
+        let copied = kv
+            .batch_get_into_parts(
+                "alice",
+                &keys,
+                &buf,
+                &[vec![(half as u64 - 8, half as u64 + 8)]],
+            )
+            .expect("get-into");
+        assert_eq!(copied, vec![Some(block.len() as u64)]);
+        assert!(
+            mem.bytes()[half - 8..half - 5 + half] == block[..],
+            "copy-threads {threads}: fetched wrong bytes"
+        );
+        let helpers = thread_names(server.pid())
+            .into_iter()
+            .filter(|n| n.starts_with("yutu-copy-"))
+            .count();
+        if threads == "2" {
+            assert_eq!(helpers, 1, "one helper beside the shard");
+        } else {
+            assert_eq!(helpers, 0, "no helper when told so");
+        }
+        drop(buf);
+    }
+}

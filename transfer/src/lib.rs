@@ -81,6 +81,7 @@ mod region;
 mod request;
 mod segment;
 pub mod select;
+pub mod split_copy;
 mod stats;
 mod sys;
 mod token;

@@ -217,6 +217,26 @@ impl PeerMapping {
         for &(offset, _, len) in pieces {
             (offset.checked_add(len as u64)? <= self.len as u64).then_some(())?;
         }
+        // A large copy goes in parts on several threads (`split_copy`), each part as below.
+        let part = |run: &[(u64, *mut u8, usize)]| {
+            // SAFETY: a part of the pieces, under this function's contract.
+            unsafe { self.copy_pieces_here(run, write) }
+        };
+        // SAFETY: `part` copies sub-ranges of the pieces only, which this function's contract
+        // makes valid for the whole call, from any thread (the mapping is `Sync`).
+        unsafe { crate::split_copy::run(pieces, &part) }
+    }
+
+    /// [`PeerMapping::copy_pieces`] on this thread alone; the pieces lie inside the segment.
+    ///
+    /// # Safety
+    ///
+    /// As [`PeerMapping::copy_pieces`].
+    unsafe fn copy_pieces_here(
+        &self,
+        pieces: &[(u64, *mut u8, usize)],
+        write: bool,
+    ) -> Option<io::Result<()>> {
         if let Backing::Process {
             base, vm: Some(vm), ..
         } = &self.backing
