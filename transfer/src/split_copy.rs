@@ -18,8 +18,10 @@
 //!
 //! Helping pays only while cores are idle: when two shards copy at once they already use
 //! two cores, and a helper would only take turns with them (a `--only yutu` run of the
-//! bench's 2 MiB batches measured 6% slower with every large copy split). So a copy is split
-//! only while fewer large copies are in progress than there are copying threads.
+//! bench's 2 MiB batches measured 6% slower with every large copy split). So a copy asks for
+//! helpers only while fewer threads copy than there are copying threads, and a thread that
+//! ends a large copy sends a helper to one still in progress: with a batch's keys uneven on
+//! two shards, the busier one gets help when the other is done.
 //!
 //! The helpers are made on first use. [`set_threads`] chooses how many threads copy one large
 //! transfer, the caller included; 1 turns splitting off (a host whose cores belong to its
@@ -113,6 +115,8 @@ struct Job {
     next: AtomicUsize,
     /// Runs taken and finished (copied, failed or skipped).
     finished: AtomicUsize,
+    /// Helpers sent to it.
+    helped: AtomicUsize,
     stop: AtomicBool,
     failed: Mutex<Option<Option<io::Result<()>>>>,
     /// The caller's `copy`, which borrows from its stack. Called only for a run taken from
@@ -181,32 +185,23 @@ fn cut(pieces: &[Piece]) -> Option<Vec<Vec<Piece>>> {
     Some(runs)
 }
 
-/// Large copies in progress in this process (those of [`SPLIT_MIN`] bytes or more).
-static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+/// The large copies in progress in this process (those of [`SPLIT_MIN`] bytes or more).
+static COPYING: Mutex<Vec<Arc<Job>>> = Mutex::new(Vec::new());
 
-/// Counts one large copy in [`ACTIVE`] while it lives.
-struct Active;
-
-impl Active {
-    /// Counted; how many others were in progress.
-    fn enter() -> (Active, usize) {
-        (Active, ACTIVE.fetch_add(1, Ordering::Relaxed))
-    }
-}
-
-impl Drop for Active {
-    fn drop(&mut self) {
-        ACTIVE.fetch_sub(1, Ordering::Relaxed);
-    }
+fn copying() -> std::sync::MutexGuard<'static, Vec<Arc<Job>>> {
+    // Each critical section is one push, removal or scan: the list is valid after a panic.
+    COPYING.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Copies `pieces` with `copy`: on this thread alone when they are fewer than [`SPLIT_MIN`]
-/// bytes, when splitting is off, or when other large copies already keep the copying
-/// threads busy (two shards copying at once use two cores without help, and a helper would
-/// only take turns with them); otherwise cut into runs that this thread and the helpers take
-/// from a shared counter. The result is `copy`'s, or for a split copy `Some(Ok)` when every
-/// run succeeded, else the first failure seen (a run's `None` or error; the runs not
-/// started by then are skipped).
+/// bytes or splitting is off; otherwise cut into runs that this thread and helpers take from
+/// a shared counter. Helpers are asked only for cores no other large copy (or its helpers)
+/// keeps busy: two shards copying at once already use two cores, and a helper would only
+/// take turns with them. When a large copy ends, its thread's place goes to a copy still in
+/// progress that has runs left (a helper joins it), so the shard with the larger share of an
+/// uneven batch gets help once the other is done. The result is `copy`'s, or for a split
+/// copy `Some(Ok)` when every run succeeded, else the first failure seen (a run's `None` or
+/// error; the runs not started by then are skipped).
 ///
 /// # Safety
 ///
@@ -218,11 +213,9 @@ pub(crate) unsafe fn run(pieces: &[Piece], copy: &CopyFn<'_>) -> Option<io::Resu
     let Some(runs) = cut(pieces) else {
         return copy(pieces);
     };
-    let (_active, others) = Active::enter();
-    let Some(helpers) = helpers().filter(|h| others < h.count) else {
+    let Some(helpers) = helpers() else {
         return copy(pieces);
     };
-    let asked = (helpers.count - others).min(runs.len() - 1);
     let n = runs.len();
     // SAFETY: only the lifetime is erased; see `Job::copy` for why no call outlives it.
     let copy = unsafe { std::mem::transmute::<&CopyFn<'_>, &'static CopyFn<'static>>(copy) };
@@ -230,10 +223,21 @@ pub(crate) unsafe fn run(pieces: &[Piece], copy: &CopyFn<'_>) -> Option<io::Resu
         runs,
         next: AtomicUsize::new(0),
         finished: AtomicUsize::new(0),
+        helped: AtomicUsize::new(0),
         stop: AtomicBool::new(false),
         failed: Mutex::new(None),
         copy,
     });
+    let asked = {
+        let mut list = copying();
+        let busy: usize = list
+            .iter()
+            .map(|j| 1 + j.helped.load(Ordering::Relaxed))
+            .sum();
+        list.push(Arc::clone(&job));
+        helpers.count.saturating_sub(busy).min(n - 1)
+    };
+    job.helped.store(asked, Ordering::Relaxed);
     for _ in 0..asked {
         // The helpers never stop, so the queue is always open.
         let _ = helpers.jobs.send(Arc::clone(&job));
@@ -242,6 +246,17 @@ pub(crate) unsafe fn run(pieces: &[Piece], copy: &CopyFn<'_>) -> Option<io::Resu
     // Every run is taken: wait for the ones the helpers are still copying.
     while job.finished.load(Ordering::Acquire) < n {
         std::thread::yield_now();
+    }
+    let next = {
+        let mut list = copying();
+        list.retain(|j| !Arc::ptr_eq(j, &job));
+        list.iter()
+            .find(|j| j.next.load(Ordering::Relaxed) + 1 < j.runs.len())
+            .cloned()
+    };
+    if let Some(other) = next {
+        other.helped.fetch_add(1, Ordering::Relaxed);
+        let _ = helpers.jobs.send(other);
     }
     let first = job.failed.lock().unwrap_or_else(|p| p.into_inner()).take();
     first.unwrap_or(Some(Ok(())))
