@@ -120,6 +120,24 @@ impl Store {
     }
 }
 
+/// Most polling `YUTU_FRAME_SPIN_US` may ask for.
+const MAX_FRAME_SPIN_US: u64 = 10_000;
+
+/// How long a call polls for its answer at most (`KvOptions::frame_spin`):
+/// `YUTU_FRAME_SPIN_US` microseconds when set (0: never poll, for a host whose cores the
+/// node needs more than the caller does), else the client's default.
+fn frame_spin() -> Result<std::time::Duration> {
+    let Ok(text) = std::env::var("YUTU_FRAME_SPIN_US") else {
+        return Ok(KvOptions::default().frame_spin);
+    };
+    match text.trim().parse::<u64>() {
+        Ok(us) if us <= MAX_FRAME_SPIN_US => Ok(std::time::Duration::from_micros(us)),
+        _ => Err(Error::invalid(format!(
+            "YUTU_FRAME_SPIN_US must be 0 to {MAX_FRAME_SPIN_US} microseconds, not {text:?}"
+        ))),
+    }
+}
+
 fn connect(
     urls: &[String],
     bucket: &str,
@@ -130,6 +148,7 @@ fn connect(
     devices: Devices,
 ) -> Result<(String, Session)> {
     let mut last = None;
+    let frame_spin = frame_spin()?;
     for url in urls {
         let options = KvOptions {
             credentials: credentials.clone(),
@@ -140,6 +159,7 @@ fn connect(
             } else {
                 yutu_client::kv::FramesMode::Auto
             },
+            frame_spin,
             ..KvOptions::default()
         };
         let kv = match KvClient::new(url, options) {

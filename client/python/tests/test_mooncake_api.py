@@ -154,6 +154,28 @@ def test_small_calls_go_in_frames_and_answer_as_over_http(mc, node, bucket, monk
         plain.close()
 
 
+def test_frame_polling_is_set_by_the_environment_and_checked(node, bucket, monkeypatch, caplog):
+    """``YUTU_FRAME_SPIN_US`` bounds how long a call polls for its answer (0: never); a value
+    that is not 0 to 10,000 microseconds fails setup with the variable named."""
+    monkeypatch.setenv("YUTU_FRAME_SPIN_US", "0")
+    quiet = _setup(node, bucket)
+    try:
+        assert quiet._store.control_path() == "frames: unix"
+        assert quiet.put("spin", b"x" * 100) == 0
+        assert quiet.get("spin") == b"x" * 100
+        assert quiet.is_exist("spin") == 1
+    finally:
+        quiet.close()
+    for bad in ("abc", "-1", "10001"):
+        monkeypatch.setenv("YUTU_FRAME_SPIN_US", bad)
+        s = MooncakeDistributedStore()
+        caplog.clear()
+        rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 512 << 20, 16 << 20, "tcp", "", node.url,
+                     tenant_id=bucket, token=node.admin_token)
+        assert rc == INVALID, bad
+        assert "YUTU_FRAME_SPIN_US" in caplog.text, caplog.text
+
+
 def test_multi_buffers_bad_shapes(mc, pool, node, bucket):
     p = pool.ctypes.data
     # Shapes that disagree fail every key.
