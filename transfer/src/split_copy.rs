@@ -141,7 +141,12 @@ impl Job {
             if !self.stop.load(Ordering::Relaxed) {
                 // SAFETY: run `i` was taken, so the caller is still waiting (see `copy`).
                 let copy = unsafe { &*self.copy };
-                match copy(run) {
+                // A panic must not end a helper with its run unfinished (the caller would
+                // wait forever), nor unwind the caller while helpers still use its memory:
+                // it fails the copy instead.
+                let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| copy(run)))
+                    .unwrap_or_else(|_| Some(Err(io::Error::other("a copy panicked"))));
+                match done {
                     Some(Ok(())) => {}
                     other => {
                         self.stop.store(true, Ordering::Relaxed);
@@ -349,5 +354,20 @@ mod tests {
         // SAFETY: `fail` touches no memory.
         let done = unsafe { run(&pieces, &fail) };
         assert_eq!(done.unwrap().unwrap_err().to_string(), "unmapped");
+
+        let panics = |run: &[Piece]| -> Option<io::Result<()>> {
+            assert!(run[0].0 < (4 << 20), "a run past 4 MiB");
+            Some(Ok(()))
+        };
+        // SAFETY: `panics` touches no memory.
+        let done = unsafe { run(&pieces, &panics) };
+        assert_eq!(done.unwrap().unwrap_err().to_string(), "a copy panicked");
+        // The helpers are still there for the next copy.
+        dst.fill(0);
+        let pieces = vec![(0u64, dst.as_mut_ptr(), dst.len())];
+        // SAFETY: as the first copy.
+        let done = unsafe { run(&pieces, &copy) };
+        assert!(matches!(done, Some(Ok(()))));
+        assert_eq!(dst, src);
     }
 }
