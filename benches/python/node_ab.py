@@ -5,7 +5,8 @@ The rows of mooncake_compare.py move 10-20% between runs on a small VM, more tha
 do, so comparing two runs of that bench says little. This script starts two nodes (node A and
 node B: two binaries, or one binary with different arguments), writes the same read sets to
 both, and runs the same cases on each in alternating order, repetition after repetition; a
-row's ratio is B's median over A's, both measured minutes apart at most. The cases are
+row's ratio is B's median over A's (A's over B's for latencies: > 1 means B is ahead), both
+measured minutes apart at most. The cases are
 mooncake_compare.py's own (its Workload class, through Yutu's Mooncake-compatible store), run
 in this process, each node with a client and a registered numpy buffer of its own.
 
@@ -19,6 +20,8 @@ alloc_get (the same in MooncakeHostMemAllocator memory), vllm_put / vllm_get (16
 x 256 KiB), sglang_put / sglang_get (16 x 32 x 32 KiB, allocator memory), lmcache_put
 (put_parts, 28 B + 2 MiB), lmcache_get (batch_get_buffer, 8 x 2 MiB), single_put
 (batch_put_from of one 2 MiB block), memcpy (one thread's numpy memcpy, the reference).
+Latency cases (p50 and p99 rows, microseconds; their ratio is A over B, so > 1 still means B
+is ahead): is_exist, get_4KiB (get of a 4 KiB value as bytes), batch_is_exist_64.
 Both nodes run with --prefault (set up before any case) and no NVMe tier.
 """
 
@@ -45,7 +48,10 @@ BIG = 2 * MiB
 VLLM = [16, 8, 256 * KiB]
 SGLANG = [16, 32, 32 * KiB]
 CASES = ["put", "get", "alloc_put", "alloc_get", "vllm_put", "vllm_get", "sglang_put", "sglang_get",
-         "lmcache_put", "lmcache_get", "single_put", "memcpy"]
+         "lmcache_put", "lmcache_get", "single_put", "memcpy", "is_exist", "get_4KiB", "batch_is_exist_64"]
+# The latency cases: each gives a p50 and a p99 row (microseconds, lower is better).
+LATENCY = {"is_exist", "get_4KiB", "batch_is_exist_64"}
+LAT_KEYS, LAT_ITERS = 64, 2000
 
 
 class Node:
@@ -106,6 +112,7 @@ def prepare(w: mc.Workload, name: str) -> None:
     w.op_multi_prepare("vllm", VLLM, 2, mem="numpy")
     w.op_multi_prepare("sglang", SGLANG, 2, mem="alloc")
     w.op_parts_put("lmc", BIG, 16, True)
+    w.op_prepare_values("lat", LAT_KEYS, mc.LAT_SIZE)
 
 
 def run_case(w: mc.Workload, case: str, rep: int, verify: bool) -> dict:
@@ -133,7 +140,20 @@ def run_case(w: mc.Workload, case: str, rep: int, verify: bool) -> dict:
         return w.op_put(f"s{rep}", BIG, 1, 64, verify)
     if case == "memcpy":
         return w.op_memcpy(BIG, 16, 64)
+    if case == "is_exist":
+        return w.op_exist_latency("lat", LAT_KEYS, LAT_ITERS)
+    if case == "get_4KiB":
+        return w.op_get_latency("lat", LAT_KEYS, mc.LAT_SIZE, LAT_ITERS)
+    if case == "batch_is_exist_64":
+        return w.op_batch_exist_latency("lat", LAT_KEYS, 64, LAT_ITERS)
     raise ValueError(case)
+
+
+def rows_of(case: str, r: dict) -> list[tuple[str, float]]:
+    """A case's rows: (name, value) for GB/s cases, p50 and p99 for latency cases."""
+    if case in LATENCY:
+        return [(f"{case}_p50", r["p50_us"]), (f"{case}_p99", r["p99_us"])]
+    return [(case, r["bytes"] / r["elapsed"] / 1e9)]
 
 
 def main() -> int:
@@ -179,7 +199,7 @@ def main() -> int:
                                      "key_prefix": f"ab-{name}-"})
             mc.log(f"[node {name}] {server} {' '.join(extra)}: writing the read sets")
             prepare(node.work, name)
-        samples = {n.name: {c: [] for c in cases} for n in nodes}
+        samples: dict = {n.name: {} for n in nodes}
         errors = {n.name: {c: 0 for c in cases} for n in nodes}
         # A first round, checked and not counted: first-touch costs (a slab mapped, a
         # buffer checked by the node) belong to neither side.
@@ -190,25 +210,31 @@ def main() -> int:
                     r = run_case(node.work, case, rep + 1, verify=rep < 0)
                     errors[node.name][case] += r.get("errors", 0)
                     if rep >= 0:
-                        samples[node.name][case].append(r["bytes"] / r["elapsed"] / 1e9)
+                        for row, value in rows_of(case, r):
+                            samples[node.name].setdefault(row, []).append(value)
         results = []
         lines = [f"node A: {args.a_server} {' '.join(args.a_arg)}",
                  f"node B: {args.b_server} {' '.join(args.b_arg)}",
-                 f"{'case':12s} {'A GB/s':>8s} {'B GB/s':>8s} {'B/A':>6s}   samples A | B"]
+                 f"{'case':22s} {'A':>8s} {'B':>8s} {'unit':5s} {'ratio':>6s}   samples A | B"]
         for case in cases:
-            a = statistics.median(samples["a"][case])
-            b = statistics.median(samples["b"][case])
-            ratio = b / a if a > 0 else None
-            results.append({"name": case, "value": b, "unit": "GB/s",
-                            "errors": errors["b"][case],
-                            "reference": {"name": f"node_a_{case}", "value": a, "errors": errors["a"][case]},
-                            "ratio": ratio, "target": 1.0})
-            lines.append(f"{case:12s} {a:8.2f} {b:8.2f} {ratio or 0:6.2f}   "
-                         + " ".join(f"{x:.1f}" for x in samples["a"][case]) + " | "
-                         + " ".join(f"{x:.1f}" for x in samples["b"][case]))
-            if errors["a"][case] or errors["b"][case]:
-                lines[-1] += f"  (errors A {errors['a'][case]}, B {errors['b'][case]})"
-                rc = 1
+            for row, _ in rows_of(case, {"p50_us": 0, "p99_us": 0, "bytes": 0, "elapsed": 1}):
+                a = statistics.median(samples["a"][row])
+                b = statistics.median(samples["b"][row])
+                lower = case in LATENCY
+                ratio = (a / b if b > 0 else None) if lower else (b / a if a > 0 else None)
+                unit = "us" if lower else "GB/s"
+                res = {"name": row, "value": b, "unit": unit, "errors": errors["b"][case],
+                       "reference": {"name": f"node_a_{row}", "value": a, "errors": errors["a"][case]},
+                       "ratio": ratio, "target": 1.0}
+                if lower:
+                    res["lower_is_better"] = True
+                results.append(res)
+                lines.append(f"{row:22s} {a:8.2f} {b:8.2f} {unit:5s} {ratio or 0:6.2f}   "
+                             + " ".join(f"{x:.1f}" for x in samples["a"][row]) + " | "
+                             + " ".join(f"{x:.1f}" for x in samples["b"][row]))
+                if errors["a"][case] or errors["b"][case]:
+                    lines[-1] += f"  (errors A {errors['a'][case]}, B {errors['b'][case]})"
+                    rc = 1
         print("\n".join(lines), flush=True)
         if args.json:
             out = {"suite": "node_ab", "machine": mc.machine(), "results": results,
