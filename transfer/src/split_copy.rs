@@ -19,9 +19,9 @@
 //! Helping pays only while cores are idle: when two shards copy at once they already use
 //! two cores, and a helper would only take turns with them (a `--only yutu` run of the
 //! bench's 2 MiB batches measured 6% slower with every large copy split). So a copy asks for
-//! helpers only while fewer threads copy than there are copying threads, and a thread that
-//! ends a large copy sends a helper to one still in progress: with a batch's keys uneven on
-//! two shards, the busier one gets help when the other is done.
+//! helpers only while fewer threads copy than there are copying threads, and a shard that has
+//! served its part of a batch sends a helper to a copy still in progress ([`offer_help`]):
+//! with a batch's keys uneven on two shards, the busier one gets help when the other is done.
 //!
 //! The helpers are made on first use. [`set_threads`] chooses how many threads copy one large
 //! transfer, the caller included; 1 turns splitting off (a host whose cores belong to its
@@ -202,9 +202,8 @@ fn copying() -> std::sync::MutexGuard<'static, Vec<Arc<Job>>> {
 /// bytes or splitting is off; otherwise cut into runs that this thread and helpers take from
 /// a shared counter. Helpers are asked only for cores no other large copy (or its helpers)
 /// keeps busy: two shards copying at once already use two cores, and a helper would only
-/// take turns with them. When a large copy ends, its thread's place goes to a copy still in
-/// progress that has runs left (a helper joins it), so the shard with the larger share of an
-/// uneven batch gets help once the other is done. The result is `copy`'s, or for a split
+/// take turns with them ([`offer_help`] sends one later, when a core comes free). The
+/// result is `copy`'s, or for a split
 /// copy `Some(Ok)` when every run succeeded, else the first failure seen (a run's `None` or
 /// error; the runs not started by then are skipped).
 ///
@@ -252,19 +251,29 @@ pub(crate) unsafe fn run(pieces: &[Piece], copy: &CopyFn<'_>) -> Option<io::Resu
     while job.finished.load(Ordering::Acquire) < n {
         std::thread::yield_now();
     }
-    let next = {
-        let mut list = copying();
-        list.retain(|j| !Arc::ptr_eq(j, &job));
-        list.iter()
-            .find(|j| j.next.load(Ordering::Relaxed) + 1 < j.runs.len())
-            .cloned()
-    };
-    if let Some(other) = next {
-        other.helped.fetch_add(1, Ordering::Relaxed);
-        let _ = helpers.jobs.send(other);
-    }
+    copying().retain(|j| !Arc::ptr_eq(j, &job));
     let first = job.failed.lock().unwrap_or_else(|p| p.into_inner()).take();
     first.unwrap_or(Some(Ok(())))
+}
+
+/// Says that the calling thread is done with its share of a batch and about to idle: a
+/// helper goes to a large copy still in progress with runs left, if there is one. A shard
+/// calls it when it has served its part of a batch, so that the shard with the larger share
+/// of an uneven batch gets help once the other is done. (Not at the end of every large copy:
+/// a shard with more runs to go would then take turns with the helper it sent.)
+pub fn offer_help() {
+    let Some(helpers) = HELPERS.get().and_then(Option::as_ref) else {
+        return;
+    };
+    let next = copying()
+        .iter()
+        .find(|j| j.next.load(Ordering::Relaxed) + 1 < j.runs.len())
+        .cloned();
+    if let Some(other) = next {
+        other.helped.fetch_add(1, Ordering::Relaxed);
+        // The helpers never stop, so the queue is always open.
+        let _ = helpers.jobs.send(other);
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,9 @@
 //! for a run and fills it at once (one system call for the run when the client's memory is
 //! reached by cross-memory attach); long batches yield between runs, so one client cannot
 //! hold a shard for the length of a 64 MiB batch. Blocks only on
-//! NVMe are read (and promoted) as a GET would.
+//! NVMe are read (and promoted) as a GET would. A large copy is shared with copy helpers while
+//! a core is idle, and a shard done with its part of a batch sends one to the other shards'
+//! copies (`yutu_transfer::split_copy`).
 
 use std::rc::Rc;
 
@@ -93,6 +95,7 @@ pub async fn copy_out(
         start = end;
         glommio::yield_if_needed().await;
     }
+    yutu_transfer::split_copy::offer_help();
     Ok(out)
 }
 
@@ -183,6 +186,7 @@ pub async fn put_from(
         start = end;
         glommio::yield_if_needed().await;
     }
+    yutu_transfer::split_copy::offer_help();
     out
 }
 
