@@ -86,7 +86,7 @@ fn helpers() -> Option<&'static Helpers> {
                     .name(format!("yutu-copy-{i}"))
                     .spawn(move || {
                         for job in queue {
-                            job.drain();
+                            job.help(n);
                         }
                     });
                 match started {
@@ -133,30 +133,55 @@ unsafe impl Send for Job {}
 unsafe impl Sync for Job {}
 
 impl Job {
+    /// A helper's share: runs taken and copied until none is left, or until more threads copy
+    /// than there are copying threads (`threads`, callers included). A helper is asked while
+    /// a core is free, but wakes tens of microseconds later; when another shard has started a
+    /// large copy by then, the helper would only take turns with the shards (puts, which
+    /// read through a bounce buffer that one core's cache holds, lost 6-10% to that), so it
+    /// goes back instead, before any run or between two.
+    fn help(&self, threads: usize) {
+        loop {
+            let crowded = busy(&copying()) > threads;
+            if crowded || !self.copy_one() {
+                // Saturating: a count is only ever a hint for the next copy.
+                let _ = self
+                    .helped
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| h.checked_sub(1));
+                return;
+            }
+        }
+    }
+
     /// Takes runs and copies them until none is left.
     fn drain(&self) {
-        loop {
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            let Some(run) = self.runs.get(i) else { return };
-            if !self.stop.load(Ordering::Relaxed) {
-                // SAFETY: run `i` was taken, so the caller is still waiting (see `copy`).
-                let copy = unsafe { &*self.copy };
-                // A panic must not end a helper with its run unfinished (the caller would
-                // wait forever), nor unwind the caller while helpers still use its memory:
-                // it fails the copy instead.
-                let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| copy(run)))
-                    .unwrap_or_else(|_| Some(Err(io::Error::other("a copy panicked"))));
-                match done {
-                    Some(Ok(())) => {}
-                    other => {
-                        self.stop.store(true, Ordering::Relaxed);
-                        let mut first = self.failed.lock().unwrap_or_else(|p| p.into_inner());
-                        first.get_or_insert(other);
-                    }
+        while self.copy_one() {}
+    }
+
+    /// Takes the next run and copies it; `false` when none was left.
+    fn copy_one(&self) -> bool {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        let Some(run) = self.runs.get(i) else {
+            return false;
+        };
+        if !self.stop.load(Ordering::Relaxed) {
+            // SAFETY: run `i` was taken, so the caller is still waiting (see `copy`).
+            let copy = unsafe { &*self.copy };
+            // A panic must not end a helper with its run unfinished (the caller would wait
+            // forever), nor unwind the caller while helpers still use its memory: it fails
+            // the copy instead.
+            let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| copy(run)))
+                .unwrap_or_else(|_| Some(Err(io::Error::other("a copy panicked"))));
+            match done {
+                Some(Ok(())) => {}
+                other => {
+                    self.stop.store(true, Ordering::Relaxed);
+                    let mut first = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+                    first.get_or_insert(other);
                 }
             }
-            self.finished.fetch_add(1, Ordering::Release);
         }
+        self.finished.fetch_add(1, Ordering::Release);
+        true
     }
 }
 
@@ -192,6 +217,13 @@ fn cut(pieces: &[Piece]) -> Option<Vec<Vec<Piece>>> {
 
 /// The large copies in progress in this process (those of [`SPLIT_MIN`] bytes or more).
 static COPYING: Mutex<Vec<Arc<Job>>> = Mutex::new(Vec::new());
+
+/// Threads copying for the jobs in `list`: each job's caller and the helpers sent to it.
+fn busy(list: &[Arc<Job>]) -> usize {
+    list.iter()
+        .map(|j| j.helped.load(Ordering::Relaxed).saturating_add(1))
+        .fold(0, usize::saturating_add)
+}
 
 fn copying() -> std::sync::MutexGuard<'static, Vec<Arc<Job>>> {
     // Each critical section is one push, removal or scan: the list is valid after a panic.
@@ -234,14 +266,12 @@ pub(crate) unsafe fn run(pieces: &[Piece], copy: &CopyFn<'_>) -> Option<io::Resu
     });
     let asked = {
         let mut list = copying();
-        let busy: usize = list
-            .iter()
-            .map(|j| 1 + j.helped.load(Ordering::Relaxed))
-            .sum();
+        let asked = helpers.count.saturating_sub(busy(&list)).min(n - 1);
+        // Counted before the job is listed, where `offer_help` may add to it.
+        job.helped.store(asked, Ordering::Relaxed);
         list.push(Arc::clone(&job));
-        helpers.count.saturating_sub(busy).min(n - 1)
+        asked
     };
-    job.helped.store(asked, Ordering::Relaxed);
     for _ in 0..asked {
         // The helpers never stop, so the queue is always open.
         let _ = helpers.jobs.send(Arc::clone(&job));
