@@ -23,11 +23,13 @@
 //! served its part of a batch sends a helper to a copy still in progress ([`offer_help`]):
 //! with a batch's keys uneven on two shards, the busier one gets help when the other is done.
 //!
-//! The helpers are made on first use. [`set_threads`] chooses how many threads copy one large
-//! transfer, the caller included; 1 turns splitting off (a host whose cores belong to its
-//! engines). The pool is written here rather than taken from rayon because rayon's scopes wait
-//! for every spawned job to run, so a copy would wait for a helper's wake-up even when it had
-//! finished every piece itself.
+//! The helpers are made on first use, and only in a process that called [`set_threads`] (the
+//! node does, with `--copy-threads`, the number of CPUs by default): it chooses how many
+//! threads copy one large transfer, the caller included; 1 turns splitting off (a host whose
+//! cores belong to its engines). The helpers are written here rather than taken from rayon:
+//! rayon's scopes wait for every spawned job to run, so a copy would wait for a helper's
+//! wake-up even when it had finished every piece itself, and a helper could not go back when
+//! it finds the cores taken.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -45,8 +47,9 @@ pub const PIECE: usize = 256 * 1024;
 /// Most pieces one copy is cut into.
 const MAX_PIECES: usize = 64;
 
-/// Threads that copy one large transfer together, the caller included; 0 until set (then the
-/// number of CPUs).
+/// Threads that copy one large transfer together, the caller included; 0 until set, which
+/// means 1: a process splits copies only when it asks to (the storage node does; a client
+/// library starting threads in an engine's process unasked would be a surprise).
 static THREADS: AtomicUsize = AtomicUsize::new(0);
 
 /// The helpers, made on first use; `None` when splitting is off or no helper could start.
@@ -65,41 +68,37 @@ pub fn set_threads(threads: usize) -> bool {
     HELPERS.get().is_none()
 }
 
-/// Threads that copy one large transfer together (1 when splitting is off). Starts the
-/// helpers if they have not started yet.
-pub fn threads() -> usize {
-    helpers().map_or(1, |h| h.count + 1)
-}
-
 fn helpers() -> Option<&'static Helpers> {
     HELPERS
-        .get_or_init(|| {
-            let n = match THREADS.load(Ordering::Relaxed) {
-                0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-                n => n,
-            };
-            let (jobs, queue) = crossbeam_channel::unbounded::<Arc<Job>>();
-            let mut count = 0;
-            for i in 0..n.saturating_sub(1) {
-                let queue = queue.clone();
-                let started = std::thread::Builder::new()
-                    .name(format!("yutu-copy-{i}"))
-                    .spawn(move || {
-                        for job in queue {
-                            job.help(n);
-                        }
-                    });
-                match started {
-                    Ok(_) => count += 1,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "a copy helper did not start");
-                        break;
+        .get_or_init(|| Helpers::start(THREADS.load(Ordering::Relaxed)))
+        .as_ref()
+}
+
+impl Helpers {
+    /// `threads - 1` helpers (the caller is the other copying thread); `None` when that is
+    /// none or none started. They stop when the last sender of their queue goes.
+    fn start(threads: usize) -> Option<Helpers> {
+        let (jobs, queue) = crossbeam_channel::unbounded::<Arc<Job>>();
+        let mut count = 0;
+        for i in 0..threads.saturating_sub(1) {
+            let queue = queue.clone();
+            let started = std::thread::Builder::new()
+                .name(format!("yutu-copy-{i}"))
+                .spawn(move || {
+                    for job in queue {
+                        job.help(threads);
                     }
+                });
+            match started {
+                Ok(_) => count += 1,
+                Err(e) => {
+                    tracing::warn!(error = %e, "a copy helper did not start");
+                    break;
                 }
             }
-            (count > 0).then_some(Helpers { jobs, count })
-        })
-        .as_ref()
+        }
+        (count > 0).then_some(Helpers { jobs, count })
+    }
 }
 
 /// A piece of a copy: (offset in the peer's segment, local address, length).
@@ -246,10 +245,23 @@ fn copying() -> std::sync::MutexGuard<'static, Vec<Arc<Job>>> {
 /// valid for its length (reads or writes, as `copy` uses it), and local ranges that `copy`
 /// writes not overlapping.
 pub(crate) unsafe fn run(pieces: &[Piece], copy: &CopyFn<'_>) -> Option<io::Result<()>> {
-    let Some(runs) = cut(pieces) else {
-        return copy(pieces);
-    };
-    let Some(helpers) = helpers() else {
+    // The helpers start on the first copy large enough for them.
+    let large = pieces.iter().map(|p| p.2).sum::<usize>() >= SPLIT_MIN;
+    // SAFETY: as this function's contract.
+    unsafe { run_with(if large { helpers() } else { None }, pieces, copy) }
+}
+
+/// [`run`] with the helpers `helpers` (none: on this thread alone).
+///
+/// # Safety
+///
+/// As [`run`].
+unsafe fn run_with(
+    helpers: Option<&Helpers>,
+    pieces: &[Piece],
+    copy: &CopyFn<'_>,
+) -> Option<io::Result<()>> {
+    let (Some(runs), Some(helpers)) = (cut(pieces), helpers) else {
         return copy(pieces);
     };
     let n = runs.len();
@@ -355,9 +367,12 @@ mod tests {
 
     #[test]
     fn a_split_copy_moves_every_byte_and_reports_a_failure() {
-        if !set_threads(2) && threads() < 2 {
-            return; // another test made a pool without helpers first
-        }
+        let helpers = Helpers::start(2).expect("a helper");
+        assert_eq!(helpers.count, 1);
+        let run = |pieces: &[Piece], copy: &CopyFn<'_>| {
+            // SAFETY: as each call below says.
+            unsafe { run_with(Some(&helpers), pieces, copy) }
+        };
         let src: Vec<u8> = (0..(5 << 20) + 13).map(|i| (i * 7 % 251) as u8).collect();
         let mut dst = vec![0u8; src.len()];
         let pieces = vec![(0u64, dst.as_mut_ptr(), dst.len())];
@@ -372,8 +387,8 @@ mod tests {
             }
             Some(Ok(()))
         };
-        // SAFETY: the pieces are `dst`, exclusively borrowed for the call.
-        let done = unsafe { run(&pieces, &copy) };
+        // The pieces are `dst`, exclusively borrowed for the call.
+        let done = run(&pieces, &copy);
         assert!(matches!(done, Some(Ok(()))));
         assert_eq!(dst, src);
 
@@ -384,22 +399,22 @@ mod tests {
                 Some(Ok(()))
             }
         };
-        // SAFETY: `fail` touches no memory.
-        let done = unsafe { run(&pieces, &fail) };
+        // `fail` touches no memory.
+        let done = run(&pieces, &fail);
         assert_eq!(done.unwrap().unwrap_err().to_string(), "unmapped");
 
         let panics = |run: &[Piece]| -> Option<io::Result<()>> {
             assert!(run[0].0 < (4 << 20), "a run past 4 MiB");
             Some(Ok(()))
         };
-        // SAFETY: `panics` touches no memory.
-        let done = unsafe { run(&pieces, &panics) };
+        // `panics` touches no memory.
+        let done = run(&pieces, &panics);
         assert_eq!(done.unwrap().unwrap_err().to_string(), "a copy panicked");
         // The helpers are still there for the next copy.
         dst.fill(0);
         let pieces = vec![(0u64, dst.as_mut_ptr(), dst.len())];
-        // SAFETY: as the first copy.
-        let done = unsafe { run(&pieces, &copy) };
+        // As the first copy.
+        let done = run(&pieces, &copy);
         assert!(matches!(done, Some(Ok(()))));
         assert_eq!(dst, src);
     }
