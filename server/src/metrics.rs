@@ -243,6 +243,37 @@ fn requests(shards: &[Arc<ShardMetrics>], ops: &[&str]) -> MetricFamily {
     )
 }
 
+/// `yutu_copy_helper_runs_total` and `yutu_copy_helper_bytes_total`: what the node's copy
+/// helpers (`--copy-threads`) took from the shards' large same-host copies, in the same text
+/// format as [`render`]. Both stay at 0 with `--copy-threads 1`, or while the shards never
+/// left a core idle during a large copy.
+pub fn render_copy_helpers(stats: yutu_transfer::split_copy::HelperStats) -> String {
+    let one = |v: u64| {
+        let mut m = Metric::default();
+        m.set_counter(counter_value(v));
+        vec![m]
+    };
+    let families = [
+        family(
+            "yutu_copy_helper_runs_total",
+            "Pieces (about 256 KiB) of large same-host copies that copy helpers moved.",
+            MetricType::COUNTER,
+            one(stats.runs),
+        ),
+        family(
+            "yutu_copy_helper_bytes_total",
+            "Bytes of large same-host copies that copy helpers moved.",
+            MetricType::COUNTER,
+            one(stats.bytes),
+        ),
+    ];
+    let mut out = String::new();
+    if let Err(e) = TextEncoder::new().encode_utf8(&families, &mut out) {
+        tracing::error!(error = %e, "cannot render the copy helpers' metrics");
+    }
+    out
+}
+
 /// `yutu_request_duration_seconds{shard,op}`: the operations that were requested.
 fn latency(shards: &[Arc<ShardMetrics>], ops: &[&str]) -> MetricFamily {
     let mut series = Vec::new();

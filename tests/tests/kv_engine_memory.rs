@@ -197,8 +197,9 @@ fn thread_names(pid: u32) -> Vec<String> {
 }
 
 /// A block of 1 MiB or more is copied by its shard and a copy helper together
-/// (`--copy-threads`, `yutu_transfer::split_copy`): the bytes arrive whole both ways, and
-/// `--copy-threads 1` keeps every copy on the shard (no helper thread is ever started).
+/// (`--copy-threads`, `yutu_transfer::split_copy`): the bytes arrive whole both ways, the
+/// helper's pieces show in `yutu_copy_helper_*`, and `--copy-threads 1` keeps every copy on
+/// the shard (no helper thread is ever started, the counters stay at 0).
 #[test]
 fn large_blocks_are_copied_with_helpers_unless_told_not_to_and_arrive_whole() {
     for threads in ["2", "1"] {
@@ -254,10 +255,35 @@ fn large_blocks_are_copied_with_helpers_unless_told_not_to_and_arrive_whole() {
             .into_iter()
             .filter(|n| n.starts_with("yutu-copy-"))
             .count();
+        // The helper wakes some microseconds after it is asked, and takes a piece only if
+        // the shard has not copied them all by then: fetch again until it has.
+        let fetch = || {
+            kv.batch_get_into_parts(
+                "alice",
+                &keys,
+                &buf,
+                &[vec![(half as u64 - 8, half as u64 + 8)]],
+            )
+            .expect("get-into")
+        };
         if threads == "2" {
             assert_eq!(helpers, 1, "one helper beside the shard");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while server.metric_sum("yutu_copy_helper_runs_total") == 0.0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the copy helper never took a piece of a 2 MiB copy"
+                );
+                fetch();
+            }
+            assert!(server.metric_sum("yutu_copy_helper_bytes_total") > 0.0);
         } else {
             assert_eq!(helpers, 0, "no helper when told so");
+            for _ in 0..20 {
+                fetch();
+            }
+            assert_eq!(server.metric_sum("yutu_copy_helper_runs_total"), 0.0);
+            assert_eq!(server.metric_sum("yutu_copy_helper_bytes_total"), 0.0);
         }
         drop(buf);
     }

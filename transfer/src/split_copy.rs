@@ -32,7 +32,7 @@
 //! it finds the cores taken.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Copies smaller than this stay on the calling thread: a helper's wake-up would cost more
@@ -46,6 +46,28 @@ pub const PIECE: usize = 256 * 1024;
 
 /// Most pieces one copy is cut into.
 const MAX_PIECES: usize = 64;
+
+/// Runs the helpers copied, and their bytes, since the process started.
+static HELPER_RUNS: AtomicU64 = AtomicU64::new(0);
+static HELPER_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// What the copy helpers have done since the process started (the node's
+/// `yutu_copy_helper_*` metrics): whether they help is visible, not guessed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HelperStats {
+    /// Runs (pieces of about [`PIECE`] bytes) a helper copied.
+    pub runs: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// The copy helpers' counters.
+pub fn stats() -> HelperStats {
+    HelperStats {
+        runs: HELPER_RUNS.load(Ordering::Relaxed),
+        bytes: HELPER_BYTES.load(Ordering::Relaxed),
+    }
+}
 
 /// Threads that copy one large transfer together, the caller included; 0 until set, which
 /// means 1: a process splits copies only when it asks to (the storage node does; a client
@@ -141,7 +163,11 @@ impl Job {
     fn help(&self, threads: usize) {
         loop {
             let crowded = busy(&copying()) > threads;
-            if crowded || !self.copy_one() {
+            let copied = if crowded { None } else { self.copy_one() };
+            if let Some(bytes) = copied {
+                HELPER_RUNS.fetch_add(1, Ordering::Relaxed);
+                HELPER_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
+            } else {
                 // Saturating: a count is only ever a hint for the next copy.
                 let _ = self
                     .helped
@@ -153,15 +179,13 @@ impl Job {
 
     /// Takes runs and copies them until none is left.
     fn drain(&self) {
-        while self.copy_one() {}
+        while self.copy_one().is_some() {}
     }
 
-    /// Takes the next run and copies it; `false` when none was left.
-    fn copy_one(&self) -> bool {
+    /// Takes the next run and copies it: its bytes, or `None` when none was left.
+    fn copy_one(&self) -> Option<usize> {
         let i = self.next.fetch_add(1, Ordering::Relaxed);
-        let Some(run) = self.runs.get(i) else {
-            return false;
-        };
+        let run = self.runs.get(i)?;
         if !self.stop.load(Ordering::Relaxed) {
             // SAFETY: run `i` was taken, so the caller is still waiting (see `copy`).
             let copy = unsafe { &*self.copy };
@@ -180,7 +204,7 @@ impl Job {
             }
         }
         self.finished.fetch_add(1, Ordering::Release);
-        true
+        Some(run.iter().map(|p| p.2).sum())
     }
 }
 

@@ -285,6 +285,9 @@ async fn dispatch(
         Endpoint::Health => return (op, Ok(text(StatusCode::OK, "text/plain", "ok\n".into()))),
         Endpoint::Metrics => {
             let mut body = render(&shard.all_metrics, &Op::names());
+            body.push_str(&crate::metrics::render_copy_helpers(
+                yutu_transfer::split_copy::stats(),
+            ));
             if let Some(c) = &cluster {
                 body.push_str(&c.render_metrics());
             }
