@@ -208,8 +208,13 @@ pub fn render(shards: &[Arc<ShardMetrics>], ops: &[&str]) -> String {
     families.extend(per_shard(shards));
     // The encoder refuses a family without series (no request yet): leave those out.
     families.retain(|f| !f.get_metric().is_empty());
+    encode(&families)
+}
+
+/// `families` in the text format; what the encoder refuses is logged and left out.
+fn encode(families: &[MetricFamily]) -> String {
     let mut out = String::with_capacity(16 * 1024);
-    if let Err(e) = TextEncoder::new().encode_utf8(&families, &mut out) {
+    if let Err(e) = TextEncoder::new().encode_utf8(families, &mut out) {
         tracing::error!(error = %e, "cannot render the metrics");
     }
     out
@@ -267,11 +272,7 @@ pub fn render_copy_helpers(stats: yutu_transfer::split_copy::HelperStats) -> Str
             one(stats.bytes),
         ),
     ];
-    let mut out = String::new();
-    if let Err(e) = TextEncoder::new().encode_utf8(&families, &mut out) {
-        tracing::error!(error = %e, "cannot render the copy helpers' metrics");
-    }
-    out
+    encode(&families)
 }
 
 /// `yutu_request_duration_seconds{shard,op}`: the operations that were requested.

@@ -269,23 +269,25 @@ fn copying() -> std::sync::MutexGuard<'static, Vec<Arc<Job>>> {
 /// valid for its length (reads or writes, as `copy` uses it), and local ranges that `copy`
 /// writes not overlapping.
 pub(crate) unsafe fn run(pieces: &[Piece], copy: &CopyFn<'_>) -> Option<io::Result<()>> {
-    // The helpers start on the first copy large enough for them.
-    let large = pieces.iter().map(|p| p.2).sum::<usize>() >= SPLIT_MIN;
     // SAFETY: as this function's contract.
-    unsafe { run_with(if large { helpers() } else { None }, pieces, copy) }
+    unsafe { run_with(&helpers, pieces, copy) }
 }
 
-/// [`run`] with the helpers `helpers` (none: on this thread alone).
+/// [`run`] with the helpers `helpers` gives (none: on this thread alone), asked for only when
+/// the copy is large enough for them (the process's helpers start on the first such copy).
 ///
 /// # Safety
 ///
 /// As [`run`].
-unsafe fn run_with(
-    helpers: Option<&Helpers>,
+unsafe fn run_with<'h>(
+    helpers: &dyn Fn() -> Option<&'h Helpers>,
     pieces: &[Piece],
     copy: &CopyFn<'_>,
 ) -> Option<io::Result<()>> {
-    let (Some(runs), Some(helpers)) = (cut(pieces), helpers) else {
+    let Some(runs) = cut(pieces) else {
+        return copy(pieces);
+    };
+    let Some(helpers) = helpers() else {
         return copy(pieces);
     };
     let n = runs.len();
@@ -395,7 +397,7 @@ mod tests {
         assert_eq!(helpers.count, 1);
         let run = |pieces: &[Piece], copy: &CopyFn<'_>| {
             // SAFETY: as each call below says.
-            unsafe { run_with(Some(&helpers), pieces, copy) }
+            unsafe { run_with(&|| Some(&helpers), pieces, copy) }
         };
         let src: Vec<u8> = (0..(5 << 20) + 13).map(|i| (i * 7 % 251) as u8).collect();
         let mut dst = vec![0u8; src.len()];
