@@ -72,6 +72,8 @@ pub enum FrameOp {
     Read,
     /// [`WriteRequest`] → [`crate::kv::EtagsResponse`]: small values, inline.
     Write,
+    /// [`PresenceRequest`] → [`PresenceGrant`]: Unix connections only.
+    Presence,
 }
 
 impl FrameOp {
@@ -82,6 +84,7 @@ impl FrameOp {
             FrameOp::Release => 2,
             FrameOp::Read => 3,
             FrameOp::Write => 4,
+            FrameOp::Presence => 5,
             FrameOp::Kv(op) => {
                 16 + KvOp::ALL.iter().position(|o| *o == op).unwrap_or_default() as u8
             }
@@ -95,6 +98,7 @@ impl FrameOp {
             2 => Some(FrameOp::Release),
             3 => Some(FrameOp::Read),
             4 => Some(FrameOp::Write),
+            5 => Some(FrameOp::Presence),
             c => KvOp::ALL
                 .get(usize::from(c.checked_sub(16)?))
                 .map(|op| FrameOp::Kv(*op)),
@@ -103,7 +107,10 @@ impl FrameOp {
 
     /// Whether the body starts with the bucket (`[bucket, request]`).
     pub fn has_bucket(self) -> bool {
-        matches!(self, FrameOp::Kv(_) | FrameOp::Read | FrameOp::Write)
+        matches!(
+            self,
+            FrameOp::Kv(_) | FrameOp::Read | FrameOp::Write | FrameOp::Presence
+        )
     }
 }
 
@@ -275,6 +282,41 @@ pub struct Welcome {
     pub shard: u32,
     pub shards: u32,
 }
+
+/// [`FrameOp::Presence`]: the shard's presence table of the bucket
+/// ([`crate::presence`]). Needs read and list permission on the whole bucket: the table
+/// answers `exists` for every key, and its size tells how many keys there are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PresenceRequest {}
+
+/// The answer to a [`PresenceRequest`]. The table's memfd, sealed against writes, is handed
+/// over on [`PresenceGrant::socket`]; map it read-only, [`PresenceGrant::bytes`] long.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PresenceGrant {
+    /// The shard whose keys the table holds.
+    pub shard: u32,
+    /// Bytes of the table ([`crate::presence::bytes_for`] its capacity).
+    pub bytes: u64,
+    /// The table's hash key ([`crate::presence::fingerprint`]), 32 bytes.
+    #[serde(with = "serde_bytes")]
+    pub secret: Vec<u8>,
+    /// Unix milliseconds after which the caller may no longer use the table (its token
+    /// expires then; the node stops updating the table at the latest then). `None`: no
+    /// token, no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_until_ms: Option<u64>,
+    /// The abstract Unix socket that hands over the memfd, once, within
+    /// [`PRESENCE_HANDOFF_TIMEOUT_MS`]: connect, send the nonce, receive one byte with the
+    /// descriptor attached (`SCM_RIGHTS`). Check the socket's peer is the node's process.
+    pub socket: String,
+    /// 16 bytes that only this answer carries.
+    #[serde(with = "serde_bytes")]
+    pub nonce: Vec<u8>,
+}
+
+/// How long a [`PresenceGrant`]'s socket waits for its caller.
+pub const PRESENCE_HANDOFF_TIMEOUT_MS: u64 = 5_000;
 
 /// [`FrameOp::Read`]: the values of 1 to [`crate::kv::MAX_BATCH`] keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -27,6 +27,7 @@ pub mod mooncake_master;
 pub mod ownership;
 pub mod placement;
 pub mod post_policy;
+pub mod presence;
 pub mod public_access_block;
 pub mod range;
 pub mod route;

@@ -55,6 +55,13 @@ impl Index {
         Some(self.buckets.get(bucket)?.keys.get(key)?.meta.clone())
     }
 
+    /// Calls `f` with every key of `bucket`.
+    pub fn for_each_key(&self, bucket: &str, mut f: impl FnMut(&str)) {
+        if let Some(part) = self.buckets.get(bucket) {
+            part.keys.keys().for_each(|k| f(k));
+        }
+    }
+
     /// The sum of the value lengths of `bucket`'s live keys.
     pub fn value_bytes(&self, bucket: &str) -> u64 {
         self.buckets.get(bucket).map_or(0, |b| b.value_bytes)

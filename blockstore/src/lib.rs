@@ -114,7 +114,7 @@ pub use reclaim_policy::{
 };
 pub use recovery::RecoveryReport;
 pub use stats::StoreStats;
-pub use store::{Appended, Deleted, Record, RegionStore};
+pub use store::{Appended, Deleted, IndexHook, Record, RegionStore};
 
 /// Record format facts a caller may need for sizing (e.g. the largest value for a region).
 pub mod format {

@@ -68,14 +68,25 @@ pub(crate) struct State<Buf> {
     pub poisoned: Option<String>,
     pub counters: StoreStats,
     pub recovery: RecoveryReport,
+    /// Told `(bucket, key, present)` whenever a key comes into or leaves the index
+    /// ([`RegionStore::on_index_change`]).
+    pub on_index: Option<IndexHook>,
 }
+
+/// Told `(bucket, key, present)` when a key comes into (`true`) or leaves (`false`) the index.
+pub type IndexHook = Box<dyn Fn(&str, &str, bool)>;
 
 impl<Buf> State<Buf> {
     /// Points the index at a new record and keeps the per-region accounting in step.
     pub fn index_put(&mut self, bucket: &str, key: &str, loc: Location, meta: Bytes) {
         let (b, k, old) = self.index.insert(bucket, key, loc, meta);
-        if let Some(old) = old {
-            self.unaccount(&old);
+        match old {
+            Some(old) => self.unaccount(&old),
+            None => {
+                if let Some(hook) = &self.on_index {
+                    hook(bucket, key, true);
+                }
+            }
         }
         if let Some(info) = self.regions.get_mut(&loc.region) {
             info.live_bytes += loc.record_len();
@@ -90,12 +101,18 @@ impl<Buf> State<Buf> {
     pub fn index_remove(&mut self, bucket: &str, key: &str) -> Option<Location> {
         let old = self.index.remove(bucket, key)?;
         self.unaccount(&old);
+        if let Some(hook) = &self.on_index {
+            hook(bucket, key, false);
+        }
         Some(old)
     }
 
     pub fn index_remove_if(&mut self, bucket: &str, key: &str, loc: &Location) -> bool {
         if self.index.remove_if(bucket, key, loc) {
             self.unaccount(loc);
+            if let Some(hook) = &self.on_index {
+                hook(bucket, key, false);
+            }
             true
         } else {
             false
@@ -222,6 +239,7 @@ impl<B: Bdev + 'static> RegionStore<B> {
             poisoned: None,
             counters,
             recovery: recovered.report,
+            on_index: None,
         };
         Ok(RegionStore {
             shared: Rc::new(Shared {
@@ -235,6 +253,18 @@ impl<B: Bdev + 'static> RegionStore<B> {
                 policy: RefCell::new(policy),
             }),
         })
+    }
+
+    /// Tells `hook` of every key that comes into or leaves the index from now on (the keys
+    /// already there: [`RegionStore::for_each_key`]). The hook runs inside the store's
+    /// bookkeeping and must not call the store.
+    pub fn on_index_change(&self, hook: IndexHook) {
+        self.shared.state.borrow_mut().on_index = Some(hook);
+    }
+
+    /// Calls `f` with every key of `bucket` in the index.
+    pub fn for_each_key(&self, bucket: &str, f: impl FnMut(&str)) {
+        self.shared.state.borrow().index.for_each_key(bucket, f)
     }
 
     /// Replaces the reclamation policy.

@@ -42,6 +42,10 @@ pub struct Flags {
     /// batches move a little slower).
     #[arg(long)]
     pub no_pin: bool,
+    /// Give no presence tables: same-host clients then ask every `exists` of the node
+    /// instead of looking it up in a table the node shares with them (`docs/kv-api.md`).
+    #[arg(long)]
+    pub no_presence_tables: bool,
     /// Threads that copy one large transfer (1 MiB or more) between the arena and a
     /// same-host client's memory together, the owning shard's included: 1 keeps every copy
     /// on its shard (a node sharing its cores with busy engines). Defaults to the number of
@@ -274,6 +278,7 @@ pub struct FileConfig {
     pub prefault: Option<bool>,
     pub shards: Option<usize>,
     pub no_pin: Option<bool>,
+    pub no_presence_tables: Option<bool>,
     pub copy_threads: Option<usize>,
     pub max_object_size: Option<ByteSize>,
     pub no_auth: Option<bool>,
@@ -328,6 +333,9 @@ pub struct Settings {
     /// Each shard's thread pinned to a core of its own (unless there are more shards than
     /// cores); `--no-pin` turns it off.
     pub pin_shards: bool,
+    /// Presence tables given to same-host clients (`--no-presence-tables` turns them off),
+    /// see `store::presence`.
+    pub presence_tables: bool,
     /// Threads that copy one large same-host transfer together (`--copy-threads`; 1: none
     /// but the shard), see `yutu_transfer::split_copy`.
     pub copy_threads: usize,
@@ -630,6 +638,8 @@ impl Settings {
             prefault: flags.prefault || file.prefault.unwrap_or(false),
             shards,
             pin_shards: !(flags.no_pin || file.no_pin.unwrap_or(false)),
+            presence_tables: !(flags.no_presence_tables
+                || file.no_presence_tables.unwrap_or(false)),
             copy_threads,
             max_object_size,
             no_auth,
@@ -823,6 +833,14 @@ mod tests {
         })
         .unwrap();
         assert!(!s.pin_shards, "no_pin in the file");
+        assert!(s.presence_tables, "presence tables are on by default");
+        std::fs::write(&path, "memory = \"64MiB\"\nno_presence_tables = true\n").unwrap();
+        let s = Settings::resolve(Flags {
+            config: Some(path.clone()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(!s.presence_tables, "no_presence_tables in the file");
         std::fs::write(&path, "memory = \"64MiB\"\ncopy_threads = 1\n").unwrap();
         let s = Settings::resolve(Flags {
             config: Some(path.clone()),

@@ -129,6 +129,11 @@ pub struct ShardMetrics {
     pub dram_used: Gauge,
     pub dram_capacity: Gauge,
     pub objects: Gauge,
+    /// Presence tables live, their bytes, grants given and tables retired (`store::presence`).
+    pub presence_tables: Gauge,
+    pub presence_bytes: Gauge,
+    pub presence_grants: Gauge,
+    pub presence_retired: Gauge,
 }
 
 impl Default for ShardMetrics {
@@ -173,6 +178,10 @@ impl Default for ShardMetrics {
             dram_used: Gauge::default(),
             dram_capacity: Gauge::default(),
             objects: Gauge::default(),
+            presence_tables: Gauge::default(),
+            presence_bytes: Gauge::default(),
+            presence_grants: Gauge::default(),
+            presence_retired: Gauge::default(),
         }
     }
 }
@@ -324,7 +333,7 @@ type Reading = (
 /// The families with one series per shard (and per reading).
 fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE};
-    let table: [(&str, MetricType, &str, &[Reading]); 30] = [
+    let table: [(&str, MetricType, &str, &[Reading]); 34] = [
         (
             "yutu_tier_hits_total",
             COUNTER,
@@ -449,6 +458,30 @@ fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
             COUNTER,
             "Durable records an NVMe reclamation dropped (expected to stay 0).",
             &[(None, |m| m.durable_dropped.get())],
+        ),
+        (
+            "yutu_presence_tables",
+            GAUGE,
+            "Presence tables the shards share with same-host clients.",
+            &[(None, |m| m.presence_tables.get())],
+        ),
+        (
+            "yutu_presence_table_bytes",
+            GAUGE,
+            "Bytes of the presence tables.",
+            &[(None, |m| m.presence_bytes.get())],
+        ),
+        (
+            "yutu_presence_grants_total",
+            COUNTER,
+            "Presence tables handed to clients.",
+            &[(None, |m| m.presence_grants.get())],
+        ),
+        (
+            "yutu_presence_retired_total",
+            COUNTER,
+            "Presence tables retired (bucket settings changed, bucket deleted, a holder's token expired, or full).",
+            &[(None, |m| m.presence_retired.get())],
         ),
         (
             "yutu_nvme_objects",

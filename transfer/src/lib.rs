@@ -101,4 +101,4 @@ pub use request::{TransferOp, TransferRequest};
 pub use segment::{LocalSegment, RangeGuard};
 pub use stats::{EngineStats, ListenerStats, TransportStats};
 pub use transport::rdma::RdmaError;
-pub use transport::shm::DirectRange;
+pub use transport::shm::{fdpass, DirectRange};

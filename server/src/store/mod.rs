@@ -13,6 +13,7 @@ pub mod kv;
 pub mod multipart;
 pub mod pinning;
 pub mod prefault;
+pub mod presence;
 pub mod shard;
 pub mod tombstones;
 

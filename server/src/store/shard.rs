@@ -8,7 +8,9 @@
 //! index footprint (key, metadata and a fixed overhead), so that `used <= capacity` bounds the
 //! memory the shard really holds, not just the payload bytes.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -21,6 +23,7 @@ use super::events::EventLog;
 use super::eviction::{EntryId, EvictionPolicy};
 use super::kv::{Lease, PendingPut, Pin};
 use super::multipart::Upload;
+use super::presence::{Presence, FLAG_DRAM};
 use crate::config::KvLimits;
 use crate::metrics::ShardMetrics;
 use crate::model::listing::{merge, shard_page, ListItem, ListQuery, Listable};
@@ -121,6 +124,9 @@ impl BucketPart {
 
 pub struct ShardStore {
     pub(crate) arena: Arena,
+    /// The presence tables clients map (`presence.rs`), told of every key DRAM gains or
+    /// loses; shared with the NVMe tier, which tells them of its keys.
+    pub(crate) presence: Rc<RefCell<Presence>>,
     pub(crate) buckets: HashMap<String, BucketPart>,
     /// Multipart uploads in progress whose key this shard owns, by upload id.
     pub(crate) uploads: HashMap<String, Upload>,
@@ -169,6 +175,7 @@ impl ShardStore {
         metrics.set_dram(0, capacity, 0);
         ShardStore {
             arena,
+            presence: Rc::new(RefCell::new(Presence::new(true, metrics.clone()))),
             buckets: HashMap::new(),
             uploads: HashMap::new(),
             pins: HashMap::new(),
@@ -371,8 +378,17 @@ impl ShardStore {
         self.buckets.get(name).map(|b| &b.settings)
     }
 
-    /// A bucket's settings to change (`node::buckets` does, on every shard).
+    /// Each key of `bucket` in DRAM.
+    pub fn for_each_key(&self, bucket: &str, mut f: impl FnMut(&str)) {
+        if let Some(b) = self.buckets.get(bucket) {
+            b.objects.keys().for_each(|k| f(k));
+        }
+    }
+
+    /// A bucket's settings to change (`node::buckets` does, on every shard). Its presence
+    /// table is retired first: who may read it may be about to change (`presence.rs`).
     pub fn bucket_settings_mut(&mut self, name: &str) -> Option<&mut BucketSettings> {
+        self.presence.borrow_mut().retire(name);
         self.buckets.get_mut(name).map(|b| &mut b.settings)
     }
 
@@ -436,6 +452,7 @@ impl ShardStore {
         if commit {
             if self.buckets.get(name).is_some_and(|b| b.objects.is_empty()) {
                 self.buckets.remove(name);
+                self.presence.borrow_mut().retire(name);
                 self.drop_uploads_of(name);
                 if let Some(ev) = self.events.as_mut() {
                     ev.cleared(name);
@@ -617,6 +634,9 @@ impl ShardStore {
     /// its extent); events and the policy see it removed.
     fn detach_entry(&mut self, bucket: &str, key: &str) -> Option<Entry> {
         let entry = self.buckets.get_mut(bucket)?.objects.remove(key)?;
+        self.presence
+            .borrow_mut()
+            .changed(bucket, key, FLAG_DRAM, false);
         if !entry.on_nvme {
             self.count_held(bucket, 0, entry.meta.size);
         }
@@ -665,6 +685,9 @@ impl ShardStore {
         if meta.version.is_zero() {
             meta.version = crate::model::version::CLOCK.now();
         }
+        // The old version's removal and the new one's insertion are one change to readers
+        // of the presence table: the key never looks absent in between.
+        self.presence.borrow_mut().hold(bucket);
         self.remove_entry(bucket, key);
         let size = meta.size;
         let id = self.next_id;
@@ -681,6 +704,9 @@ impl ShardStore {
             Some(part) => {
                 part.held += size;
                 part.objects.insert(key.to_string(), entry);
+                self.presence
+                    .borrow_mut()
+                    .changed(bucket, key, FLAG_DRAM, true);
                 self.ids.insert(id, (bucket.to_string(), key.to_string()));
                 self.policy.on_insert(id, size);
                 if let Some(ev) = self.events.as_mut() {
@@ -691,6 +717,7 @@ impl ShardStore {
             // change, the bytes are released rather than leaked.
             None => self.drop_entry(entry),
         }
+        self.presence.borrow_mut().release(bucket);
         self.publish_gauges();
         meta
     }
@@ -821,11 +848,16 @@ impl ShardStore {
             }
             None => None,
         };
-        let Some(entry) = self
+        let removed = self
             .buckets
             .get_mut(bucket)
-            .and_then(|b| b.objects.remove(key))
-        else {
+            .and_then(|b| b.objects.remove(key));
+        if removed.is_some() {
+            self.presence
+                .borrow_mut()
+                .changed(bucket, key, FLAG_DRAM, false);
+        }
+        let Some(entry) = removed else {
             // An evicted block on its way to NVMe was published there; it is gone now.
             if let (Some(kv), Some(ev)) = (was_demoting, self.events.as_mut()) {
                 ev.removed(bucket, key, kv);
@@ -918,6 +950,9 @@ impl ShardStore {
         let Some(entry) = entry else {
             return false;
         };
+        self.presence
+            .borrow_mut()
+            .changed(&bucket, &key, FLAG_DRAM, false);
         tracing::debug!(bucket, key, size = entry.meta.size, "evicted");
         let memory = self.durability(&bucket) == Some(Durability::Memory);
         let tier = if entry.on_nvme {

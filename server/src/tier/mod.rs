@@ -48,6 +48,7 @@ use crate::model::listing::{merge, shard_page, ListItem, ListQuery};
 use crate::model::object::block_id;
 use crate::model::{serve, Durability, GetResult, ListedMeta, ObjectMeta, StoreError};
 use crate::store::multipart::CompletePart;
+use crate::store::presence::{Grant, PresenceRefusal, PresenceStats, FLAG_DRAM, FLAG_NVME};
 use crate::store::shard::Staged;
 use crate::store::ShardStore;
 pub use durable::DurableBudget;
@@ -182,6 +183,12 @@ impl TieredStore {
         nvme: Option<Rc<Nvme>>,
         metrics: Arc<ShardMetrics>,
     ) -> TieredStore {
+        if let Some(nvme) = &nvme {
+            let presence = store.presence.clone();
+            nvme.on_index_change(Box::new(move |bucket, key, on| {
+                presence.borrow_mut().changed(bucket, key, FLAG_NVME, on)
+            }));
+        }
         let durable = DurableBudget::scan(nvme.as_deref());
         metrics.durable_used.set(durable.used());
         metrics.durable_limit.set(durable.limit());
@@ -199,6 +206,46 @@ impl TieredStore {
                 TOMBSTONES_PER_SHARD,
             )),
         }
+    }
+
+    /// The bucket's presence table on this shard, for a caller whose access ends at
+    /// `valid_until_ms`: built from the keys both tiers hold when there is none.
+    pub fn presence_grant(
+        &self,
+        bucket: &str,
+        valid_until_ms: Option<u64>,
+    ) -> Result<Result<Grant, PresenceRefusal>, StoreError> {
+        let store = self.store.borrow();
+        if !store.bucket_exists(bucket) {
+            return Err(StoreError::NoSuchBucket);
+        }
+        let presence = store.presence.clone();
+        let mut presence = presence.borrow_mut();
+        Ok(presence.grant(bucket, valid_until_ms, || {
+            let mut keys: HashMap<String, u64> = HashMap::new();
+            store.for_each_key(bucket, |k| {
+                keys.insert(k.to_string(), FLAG_DRAM);
+            });
+            if let Some(nvme) = &self.nvme {
+                nvme.for_each_key(bucket, |k| {
+                    *keys.entry(k.to_string()).or_default() |= FLAG_NVME;
+                });
+            }
+            keys.into_iter().collect()
+        }))
+    }
+
+    /// Turns presence tables on or off (`--no-presence-tables`).
+    pub fn set_presence_tables(&self, enabled: bool) {
+        self.store.borrow().presence.borrow_mut().set_enabled(enabled);
+    }
+
+    /// What the presence tables did, how many are live and their bytes.
+    pub fn presence_stats(&self) -> (PresenceStats, usize, u64) {
+        let store = self.store.borrow();
+        let p = store.presence.borrow();
+        let (tables, bytes) = p.usage();
+        (p.stats, tables, bytes)
     }
 
     /// Sets how long deletes are remembered (`--tombstone-ttl-secs`).

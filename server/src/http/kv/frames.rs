@@ -27,7 +27,8 @@ use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use http::{HeaderMap, HeaderValue, Method, Uri};
 use yutu_api::kv::{ReleaseRequest, KV_ROOT, MAX_REQUEST_BYTES, RELEASE_PATH};
 use yutu_api::kv_frame::{
-    self, FrameFailure, FrameOp, FramesInfo, Header, Hello, Welcome, HEADER_LEN,
+    self, FrameFailure, FrameOp, FramesInfo, Header, Hello, PresenceGrant, PresenceRequest,
+    Welcome, HEADER_LEN,
 };
 use yutu_api::token::{Claims, BEARER};
 use yutu_api::S3ErrorCode;
@@ -46,6 +47,7 @@ use crate::http::target::Target;
 use crate::kv::{calls, inline};
 use crate::net::budget::BodyClient;
 use crate::node::Shard;
+use crate::store::presence::PresenceRefusal;
 
 /// The first frame (the hello) must arrive within this time of the connection.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -125,7 +127,7 @@ pub async fn serve(shard: Rc<Shard>, listening: Listening, tcp: Option<std::net:
                 };
                 match accepted {
                     // Same host: the loopback address for the bucket policy's `aws:SourceIp`.
-                    Ok(s) => open(&shard, &listening, Some(IpAddr::from([127, 0, 0, 1])), s),
+                    Ok(s) => open(&shard, &listening, Some(IpAddr::from([127, 0, 0, 1])), true, s),
                     Err(e) => backoff(&shard, e).await,
                 }
             }
@@ -141,7 +143,7 @@ pub async fn serve(shard: Rc<Shard>, listening: Listening, tcp: Option<std::net:
                     Ok(s) => {
                         let _ = s.set_nodelay(true);
                         let client = s.peer_addr().ok().map(|a| a.ip());
-                        open(&shard, &listening, client, s)
+                        open(&shard, &listening, client, false, s)
                     }
                     Err(e) => backoff(&shard, e).await,
                 }
@@ -184,8 +186,13 @@ async fn backoff(shard: &Shard, e: impl std::fmt::Display) {
 }
 
 /// Serves an accepted connection on its own task, within the node's connection limit.
-fn open<S>(shard: &Rc<Shard>, listening: &Listening, client: Option<IpAddr>, stream: S)
-where
+fn open<S>(
+    shard: &Rc<Shard>,
+    listening: &Listening,
+    client: Option<IpAddr>,
+    unix: bool,
+    stream: S,
+) where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     if shard.connections.count() >= shard.settings.max_connections {
@@ -197,6 +204,7 @@ where
         shard: shard.clone(),
         listening: listening.clone(),
         client,
+        unix,
         caller: RefCell::new(None),
     };
     glommio::spawn_local(async move {
@@ -211,6 +219,8 @@ struct Conn {
     shard: Rc<Shard>,
     listening: Listening,
     client: Option<IpAddr>,
+    /// A Unix connection (same host), not TCP.
+    unix: bool,
     /// Who calls, from the hello on (`None` before it).
     caller: RefCell<Option<Caller>>,
 }
@@ -471,6 +481,51 @@ impl Conn {
         })
     }
 
+    /// The caller's presence table of `bucket` on this shard (`FrameOp::Presence`): the
+    /// answer names a one-time socket that hands the table's memfd to whoever shows the
+    /// answer's nonce (`presence_handoff.rs`). The caller passed [`admit`] for reading;
+    /// listing is checked too (the table tells of every key). Unix connections on a single
+    /// node only.
+    fn presence(&self, ctx: &Ctx, bucket: &str) -> Result<PresenceGrant, S3Error> {
+        ctx.allow(Action::List, Some(bucket))?;
+        if !self.unix {
+            return Err(S3Error::new(S3ErrorCode::InvalidRequest)
+                .msg("Presence tables are given only on the node's Unix frame sockets."));
+        }
+        if ctx.cluster.is_some() {
+            return Err(S3Error::new(S3ErrorCode::NotImplemented)
+                .msg("Presence tables are not given by a node in a pool."));
+        }
+        let valid_until_ms = match self.caller.borrow().as_ref() {
+            Some(Caller::Token { claims, .. }) => Some(claims.exp.saturating_mul(1000)),
+            _ => None,
+        };
+        let grant = self
+            .shard
+            .tier
+            .presence_grant(bucket, valid_until_ms)?
+            .map_err(|e| {
+                let code = match e {
+                    PresenceRefusal::Off => S3ErrorCode::NotImplemented,
+                    PresenceRefusal::Budget(_) => S3ErrorCode::ServiceUnavailable,
+                    PresenceRefusal::System(_) => S3ErrorCode::InternalError,
+                };
+                S3Error::new(code).msg(format!("{}.", capitalised(&e.to_string())))
+            })?;
+        let handoff = super::presence_handoff::offer(grant.fd).map_err(|e| {
+            S3Error::new(S3ErrorCode::InternalError)
+                .msg(format!("Cannot offer the presence table: {e}."))
+        })?;
+        Ok(PresenceGrant {
+            shard: self.shard.id as u32,
+            bytes: grant.bytes,
+            secret: grant.secret.to_vec(),
+            valid_until_ms,
+            socket: handoff.socket,
+            nonce: handoff.nonce.to_vec(),
+        })
+    }
+
     /// Who calls, checked now.
     fn identity(&self) -> Result<Identity, S3Error> {
         let mut caller = self.caller.borrow_mut();
@@ -545,11 +600,16 @@ impl Conn {
         let (name, needs) = match op {
             FrameOp::Kv(kv) => (kv.as_str(), action(kv)),
             FrameOp::Read => ("read", Action::Read),
+            FrameOp::Presence => ("presence", Action::Read),
             _ => ("write", Action::Write),
         };
         let ctx = self.ctx(format!("kv/{bucket}/{name}"))?;
         admit(&ctx, bucket, needs).await?;
         match op {
+            FrameOp::Presence => {
+                let _: PresenceRequest = Format::Frame.read(request)?;
+                encode(&self.presence(&ctx, bucket)?)
+            }
             FrameOp::Kv(kv) => {
                 let call = KvCall::read(kv, request, Format::Frame)?;
                 encode(&answer(&ctx, bucket, call).await?)
@@ -580,4 +640,12 @@ fn failure(op: FrameOp, id: u32, e: S3Error) -> Result<Vec<u8>, kv_frame::FrameE
         message: e.message,
     })?;
     kv_frame::frame(op, false, id, &body)
+}
+
+/// `text` with its first letter in capitals (S3 messages are sentences).
+fn capitalised(text: &str) -> String {
+    let mut c = text.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
 }

@@ -5,3 +5,4 @@
 pub mod api;
 pub mod frames;
 pub mod mooncake;
+pub mod presence_handoff;

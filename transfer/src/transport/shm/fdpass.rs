@@ -9,10 +9,10 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// The most descriptors one message carries.
-pub(crate) const MAX_FDS: usize = 64;
+pub const MAX_FDS: usize = 64;
 
 /// Sends all of `data`, with `fds` attached to its first byte.
-pub(crate) fn send_with_fds(
+pub fn send_with_fds(
     sock: BorrowedFd<'_>,
     data: &[u8],
     fds: &[BorrowedFd<'_>],
@@ -26,6 +26,36 @@ pub(crate) fn send_with_fds(
             "descriptors need 1..=MAX_FDS of them and at least one data byte",
         ));
     }
+    let sent = sendmsg_fds(sock, data, fds, 0)?;
+    // The descriptors went with the first byte; the rest, if the socket took only part, is
+    // plain data.
+    send_plain(sock, &data[sent..])
+}
+
+/// Sends what the socket takes now of `data` (at least its first byte, with `fds` attached)
+/// without waiting for room: the bytes sent, the rest for the caller to send. `WouldBlock`
+/// when the socket has no room at all (for a caller that must not block its thread).
+pub fn send_with_fds_now(
+    sock: BorrowedFd<'_>,
+    data: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<usize> {
+    if fds.is_empty() || fds.len() > MAX_FDS || data.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "descriptors need 1..=MAX_FDS of them and at least one data byte",
+        ));
+    }
+    sendmsg_fds(sock, data, fds, libc::MSG_DONTWAIT)
+}
+
+/// One `sendmsg` of `data` with `fds` attached to its first byte: the bytes the socket took.
+fn sendmsg_fds(
+    sock: BorrowedFd<'_>,
+    data: &[u8],
+    fds: &[BorrowedFd<'_>],
+    flags: libc::c_int,
+) -> io::Result<usize> {
     let fd_bytes = std::mem::size_of_val(fds) as u32;
     // SAFETY: CMSG_SPACE is a pure size computation.
     let space = unsafe { libc::CMSG_SPACE(fd_bytes) } as usize;
@@ -54,21 +84,18 @@ pub(crate) fn send_with_fds(
             dst.add(i).write_unaligned(fd.as_raw_fd());
         }
     }
-    let sent = loop {
+    loop {
         // SAFETY: `msg` points at `iov` (over live `data`) and at the control buffer, both
         // alive for the call; MSG_NOSIGNAL turns a closed peer into EPIPE instead of SIGPIPE.
-        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | flags) };
         if n >= 0 {
-            break n as usize;
+            return Ok(n as usize);
         }
         let err = io::Error::last_os_error();
         if err.kind() != io::ErrorKind::Interrupted {
             return Err(err);
         }
-    };
-    // The descriptors went with the first byte; the rest, if the socket took only part, is
-    // plain data.
-    send_plain(sock, &data[sent..])
+    }
 }
 
 fn send_plain(sock: BorrowedFd<'_>, mut data: &[u8]) -> io::Result<()> {
@@ -99,7 +126,7 @@ fn send_plain(sock: BorrowedFd<'_>, mut data: &[u8]) -> io::Result<()> {
 
 /// One `recvmsg` into `buf`; descriptors that arrive with it are appended to `fds`. Returns the
 /// bytes read (0 at end of stream).
-pub(crate) fn recv_with_fds(
+pub fn recv_with_fds(
     sock: BorrowedFd<'_>,
     buf: &mut [u8],
     fds: &mut Vec<OwnedFd>,

@@ -14,7 +14,7 @@ use crate::transport::{Lane, Transport, TransportKind};
 
 mod cross_memory;
 mod direct;
-mod fdpass;
+pub mod fdpass;
 mod lane;
 pub(crate) mod listener;
 mod mapping;

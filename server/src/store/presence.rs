@@ -1,0 +1,449 @@
+//! A shard's presence tables ([`yutu_api::presence`]): per bucket, the keys this shard holds,
+//! in a sealed memfd that same-host clients map read-only and look up without a call.
+//!
+//! A table is built when a client first asks for it (`FrameOp::Presence`), from the keys both
+//! tiers hold, and kept in step after that: the DRAM index and the NVMe index report every key
+//! that comes or goes ([`Presence::changed`]), on the shard's thread, before the operation
+//! that changed it answers. So a lookup sees what `exists` on the shard would answer at that
+//! moment.
+//!
+//! # What a holder can learn, and for how long
+//! - A grant needs read and list permission on the bucket, checked at the moment of the
+//!   grant: a holder learns nothing `exists` and `ListObjects` would not tell it (and only
+//!   fingerprints, not names).
+//! - The table is sealed (`F_SEAL_FUTURE_WRITE`, size seals, `F_SEAL_SEAL`) before it is
+//!   given out: no holder can write it, so no tenant can make another's lookups lie.
+//! - The table stops being updated (it is retired; clients then ask the node, which checks
+//!   their access again) when the bucket's settings change (ACL, policy, public access
+//!   block, ownership, CORS), when the bucket goes, and at the first change after the
+//!   earliest expiry among the tokens it was granted to. A holder whose access ended learns
+//!   at most the state at that moment.
+//!
+//! # Bounds
+//! Tables of one shard take at most [`BUDGET`] bytes; a bucket whose table would pass it
+//! gets none (its clients ask the node). A table that fills (half its slots, or a key that
+//! cannot be placed within [`yutu_api::presence::MAX_PROBE`] slots, as keys chosen to collide
+//! could make) is retired, and the next grant builds one twice the size with a new hash key.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use memmap2::MmapMut;
+use yutu_api::presence::{
+    bytes_for, capacity_for, fingerprint, words_for, PresenceError, Table, MAX_CAPACITY,
+};
+
+pub use yutu_api::presence::{FLAG_DRAM, FLAG_NVME};
+
+use crate::metrics::ShardMetrics;
+
+/// Most bytes of tables one shard keeps (about 4 million keys at most half full).
+pub const BUDGET: u64 = 128 << 20;
+
+/// A shard's tables, by bucket.
+pub struct Presence {
+    enabled: bool,
+    budget: u64,
+    used: u64,
+    tables: HashMap<String, Shared>,
+    /// The capacity the next table of a bucket starts at, after one filled.
+    grow: HashMap<String, usize>,
+    pub stats: PresenceStats,
+    metrics: Arc<ShardMetrics>,
+}
+
+/// What the tables did, for `/metrics`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PresenceStats {
+    pub grants: u64,
+    pub builds: u64,
+    pub retired: u64,
+    pub refused: u64,
+}
+
+/// One live table.
+struct Shared {
+    file: File,
+    map: MmapMut,
+    capacity: usize,
+    secret: [u8; 32],
+    /// Unix milliseconds after which the table is retired at its next change.
+    retire_at: Option<u64>,
+    /// Changes are inside one sequence-lock write (`Presence::hold`).
+    held: bool,
+}
+
+impl Shared {
+    /// The table (`None` cannot happen: the mapping was made for its capacity).
+    fn table(&self) -> Option<Table<'_>> {
+        let words = words_for(self.capacity);
+        // SAFETY: the mapping is page-aligned (so aligned for u64), at least `words` u64s long
+        // (`bytes_for`), lives as long as `self`, and every access to it, here and in every
+        // process that maps it, is atomic.
+        let slice =
+            unsafe { std::slice::from_raw_parts(self.map.as_ptr().cast::<AtomicU64>(), words) };
+        Table::built(slice, self.capacity)
+    }
+}
+
+/// A table handed to a client: a descriptor of its memfd, and what to map it with.
+pub struct Grant {
+    pub fd: OwnedFd,
+    pub bytes: u64,
+    pub secret: [u8; 32],
+}
+
+/// Why no table is given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PresenceRefusal {
+    #[error("presence tables are off on this node")]
+    Off,
+    #[error("the bucket's presence table would pass the shard's {0} bytes for tables")]
+    Budget(u64),
+    #[error("cannot make a presence table: {0}")]
+    System(String),
+}
+
+impl Presence {
+    pub fn new(enabled: bool, metrics: Arc<ShardMetrics>) -> Presence {
+        Presence {
+            metrics,
+            enabled,
+            budget: BUDGET,
+            used: 0,
+            tables: HashMap::new(),
+            grow: HashMap::new(),
+            stats: PresenceStats::default(),
+        }
+    }
+
+    fn publish(&self) {
+        let m = &self.metrics;
+        m.presence_tables.set(self.tables.len() as u64);
+        m.presence_bytes.set(self.used);
+        m.presence_grants.set(self.stats.grants);
+        m.presence_retired.set(self.stats.retired);
+    }
+
+    /// Turns grants on or off (`--no-presence-tables`); tables given out stay until retired.
+    pub fn set_enabled(&mut self, enabled: bool) {
+        self.enabled = enabled;
+    }
+
+    /// Tables live now, and their bytes.
+    pub fn usage(&self) -> (usize, u64) {
+        (self.tables.len(), self.used)
+    }
+
+    /// A tier (`flag`) now holds (`on`) or no longer holds `bucket/key`.
+    pub fn changed(&mut self, bucket: &str, key: &str, flag: u64, on: bool) {
+        if self.tables.is_empty() {
+            return;
+        }
+        let Some(shared) = self.tables.get(bucket) else {
+            return;
+        };
+        if shared.retire_at.is_some_and(|at| now_ms() > at) {
+            self.retire(bucket);
+            return;
+        }
+        let Some(table) = shared.table() else {
+            return;
+        };
+        let fp = fingerprint(&shared.secret, key);
+        let done = if shared.held {
+            table.set_unlocked(fp, flag, on)
+        } else {
+            table.set(fp, flag, on)
+        };
+        if let Err(PresenceError::Full) = done {
+            let next = (shared.capacity * 2).min(MAX_CAPACITY);
+            tracing::info!(
+                bucket,
+                capacity = shared.capacity,
+                next,
+                "a presence table filled; the next grant builds a larger one"
+            );
+            self.grow.insert(bucket.to_string(), next);
+            self.retire(bucket);
+        }
+    }
+
+    /// Changes to `bucket`'s table are one write until [`Presence::release`]: readers wait
+    /// for (or give up on) the table meanwhile, so a replaced key never looks absent.
+    pub fn hold(&mut self, bucket: &str) {
+        if let Some(s) = self.tables.get_mut(bucket) {
+            if let (false, Some(t)) = (s.held, s.table()) {
+                t.begin_write();
+                s.held = true;
+            }
+        }
+    }
+
+    pub fn release(&mut self, bucket: &str) {
+        if let Some(s) = self.tables.get_mut(bucket) {
+            if let (true, Some(t)) = (s.held, s.table()) {
+                t.end_write();
+                s.held = false;
+            }
+        }
+    }
+
+    /// Stops `bucket`'s table: its holders ask the node from now on.
+    pub fn retire(&mut self, bucket: &str) {
+        if let Some(s) = self.tables.remove(bucket) {
+            if let Some(table) = s.table() {
+                if s.held {
+                    table.end_write();
+                }
+                table.retire();
+            }
+            self.used -= bytes_for(s.capacity) as u64;
+            self.stats.retired += 1;
+            self.publish();
+        }
+    }
+
+    /// A table of `bucket` for a caller whose access ends at `valid_until_ms` (`None`: no
+    /// end): the live one, or one built from `keys` (each key with the tiers that hold it,
+    /// called only when a table is built).
+    pub fn grant(
+        &mut self,
+        bucket: &str,
+        valid_until_ms: Option<u64>,
+        keys: impl FnOnce() -> Vec<(String, u64)>,
+    ) -> Result<Grant, PresenceRefusal> {
+        if !self.enabled {
+            return Err(PresenceRefusal::Off);
+        }
+        if self
+            .tables
+            .get(bucket)
+            .and_then(|s| s.retire_at)
+            .is_some_and(|at| now_ms() > at)
+        {
+            self.retire(bucket);
+        }
+        if !self.tables.contains_key(bucket) {
+            let built = self.build(bucket, keys());
+            if built.is_err() {
+                self.stats.refused += 1;
+            }
+            self.tables.insert(bucket.to_string(), built?);
+        }
+        let Some(shared) = self.tables.get_mut(bucket) else {
+            return Err(PresenceRefusal::System("the table went".into()));
+        };
+        shared.retire_at = match (shared.retire_at, valid_until_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let fd = shared
+            .file
+            .try_clone()
+            .map_err(|e| PresenceRefusal::System(e.to_string()))?;
+        let grant = Grant {
+            fd: fd.into(),
+            bytes: bytes_for(shared.capacity) as u64,
+            secret: shared.secret,
+        };
+        self.stats.grants += 1;
+        self.publish();
+        Ok(grant)
+    }
+
+    fn build(&mut self, bucket: &str, keys: Vec<(String, u64)>) -> Result<Shared, PresenceRefusal> {
+        let start = self.grow.get(bucket).copied().unwrap_or(0);
+        let mut capacity = capacity_for(keys.len()).max(start);
+        loop {
+            let bytes = bytes_for(capacity) as u64;
+            if self.used + bytes > self.budget {
+                return Err(PresenceRefusal::Budget(self.budget));
+            }
+            let shared = new_table(capacity)?;
+            let Some(table) = shared.table() else {
+                return Err(PresenceRefusal::System("a table of a bad size".into()));
+            };
+            let placed = keys.iter().try_for_each(|(key, flags)| {
+                table.set_unlocked(fingerprint(&shared.secret, key), *flags, true)
+            });
+            match placed {
+                Ok(()) => {
+                    seal(&shared.file)?;
+                    self.used += bytes;
+                    self.stats.builds += 1;
+                    self.grow.remove(bucket);
+                    return Ok(shared);
+                }
+                Err(_) if capacity < MAX_CAPACITY => capacity *= 2,
+                Err(e) => return Err(PresenceRefusal::System(e.to_string())),
+            }
+        }
+    }
+}
+
+/// A zeroed, initialised table of `capacity` slots in a new memfd, mapped for writing, with
+/// a new random hash key.
+fn new_table(capacity: usize) -> Result<Shared, PresenceRefusal> {
+    let sys = |what: &str, e: std::io::Error| PresenceRefusal::System(format!("{what}: {e}"));
+    // SAFETY: a NUL-terminated name and valid flags; the result is checked.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"yutu-presence".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if fd < 0 {
+        return Err(sys("memfd_create", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` is a new descriptor that nothing else owns.
+    let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.set_len(bytes_for(capacity) as u64)
+        .map_err(|e| sys("ftruncate", e))?;
+    // SAFETY: the memfd is this process's own and not yet shared; its size is fixed from
+    // here on (sealed before it is given out), so the mapping cannot lose its pages.
+    let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| sys("mmap", e))?;
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut secret).map_err(|e| PresenceRefusal::System(e.to_string()))?;
+    let shared = Shared {
+        file,
+        map,
+        capacity,
+        secret,
+        retire_at: None,
+        held: false,
+    };
+    let words = words_for(capacity);
+    // SAFETY: as in `Shared::table`.
+    let slice =
+        unsafe { std::slice::from_raw_parts(shared.map.as_ptr().cast::<AtomicU64>(), words) };
+    Table::init(slice, capacity).map_err(|e| PresenceRefusal::System(e.to_string()))?;
+    Ok(shared)
+}
+
+/// Seals the memfd: no size change, no write through any mapping made from now on (the
+/// node's own, made before, stays writable), and no seal removed.
+fn seal(file: &File) -> Result<(), PresenceRefusal> {
+    let seals =
+        libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_FUTURE_WRITE | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on a descriptor we own, with an int argument.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(PresenceRefusal::System(format!(
+            "sealing the table: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use yutu_api::presence::Found;
+
+    /// A client's view: the granted descriptor mapped read-only.
+    fn lookup(g: &Grant, key: &str) -> Found {
+        let file = File::from(g.fd.try_clone().unwrap());
+        // SAFETY: test mapping of a sealed memfd.
+        let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        assert_eq!(map.len() as u64, g.bytes);
+        // SAFETY: page-aligned, read only through atomics.
+        let words = unsafe {
+            std::slice::from_raw_parts(map.as_ptr().cast::<AtomicU64>(), map.len() / 8)
+        };
+        Table::open(words)
+            .unwrap()
+            .lookup(fingerprint(&g.secret, key))
+    }
+
+    #[test]
+    fn a_table_is_built_from_both_tiers_and_kept_in_step() {
+        let mut p = Presence::new(true, Arc::default());
+        let g = p
+            .grant("b", None, || {
+                vec![("dram".into(), FLAG_DRAM), ("nvme".into(), FLAG_NVME)]
+            })
+            .unwrap();
+        assert_eq!(lookup(&g, "dram"), Found::Present);
+        assert_eq!(lookup(&g, "nvme"), Found::Present);
+        assert_eq!(lookup(&g, "other"), Found::Absent);
+        p.changed("b", "other", FLAG_DRAM, true);
+        p.changed("b", "dram", FLAG_DRAM, false);
+        p.changed("other-bucket", "x", FLAG_DRAM, true);
+        assert_eq!(lookup(&g, "other"), Found::Present);
+        assert_eq!(lookup(&g, "dram"), Found::Absent);
+        // A second grant shares the table; keys are not enumerated again.
+        let g2 = p.grant("b", None, || panic!("built again")).unwrap();
+        assert_eq!(g2.secret, g.secret);
+        assert_eq!(p.stats.builds, 1);
+        assert_eq!(p.stats.grants, 2);
+        p.retire("b");
+        assert_eq!(lookup(&g, "other"), Found::Retired);
+        assert_eq!(p.usage(), (0, 0));
+    }
+
+    #[test]
+    fn the_granted_descriptor_cannot_write_the_table() {
+        let mut p = Presence::new(true, Arc::default());
+        let g = p.grant("b", None, Vec::new).unwrap();
+        let file = File::from(g.fd.try_clone().unwrap());
+        // SAFETY: a mapping attempt that must fail.
+        let writable = unsafe { MmapMut::map_mut(&file) };
+        assert!(writable.is_err(), "a shared writable mapping was allowed");
+        use std::io::Write;
+        assert!((&file).write_all(b"x").is_err());
+        assert!(file.set_len(0).is_err());
+        assert_eq!(lookup(&g, "k"), Found::Absent);
+    }
+
+    #[test]
+    fn a_table_retires_at_its_holders_expiry_and_when_full() {
+        let mut p = Presence::new(true, Arc::default());
+        let g = p.grant("b", Some(now_ms() - 1), Vec::new).unwrap();
+        p.changed("b", "k", FLAG_DRAM, true);
+        assert_eq!(lookup(&g, "k"), Found::Retired, "expired before the change");
+        let g = p.grant("b", None, Vec::new).unwrap();
+        assert_eq!(lookup(&g, "k"), Found::Absent, "built anew");
+        let cap = yutu_api::presence::MIN_CAPACITY;
+        for i in 0..cap / 2 {
+            p.changed("b", &format!("k{i}"), FLAG_DRAM, true);
+        }
+        assert_ne!(lookup(&g, "k0"), Found::Retired);
+        p.changed("b", "one-more", FLAG_DRAM, true);
+        assert_eq!(lookup(&g, "k0"), Found::Retired);
+        let bigger = p
+            .grant("b", None, || {
+                (0..cap / 2 + 1)
+                    .map(|i| (format!("k{i}"), FLAG_DRAM))
+                    .collect()
+            })
+            .unwrap();
+        assert!(bigger.bytes > g.bytes);
+        assert_eq!(lookup(&bigger, "k0"), Found::Present);
+        assert_eq!(Presence::new(false, Arc::default()).grant("b", None, Vec::new).err(), Some(PresenceRefusal::Off));
+    }
+
+    #[test]
+    fn the_budget_bounds_the_tables() {
+        let mut p = Presence::new(true, Arc::default());
+        p.budget = bytes_for(yutu_api::presence::MIN_CAPACITY) as u64;
+        p.grant("a", None, Vec::new).unwrap();
+        assert!(matches!(
+            p.grant("b", None, Vec::new),
+            Err(PresenceRefusal::Budget(_))
+        ));
+        assert_eq!(p.stats.refused, 1);
+        p.retire("a");
+        p.grant("b", None, Vec::new).unwrap();
+    }
+}
