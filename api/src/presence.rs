@@ -271,7 +271,13 @@ impl<'a> Table<'a> {
         self.change(fp, flag, on, false)
     }
 
-    fn change(&self, fp: Fingerprint, flag: u64, on: bool, lock: bool) -> Result<(), PresenceError> {
+    fn change(
+        &self,
+        fp: Fingerprint,
+        flag: u64,
+        on: bool,
+        lock: bool,
+    ) -> Result<(), PresenceError> {
         let flag = flag & FLAGS;
         let write = |f: &dyn Fn()| {
             if lock {
@@ -394,7 +400,9 @@ mod tests {
     use std::collections::HashMap;
 
     fn words(capacity: usize) -> Vec<AtomicU64> {
-        (0..words_for(capacity)).map(|_| AtomicU64::new(0)).collect()
+        (0..words_for(capacity))
+            .map(|_| AtomicU64::new(0))
+            .collect()
     }
 
     /// A fingerprint whose home slot is `home` (to force collisions).

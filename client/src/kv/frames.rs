@@ -24,7 +24,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use yutu_api::kv::KvOp;
 use yutu_api::kv_frame::{
-    self, FrameFailure, FrameOp, FramesInfo, Header, Hello, Welcome, HEADER_LEN,
+    self, FrameFailure, FrameOp, FramesInfo, Header, Hello, PresenceGrant, PresenceRequest,
+    Welcome, HEADER_LEN,
 };
 
 use super::KvError;
@@ -325,6 +326,48 @@ impl Frames {
             self.pace.record(op, sent.elapsed());
         }
         self.finish(shard, conn, answer)
+    }
+
+    /// Shard `shard`'s presence table of `bucket` ([`yutu_api::presence`]): the grant, and
+    /// the table's memfd collected from the grant's one-time socket (whose peer must be the
+    /// node's process). Unix sockets only.
+    pub(super) fn presence(
+        &self,
+        shard: usize,
+        bucket: &str,
+    ) -> Result<(PresenceGrant, std::os::fd::OwnedFd), KvError> {
+        use std::os::fd::AsFd;
+        if self.path != FramesPath::Unix {
+            return Err(KvError::InvalidArgument(
+                "presence tables come over Unix frame sockets only".into(),
+            ));
+        }
+        let body = kv_frame::encode_call(bucket, &PresenceRequest {}).map_err(invalid)?;
+        let grant: PresenceGrant = self.call(shard, FrameOp::Presence, &body, true)?;
+        let io = |e| KvError::from(crate::ClientError::Io(e));
+        let s = connect_abstract(&grant.socket).map_err(io)?;
+        let pid = peer_pid(&s).map_err(io)?;
+        if pid != self.info.pid {
+            return Err(KvError::InvalidResponse(format!(
+                "the presence socket {} belongs to process {pid}, not the node ({})",
+                grant.socket, self.info.pid
+            )));
+        }
+        let wait = Duration::from_millis(kv_frame::PRESENCE_HANDOFF_TIMEOUT_MS);
+        s.set_read_timeout(Some(wait)).map_err(io)?;
+        s.set_write_timeout(Some(wait)).map_err(io)?;
+        (&s).write_all(&grant.nonce).map_err(io)?;
+        let mut byte = [0u8; 1];
+        let mut fds = Vec::new();
+        let n = yutu_transfer::fdpass::recv_with_fds(s.as_fd(), &mut byte, &mut fds).map_err(io)?;
+        match (n, fds.len()) {
+            (1, 1) => Ok((grant, fds.remove(0))),
+            _ => Err(KvError::InvalidResponse(format!(
+                "the presence socket {} handed over {} descriptors",
+                grant.socket,
+                fds.len()
+            ))),
+        }
     }
 
     /// Several calls of `op` to several shards (`(shard, body)`, distinct shards): every frame

@@ -41,6 +41,7 @@ mod node;
 mod options;
 mod own;
 mod parts;
+mod presence;
 mod spans;
 
 use checks::{check_batch, check_range, same_len};
@@ -467,6 +468,12 @@ impl KvClient {
     pub fn batch_exists(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
         check_batch(keys)?;
         self.route.exists(bucket, keys)
+    }
+
+    /// Presence tables this client maps now (0 in a cluster, or when the node shares none
+    /// with this client).
+    pub fn presence_tables(&self) -> usize {
+        self.node().presence_tables()
     }
 
     /// How many leading keys of the chain `keys` are stored (the usable cached prefix).

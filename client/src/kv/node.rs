@@ -55,6 +55,9 @@ pub struct NodeClient {
     /// The node's frame sockets, when it has them and this client may use them: every KV
     /// call then goes in a frame (see `frames`).
     pub(super) frames: Option<frames::Frames>,
+    /// The node's presence tables this client maps (same host, Unix frames, unless
+    /// [`super::KvOptions::presence`] is off).
+    pub(super) presence: Option<super::presence::Tables>,
 }
 
 impl std::fmt::Debug for NodeClient {
@@ -177,6 +180,7 @@ impl NodeClient {
             session: String::new(),
             put_ttl_ms: options.put_ttl_ms,
             frames: None,
+            presence: None,
         };
         let registered: PeerResponse = client.call_post(
             PEERS_PATH,
@@ -204,6 +208,11 @@ impl NodeClient {
                     options.frames,
                     options.frame_spin,
                 );
+                client.presence = client
+                    .frames
+                    .as_ref()
+                    .filter(|f| options.presence && *f.path() == frames::FramesPath::Unix)
+                    .map(|f| super::presence::Tables::new(f.shards()));
             }
         }
         Ok(client)
@@ -513,7 +522,26 @@ impl NodeClient {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        self.per_key(bucket, KvOp::Exists, keys, |a: ExistsResponse| a.exists)
+        let (Some(frames), Some(tables)) = (&self.frames, &self.presence) else {
+            return self.per_key(bucket, KvOp::Exists, keys, |a: ExistsResponse| a.exists);
+        };
+        check_bucket(bucket)?;
+        let mut found = tables.lookup(frames, bucket, keys);
+        let ask: Vec<usize> = (0..keys.len()).filter(|&i| found[i].is_none()).collect();
+        if !ask.is_empty() {
+            let asked: Vec<String> = ask.iter().map(|&i| keys[i].clone()).collect();
+            let answers =
+                self.per_key(bucket, KvOp::Exists, &asked, |a: ExistsResponse| a.exists)?;
+            for (i, a) in ask.into_iter().zip(answers) {
+                found[i] = Some(a);
+            }
+        }
+        Ok(found.into_iter().map(|f| f.unwrap_or(false)).collect())
+    }
+
+    /// Presence tables this client maps now.
+    pub fn presence_tables(&self) -> usize {
+        self.presence.as_ref().map_or(0, |t| t.mapped())
     }
 
     /// A call of `op` on `keys` whose answer is one flag per key (exists, remove), split by
@@ -627,6 +655,14 @@ impl NodeClient {
         check_batch(keys)?;
         if keys.is_empty() {
             return Ok(0);
+        }
+        if let (Some(frames), Some(tables)) = (&self.frames, &self.presence) {
+            check_bucket(bucket)?;
+            let found = tables.lookup(frames, bucket, keys);
+            let known = found.iter().take_while(|f| **f == Some(true)).count();
+            if known == keys.len() || found.get(known) == Some(&Some(false)) {
+                return Ok(known);
+            }
         }
         let answer: PrefixResponse =
             self.call_kv(bucket, KvOp::Prefix, Some(keys), &keys_request(keys))?;

@@ -60,6 +60,10 @@ pub struct KvOptions {
     /// op's recent answer time, and not at all when those answers take longer than the limit
     /// (a poll would only take CPU from the node doing the work).
     pub frame_spin: std::time::Duration,
+    /// Answer `exists` from the node's presence tables when it shares them (a node on this
+    /// host, reached over its Unix frame sockets): a lookup in mapped memory instead of a
+    /// call (`docs/kv-api.md`). Keys a table cannot answer are asked of the node.
+    pub presence: bool,
 }
 
 impl Default for KvOptions {
@@ -75,6 +79,7 @@ impl Default for KvOptions {
             route: true,
             frames: super::FramesMode::Auto,
             frame_spin: super::frames::DEFAULT_SPIN,
+            presence: true,
         }
     }
 }

@@ -358,9 +358,8 @@ mod tests {
         let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
         assert_eq!(map.len() as u64, g.bytes);
         // SAFETY: page-aligned, read only through atomics.
-        let words = unsafe {
-            std::slice::from_raw_parts(map.as_ptr().cast::<AtomicU64>(), map.len() / 8)
-        };
+        let words =
+            unsafe { std::slice::from_raw_parts(map.as_ptr().cast::<AtomicU64>(), map.len() / 8) };
         Table::open(words)
             .unwrap()
             .lookup(fingerprint(&g.secret, key))
@@ -430,7 +429,12 @@ mod tests {
             .unwrap();
         assert!(bigger.bytes > g.bytes);
         assert_eq!(lookup(&bigger, "k0"), Found::Present);
-        assert_eq!(Presence::new(false, Arc::default()).grant("b", None, Vec::new).err(), Some(PresenceRefusal::Off));
+        assert_eq!(
+            Presence::new(false, Arc::default())
+                .grant("b", None, Vec::new)
+                .err(),
+            Some(PresenceRefusal::Off)
+        );
     }
 
     #[test]

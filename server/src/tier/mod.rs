@@ -237,7 +237,11 @@ impl TieredStore {
 
     /// Turns presence tables on or off (`--no-presence-tables`).
     pub fn set_presence_tables(&self, enabled: bool) {
-        self.store.borrow().presence.borrow_mut().set_enabled(enabled);
+        self.store
+            .borrow()
+            .presence
+            .borrow_mut()
+            .set_enabled(enabled);
     }
 
     /// What the presence tables did, how many are live and their bytes.

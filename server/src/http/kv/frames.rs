@@ -127,7 +127,13 @@ pub async fn serve(shard: Rc<Shard>, listening: Listening, tcp: Option<std::net:
                 };
                 match accepted {
                     // Same host: the loopback address for the bucket policy's `aws:SourceIp`.
-                    Ok(s) => open(&shard, &listening, Some(IpAddr::from([127, 0, 0, 1])), true, s),
+                    Ok(s) => open(
+                        &shard,
+                        &listening,
+                        Some(IpAddr::from([127, 0, 0, 1])),
+                        true,
+                        s,
+                    ),
                     Err(e) => backoff(&shard, e).await,
                 }
             }
@@ -186,13 +192,8 @@ async fn backoff(shard: &Shard, e: impl std::fmt::Display) {
 }
 
 /// Serves an accepted connection on its own task, within the node's connection limit.
-fn open<S>(
-    shard: &Rc<Shard>,
-    listening: &Listening,
-    client: Option<IpAddr>,
-    unix: bool,
-    stream: S,
-) where
+fn open<S>(shard: &Rc<Shard>, listening: &Listening, client: Option<IpAddr>, unix: bool, stream: S)
+where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     if shard.connections.count() >= shard.settings.max_connections {

@@ -12,11 +12,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 pub const MAX_FDS: usize = 64;
 
 /// Sends all of `data`, with `fds` attached to its first byte.
-pub fn send_with_fds(
-    sock: BorrowedFd<'_>,
-    data: &[u8],
-    fds: &[BorrowedFd<'_>],
-) -> io::Result<()> {
+pub fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     if fds.is_empty() {
         return send_plain(sock, data);
     }

@@ -1,0 +1,215 @@
+//! `exists` answered from the node's presence tables ([`yutu_api::presence`]): per bucket and
+//! shard, a table the node keeps and this process maps read-only, so a lookup costs a hash
+//! and a few loads instead of a call.
+//!
+//! A table comes from a grant (`FrameOp::Presence`, which checks the caller's read and list
+//! permission) the first time a bucket's key on a shard is asked about. A key the table
+//! cannot answer (retired, busy, past the grant's validity, or no grant) is asked of the node
+//! as before, and the node's answer (or error) is the answer. A bucket whose grant is refused
+//! is not asked again for [`REFUSED_FOR`]; a retired table is replaced at the next lookup.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use memmap2::Mmap;
+use yutu_api::kv_frame::PresenceGrant;
+use yutu_api::presence::{fingerprint, Found, Table};
+
+use super::frames::Frames;
+use super::KvError;
+
+/// How long a bucket whose grant was refused is asked of the node only.
+pub const REFUSED_FOR: Duration = Duration::from_secs(10);
+/// Most tables (bucket and shard pairs) one client keeps mapped; past it, new buckets are
+/// asked of the node.
+pub const MAX_TABLES: usize = 1024;
+/// Largest table mapped (the node's tables are far smaller).
+const MAX_TABLE_BYTES: u64 = 2 << 30;
+
+/// The tables of one node, by bucket, one slot per shard.
+pub(super) struct Tables {
+    shards: usize,
+    by_bucket: Mutex<HashMap<String, Vec<Slot>>>,
+}
+
+#[derive(Clone, Default)]
+enum Slot {
+    /// Not asked for yet (or retired: ask again).
+    #[default]
+    None,
+    Mapped(Arc<Mapped>),
+    Refused(Instant),
+}
+
+/// A mapped table and what it was granted with.
+struct Mapped {
+    map: Mmap,
+    secret: [u8; 32],
+    valid_until_ms: Option<u64>,
+}
+
+impl Mapped {
+    fn open(grant: PresenceGrant, fd: OwnedFd) -> Result<Mapped, KvError> {
+        let bad = |what: String| KvError::InvalidResponse(format!("presence table: {what}"));
+        let secret: [u8; 32] = grant
+            .secret
+            .as_slice()
+            .try_into()
+            .map_err(|_| bad(format!("a key of {} bytes", grant.secret.len())))?;
+        let file = File::from(fd);
+        let len = file.metadata().map_err(|e| bad(e.to_string()))?.len();
+        if len != grant.bytes || len > MAX_TABLE_BYTES || len % 8 != 0 {
+            return Err(bad(format!("{len} bytes, the grant says {}", grant.bytes)));
+        }
+        // SAFETY: a read-only shared mapping of a memfd the node sealed against size changes
+        // (`F_SEAL_SHRINK`), so its pages stay; the node writes it concurrently, which is why
+        // it is only ever read through atomics (`words`).
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| bad(e.to_string()))?;
+        let mapped = Mapped {
+            map,
+            secret,
+            valid_until_ms: grant.valid_until_ms,
+        };
+        Table::open(mapped.words()).map_err(|e| bad(e.to_string()))?;
+        Ok(mapped)
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        // SAFETY: the mapping is page-aligned, a whole number of u64s long (checked in
+        // `open`), lives as long as `self`, and is only read, atomically (atomic loads of
+        // lock-free widths are allowed on read-only memory).
+        unsafe {
+            std::slice::from_raw_parts(self.map.as_ptr().cast::<AtomicU64>(), self.map.len() / 8)
+        }
+    }
+
+    fn lookup(&self, key: &str) -> Found {
+        if self.valid_until_ms.is_some_and(|until| now_ms() > until) {
+            return Found::Retired;
+        }
+        match Table::open(self.words()) {
+            Ok(t) => t.lookup(fingerprint(&self.secret, key)),
+            Err(_) => Found::Retired,
+        }
+    }
+}
+
+impl Tables {
+    pub(super) fn new(shards: usize) -> Tables {
+        Tables {
+            shards,
+            by_bucket: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether each key is present, where a table can say (`None`: ask the node).
+    pub(super) fn lookup(
+        &self,
+        frames: &Frames,
+        bucket: &str,
+        keys: &[String],
+    ) -> Vec<Option<bool>> {
+        let mut tables: Vec<Option<Arc<Mapped>>> = vec![None; self.shards];
+        let mut looked: Vec<bool> = vec![false; self.shards];
+        keys.iter()
+            .map(|key| {
+                let shard = yutu_api::placement::shard_for(bucket, key, self.shards);
+                if !looked[shard] {
+                    looked[shard] = true;
+                    tables[shard] = self.table(frames, bucket, shard);
+                }
+                let t = tables[shard].clone()?;
+                match t.lookup(key) {
+                    Found::Present => Some(true),
+                    Found::Absent => Some(false),
+                    Found::Retired => {
+                        // Retired since: ask for the table again, once. A new table that is
+                        // retired at once (its grant already past, by this host's clock)
+                        // is not asked for again for a while.
+                        self.forget(bucket, shard, &t, None);
+                        tables[shard] = self.table(frames, bucket, shard);
+                        let fresh = tables[shard].clone()?;
+                        match fresh.lookup(key) {
+                            Found::Present => Some(true),
+                            Found::Absent => Some(false),
+                            Found::Retired => {
+                                self.forget(bucket, shard, &fresh, Some(Instant::now()));
+                                tables[shard] = None;
+                                None
+                            }
+                            Found::Busy => None,
+                        }
+                    }
+                    Found::Busy => None,
+                }
+            })
+            .collect()
+    }
+
+    /// The mapped table of `bucket` on `shard`, asked for when there is none.
+    fn table(&self, frames: &Frames, bucket: &str, shard: usize) -> Option<Arc<Mapped>> {
+        {
+            let by_bucket = self.by_bucket.lock().unwrap_or_else(|p| p.into_inner());
+            match by_bucket.get(bucket).and_then(|s| s.get(shard)) {
+                Some(Slot::Mapped(m)) => return Some(m.clone()),
+                Some(Slot::Refused(at)) if at.elapsed() < REFUSED_FOR => return None,
+                _ => {}
+            }
+            if !by_bucket.contains_key(bucket) && by_bucket.len() * self.shards >= MAX_TABLES {
+                return None;
+            }
+        }
+        // Asked without the lock: a grant is a call. Two threads may both ask; the later
+        // answer is kept, and the other table unmapped when its last lookup ends.
+        let slot = match frames
+            .presence(shard, bucket)
+            .and_then(|(grant, fd)| Mapped::open(grant, fd))
+        {
+            Ok(m) => Slot::Mapped(Arc::new(m)),
+            Err(e) => {
+                tracing::debug!(bucket, shard, error = %e, "no presence table; asking the node");
+                Slot::Refused(Instant::now())
+            }
+        };
+        let mut by_bucket = self.by_bucket.lock().unwrap_or_else(|p| p.into_inner());
+        let slots = by_bucket
+            .entry(bucket.to_string())
+            .or_insert_with(|| vec![Slot::None; self.shards]);
+        slots[shard] = slot.clone();
+        match slot {
+            Slot::Mapped(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// Drops a retired table (unless another thread already replaced it); `refused`: and
+    /// asks for none until [`REFUSED_FOR`] after then.
+    fn forget(&self, bucket: &str, shard: usize, retired: &Arc<Mapped>, refused: Option<Instant>) {
+        let mut by_bucket = self.by_bucket.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = by_bucket.get_mut(bucket).and_then(|s| s.get_mut(shard)) {
+            if matches!(slot, Slot::Mapped(m) if Arc::ptr_eq(m, retired)) {
+                *slot = refused.map_or(Slot::None, Slot::Refused);
+            }
+        }
+    }
+
+    /// Tables mapped now (for tests and diagnostics).
+    pub(super) fn mapped(&self) -> usize {
+        let by_bucket = self.by_bucket.lock().unwrap_or_else(|p| p.into_inner());
+        by_bucket
+            .values()
+            .flatten()
+            .filter(|s| matches!(s, Slot::Mapped(_)))
+            .count()
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
