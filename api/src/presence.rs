@@ -544,6 +544,20 @@ mod tests {
     }
 
     #[test]
+    fn a_reader_gives_up_on_a_write_left_open_and_sees_it_once_closed() {
+        let w = words(MIN_CAPACITY);
+        let t = Table::init(&w, MIN_CAPACITY).unwrap();
+        let k = fingerprint(&[4u8; 32], "k");
+        t.set(k, FLAG_DRAM, true).unwrap();
+        t.begin_write();
+        t.set_unlocked(k, FLAG_DRAM, false).unwrap();
+        assert_eq!(t.lookup(k), Found::Busy, "a write in progress");
+        t.set_unlocked(k, FLAG_DRAM, true).unwrap();
+        t.end_write();
+        assert_eq!(t.lookup(k), Found::Present);
+    }
+
+    #[test]
     fn only_well_formed_tables_open() {
         let w = words(MIN_CAPACITY);
         assert_eq!(Table::open(&w).err(), Some(PresenceError::Magic));

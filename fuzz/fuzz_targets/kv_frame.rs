@@ -10,8 +10,8 @@ use yutu_api::kv::{
     PutFromRequest, PutIdsRequest, PutStartRequest, PutStartResponse, ReleaseRequest,
 };
 use yutu_api::kv_frame::{
-    decode, encode, split_call, FrameFailure, FramesInfo, Header, Hello, ReadRequest,
-    ReadResponse, Welcome, WriteRequest, HEADER_LEN,
+    decode, encode, split_call, FrameFailure, FramesInfo, Header, Hello, PresenceGrant,
+    PresenceRequest, ReadRequest, ReadResponse, Welcome, WriteRequest, HEADER_LEN,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -30,6 +30,7 @@ fuzz_target!(|data: &[u8]| {
         round_trip::<PutFromRequest>(request);
         round_trip::<ReadRequest>(request);
         round_trip::<WriteRequest>(request);
+        round_trip::<PresenceRequest>(request);
     }
     round_trip::<Hello>(body);
     round_trip::<ReleaseRequest>(body);
@@ -42,7 +43,24 @@ fuzz_target!(|data: &[u8]| {
     let _ = decode::<GetResponse>(body);
     let _ = decode::<CopiedResponse>(body);
     let _ = decode::<PutStartResponse>(body);
+    let _ = decode::<PresenceGrant>(body);
+    presence_table(body);
 });
+
+/// Bytes as a presence table a client maps: opening it checks the header against the length,
+/// and a lookup in whatever it holds ends (every probe is bounded) without a panic.
+fn presence_table(raw: &[u8]) {
+    use std::sync::atomic::AtomicU64;
+    use yutu_api::presence::{fingerprint, Table};
+    let words: Vec<AtomicU64> = raw
+        .chunks_exact(8)
+        .map(|c| AtomicU64::new(u64::from_le_bytes(c.try_into().expect("8 bytes"))))
+        .collect();
+    if let Ok(t) = Table::open(&words) {
+        let _ = t.lookup(fingerprint(&[0u8; 32], "key"));
+        let _ = t.count();
+    }
+}
 
 fn round_trip<T>(raw: &[u8])
 where

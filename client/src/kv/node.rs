@@ -526,6 +526,7 @@ impl NodeClient {
             return self.per_key(bucket, KvOp::Exists, keys, |a: ExistsResponse| a.exists);
         };
         check_bucket(bucket)?;
+        check_keys(keys)?;
         let mut found = tables.lookup(frames, bucket, keys);
         let ask: Vec<usize> = (0..keys.len()).filter(|&i| found[i].is_none()).collect();
         if !ask.is_empty() {
@@ -658,6 +659,7 @@ impl NodeClient {
         }
         if let (Some(frames), Some(tables)) = (&self.frames, &self.presence) {
             check_bucket(bucket)?;
+            check_keys(keys)?;
             let found = tables.lookup(frames, bucket, keys);
             let known = found.iter().take_while(|f| **f == Some(true)).count();
             if known == keys.len() || found.get(known) == Some(&Some(false)) {
@@ -879,4 +881,13 @@ fn merge_groups<T, X: Default>(
         }
     }
     Ok(out)
+}
+
+/// Keys the node would refuse, refused here too: a lookup in a table must fail as the call
+/// would.
+fn check_keys(keys: &[String]) -> Result<(), KvError> {
+    keys.iter().try_for_each(|k| {
+        yutu_api::validate_object_key(k)
+            .map_err(|e| KvError::InvalidArgument(format!("{k:?}: {e}")))
+    })
 }

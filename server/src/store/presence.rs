@@ -242,12 +242,11 @@ impl Presence {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let fd = shared
-            .file
-            .try_clone()
+        let fd = read_only(&shared.file)
+            .or_else(|_| shared.file.try_clone().map(OwnedFd::from))
             .map_err(|e| PresenceRefusal::System(e.to_string()))?;
         let grant = Grant {
-            fd: fd.into(),
+            fd,
             bytes: bytes_for(shared.capacity) as u64,
             secret: shared.secret,
         };
@@ -323,6 +322,14 @@ fn new_table(capacity: usize) -> Result<Shared, PresenceRefusal> {
         unsafe { std::slice::from_raw_parts(shared.map.as_ptr().cast::<AtomicU64>(), words) };
     Table::init(slice, capacity).map_err(|e| PresenceRefusal::System(e.to_string()))?;
     Ok(shared)
+}
+
+/// A read-only descriptor of the memfd (a new open file description, through `/proc`): the
+/// seals already refuse writes through any descriptor; this refuses them a second way.
+fn read_only(file: &File) -> std::io::Result<OwnedFd> {
+    let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let f = std::fs::OpenOptions::new().read(true).open(path)?;
+    Ok(OwnedFd::from(f))
 }
 
 /// Seals the memfd: no size change, no write through any mapping made from now on (the
@@ -402,6 +409,32 @@ mod tests {
         use std::io::Write;
         assert!((&file).write_all(b"x").is_err());
         assert!(file.set_len(0).is_err());
+        // SAFETY: fallocate on a descriptor we own; it must be refused.
+        let punched = unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                0,
+                4096,
+            )
+        };
+        assert!(punched < 0, "a hole was punched in the table");
+        // A read-only mapping cannot be made writable afterwards either.
+        // SAFETY: a read-only test mapping of the sealed memfd.
+        let ro = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        // SAFETY: mprotect on a live mapping of ours; it must be refused.
+        let upgraded = unsafe {
+            libc::mprotect(
+                ro.as_ptr() as *mut libc::c_void,
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        assert!(upgraded < 0, "a read-only mapping was made writable");
+        // Nor can a descriptor open for writing (the node's own memfd, sealed).
+        let writer = p.tables.get("b").unwrap().file.try_clone().unwrap();
+        // SAFETY: a mapping attempt that must fail.
+        assert!(unsafe { MmapMut::map_mut(&writer) }.is_err());
         assert_eq!(lookup(&g, "k"), Found::Absent);
     }
 
