@@ -52,11 +52,6 @@ pub struct Flags {
     /// CPUs.
     #[arg(long)]
     pub copy_threads: Option<usize>,
-    /// Microseconds a pinned shard with nothing to do keeps polling before it sleeps (0 to
-    /// 10000; default 0). A shard that is still polling when a call comes answers without
-    /// the wake-up of a sleeping core; it takes that core's time meanwhile.
-    #[arg(long)]
-    pub spin_before_park_us: Option<u64>,
     /// Largest object a single PUT may store (e.g. 64MiB).
     #[arg(long)]
     pub max_object_size: Option<ByteSize>,
@@ -285,7 +280,6 @@ pub struct FileConfig {
     pub no_pin: Option<bool>,
     pub no_presence_tables: Option<bool>,
     pub copy_threads: Option<usize>,
-    pub spin_before_park_us: Option<u64>,
     pub max_object_size: Option<ByteSize>,
     pub no_auth: Option<bool>,
     pub bucket_exists_conflict: Option<bool>,
@@ -345,8 +339,6 @@ pub struct Settings {
     /// Threads that copy one large same-host transfer together (`--copy-threads`; 1: none
     /// but the shard), see `yutu_transfer::split_copy`.
     pub copy_threads: usize,
-    /// How long an idle pinned shard polls before it sleeps (`--spin-before-park-us`).
-    pub spin_before_park: std::time::Duration,
     pub max_object_size: u64,
     pub no_auth: bool,
     /// CreateBucket of a bucket the caller owns: 409 (true) or 200 (false, us-east-1's way).
@@ -423,8 +415,6 @@ pub const DEFAULT_MAX_OBJECT_SIZE: u64 = 5 << 30;
 pub const MIN_SHARD_MEMORY: u64 = 1 << 20;
 /// Most threads `--copy-threads` may ask for.
 pub const MAX_COPY_THREADS: usize = 256;
-/// Most `--spin-before-park-us`.
-pub const MAX_SPIN_BEFORE_PARK_US: u64 = 10_000;
 
 impl Settings {
     /// Merges flags over the file over the defaults and checks the result.
@@ -448,15 +438,6 @@ impl Settings {
             .map(|n| n.get())
             .unwrap_or(1);
         let shards = flags.shards.or(file.shards).unwrap_or(cpus);
-        let spin_us = flags
-            .spin_before_park_us
-            .or(file.spin_before_park_us)
-            .unwrap_or(0);
-        if spin_us > MAX_SPIN_BEFORE_PARK_US {
-            return Err(ConfigError::Invalid(format!(
-                "--spin-before-park-us must be 0 to {MAX_SPIN_BEFORE_PARK_US}, not {spin_us}"
-            )));
-        }
         let copy_threads = flags.copy_threads.or(file.copy_threads).unwrap_or(cpus);
         if !(1..=MAX_COPY_THREADS).contains(&copy_threads) {
             return Err(ConfigError::Invalid(format!(
@@ -660,7 +641,6 @@ impl Settings {
             presence_tables: !(flags.no_presence_tables
                 || file.no_presence_tables.unwrap_or(false)),
             copy_threads,
-            spin_before_park: std::time::Duration::from_micros(spin_us),
             max_object_size,
             no_auth,
             bucket_exists_conflict: flags.bucket_exists_conflict
@@ -878,24 +858,6 @@ mod tests {
             err.to_string().contains("--copy-threads must be 1"),
             "{err}"
         );
-        assert!(
-            s.spin_before_park.is_zero(),
-            "shards park at once by default"
-        );
-        std::fs::write(&path, "memory = \"64MiB\"\nspin_before_park_us = 50\n").unwrap();
-        let s = Settings::resolve(Flags {
-            config: Some(path.clone()),
-            ..Default::default()
-        })
-        .unwrap();
-        assert_eq!(s.spin_before_park, std::time::Duration::from_micros(50));
-        let err = Settings::resolve(Flags {
-            config: Some(path.clone()),
-            spin_before_park_us: Some(10_001),
-            ..Default::default()
-        })
-        .unwrap_err();
-        assert!(err.to_string().contains("--spin-before-park-us"), "{err}");
         std::fs::write(&path, "memroy = 1\n").unwrap();
         let err = Settings::resolve(Flags {
             config: Some(path),

@@ -203,12 +203,7 @@ pub fn start(settings: Settings, serve: Serve, stop: StopFlag) -> Result<Node, S
         let serve = serve.clone();
         let stop = stop.clone();
         let barrier = barrier.clone();
-        let mut builder = LocalExecutorBuilder::new(placement);
-        // glommio polls before parking only on a pinned executor (it ignores this otherwise).
-        if !settings.spin_before_park.is_zero() {
-            builder = builder.spin_before_park(settings.spin_before_park);
-        }
-        let handle = builder
+        let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("yutu-shard-{i}"))
             .io_memory(if settings.nvme.is_some() {
                 EXECUTOR_IO_MEMORY_NVME
