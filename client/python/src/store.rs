@@ -162,7 +162,7 @@ fn connect(
             frame_spin,
             // `YUTU_PRESENCE=0`: every `is_exist` asked of the node, none looked up in its
             // presence tables (to compare, or to rule them out).
-            presence: !std::env::var_os("YUTU_PRESENCE").is_some_and(|v| v == "0"),
+            presence: std::env::var_os("YUTU_PRESENCE").is_none_or(|v| v != "0"),
             ..KvOptions::default()
         };
         let kv = match KvClient::new(url, options) {
