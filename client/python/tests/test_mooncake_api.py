@@ -176,6 +176,43 @@ def test_frame_polling_is_set_by_the_environment_and_checked(node, bucket, monke
         assert "YUTU_FRAME_SPIN_US" in caplog.text, caplog.text
 
 
+def _presence_grants(node):
+    """The node's ``yutu_presence_grants_total`` (over its shards)."""
+    import urllib.request
+    with urllib.request.urlopen(node.url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("yutu_presence_grants_total"))
+
+
+def test_is_exist_is_looked_up_in_presence_tables_unless_turned_off(node, bucket, monkeypatch):
+    """On the node's host, ``is_exist`` and ``batch_is_exist`` are answered from the node's
+    presence tables (granted once per shard), right after every put and remove;
+    ``YUTU_PRESENCE=0`` asks the node instead, with the same answers."""
+    before = _presence_grants(node)
+    s = _setup(node, bucket)
+    try:
+        keys = [f"presence-{i}" for i in range(40)]
+        for i, k in enumerate(keys):
+            assert s.put(k, b"v" * (i + 1)) == 0
+            assert s.is_exist(k) == 1
+        assert s.batch_is_exist(keys + ["presence-none"]) == [1] * 40 + [0]
+        assert _presence_grants(node) > before
+        assert s.remove(keys[0]) == 0
+        assert s.is_exist(keys[0]) == 0
+    finally:
+        s.close()
+    monkeypatch.setenv("YUTU_PRESENCE", "0")
+    plain = _setup(node, bucket)
+    try:
+        granted = _presence_grants(node)
+        assert plain.batch_is_exist(keys + ["presence-none"]) == [0] + [1] * 39 + [0]
+        assert plain.is_exist(keys[1]) == 1
+        assert _presence_grants(node) == granted
+    finally:
+        plain.close()
+
+
 def test_multi_buffers_bad_shapes(mc, pool, node, bucket):
     p = pool.ctypes.data
     # Shapes that disagree fail every key.
