@@ -635,7 +635,11 @@ impl ShardStore {
     /// For each key, whether the bucket holds it.
     pub fn exists(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, StoreError> {
         let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
-        Ok(keys.iter().map(|k| part.objects.contains_key(k)).collect())
+        // A key on its way to NVMe is still read from the demotion's copy, so it exists.
+        Ok(keys
+            .iter()
+            .map(|k| part.objects.contains_key(k) || self.demoting_get(bucket, k).is_some())
+            .collect())
     }
 
     /// The bytes at an arena range, for the in-process (HTTP) fallback of one-sided reads.

@@ -227,6 +227,9 @@ impl ShardStore {
                     self.demote_bytes -= m.size;
                     self.count_held(bucket, 0, m.size);
                 }
+                self.presence
+                    .borrow_mut()
+                    .changed(bucket, key, FLAG_DRAM, false);
                 true
             }
             _ => false,
@@ -852,7 +855,7 @@ impl ShardStore {
             .buckets
             .get_mut(bucket)
             .and_then(|b| b.objects.remove(key));
-        if removed.is_some() {
+        if removed.is_some() || was_demoting.is_some() {
             self.presence
                 .borrow_mut()
                 .changed(bucket, key, FLAG_DRAM, false);
@@ -950,9 +953,6 @@ impl ShardStore {
         let Some(entry) = entry else {
             return false;
         };
-        self.presence
-            .borrow_mut()
-            .changed(&bucket, &key, FLAG_DRAM, false);
         tracing::debug!(bucket, key, size = entry.meta.size, "evicted");
         let memory = self.durability(&bucket) == Some(Durability::Memory);
         let tier = if entry.on_nvme {
@@ -966,6 +966,8 @@ impl ShardStore {
             self.demoting
                 .insert((bucket.clone(), key.clone()), (entry.meta.clone(), data));
             self.demote_queue.push_back((bucket.clone(), key.clone()));
+            // Still served (and so still present) from the demotion's copy until the
+            // demoter is done with it (`finish_demotion`).
             Some(Tier::Nvme)
         } else {
             if self.demote_budget > 0 && memory {
@@ -976,6 +978,11 @@ impl ShardStore {
             self.count_held(&bucket, 0, entry.meta.size);
             None
         };
+        if !self.demoting.contains_key(&(bucket.clone(), key.clone())) {
+            self.presence
+                .borrow_mut()
+                .changed(&bucket, &key, FLAG_DRAM, false);
+        }
         let kv = entry.meta.kv;
         self.drop_entry(entry);
         self.record_tier_event(&bucket, &key, kv, tier);
@@ -1088,6 +1095,53 @@ mod tests {
             s.put("b", "big", &too_big, meta(too_big.len()), &ANY),
             Err(StoreError::TooLarge { .. })
         ));
+    }
+
+    /// An evicted object on its way to NVMe is still read from the demotion's copy, so it
+    /// still exists, for `exists` and for the presence table alike, until the demoter is done.
+    #[test]
+    fn an_object_being_demoted_still_exists() {
+        use yutu_api::presence::{fingerprint, Found, Table};
+        let cap = 64 * 1024;
+        let mut s = store(cap);
+        s.enable_demotion(cap);
+        s.add_bucket("b", SystemTime::now(), "", Durability::Memory, 1);
+        let grant = s.presence.borrow_mut().grant("b", None, Vec::new).unwrap();
+        let file = std::fs::File::from(grant.fd);
+        // SAFETY: a read-only test mapping of the sealed table.
+        let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        // SAFETY: page-aligned, read only through atomics.
+        let words = unsafe {
+            std::slice::from_raw_parts(
+                map.as_ptr().cast::<std::sync::atomic::AtomicU64>(),
+                map.len() / 8,
+            )
+        };
+        let table = Table::open(words).unwrap();
+        let in_table = |k: &str| table.lookup(fingerprint(&grant.secret, k)) == Found::Present;
+        let block = vec![1u8; 8 * 1024];
+        for i in 0..12 {
+            s.put("b", &format!("k{i}"), &block, meta(block.len()), &ANY)
+                .unwrap();
+        }
+        let (b, k, m, _) = s.next_demotion().expect("k0 was evicted for demotion");
+        assert_eq!(k, "k0");
+        assert_eq!(s.exists("b", &[k.clone()]).unwrap(), [true]);
+        assert!(in_table(&k), "present while it is demoted");
+        assert!(s.finish_demotion(&b, &k, &m));
+        assert_eq!(
+            s.exists("b", &[k.clone()]).unwrap(),
+            [false],
+            "not in DRAM any more"
+        );
+        assert!(!in_table(&k));
+        // A demoting key that is deleted is gone at once.
+        let (b, k, _, _) = s.next_demotion().expect("k1 too");
+        assert!(in_table(&k));
+        assert_eq!(s.delete(&b, &k), Ok(true));
+        assert_eq!(s.exists("b", &[k.clone()]).unwrap(), [false]);
+        assert!(!in_table(&k));
+        assert!(in_table("k11"));
     }
 
     #[test]
