@@ -1126,11 +1126,11 @@ mod tests {
         }
         let (b, k, m, _) = s.next_demotion().expect("k0 was evicted for demotion");
         assert_eq!(k, "k0");
-        assert_eq!(s.exists("b", &[k.clone()]).unwrap(), [true]);
+        assert_eq!(s.exists("b", std::slice::from_ref(&k)).unwrap(), [true]);
         assert!(in_table(&k), "present while it is demoted");
         assert!(s.finish_demotion(&b, &k, &m));
         assert_eq!(
-            s.exists("b", &[k.clone()]).unwrap(),
+            s.exists("b", std::slice::from_ref(&k)).unwrap(),
             [false],
             "not in DRAM any more"
         );
@@ -1139,7 +1139,7 @@ mod tests {
         let (b, k, _, _) = s.next_demotion().expect("k1 too");
         assert!(in_table(&k));
         assert_eq!(s.delete(&b, &k), Ok(true));
-        assert_eq!(s.exists("b", &[k.clone()]).unwrap(), [false]);
+        assert_eq!(s.exists("b", std::slice::from_ref(&k)).unwrap(), [false]);
         assert!(!in_table(&k));
         assert!(in_table("k11"));
     }
