@@ -331,6 +331,23 @@ fn the_table_is_handed_over_once_to_the_nonce_and_cannot_be_written() {
         "the socket is gone after one hand-over"
     );
 
+    // Grants left uncollected are bounded: past 64 open on a shard, a grant is refused.
+    let mut granted = Vec::new();
+    let mut refused = None;
+    for id in 10..80 {
+        s.write_all(&kv_frame::frame(FrameOp::Presence, true, id, &body).unwrap())
+            .unwrap();
+        let (h, raw) = read_answer(&mut s);
+        if h.ok {
+            granted.push(kv_frame::decode::<PresenceGrant>(&raw).unwrap());
+        } else {
+            refused = Some(String::from_utf8_lossy(&raw).to_string());
+            break;
+        }
+    }
+    assert_eq!(granted.len(), 64, "{refused:?}");
+    assert!(refused.unwrap().contains("SlowDown"));
+
     // Over TCP there is no table.
     if let Some(port) = info.tcp.first() {
         let mut t = std::net::TcpStream::connect(("127.0.0.1", *port)).expect("tcp frames");

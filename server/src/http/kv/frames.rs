@@ -514,8 +514,11 @@ impl Conn {
                 S3Error::new(code).msg(format!("{}.", capitalised(&e.to_string())))
             })?;
         let handoff = super::presence_handoff::offer(grant.fd).map_err(|e| {
-            S3Error::new(S3ErrorCode::InternalError)
-                .msg(format!("Cannot offer the presence table: {e}."))
+            let code = match e.kind() {
+                std::io::ErrorKind::WouldBlock => S3ErrorCode::SlowDown,
+                _ => S3ErrorCode::InternalError,
+            };
+            S3Error::new(code).msg(format!("Cannot offer the presence table: {e}."))
         })?;
         Ok(PresenceGrant {
             shard: self.shard.id as u32,

@@ -8,7 +8,8 @@
 //! only the grant's answer, on the caller's own connection, carries it. The listener takes
 //! at most [`MAX_PENDING`] connections at once (a process that connects and sends nothing
 //! cannot hold it up), closes each that sends a wrong nonce, and goes after one hand-over or
-//! after [`PRESENCE_HANDOFF_TIMEOUT_MS`], whichever comes first.
+//! after [`PRESENCE_HANDOFF_TIMEOUT_MS`], whichever comes first; a shard has at most
+//! [`MAX_OPEN_PER_SHARD`] open at once.
 //!
 //! The shard polls the listener with a growing pause (20 µs to 2 ms) instead of waiting in
 //! the reactor: glommio cannot wait on a socket it did not open, and a grant happens once
@@ -24,6 +25,34 @@ use yutu_api::kv_frame::PRESENCE_HANDOFF_TIMEOUT_MS;
 
 /// Connections a hand-over listener reads nonces from at once.
 pub const MAX_PENDING: usize = 8;
+/// Hand-overs one shard has open at once; a grant past them is refused (the client asks the
+/// node instead), so a caller asking for grants in a loop holds at most this many sockets.
+pub const MAX_OPEN_PER_SHARD: usize = 64;
+
+thread_local! {
+    /// Hand-overs open on this shard's thread.
+    static OPEN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts a hand-over open for as long as it lives.
+struct Open;
+
+impl Open {
+    fn take() -> Option<Open> {
+        OPEN.with(|n| {
+            (n.get() < MAX_OPEN_PER_SHARD).then(|| {
+                n.set(n.get() + 1);
+                Open
+            })
+        })
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        OPEN.with(|n| n.set(n.get().saturating_sub(1)));
+    }
+}
 const FIRST_PAUSE: Duration = Duration::from_micros(20);
 const LONGEST_PAUSE: Duration = Duration::from_millis(2);
 
@@ -33,8 +62,15 @@ pub struct Handoff {
     pub nonce: [u8; 16],
 }
 
-/// Offers `fd` on a new one-time socket, served by a task on this shard.
+/// Offers `fd` on a new one-time socket, served by a task on this shard. `WouldBlock` when
+/// the shard has [`MAX_OPEN_PER_SHARD`] hand-overs open.
 pub fn offer(fd: OwnedFd) -> std::io::Result<Handoff> {
+    let open = Open::take().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::WouldBlock,
+            "too many presence tables waiting to be collected on this shard",
+        )
+    })?;
     let mut random = [0u8; 32];
     getrandom::fill(&mut random).map_err(std::io::Error::other)?;
     let socket = format!(
@@ -48,7 +84,11 @@ pub fn offer(fd: OwnedFd) -> std::io::Result<Handoff> {
     nonce.copy_from_slice(&random[16..]);
     let listener = UnixListener::bind_addr(&SocketAddr::from_abstract_name(socket.as_bytes())?)?;
     listener.set_nonblocking(true)?;
-    glommio::spawn_local(hand_over(listener, nonce, fd)).detach();
+    glommio::spawn_local(async move {
+        hand_over(listener, nonce, fd).await;
+        drop(open);
+    })
+    .detach();
     Ok(Handoff { socket, nonce })
 }
 
