@@ -20,8 +20,9 @@
 //!   at most the state at that moment.
 //!
 //! # Bounds
-//! Tables of one shard take at most [`BUDGET`] bytes; a bucket whose table would pass it
-//! gets none (its clients ask the node). A table that fills (half its slots, or a key that
+//! Tables of one shard take at most [`BUDGET`] bytes: a new table that does not fit retires
+//! the tables granted longest ago (their clients ask for them again), and a table larger
+//! than the budget is not built (its clients ask the node). A table that fills (half its slots, or a key that
 //! cannot be placed within [`yutu_api::presence::MAX_PROBE`] slots, as keys chosen to collide
 //! could make) is retired, and the next grant builds one twice the size with a new hash key.
 
@@ -30,7 +31,7 @@ use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use memmap2::MmapMut;
 use yutu_api::presence::{
@@ -41,7 +42,8 @@ pub use yutu_api::presence::{FLAG_DRAM, FLAG_NVME};
 
 use crate::metrics::ShardMetrics;
 
-/// Most bytes of tables one shard keeps (about 4 million keys at most half full).
+/// Most bytes of tables one shard keeps: 8 million slots, about 2 million keys at the quarter
+/// full a table is built at.
 pub const BUDGET: u64 = 128 << 20;
 
 /// A shard's tables, by bucket.
@@ -75,6 +77,9 @@ struct Shared {
     retire_at: Option<u64>,
     /// Changes are inside one sequence-lock write (`Presence::hold`).
     held: bool,
+    /// The last grant of the table: the table granted longest ago goes first when the
+    /// budget is short.
+    granted: Instant,
 }
 
 impl Shared {
@@ -238,6 +243,7 @@ impl Presence {
         let Some(shared) = self.tables.get_mut(bucket) else {
             return Err(PresenceRefusal::System("the table went".into()));
         };
+        shared.granted = Instant::now();
         shared.retire_at = match (shared.retire_at, valid_until_ms) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -260,8 +266,21 @@ impl Presence {
         let mut capacity = capacity_for(keys.len()).max(start);
         loop {
             let bytes = bytes_for(capacity) as u64;
-            if self.used + bytes > self.budget {
+            if bytes > self.budget {
                 return Err(PresenceRefusal::Budget(self.budget));
+            }
+            // Room is made by retiring the tables granted longest ago (their clients, if
+            // any are still looking, ask for them again).
+            while self.used + bytes > self.budget {
+                let oldest = self
+                    .tables
+                    .iter()
+                    .min_by_key(|(_, s)| s.granted)
+                    .map(|(b, _)| b.clone());
+                match oldest {
+                    Some(b) => self.retire(&b),
+                    None => return Err(PresenceRefusal::Budget(self.budget)),
+                }
             }
             let shared = new_table(capacity)?;
             let Some(table) = shared.table() else {
@@ -315,6 +334,7 @@ fn new_table(capacity: usize) -> Result<Shared, PresenceRefusal> {
         secret,
         retire_at: None,
         held: false,
+        granted: Instant::now(),
     };
     let words = words_for(capacity);
     // SAFETY: as in `Shared::table`.
@@ -471,16 +491,26 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_bounds_the_tables() {
+    fn the_budget_bounds_the_tables_and_the_longest_ungranted_goes_first() {
         let mut p = Presence::new(true, Arc::default());
-        p.budget = bytes_for(yutu_api::presence::MIN_CAPACITY) as u64;
-        p.grant("a", None, Vec::new).unwrap();
+        let one = bytes_for(yutu_api::presence::MIN_CAPACITY) as u64;
+        p.budget = 2 * one;
+        let a = p.grant("a", None, Vec::new).unwrap();
+        let b = p.grant("b", None, Vec::new).unwrap();
+        p.grant("a", None, || panic!("a is live")).unwrap();
+        // No room for c: b, granted longest ago, is retired for it.
+        let c = p.grant("c", None, Vec::new).unwrap();
+        assert_eq!(lookup(&b, "k"), Found::Retired);
+        assert_eq!(lookup(&a, "k"), Found::Absent);
+        assert_eq!(lookup(&c, "k"), Found::Absent);
+        assert_eq!(p.usage(), (2, 2 * one));
+        // A table larger than the whole budget is refused, and nothing is retired for it.
+        let many: Vec<(String, u64)> = (0..1000).map(|i| (format!("k{i}"), FLAG_DRAM)).collect();
         assert!(matches!(
-            p.grant("b", None, Vec::new),
+            p.grant("big", None, move || many),
             Err(PresenceRefusal::Budget(_))
         ));
         assert_eq!(p.stats.refused, 1);
-        p.retire("a");
-        p.grant("b", None, Vec::new).unwrap();
+        assert_eq!(p.usage(), (2, 2 * one));
     }
 }
