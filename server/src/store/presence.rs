@@ -95,6 +95,9 @@ impl Shared {
     }
 }
 
+/// Walks a bucket's keys: calls its argument with each key and a tier that holds it.
+pub type KeyWalk = dyn Fn(&mut dyn FnMut(&str, u64));
+
 /// A table handed to a client: a descriptor of its memfd, and what to map it with.
 pub struct Grant {
     pub fd: OwnedFd,
@@ -214,13 +217,15 @@ impl Presence {
     }
 
     /// A table of `bucket` for a caller whose access ends at `valid_until_ms` (`None`: no
-    /// end): the live one, or one built from `keys` (each key with the tiers that hold it,
-    /// called only when a table is built).
+    /// end): the live one, or one built from `keys`, which calls its argument with each key
+    /// and a tier that holds it (a key in both tiers may come twice, once per tier). `keys`
+    /// runs only when a table is built, on the shard's thread: about 0.1 µs a key, borrowed,
+    /// not copied.
     pub fn grant(
         &mut self,
         bucket: &str,
         valid_until_ms: Option<u64>,
-        keys: impl FnOnce() -> Vec<(String, u64)>,
+        keys: &KeyWalk,
     ) -> Result<Grant, PresenceRefusal> {
         if !self.enabled {
             return Err(PresenceRefusal::Off);
@@ -234,7 +239,7 @@ impl Presence {
             self.retire(bucket);
         }
         if !self.tables.contains_key(bucket) {
-            let built = self.build(bucket, keys());
+            let built = self.build(bucket, keys);
             if built.is_err() {
                 self.stats.refused += 1;
             }
@@ -261,9 +266,15 @@ impl Presence {
         Ok(grant)
     }
 
-    fn build(&mut self, bucket: &str, keys: Vec<(String, u64)>) -> Result<Shared, PresenceRefusal> {
+    fn build(
+        &mut self,
+        bucket: &str,
+        keys: &KeyWalk,
+    ) -> Result<Shared, PresenceRefusal> {
         let start = self.grow.get(bucket).copied().unwrap_or(0);
-        let mut capacity = capacity_for(keys.len()).max(start);
+        let mut count = 0usize;
+        keys(&mut |_, _| count += 1);
+        let mut capacity = capacity_for(count).max(start);
         loop {
             let bytes = bytes_for(capacity) as u64;
             if bytes > self.budget {
@@ -286,8 +297,11 @@ impl Presence {
             let Some(table) = shared.table() else {
                 return Err(PresenceRefusal::System("a table of a bad size".into()));
             };
-            let placed = keys.iter().try_for_each(|(key, flags)| {
-                table.set_unlocked(fingerprint(&shared.secret, key), *flags, true)
+            let mut placed = Ok(());
+            keys(&mut |key, flag| {
+                if placed.is_ok() {
+                    placed = table.set_unlocked(fingerprint(&shared.secret, key), flag, true);
+                }
             });
             match placed {
                 Ok(()) => {
@@ -378,6 +392,14 @@ mod tests {
     use super::*;
     use yutu_api::presence::Found;
 
+    /// No keys.
+    const NONE: fn(&mut dyn FnMut(&str, u64)) = |_| {};
+
+    /// The keys of `keys`, each with its tier.
+    fn list(keys: Vec<(&'static str, u64)>) -> impl Fn(&mut dyn FnMut(&str, u64)) {
+        move |f| keys.iter().for_each(|(k, t)| f(k, *t))
+    }
+
     /// A client's view: the granted descriptor mapped read-only.
     fn lookup(g: &Grant, key: &str) -> Found {
         let file = File::from(g.fd.try_clone().unwrap());
@@ -396,9 +418,11 @@ mod tests {
     fn a_table_is_built_from_both_tiers_and_kept_in_step() {
         let mut p = Presence::new(true, Arc::default());
         let g = p
-            .grant("b", None, || {
-                vec![("dram".into(), FLAG_DRAM), ("nvme".into(), FLAG_NVME)]
-            })
+            .grant(
+                "b",
+                None,
+                &list(vec![("dram", FLAG_DRAM), ("nvme", FLAG_NVME)]),
+            )
             .unwrap();
         assert_eq!(lookup(&g, "dram"), Found::Present);
         assert_eq!(lookup(&g, "nvme"), Found::Present);
@@ -409,7 +433,7 @@ mod tests {
         assert_eq!(lookup(&g, "other"), Found::Present);
         assert_eq!(lookup(&g, "dram"), Found::Absent);
         // A second grant shares the table; keys are not enumerated again.
-        let g2 = p.grant("b", None, || panic!("built again")).unwrap();
+        let g2 = p.grant("b", None, &|_| panic!("built again")).unwrap();
         assert_eq!(g2.secret, g.secret);
         assert_eq!(p.stats.builds, 1);
         assert_eq!(p.stats.grants, 2);
@@ -421,7 +445,7 @@ mod tests {
     #[test]
     fn the_granted_descriptor_cannot_write_the_table() {
         let mut p = Presence::new(true, Arc::default());
-        let g = p.grant("b", None, Vec::new).unwrap();
+        let g = p.grant("b", None, &NONE).unwrap();
         let file = File::from(g.fd.try_clone().unwrap());
         // SAFETY: a mapping attempt that must fail.
         let writable = unsafe { MmapMut::map_mut(&file) };
@@ -461,10 +485,10 @@ mod tests {
     #[test]
     fn a_table_retires_at_its_holders_expiry_and_when_full() {
         let mut p = Presence::new(true, Arc::default());
-        let g = p.grant("b", Some(now_ms() - 1), Vec::new).unwrap();
+        let g = p.grant("b", Some(now_ms() - 1), &NONE).unwrap();
         p.changed("b", "k", FLAG_DRAM, true);
         assert_eq!(lookup(&g, "k"), Found::Retired, "expired before the change");
-        let g = p.grant("b", None, Vec::new).unwrap();
+        let g = p.grant("b", None, &NONE).unwrap();
         assert_eq!(lookup(&g, "k"), Found::Absent, "built anew");
         let cap = yutu_api::presence::MIN_CAPACITY;
         for i in 0..cap / 2 {
@@ -474,17 +498,15 @@ mod tests {
         p.changed("b", "one-more", FLAG_DRAM, true);
         assert_eq!(lookup(&g, "k0"), Found::Retired);
         let bigger = p
-            .grant("b", None, || {
-                (0..cap / 2 + 1)
-                    .map(|i| (format!("k{i}"), FLAG_DRAM))
-                    .collect()
+            .grant("b", None, &|f| {
+                (0..cap / 2 + 1).for_each(|i| f(&format!("k{i}"), FLAG_DRAM));
             })
             .unwrap();
         assert!(bigger.bytes > g.bytes);
         assert_eq!(lookup(&bigger, "k0"), Found::Present);
         assert_eq!(
             Presence::new(false, Arc::default())
-                .grant("b", None, Vec::new)
+                .grant("b", None, &NONE)
                 .err(),
             Some(PresenceRefusal::Off)
         );
@@ -495,19 +517,19 @@ mod tests {
         let mut p = Presence::new(true, Arc::default());
         let one = bytes_for(yutu_api::presence::MIN_CAPACITY) as u64;
         p.budget = 2 * one;
-        let a = p.grant("a", None, Vec::new).unwrap();
-        let b = p.grant("b", None, Vec::new).unwrap();
-        p.grant("a", None, || panic!("a is live")).unwrap();
+        let a = p.grant("a", None, &NONE).unwrap();
+        let b = p.grant("b", None, &NONE).unwrap();
+        p.grant("a", None, &|_| panic!("a is live")).unwrap();
         // No room for c: b, granted longest ago, is retired for it.
-        let c = p.grant("c", None, Vec::new).unwrap();
+        let c = p.grant("c", None, &NONE).unwrap();
         assert_eq!(lookup(&b, "k"), Found::Retired);
         assert_eq!(lookup(&a, "k"), Found::Absent);
         assert_eq!(lookup(&c, "k"), Found::Absent);
         assert_eq!(p.usage(), (2, 2 * one));
         // A table larger than the whole budget is refused, and nothing is retired for it.
-        let many: Vec<(String, u64)> = (0..1000).map(|i| (format!("k{i}"), FLAG_DRAM)).collect();
         assert!(matches!(
-            p.grant("big", None, move || many),
+            p.grant("big", None, &|f| (0..1000)
+                .for_each(|i| f(&format!("k{i}"), FLAG_DRAM))),
             Err(PresenceRefusal::Budget(_))
         ));
         assert_eq!(p.stats.refused, 1);

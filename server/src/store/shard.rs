@@ -1106,7 +1106,7 @@ mod tests {
         let mut s = store(cap);
         s.enable_demotion(cap);
         s.add_bucket("b", SystemTime::now(), "", Durability::Memory, 1);
-        let grant = s.presence.borrow_mut().grant("b", None, Vec::new).unwrap();
+        let grant = s.presence.borrow_mut().grant("b", None, &|_| {}).unwrap();
         let file = std::fs::File::from(grant.fd);
         // SAFETY: a read-only test mapping of the sealed table.
         let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();

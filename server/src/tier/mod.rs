@@ -221,17 +221,11 @@ impl TieredStore {
         }
         let presence = store.presence.clone();
         let mut presence = presence.borrow_mut();
-        Ok(presence.grant(bucket, valid_until_ms, || {
-            let mut keys: HashMap<String, u64> = HashMap::new();
-            store.for_each_key(bucket, |k| {
-                keys.insert(k.to_string(), FLAG_DRAM);
-            });
+        Ok(presence.grant(bucket, valid_until_ms, &|each| {
+            store.for_each_key(bucket, |k| each(k, FLAG_DRAM));
             if let Some(nvme) = &self.nvme {
-                nvme.for_each_key(bucket, |k| {
-                    *keys.entry(k.to_string()).or_default() |= FLAG_NVME;
-                });
+                nvme.for_each_key(bucket, |k| each(k, FLAG_NVME));
             }
-            keys.into_iter().collect()
         }))
     }
 
