@@ -96,7 +96,7 @@ impl Shared {
 }
 
 /// Walks a bucket's keys: calls its argument with each key and a tier that holds it.
-pub type KeyWalk = dyn Fn(&mut dyn FnMut(&str, u64));
+pub type KeyWalk<'a> = dyn Fn(&mut dyn FnMut(&str, u64)) + 'a;
 
 /// A table handed to a client: a descriptor of its memfd, and what to map it with.
 pub struct Grant {
@@ -225,7 +225,7 @@ impl Presence {
         &mut self,
         bucket: &str,
         valid_until_ms: Option<u64>,
-        keys: &KeyWalk,
+        keys: &KeyWalk<'_>,
     ) -> Result<Grant, PresenceRefusal> {
         if !self.enabled {
             return Err(PresenceRefusal::Off);
@@ -266,11 +266,7 @@ impl Presence {
         Ok(grant)
     }
 
-    fn build(
-        &mut self,
-        bucket: &str,
-        keys: &KeyWalk,
-    ) -> Result<Shared, PresenceRefusal> {
+    fn build(&mut self, bucket: &str, keys: &KeyWalk<'_>) -> Result<Shared, PresenceRefusal> {
         let start = self.grow.get(bucket).copied().unwrap_or(0);
         let mut count = 0usize;
         keys(&mut |_, _| count += 1);
@@ -392,11 +388,15 @@ mod tests {
     use super::*;
     use yutu_api::presence::Found;
 
+    /// Each key with its tier, as the tiers report them.
+    type Each<'a> = dyn FnMut(&str, u64) + 'a;
+
     /// No keys.
-    const NONE: fn(&mut dyn FnMut(&str, u64)) = |_| {};
+    fn none(_: &mut Each<'_>) {}
+    const NONE: fn(&mut Each<'_>) = none;
 
     /// The keys of `keys`, each with its tier.
-    fn list(keys: Vec<(&'static str, u64)>) -> impl Fn(&mut dyn FnMut(&str, u64)) {
+    fn list(keys: Vec<(&'static str, u64)>) -> impl Fn(&mut Each<'_>) {
         move |f| keys.iter().for_each(|(k, t)| f(k, *t))
     }
 
