@@ -49,6 +49,41 @@ pub fn node_with_config(config: &str, args: &[&str]) -> Server {
     Server::spawn(cmd, data)
 }
 
+/// Starts an authenticating node that takes bearer tokens signed with `secret` under key id
+/// `kid` ([`token_signed`]), with `args` (memory, shards, NVMe...).
+pub fn node_with_token_key(kid: &str, secret: &str, args: &[&str]) -> Server {
+    node_with_config(
+        &format!("[[token_keys]]\nkid = \"{kid}\"\nsecret = \"{secret}\"\n"),
+        args,
+    )
+}
+
+/// A bearer token for subject `engine`, signed with `secret` under key id `kid`: `scopes` in
+/// the command line's `BUCKET:ACCESS` form, an admin token or not, valid for `ttl`.
+pub fn token_signed(
+    kid: &str,
+    secret: &str,
+    scopes: &[&str],
+    admin: bool,
+    ttl: std::time::Duration,
+) -> String {
+    use yutu_api::token::{issue, BucketScope, Claims, SigningKey};
+    let claims = Claims {
+        admin,
+        buckets: scopes
+            .iter()
+            .map(|s| BucketScope::parse(s).expect("a token scope"))
+            .collect(),
+        ..Claims::new("engine", ttl)
+    };
+    issue(
+        &claims,
+        kid,
+        &SigningKey::Secret(secret.as_bytes().to_vec()),
+    )
+    .expect("a token")
+}
+
 /// The SigV4 headers of `method path?query` with `body` as its payload, signed by `who`.
 pub fn signed(
     server: &Server,

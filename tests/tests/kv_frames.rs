@@ -15,24 +15,17 @@ use yutu_api::kv_frame::{
     self, FrameFailure, FrameOp, FramesInfo, Header, Hello, InlineBlock, Welcome, WriteRequest,
     FRAMES_PATH, HEADER_LEN, MAX_BODY,
 };
-use yutu_api::token::{issue, BucketScope, Claims, SigningKey};
+use yutu_api::token::{issue, Claims, SigningKey};
 use yutu_client::kv::{FramesMode, FramesPath, KvClient, KvOptions};
 use yutu_tests::server::wait_until;
-use yutu_tests::users::node_with_config;
+use yutu_tests::users::{node_with_token_key, token_signed};
 use yutu_tests::{pattern, Server};
 
-const KEY: &[u8] = b"frames-secret-0123456789abcdef-0123456789";
+const KEY: &str = "frames-secret-0123456789abcdef-0123456789";
+const KID: &str = "f1";
 
 fn token(scopes: &[&str], admin: bool, ttl: Duration) -> String {
-    let claims = Claims {
-        admin,
-        buckets: scopes
-            .iter()
-            .map(|s| BucketScope::parse(s).unwrap())
-            .collect(),
-        ..Claims::new("engine", ttl)
-    };
-    issue(&claims, "f1", &SigningKey::Secret(KEY.to_vec())).unwrap()
+    token_signed(KID, KEY, scopes, admin, ttl)
 }
 
 fn admin() -> String {
@@ -41,12 +34,9 @@ fn admin() -> String {
 
 /// A node taking tokens signed with `KEY`, with `buckets` created.
 fn node(buckets: &[&str]) -> Server {
-    let config = format!(
-        "[[token_keys]]\nkid = \"f1\"\nsecret = \"{}\"\n",
-        std::str::from_utf8(KEY).unwrap()
-    );
-    let server = node_with_config(
-        &config,
+    let server = node_with_token_key(
+        KID,
+        KEY,
         &["--memory", "64MiB", "--shards", "2", "--nvme-capacity", "0"],
     );
     for b in buckets {
@@ -345,7 +335,7 @@ fn a_frame_connection_is_checked_as_http_requests_are() {
             ..Claims::new("engine", Duration::from_secs(600))
         },
         "f1",
-        &SigningKey::Secret(KEY.to_vec()),
+        &SigningKey::Secret(KEY.as_bytes().to_vec()),
     )
     .unwrap();
     hello(&mut s, Some(expired));

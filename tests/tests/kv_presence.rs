@@ -14,24 +14,16 @@ use yutu_api::kv_frame::{
     self, FrameOp, FramesInfo, Header, Hello, PresenceGrant, PresenceRequest, FRAMES_PATH,
     HEADER_LEN,
 };
-use yutu_api::token::{issue, BucketScope, Claims, SigningKey};
 use yutu_client::kv::{KvClient, KvOptions};
 use yutu_tests::server::wait_until;
-use yutu_tests::users::node_with_config;
+use yutu_tests::users::{node_with_token_key, token_signed};
 use yutu_tests::{pattern, Server};
 
-const KEY: &[u8] = b"presence-secret-0123456789abcdef-012345678";
+const KEY: &str = "presence-secret-0123456789abcdef-012345678";
+const KID: &str = "p1";
 
 fn token(scopes: &[&str], admin: bool, ttl: Duration) -> String {
-    let claims = Claims {
-        admin,
-        buckets: scopes
-            .iter()
-            .map(|s| BucketScope::parse(s).unwrap())
-            .collect(),
-        ..Claims::new("engine", ttl)
-    };
-    issue(&claims, "p1", &SigningKey::Secret(KEY.to_vec())).unwrap()
+    token_signed(KID, KEY, scopes, admin, ttl)
 }
 
 fn admin() -> String {
@@ -178,12 +170,9 @@ fn lookups_in_the_table_follow_every_acknowledged_change_and_both_tiers() {
 
 /// A node with tokens signed by `KEY` and bucket `kvp`.
 fn node() -> Server {
-    let config = format!(
-        "[[token_keys]]\nkid = \"p1\"\nsecret = \"{}\"\n",
-        std::str::from_utf8(KEY).unwrap()
-    );
-    let server = node_with_config(
-        &config,
+    let server = node_with_token_key(
+        KID,
+        KEY,
         &["--memory", "64MiB", "--shards", "2", "--nvme-capacity", "0"],
     );
     assert_eq!(http(&server, Some(&admin()), "PUT", "/kvp", b""), 200);
