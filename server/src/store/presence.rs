@@ -20,11 +20,12 @@
 //!   at most the state at that moment.
 //!
 //! # Bounds
-//! Tables of one shard take at most [`BUDGET`] bytes: a new table that does not fit retires
-//! the tables granted longest ago (their clients ask for them again), and a table larger
-//! than the budget is not built (its clients ask the node). A table that fills (half its slots, or a key that
-//! cannot be placed within [`yutu_api::presence::MAX_PROBE`] slots, as keys chosen to collide
-//! could make) is retired, and the next grant builds one twice the size with a new hash key.
+//! Tables of one shard take at most [`BUDGET`] bytes (memory besides `--memory`): a new
+//! table that does not fit retires the tables granted longest ago (their clients ask for
+//! them again), and a table larger than the budget is not built (its clients ask the node).
+//! A table that fills (half its slots, or a key that cannot be placed within
+//! [`yutu_api::presence::MAX_PROBE`] slots, as keys chosen to collide could make) is
+//! retired, and the next grant builds one twice the size with a new hash key.
 
 use std::collections::HashMap;
 use std::fs::File;
