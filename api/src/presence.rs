@@ -26,9 +26,10 @@
 //! ([`FLAG_DRAM`], [`FLAG_NVME`]): the same question `exists` asks, whether either tier holds
 //! the key. Slots are found by linear probing from the fingerprint's home slot, at most
 //! [`MAX_PROBE`] of them; deletion shifts later slots back (no tombstones), so a lookup stops
-//! at the first empty slot. The fingerprint is a keyed BLAKE3 hash of the key (the key is in
-//! the grant, [`crate::kv_frame::PresenceGrant`]): 126 bits, so two keys of a table share one
-//! with probability about `n² / 2^127`.
+//! at the first empty slot. The fingerprint is 126 bits of a keyed BLAKE3 hash of the key,
+//! under a hash key random per table (given with the grant,
+//! [`crate::kv_frame::PresenceGrant`]), so a key absent from a table of `n` keys looks
+//! present with probability about `n / 2^126`.
 //!
 //! A reader takes the sequence, reads the slots, and takes the sequence again: the answer
 //! stands if it did not change and was even. Changes are a few stores long, so a reader
