@@ -124,8 +124,6 @@ impl Tables {
                 }
                 let t = tables[shard].clone()?;
                 match t.lookup(key) {
-                    Found::Present => Some(true),
-                    Found::Absent => Some(false),
                     Found::Retired => {
                         // Retired since: ask for the table again, once. A new table that is
                         // retired at once (its grant already past, by this host's clock)
@@ -133,18 +131,14 @@ impl Tables {
                         self.forget(bucket, shard, &t, None);
                         tables[shard] = self.table(frames, bucket, shard);
                         let fresh = tables[shard].clone()?;
-                        match fresh.lookup(key) {
-                            Found::Present => Some(true),
-                            Found::Absent => Some(false),
-                            Found::Retired => {
-                                self.forget(bucket, shard, &fresh, Some(Instant::now()));
-                                tables[shard] = None;
-                                None
-                            }
-                            Found::Busy => None,
+                        let found = fresh.lookup(key);
+                        if found == Found::Retired {
+                            self.forget(bucket, shard, &fresh, Some(Instant::now()));
+                            tables[shard] = None;
                         }
+                        answer(found)
                     }
-                    Found::Busy => None,
+                    found => answer(found),
                 }
             })
             .collect()
@@ -205,6 +199,15 @@ impl Tables {
             .flatten()
             .filter(|s| matches!(s, Slot::Mapped(_)))
             .count()
+    }
+}
+
+/// What a lookup says of a key: present, absent, or nothing (ask the node).
+fn answer(found: Found) -> Option<bool> {
+    match found {
+        Found::Present => Some(true),
+        Found::Absent => Some(false),
+        Found::Retired | Found::Busy => None,
     }
 }
 

@@ -84,15 +84,22 @@ struct Shared {
 }
 
 impl Shared {
+    /// The table's words.
+    fn words(&self) -> &[AtomicU64] {
+        // SAFETY: the mapping is page-aligned (so aligned for u64), `bytes_for(capacity)` long
+        // (`words_for` u64s), lives as long as `self`, and every access to it, here and in
+        // every process that maps it, is atomic.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.map.as_ptr().cast::<AtomicU64>(),
+                words_for(self.capacity),
+            )
+        }
+    }
+
     /// The table (`None` cannot happen: the mapping was made for its capacity).
     fn table(&self) -> Option<Table<'_>> {
-        let words = words_for(self.capacity);
-        // SAFETY: the mapping is page-aligned (so aligned for u64), at least `words` u64s long
-        // (`bytes_for`), lives as long as `self`, and every access to it, here and in every
-        // process that maps it, is atomic.
-        let slice =
-            unsafe { std::slice::from_raw_parts(self.map.as_ptr().cast::<AtomicU64>(), words) };
-        Table::built(slice, self.capacity)
+        Table::built(self.words(), self.capacity)
     }
 }
 
@@ -347,11 +354,7 @@ fn new_table(capacity: usize) -> Result<Shared, PresenceRefusal> {
         held: false,
         granted: Instant::now(),
     };
-    let words = words_for(capacity);
-    // SAFETY: as in `Shared::table`.
-    let slice =
-        unsafe { std::slice::from_raw_parts(shared.map.as_ptr().cast::<AtomicU64>(), words) };
-    Table::init(slice, capacity).map_err(|e| PresenceRefusal::System(e.to_string()))?;
+    Table::init(shared.words(), capacity).map_err(|e| PresenceRefusal::System(e.to_string()))?;
     Ok(shared)
 }
 
