@@ -196,6 +196,29 @@ fn thread_names(pid: u32) -> Vec<String> {
     out
 }
 
+/// The CPUs a thread may run on, from its `status` file (`Cpus_allowed_list`).
+fn cpus_allowed(status: &std::path::Path) -> String {
+    std::fs::read_to_string(status)
+        .expect("a thread's status")
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list in a thread's status")
+        .trim()
+        .to_string()
+}
+
+/// The status files of the node's threads whose names start with `prefix`.
+fn thread_statuses(pid: u32, prefix: &str) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the node's threads")
+        .filter_map(|t| {
+            let dir = t.ok()?.path();
+            let name = std::fs::read_to_string(dir.join("comm")).ok()?;
+            name.trim().starts_with(prefix).then(|| dir.join("status"))
+        })
+        .collect()
+}
+
 /// A block of 1 MiB or more is copied by its shard and a copy helper together
 /// (`--copy-threads`, `yutu_transfer::split_copy`): the bytes arrive whole both ways, the
 /// helper's pieces show in `yutu_copy_helper_*`, and `--copy-threads 1` keeps every copy on
@@ -277,6 +300,20 @@ fn large_blocks_are_copied_with_helpers_unless_told_not_to_and_arrive_whole() {
                 fetch();
             }
             assert!(server.metric_sum("yutu_copy_helper_bytes_total") > 0.0);
+            // The helper was made by the shard's first large copy, on the shard's pinned
+            // thread; it must not stay on that one CPU (it would only take turns with the
+            // shard), but run where the node's main thread may.
+            let node = cpus_allowed(std::path::Path::new(&format!(
+                "/proc/{}/status",
+                server.pid()
+            )));
+            for status in thread_statuses(server.pid(), "yutu-copy-") {
+                assert_eq!(
+                    cpus_allowed(&status),
+                    node,
+                    "a copy helper runs on the node's CPUs, not only on its maker shard's"
+                );
+            }
         } else {
             assert_eq!(helpers, 0, "no helper when told so");
             for _ in 0..20 {
