@@ -196,15 +196,20 @@ fn thread_names(pid: u32) -> Vec<String> {
     out
 }
 
-/// The CPUs a thread may run on, from its `status` file (`Cpus_allowed_list`).
-fn cpus_allowed(status: &std::path::Path) -> String {
-    std::fs::read_to_string(status)
+/// The CPUs a thread may run on, from its `status` file (`Cpus_allowed_list`, e.g. `0-3,6`).
+fn cpus_allowed(status: &std::path::Path) -> std::collections::BTreeSet<u32> {
+    let list = std::fs::read_to_string(status)
         .expect("a thread's status")
         .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .expect("Cpus_allowed_list in a thread's status")
-        .trim()
-        .to_string()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:").map(str::to_string))
+        .expect("Cpus_allowed_list in a thread's status");
+    let mut out = std::collections::BTreeSet::new();
+    for part in list.trim().split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (u32, u32) = (a.parse().expect("a CPU"), b.parse().expect("a CPU"));
+        out.extend(a..=b);
+    }
+    out
 }
 
 /// The status files of the node's threads whose names start with `prefix`.
@@ -289,8 +294,12 @@ fn large_blocks_are_copied_with_helpers_unless_told_not_to_and_arrive_whole() {
             )
             .expect("get-into")
         };
+        let node = cpus_allowed(std::path::Path::new(&format!(
+            "/proc/{}/status",
+            server.pid()
+        )));
         if threads == "2" {
-            assert_eq!(helpers, 1, "one helper beside the shard");
+            assert_eq!(helpers, node.len(), "one helper per CPU of the node");
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
             while server.metric_sum("yutu_copy_helper_runs_total") == 0.0 {
                 assert!(
@@ -300,20 +309,20 @@ fn large_blocks_are_copied_with_helpers_unless_told_not_to_and_arrive_whole() {
                 fetch();
             }
             assert!(server.metric_sum("yutu_copy_helper_bytes_total") > 0.0);
-            // The helper was made by the shard's first large copy, on the shard's pinned
-            // thread; it must not stay on that one CPU (it would only take turns with the
-            // shard), but run where the node's main thread may.
-            let node = cpus_allowed(std::path::Path::new(&format!(
-                "/proc/{}/status",
-                server.pid()
-            )));
+            // The helpers were made by the shard's first large copy, on the shard's pinned
+            // thread; they must not all stay on that one CPU (they would only take turns with
+            // the shard), but be pinned one to each CPU of the node.
+            let mut pinned = std::collections::BTreeSet::new();
             for status in thread_statuses(server.pid(), "yutu-copy-") {
+                let cpus = cpus_allowed(&status);
                 assert_eq!(
-                    cpus_allowed(&status),
-                    node,
-                    "a copy helper runs on the node's CPUs, not only on its maker shard's"
+                    cpus.len(),
+                    1,
+                    "a copy helper is pinned to one CPU: {cpus:?}"
                 );
+                pinned.extend(cpus);
             }
+            assert_eq!(pinned, node, "a copy helper on each CPU of the node");
         } else {
             assert_eq!(helpers, 0, "no helper when told so");
             for _ in 0..20 {

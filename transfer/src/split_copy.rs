@@ -18,27 +18,34 @@
 //!
 //! Helping pays only while cores are idle: when two shards copy at once they already use
 //! two cores, and a helper would only take turns with them (a `--only yutu` run of the
-//! bench's 2 MiB batches measured 6% slower with every large copy split). So a copy asks for
-//! helpers only while fewer threads copy than there are copying threads, and a shard that has
-//! served its part of a batch sends a helper to a copy still in progress ([`offer_help`]):
-//! with a batch's keys uneven on two shards, the busier one gets help when the other is done.
+//! bench's 2 MiB batches measured 6% slower with every large copy split). So the helpers are
+//! pinned, one to each CPU, and a copy asks only the helpers of CPUs that are free: not its
+//! own, not one where another large copy's caller runs, and not one where a thread serving
+//! copies ([`working`]: a shard inside a same-host get-into or put-from) runs. A helper goes
+//! back as soon as such a thread shows up on its CPU. And a shard that has served its part of
+//! a batch sends its own CPU's helper to a copy still in progress ([`offer_help`]): with a
+//! batch's keys uneven on two shards, the busier one gets help when the other is done.
+//!
+//! Why pinned: a helper the scheduler places lands on its waker's CPU often enough to matter,
+//! and there it only takes turns with the shard that asked it. The helpers used to be made on
+//! the first large copy, from that shard's pinned thread, and inherited its one CPU; on the
+//! 2-vCPU development VM a 16-block batch of 2 MiB blocks whose keys all fell on one shard then
+//! took 4.5-7 ms with the helper copying 1-3 MiB of its 32 (2.3-2.5 ms pinned beside it, as
+//! fast as a batch split 8/8). Left to the scheduler, they cost Mooncake's stress shape (8
+//! threads getting 1 MiB values) 5% of its gets, landing beside busy shards.
 //!
 //! The helpers are made on first use, and only in a process that called [`set_threads`] (the
 //! node does, with `--copy-threads`, the number of CPUs by default): it chooses how many
 //! threads copy one large transfer, the caller included; 1 turns splitting off (a host whose
-//! cores belong to its engines). The first large copy comes from a shard, whose thread is
-//! pinned to one CPU, and a thread inherits its maker's CPUs: so each helper first widens its
-//! own to the CPUs of the thread that called [`set_threads`] (the node's main thread, before
-//! any shard is pinned). A helper pinned to one shard's CPU could only take turns with that
-//! shard, and help the other shards only while this one idles; on the 2-vCPU development VM
-//! it copied 1–3 of the 32 MiB of a 16-block batch whose keys all fell on one shard, and the
-//! batch took 4.5–7 ms instead of 2.7. The helpers are written here rather than taken from rayon:
-//! rayon's scopes wait for every spawned job to run, so a copy would wait for a helper's
-//! wake-up even when it had finished every piece itself, and a helper could not go back when
-//! it finds the cores taken.
+//! cores belong to its engines). There is one helper per CPU of the thread that called
+//! [`set_threads`] (the node's main thread, before any shard is pinned); without that set, as
+//! many as a copy may ask, unpinned. The helpers are written here rather than taken from
+//! rayon: rayon's scopes wait for every spawned job to run, so a copy would wait for a
+//! helper's wake-up even when it had finished every piece itself, and a helper could not go
+//! back when it finds the cores taken.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Copies smaller than this stay on the calling thread: a helper's wake-up would cost more
@@ -83,9 +90,58 @@ static THREADS: AtomicUsize = AtomicUsize::new(0);
 /// The helpers, made on first use; `None` when splitting is off or no helper could start.
 static HELPERS: OnceLock<Option<Helpers>> = OnceLock::new();
 
-/// The CPUs the helpers run on: those of the thread that called [`set_threads`]; unset when
-/// they could not be read (the helpers then keep their maker's).
+/// The CPUs the helpers are pinned to: those of the thread that called [`set_threads`];
+/// unset when they could not be read (the helpers are then not pinned).
 static CPUS: OnceLock<Cpus> = OnceLock::new();
+
+/// Most CPUs the per-CPU bookkeeping covers (the kernel's `CPU_SETSIZE`).
+const MAX_CPUS: usize = 1024;
+
+/// Threads that hold [`Working`], in all and per CPU.
+static WORKING: AtomicUsize = AtomicUsize::new(0);
+static WORKING_ON: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
+
+/// The CPU the calling thread runs on (where it is pinned, for a shard).
+fn current_cpu() -> Option<usize> {
+    // SAFETY: `sched_getcpu` has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    usize::try_from(cpu).ok().filter(|&c| c < MAX_CPUS)
+}
+
+/// Whether a thread serving copies runs on `cpu`.
+fn working_on(cpu: usize) -> bool {
+    WORKING_ON
+        .get(cpu)
+        .is_some_and(|n| n.load(Ordering::Relaxed) > 0)
+}
+
+/// Held by a thread while it serves copies (a shard inside a same-host get-into or
+/// put-from), on the CPU it holds it from: no helper is asked to that CPU meanwhile, and a
+/// helper there goes back. Without it, a shard between two large copies looks idle, and a
+/// helper sent to its CPU takes turns with it once its next request comes.
+#[must_use = "the thread counts as working only while this is held"]
+pub struct Working {
+    cpu: Option<usize>,
+}
+
+/// Marks the calling thread as serving copies until the guard drops.
+pub fn working() -> Working {
+    WORKING.fetch_add(1, Ordering::Relaxed);
+    let cpu = current_cpu();
+    if let Some(c) = cpu {
+        WORKING_ON[c].fetch_add(1, Ordering::Relaxed);
+    }
+    Working { cpu }
+}
+
+impl Drop for Working {
+    fn drop(&mut self) {
+        WORKING.fetch_sub(1, Ordering::Relaxed);
+        if let Some(c) = self.cpu {
+            WORKING_ON[c].fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
 
 /// A CPU set, as `sched_getaffinity` fills it.
 #[derive(Clone, Copy)]
@@ -102,6 +158,24 @@ impl Cpus {
         (rc == 0).then_some(Cpus(set))
     }
 
+    /// The set of CPU `cpu` alone.
+    fn one(cpu: usize) -> Cpus {
+        // SAFETY: an all-zero `cpu_set_t` is a valid empty set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `CPU_SET` writes the bit of `cpu`, below the set's size (callers pass CPUs
+        // of a set, below `MAX_CPUS`).
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+        Cpus(set)
+    }
+
+    /// The CPUs in the set, in order.
+    fn list(&self) -> Vec<usize> {
+        // SAFETY: `CPU_ISSET` only reads the bit of a CPU below the set's size.
+        (0..MAX_CPUS)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &self.0) })
+            .collect()
+    }
+
     /// Moves the calling thread onto these CPUs.
     fn apply_to_this_thread(&self) -> io::Result<()> {
         // SAFETY: `self.0` is a valid `cpu_set_t` of the size passed, only read.
@@ -113,24 +187,28 @@ impl Cpus {
             Err(io::Error::last_os_error())
         }
     }
+}
 
-    #[cfg(test)]
-    fn count(&self) -> usize {
-        // SAFETY: `CPU_COUNT` only reads the set.
-        usize::try_from(unsafe { libc::CPU_COUNT(&self.0) }).unwrap_or(0)
-    }
+/// One helper thread: where to send it a copy, the CPU it is pinned to (`None`: not pinned),
+/// and whether it has one already (set by whoever sends it one, cleared by the helper when
+/// it is done with it).
+struct Helper {
+    jobs: crossbeam_channel::Sender<Arc<Job>>,
+    cpu: Option<usize>,
+    busy: Arc<AtomicBool>,
 }
 
 /// Threads waiting for copies to help with.
 struct Helpers {
-    jobs: crossbeam_channel::Sender<Arc<Job>>,
-    count: usize,
+    all: Vec<Helper>,
+    /// The most helpers one copy asks: the copying threads but its caller.
+    per_copy: usize,
 }
 
 /// Sets how many threads copy one large transfer, the caller included (1: no splitting).
 /// Takes effect only before the first large copy; `false` when it came too late.
 /// Call it from a thread that may run on every CPU the helpers may use (the node's main
-/// thread, before it pins its shards): the helpers run on its CPUs.
+/// thread, before it pins its shards): there is a helper pinned to each of its CPUs.
 pub fn set_threads(threads: usize) -> bool {
     THREADS.store(threads.max(1), Ordering::Relaxed);
     if let Some(cpus) = Cpus::of_this_thread() {
@@ -146,35 +224,72 @@ fn helpers() -> Option<&'static Helpers> {
 }
 
 impl Helpers {
-    /// `threads - 1` helpers (the caller is the other copying thread), running on `cpus`
-    /// (else on their maker's); `None` when that is none or none started. They stop when
-    /// the last sender of their queue goes.
+    /// Helpers for copies of `threads` threads (the caller and `threads - 1` helpers): one
+    /// pinned to each CPU of `cpus`, or without them `threads - 1` the scheduler places;
+    /// `None` when `threads` is 1 or none started. They stop when their queues close (the
+    /// `Helpers` is dropped).
     fn start(threads: usize, cpus: Option<Cpus>) -> Option<Helpers> {
-        let (jobs, queue) = crossbeam_channel::unbounded::<Arc<Job>>();
-        let mut count = 0;
-        for i in 0..threads.saturating_sub(1) {
-            let queue = queue.clone();
+        let per_copy = threads.saturating_sub(1);
+        if per_copy == 0 {
+            return None;
+        }
+        let places: Vec<Option<usize>> = match cpus {
+            Some(cpus) => cpus.list().into_iter().map(Some).collect(),
+            None => vec![None; per_copy],
+        };
+        let mut all = Vec::with_capacity(places.len());
+        for (i, cpu) in places.into_iter().enumerate() {
+            let (jobs, queue) = crossbeam_channel::unbounded::<Arc<Job>>();
+            let busy = Arc::new(AtomicBool::new(false));
+            let done = Arc::clone(&busy);
             let started = std::thread::Builder::new()
                 .name(format!("yutu-copy-{i}"))
                 .spawn(move || {
-                    if let Some(cpus) = cpus {
-                        if let Err(e) = cpus.apply_to_this_thread() {
-                            tracing::warn!(error = %e, "a copy helper keeps its maker's CPUs");
+                    let mut cpu = cpu;
+                    if let Some(c) = cpu {
+                        if let Err(e) = Cpus::one(c).apply_to_this_thread() {
+                            tracing::warn!(error = %e, cpu = c, "a copy helper is not pinned");
+                            cpu = None;
                         }
                     }
                     for job in queue {
-                        job.help(threads);
+                        job.help(cpu, threads);
+                        done.store(false, Ordering::Release);
                     }
                 });
             match started {
-                Ok(_) => count += 1,
+                Ok(_) => all.push(Helper { jobs, cpu, busy }),
                 Err(e) => {
                     tracing::warn!(error = %e, "a copy helper did not start");
                     break;
                 }
             }
         }
-        (count > 0).then_some(Helpers { jobs, count })
+        (!all.is_empty()).then_some(Helpers { all, per_copy })
+    }
+
+    /// Claims helpers for a copy by a thread on CPU `me` while `list` is in progress: at most
+    /// `want`, pinned to CPUs free of copies (see the module docs), or unpinned ones while
+    /// fewer threads copy than a copy may use.
+    fn claim(&self, me: Option<usize>, list: &[Arc<Job>], want: usize) -> Vec<&Helper> {
+        let mut room = (self.per_copy + 1).saturating_sub(busy(list, 1));
+        let mut out = Vec::new();
+        for h in &self.all {
+            if out.len() == want {
+                break;
+            }
+            let free = match h.cpu {
+                Some(c) => {
+                    Some(c) != me && !working_on(c) && !list.iter().any(|j| j.cpu == Some(c))
+                }
+                None => room > 0,
+            };
+            if free && !h.busy.swap(true, Ordering::AcqRel) {
+                room = room.saturating_sub(1);
+                out.push(h);
+            }
+        }
+        out
     }
 }
 
@@ -193,6 +308,8 @@ struct Job {
     finished: AtomicUsize,
     /// Helpers sent to it.
     helped: AtomicUsize,
+    /// The CPU its caller runs on.
+    cpu: Option<usize>,
     stop: AtomicBool,
     failed: Mutex<Option<Option<io::Result<()>>>>,
     /// The caller's `copy`, which borrows from its stack. Called only for a run taken from
@@ -209,15 +326,19 @@ unsafe impl Send for Job {}
 unsafe impl Sync for Job {}
 
 impl Job {
-    /// A helper's share: runs taken and copied until none is left, or until more threads copy
-    /// than there are copying threads (`threads`, callers included). A helper is asked while
-    /// a core is free, but wakes tens of microseconds later; when another shard has started a
-    /// large copy by then, the helper would only take turns with the shards (puts, which
+    /// A helper's share: runs taken and copied until none is left, or until its CPU is
+    /// wanted (`cpu`: a thread serving copies runs there) or, for a helper not pinned, more
+    /// threads copy than there are copying threads (`threads`, callers included). A helper is
+    /// asked while a core is free, but wakes tens of microseconds later; when a shard has
+    /// started work there by then, the helper would only take turns with it (puts, which
     /// read through a bounce buffer that one core's cache holds, lost 6-10% to that), so it
     /// goes back instead, before any run or between two.
-    fn help(&self, threads: usize) {
+    fn help(&self, cpu: Option<usize>, threads: usize) {
         loop {
-            let crowded = busy(&copying()) > threads;
+            let crowded = match cpu {
+                Some(c) => working_on(c),
+                None => busy(&copying(), 0) > threads,
+            };
             let copied = if crowded { None } else { self.copy_one() };
             if let Some(bytes) = copied {
                 HELPER_RUNS.fetch_add(1, Ordering::Relaxed);
@@ -296,11 +417,18 @@ fn cut(pieces: &[Piece]) -> Option<Vec<Vec<Piece>>> {
 /// The large copies in progress in this process (those of [`SPLIT_MIN`] bytes or more).
 static COPYING: Mutex<Vec<Arc<Job>>> = Mutex::new(Vec::new());
 
-/// Threads copying for the jobs in `list`: each job's caller and the helpers sent to it.
-fn busy(list: &[Arc<Job>]) -> usize {
-    list.iter()
-        .map(|j| j.helped.load(Ordering::Relaxed).saturating_add(1))
-        .fold(0, usize::saturating_add)
+/// Threads copying or serving copies: the threads that hold [`Working`] or else the callers
+/// of the jobs in `list` plus `callers` more (whichever is more), and the helpers sent to the
+/// jobs.
+fn busy(list: &[Arc<Job>], callers: usize) -> usize {
+    let helped = list
+        .iter()
+        .map(|j| j.helped.load(Ordering::Relaxed))
+        .fold(0, usize::saturating_add);
+    WORKING
+        .load(Ordering::Relaxed)
+        .max(list.len().saturating_add(callers))
+        .saturating_add(helped)
 }
 
 fn copying() -> std::sync::MutexGuard<'static, Vec<Arc<Job>>> {
@@ -348,26 +476,28 @@ unsafe fn run_with<'h>(
     let n = runs.len();
     // SAFETY: only the lifetime is erased; see `Job::copy` for why no call outlives it.
     let copy = unsafe { std::mem::transmute::<&CopyFn<'_>, &'static CopyFn<'static>>(copy) };
+    let me = current_cpu();
     let job = Arc::new(Job {
         runs,
         next: AtomicUsize::new(0),
         finished: AtomicUsize::new(0),
         helped: AtomicUsize::new(0),
+        cpu: me,
         stop: AtomicBool::new(false),
         failed: Mutex::new(None),
         copy,
     });
     let asked = {
         let mut list = copying();
-        let asked = helpers.count.saturating_sub(busy(&list)).min(n - 1);
+        let asked = helpers.claim(me, &list, helpers.per_copy.min(n - 1));
         // Counted before the job is listed, where `offer_help` may add to it.
-        job.helped.store(asked, Ordering::Relaxed);
+        job.helped.store(asked.len(), Ordering::Relaxed);
         list.push(Arc::clone(&job));
         asked
     };
-    for _ in 0..asked {
-        // The helpers never stop, so the queue is always open.
-        let _ = helpers.jobs.send(Arc::clone(&job));
+    for helper in asked {
+        // The helpers never stop, so their queues are always open.
+        let _ = helper.jobs.send(Arc::clone(&job));
     }
     job.drain();
     // Every run is taken: wait for the ones the helpers are still copying.
@@ -379,8 +509,10 @@ unsafe fn run_with<'h>(
     first.unwrap_or(Some(Ok(())))
 }
 
-/// Says that the calling thread is done with its share of a batch and about to idle: a
-/// helper goes to a large copy still in progress with runs left, if there is one. A shard
+/// Says that the calling thread is done with its share of a batch and about to idle: the
+/// helper of its CPU (a helper, where they are not pinned) goes to another thread's large
+/// copy still in progress with runs left, if there is one. Call it after dropping the
+/// [`Working`] guard, or the helper finds its CPU taken and goes back. A shard
 /// calls it when it has served its part of a batch, so that the shard with the larger share
 /// of an uneven batch gets help once the other is done. (Not at the end of every large copy:
 /// a shard with more runs to go would then take turns with the helper it sent.)
@@ -388,14 +520,30 @@ pub fn offer_help() {
     let Some(helpers) = HELPERS.get().and_then(Option::as_ref) else {
         return;
     };
+    let me = current_cpu();
+    // This CPU's helper, or (not pinned) any idle one.
+    let Some(helper) = helpers
+        .all
+        .iter()
+        .find(|h| h.cpu.is_none() || h.cpu == me)
+        .filter(|h| h.cpu.is_none() || me.is_some())
+    else {
+        return;
+    };
+    if helper.busy.swap(true, Ordering::AcqRel) {
+        return;
+    }
     let next = copying()
         .iter()
-        .find(|j| j.next.load(Ordering::Relaxed) + 1 < j.runs.len())
+        .find(|j| j.cpu != me && j.next.load(Ordering::Relaxed) + 1 < j.runs.len())
         .cloned();
-    if let Some(other) = next {
-        other.helped.fetch_add(1, Ordering::Relaxed);
-        // The helpers never stop, so the queue is always open.
-        let _ = helpers.jobs.send(other);
+    match next {
+        Some(other) => {
+            other.helped.fetch_add(1, Ordering::Relaxed);
+            // The helpers never stop, so their queues are always open.
+            let _ = helper.jobs.send(other);
+        }
+        None => helper.busy.store(false, Ordering::Release),
     }
 }
 
@@ -447,39 +595,32 @@ mod tests {
     }
 
     #[test]
-    fn helpers_made_on_a_pinned_thread_run_on_the_cpus_they_are_given() {
+    fn a_copys_helpers_run_beside_its_caller_even_when_made_on_its_cpu() {
         let Some(all) = Cpus::of_this_thread() else {
             return;
         };
-        if all.count() < 2 {
-            // One CPU: nothing to widen.
+        let cpus = all.list();
+        if cpus.len() < 2 {
+            // One CPU: no CPU beside the caller.
             return;
         }
-        // SAFETY: `CPU_ISSET` only reads the set; the index is below its size.
-        let first = (0..libc::CPU_SETSIZE as usize)
-            .find(|&c| unsafe { libc::CPU_ISSET(c, &all.0) })
-            .expect("a CPU in a non-empty set");
-        // The maker is pinned to one CPU, as a shard's thread is.
-        let helpers = std::thread::spawn(move || {
-            // SAFETY: an all-zero `cpu_set_t` is a valid empty set; `CPU_SET` writes a bit
-            // below its size.
-            let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            unsafe { libc::CPU_SET(first, &mut one) };
-            Cpus(one).apply_to_this_thread().expect("pin the maker");
-            Helpers::start(2, Some(all)).expect("a helper")
-        })
-        .join()
-        .expect("the maker");
-        // A caller slow enough that the helper takes runs; each run the helper takes notes
-        // how many CPUs it may use.
+        // The maker and the caller are pinned to one CPU, as a shard's thread is.
+        let first = cpus[0];
+        Cpus::one(first)
+            .apply_to_this_thread()
+            .expect("pin the caller");
+        let helpers = Helpers::start(2, Some(all)).expect("helpers");
+        assert_eq!(helpers.all.len(), cpus.len(), "one helper per CPU");
+        // A caller slow enough that a helper takes runs; each run a helper takes notes its CPU.
         let seen = Mutex::new(Vec::new());
         let copy = |_: &[Piece]| -> Option<io::Result<()>> {
             let helper = std::thread::current()
                 .name()
                 .is_some_and(|n| n.starts_with("yutu-copy"));
             if helper {
-                let cpus = Cpus::of_this_thread().map(|c| c.count());
-                seen.lock().unwrap_or_else(|p| p.into_inner()).push(cpus);
+                seen.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(current_cpu());
             } else {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
@@ -488,26 +629,63 @@ mod tests {
         let pieces = vec![(0u64, std::ptr::null_mut(), 4 << 20)];
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         while seen.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the helper never took a run"
-            );
+            assert!(std::time::Instant::now() < deadline, "no helper took a run");
             // SAFETY: `copy` touches no memory.
             let done = unsafe { run_with(&|| Some(&helpers), &pieces, &copy) };
             assert!(matches!(done, Some(Ok(()))));
         }
         let seen = seen.into_inner().unwrap_or_else(|p| p.into_inner());
         assert!(
-            seen.iter().all(|&n| n == Some(all.count())),
-            "the helper ran on {seen:?} CPUs, not the {} given",
-            all.count()
+            seen.iter().all(|c| c.is_some() && *c != Some(first)),
+            "helpers ran on CPUs {seen:?}, the caller on {first}"
         );
+    }
+
+    #[test]
+    fn no_helper_is_asked_to_a_cpu_where_a_thread_serves_copies() {
+        let Some(all) = Cpus::of_this_thread() else {
+            return;
+        };
+        let cpus = all.list();
+        if cpus.len() != 2 {
+            return;
+        }
+        let helpers = Helpers::start(2, Some(all)).expect("helpers");
+        // The caller on one CPU, a thread serving copies on the other.
+        Cpus::one(cpus[0])
+            .apply_to_this_thread()
+            .expect("pin the caller");
+        let (held, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let (held_tx, held_rx) = held;
+        let (release_tx, release_rx) = release;
+        let other = cpus[1];
+        let server = std::thread::spawn(move || {
+            Cpus::one(other).apply_to_this_thread().expect("pin");
+            let guard = working();
+            held_tx.send(()).expect("say held");
+            let _ = release_rx.recv();
+            drop(guard);
+        });
+        held_rx.recv().expect("held");
+        assert!(working_on(other));
+        // No copy in progress (other tests' copies are theirs, not this one's).
+        let list: Vec<Arc<Job>> = Vec::new();
+        assert!(
+            helpers.claim(Some(cpus[0]), &list, 1).is_empty(),
+            "both CPUs are taken"
+        );
+        release_tx.send(()).expect("release");
+        server.join().expect("the serving thread");
+        let claimed = helpers.claim(Some(cpus[0]), &list, 1);
+        assert_eq!(claimed.len(), 1, "the other CPU is free again");
+        assert_eq!(claimed[0].cpu, Some(other));
+        claimed[0].busy.store(false, Ordering::Release);
     }
 
     #[test]
     fn a_split_copy_moves_every_byte_and_reports_a_failure() {
         let helpers = Helpers::start(2, None).expect("a helper");
-        assert_eq!(helpers.count, 1);
+        assert_eq!(helpers.all.len(), 1);
         let run = |pieces: &[Piece], copy: &CopyFn<'_>| {
             // SAFETY: as each call below says.
             unsafe { run_with(&|| Some(&helpers), pieces, copy) }
