@@ -118,7 +118,9 @@ fn working_on(cpu: usize) -> bool {
 /// Held by a thread while it serves copies (a shard inside a same-host get-into or
 /// put-from), on the CPU it holds it from: no helper is asked to that CPU meanwhile, and a
 /// helper there goes back. Without it, a shard between two large copies looks idle, and a
-/// helper sent to its CPU takes turns with it once its next request comes.
+/// helper sent to its CPU takes turns with it once its next request comes. The CPU is read
+/// when the guard is taken: right for a pinned shard (the default), possibly stale for one
+/// the scheduler moves (`--no-pin`), which then only makes a helper's choice worse.
 #[must_use = "the thread counts as working only while this is held"]
 pub struct Working {
     cpu: Option<usize>,
