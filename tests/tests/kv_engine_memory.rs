@@ -185,17 +185,6 @@ fn scattered_blocks_move_in_place_between_the_node_and_engine_memory() {
     drop(buf);
 }
 
-/// The names of the threads of process `pid`.
-fn thread_names(pid: u32) -> Vec<String> {
-    let mut out: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .expect("the node's threads")
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .map(|n| n.trim().to_string())
-        .collect();
-    out.sort();
-    out
-}
-
 /// The CPUs a thread may run on, from its `status` file (`Cpus_allowed_list`, e.g. `0-3,6`).
 fn cpus_allowed(status: &std::path::Path) -> std::collections::BTreeSet<u32> {
     let list = std::fs::read_to_string(status)
@@ -279,10 +268,7 @@ fn large_blocks_are_copied_with_helpers_unless_told_not_to_and_arrive_whole() {
             mem.bytes()[half - 8..half - 5 + half] == block[..],
             "copy-threads {threads}: fetched wrong bytes"
         );
-        let helpers = thread_names(server.pid())
-            .into_iter()
-            .filter(|n| n.starts_with("yutu-copy-"))
-            .count();
+        let helpers = thread_statuses(server.pid(), "yutu-copy-").len();
         // The helper wakes some microseconds after it is asked, and takes a piece only if
         // the shard has not copied them all by then: fetch again until it has.
         let fetch = || {

@@ -23,8 +23,9 @@
 //! own, not one where another large copy's caller runs, and not one where a thread serving
 //! copies ([`working`]: a shard inside a same-host get-into or put-from) runs. A helper goes
 //! back as soon as such a thread shows up on its CPU. And a shard that has served its part of
-//! a batch sends its own CPU's helper to a copy still in progress ([`offer_help`]): with a
-//! batch's keys uneven on two shards, the busier one gets help when the other is done.
+//! a batch sends its own CPU's helper to a copy still in progress
+//! ([`Working::offer_help`]): with a batch's keys uneven on two shards, the busier one gets
+//! help when the other is done.
 //!
 //! Why pinned: a helper the scheduler places lands on its waker's CPU often enough to matter,
 //! and there it only takes turns with the shard that asked it. The helpers used to be made on
@@ -442,7 +443,7 @@ fn copying() -> std::sync::MutexGuard<'static, Vec<Arc<Job>>> {
 /// bytes or splitting is off; otherwise cut into runs that this thread and helpers take from
 /// a shared counter. Helpers are asked only for cores no other large copy (or its helpers)
 /// keeps busy: two shards copying at once already use two cores, and a helper would only
-/// take turns with them ([`offer_help`] sends one later, when a core comes free). The
+/// take turns with them ([`Working::offer_help`] sends one later, when a core comes free). The
 /// result is `copy`'s, or for a split
 /// copy `Some(Ok)` when every run succeeded, else the first failure seen (a run's `None` or
 /// error; the runs not started by then are skipped).
@@ -511,41 +512,40 @@ unsafe fn run_with<'h>(
     first.unwrap_or(Some(Ok(())))
 }
 
-/// Says that the calling thread is done with its share of a batch and about to idle: the
-/// helper of its CPU (a helper, where they are not pinned) goes to another thread's large
-/// copy still in progress with runs left, if there is one. Call it after dropping the
-/// [`Working`] guard, or the helper finds its CPU taken and goes back. A shard
-/// calls it when it has served its part of a batch, so that the shard with the larger share
-/// of an uneven batch gets help once the other is done. (Not at the end of every large copy:
-/// a shard with more runs to go would then take turns with the helper it sent.)
-pub fn offer_help() {
-    let Some(helpers) = HELPERS.get().and_then(Option::as_ref) else {
-        return;
-    };
-    let me = current_cpu();
-    // This CPU's helper, or (not pinned) any idle one.
-    let Some(helper) = helpers
-        .all
-        .iter()
-        .find(|h| h.cpu.is_none() || h.cpu == me)
-        .filter(|h| h.cpu.is_none() || me.is_some())
-    else {
-        return;
-    };
-    if helper.busy.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    let next = copying()
-        .iter()
-        .find(|j| j.cpu != me && j.next.load(Ordering::Relaxed) + 1 < j.runs.len())
-        .cloned();
-    match next {
-        Some(other) => {
-            other.helped.fetch_add(1, Ordering::Relaxed);
-            // The helpers never stop, so their queues are always open.
-            let _ = helper.jobs.send(other);
+impl Working {
+    /// Says that the calling thread is done with its share of a batch and about to idle: it
+    /// stops counting as working, and the helper of its CPU (a helper, where they are not
+    /// pinned) goes to another thread's large copy still in progress with runs left, if there
+    /// is one. A shard calls it when it has served its part of a batch, so that the shard
+    /// with the larger share of an uneven batch gets help once the other is done. (Not at the
+    /// end of every large copy: a shard with more runs to go would then take turns with the
+    /// helper it sent.)
+    pub fn offer_help(self) {
+        // Dropped first: the helper sent looks for its CPU free of working threads.
+        drop(self);
+        let Some(helpers) = HELPERS.get().and_then(Option::as_ref) else {
+            return;
+        };
+        let me = current_cpu();
+        // This CPU's helper, or (not pinned) any idle one.
+        let Some(helper) = helpers.all.iter().find(|h| h.cpu.is_none() || h.cpu == me) else {
+            return;
+        };
+        if helper.busy.swap(true, Ordering::AcqRel) {
+            return;
         }
-        None => helper.busy.store(false, Ordering::Release),
+        let next = copying()
+            .iter()
+            .find(|j| j.cpu != me && j.next.load(Ordering::Relaxed) + 1 < j.runs.len())
+            .cloned();
+        match next {
+            Some(other) => {
+                other.helped.fetch_add(1, Ordering::Relaxed);
+                // The helpers never stop, so their queues are always open.
+                let _ = helper.jobs.send(other);
+            }
+            None => helper.busy.store(false, Ordering::Release),
+        }
     }
 }
 

@@ -96,9 +96,7 @@ pub async fn copy_out(
         start = end;
         glommio::yield_if_needed().await;
     }
-    // No longer working when the helper it sends looks for a free CPU: this one.
-    drop(working);
-    yutu_transfer::split_copy::offer_help();
+    working.offer_help();
     Ok(out)
 }
 
@@ -190,8 +188,7 @@ pub async fn put_from(
         start = end;
         glommio::yield_if_needed().await;
     }
-    drop(working);
-    yutu_transfer::split_copy::offer_help();
+    working.offer_help();
     out
 }
 
