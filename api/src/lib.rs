@@ -23,6 +23,7 @@ pub mod events;
 pub mod key;
 pub mod kv;
 pub mod kv_frame;
+pub mod mirror;
 pub mod mooncake_master;
 pub mod ownership;
 pub mod placement;

@@ -20,7 +20,7 @@
 //! | 2 | state: [`LIVE`], or [`RETIRED`] once the shard stopped updating the table |
 //! | 3 | capacity in slots, a power of two |
 //! | 4 | keys in the table |
-//! | 5..8 | zero |
+//! | 5..8 | where the bucket's value mirror lies, or zero ([`crate::mirror`]) |
 //!
 //! A key is present when a slot holds its [`Fingerprint`] with a tier flag set
 //! ([`FLAG_DRAM`], [`FLAG_NVME`]): the same question `exists` asks, whether either tier holds
@@ -71,8 +71,8 @@ const W_COUNT: usize = 4;
 /// low two bits of `b` clear (they hold the tier flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fingerprint {
-    a: u64,
-    b: u64,
+    pub(crate) a: u64,
+    pub(crate) b: u64,
 }
 
 /// The fingerprint of `key` in a table hashed with `secret`.

@@ -52,6 +52,11 @@ pub struct Flags {
     /// CPUs.
     #[arg(long)]
     pub copy_threads: Option<usize>,
+    /// Memory each shard gives to value mirrors: copies of a bucket's KV blocks of at most
+    /// 4 KiB that same-host clients read without a call, next to the presence tables
+    /// (`docs/kv-api.md`). 0 turns them off. Default 64MiB.
+    #[arg(long)]
+    pub value_mirror_bytes: Option<ByteSize>,
     /// Largest object a single PUT may store (e.g. 64MiB).
     #[arg(long)]
     pub max_object_size: Option<ByteSize>,
@@ -268,6 +273,10 @@ pub struct User {
     pub write: Vec<String>,
 }
 
+/// Bytes of value mirrors a shard keeps unless told (`--value-mirror-bytes`), see
+/// `store::presence`.
+pub const DEFAULT_VALUE_MIRROR_BYTES: u64 = 64 << 20;
+
 /// The TOML file. Unknown keys are an error so that a typo does not silently fall back.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -280,6 +289,7 @@ pub struct FileConfig {
     pub no_pin: Option<bool>,
     pub no_presence_tables: Option<bool>,
     pub copy_threads: Option<usize>,
+    pub value_mirror_bytes: Option<ByteSize>,
     pub max_object_size: Option<ByteSize>,
     pub no_auth: Option<bool>,
     pub bucket_exists_conflict: Option<bool>,
@@ -339,6 +349,9 @@ pub struct Settings {
     /// Threads that copy one large same-host transfer together (`--copy-threads`; 1: none
     /// but the shard), see `yutu_transfer::split_copy`.
     pub copy_threads: usize,
+    /// Bytes of value mirrors per shard (`--value-mirror-bytes`; 0: none), see
+    /// `store::presence`.
+    pub value_mirror_bytes: u64,
     pub max_object_size: u64,
     pub no_auth: bool,
     /// CreateBucket of a bucket the caller owns: 409 (true) or 200 (false, us-east-1's way).
@@ -641,6 +654,10 @@ impl Settings {
             presence_tables: !(flags.no_presence_tables
                 || file.no_presence_tables.unwrap_or(false)),
             copy_threads,
+            value_mirror_bytes: flags
+                .value_mirror_bytes
+                .or(file.value_mirror_bytes)
+                .map_or(DEFAULT_VALUE_MIRROR_BYTES, |b| b.0),
             max_object_size,
             no_auth,
             bucket_exists_conflict: flags.bucket_exists_conflict

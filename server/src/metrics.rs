@@ -134,6 +134,9 @@ pub struct ShardMetrics {
     pub presence_bytes: Gauge,
     pub presence_grants: Gauge,
     pub presence_retired: Gauge,
+    /// Bytes of value mirrors and values copied into them (`store::presence`).
+    pub mirror_bytes: Gauge,
+    pub mirrored_values: Gauge,
 }
 
 impl Default for ShardMetrics {
@@ -182,6 +185,8 @@ impl Default for ShardMetrics {
             presence_bytes: Gauge::default(),
             presence_grants: Gauge::default(),
             presence_retired: Gauge::default(),
+            mirror_bytes: Gauge::default(),
+            mirrored_values: Gauge::default(),
         }
     }
 }
@@ -333,7 +338,7 @@ type Reading = (
 /// The families with one series per shard (and per reading).
 fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE};
-    let table: [(&str, MetricType, &str, &[Reading]); 34] = [
+    let table: [(&str, MetricType, &str, &[Reading]); 36] = [
         (
             "yutu_tier_hits_total",
             COUNTER,
@@ -482,6 +487,18 @@ fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
             COUNTER,
             "Presence tables retired (bucket settings changed, bucket deleted, a holder's token expired, or full).",
             &[(None, |m| m.presence_retired.get())],
+        ),
+        (
+            "yutu_value_mirror_bytes",
+            GAUGE,
+            "Bytes of the value mirrors the shards share with same-host clients.",
+            &[(None, |m| m.mirror_bytes.get())],
+        ),
+        (
+            "yutu_value_mirror_stores_total",
+            COUNTER,
+            "Small KV values copied into value mirrors.",
+            &[(None, |m| m.mirrored_values.get())],
         ),
         (
             "yutu_nvme_objects",

@@ -213,6 +213,55 @@ def test_is_exist_is_looked_up_in_presence_tables_unless_turned_off(node, bucket
         plain.close()
 
 
+def _metric(node, name):
+    """The sum of a node metric over its shards and labels."""
+    import urllib.request
+    with urllib.request.urlopen(node.url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + " ") or line.startswith(name + "{"))
+
+
+def test_get_of_a_small_value_is_read_from_the_value_mirror(node, bucket, monkeypatch):
+    """On the node's host, once the node has served a ``get`` of a small value it mirrors it,
+    and later ``get``s of it are copies out of the mirror (the node's DRAM reads stay put);
+    every put, upsert and remove is seen by the next ``get``, the same as with
+    ``YUTU_PRESENCE=0`` (no tables, no mirror)."""
+    s = _setup(node, bucket)
+    try:
+        keys = [f"mirror-{i}" for i in range(20)]
+        for i, k in enumerate(keys):
+            assert s.put(k, bytes([i]) * (100 + i)) == 0
+            assert bytes(s.get(k)) == bytes([i]) * (100 + i)
+        stores = _metric(node, "yutu_value_mirror_stores_total")
+        assert stores >= len(keys)
+        reads = _metric(node, "yutu_tier_hits_total")
+        for _ in range(5):
+            for i, k in enumerate(keys):
+                assert bytes(s.get(k)) == bytes([i]) * (100 + i)
+        assert _metric(node, "yutu_tier_hits_total") == reads, "read from the mirror"
+        # Changes are seen at once.
+        assert s.upsert(keys[0], b"new value") == 0
+        assert bytes(s.get(keys[0])) == b"new value"
+        assert bytes(s.get(keys[0])) == b"new value"
+        assert s.upsert(keys[1], b"x" * 8192) == 0  # too large to mirror
+        assert bytes(s.get(keys[1])) == b"x" * 8192
+        assert bytes(s.get(keys[1])) == b"x" * 8192
+        assert s.remove(keys[2]) == 0
+        assert bytes(s.get(keys[2])) == b""
+    finally:
+        s.close()
+    monkeypatch.setenv("YUTU_PRESENCE", "0")
+    plain = _setup(node, bucket)
+    try:
+        reads = _metric(node, "yutu_tier_hits_total")
+        assert bytes(plain.get(keys[0])) == b"new value"
+        assert bytes(plain.get(keys[3])) == bytes([3]) * 103
+        assert _metric(node, "yutu_tier_hits_total") == reads + 2, "asked the node"
+    finally:
+        plain.close()
+
+
 def test_multi_buffers_bad_shapes(mc, pool, node, bucket):
     p = pool.ctypes.data
     # Shapes that disagree fail every key.

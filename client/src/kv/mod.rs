@@ -476,6 +476,12 @@ impl KvClient {
         self.node().presence_tables()
     }
 
+    /// Values this client read from its node's value mirrors instead of asking the node
+    /// (same host, small KV blocks: see `docs/kv-api.md`).
+    pub fn mirror_hits(&self) -> u64 {
+        self.node().mirror_hits()
+    }
+
     /// How many leading keys of the chain `keys` are stored (the usable cached prefix).
     pub fn prefix(&self, bucket: &str, keys: &[String]) -> Result<usize, KvError> {
         check_batch(keys)?;

@@ -516,6 +516,11 @@ impl NodeClient {
         self.get_into_call(bucket, keys, &body, |i| capacities[i])
     }
 
+    /// Values this client read from the node's value mirrors (same host, see `presence`).
+    pub fn mirror_hits(&self) -> u64 {
+        self.presence.as_ref().map_or(0, |t| t.mirror_hits())
+    }
+
     /// Whether each key is stored (in any tier).
     pub fn batch_exists(&self, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
         check_batch(keys)?;
@@ -813,6 +818,17 @@ impl NodeClient {
                 None => SmallValue::Missing,
             });
         };
+        if let Some(tables) = &self.presence {
+            let mut value = Vec::new();
+            if tables.read(frames, bucket, key, &mut value) {
+                let len = value.len() as u64;
+                return Ok(if len <= max {
+                    SmallValue::Bytes(value)
+                } else {
+                    SmallValue::Large(len)
+                });
+            }
+        }
         use yutu_api::kv_frame::{InlineValue, ReadRequest, ReadResponse};
         let shard = yutu_api::placement::shard_for(bucket, key, frames.shards());
         // A node too old to take the limit answers values whole, as it always did.

@@ -7,16 +7,21 @@
 //! cannot answer (retired, busy, past the grant's validity, or no grant) is asked of the node
 //! as before, and the node's answer (or error) is the answer. A bucket whose grant is refused
 //! is not asked again for [`REFUSED_FOR`]; a retired table is replaced at the next lookup.
+//!
+//! A table may carry the bucket's value mirror ([`yutu_api::mirror`]): small KV blocks the
+//! shard copies next to its slots. A get of such a key ([`Tables::read`]) is then a copy out
+//! of this process's own mapping; a key the mirror does not hold is asked of the node.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use memmap2::Mmap;
 use yutu_api::kv_frame::PresenceGrant;
+use yutu_api::mirror::{Mirror, Read};
 use yutu_api::presence::{fingerprint, Found, Table};
 
 use super::frames::Frames;
@@ -34,6 +39,8 @@ const MAX_TABLE_BYTES: u64 = 2 << 30;
 pub(super) struct Tables {
     shards: usize,
     by_bucket: Mutex<HashMap<String, Vec<Slot>>>,
+    /// Values read from mirrors.
+    mirror_hits: AtomicU64,
 }
 
 #[derive(Clone, Default)]
@@ -87,6 +94,27 @@ impl Mapped {
         }
     }
 
+    /// `key`'s value from the table's mirror, into `out`: `Some(true)` when it was there,
+    /// `Some(false)` when not (ask the node), `None` when the table is retired (ask the
+    /// node, and for a new table).
+    fn read(&self, key: &str, out: &mut Vec<u8>) -> Option<bool> {
+        if self.valid_until_ms.is_some_and(|until| now_ms() > until) {
+            return None;
+        }
+        let words = self.words();
+        match Table::open(words) {
+            Ok(t) if !t.is_retired() => {}
+            _ => return None,
+        }
+        let Ok(Some(mirror)) = Mirror::named(words) else {
+            return Some(false);
+        };
+        Some(matches!(
+            mirror.read(fingerprint(&self.secret, key), out),
+            Read::Hit(_)
+        ))
+    }
+
     fn lookup(&self, key: &str) -> Found {
         if self.valid_until_ms.is_some_and(|until| now_ms() > until) {
             return Found::Retired;
@@ -103,7 +131,34 @@ impl Tables {
         Tables {
             shards,
             by_bucket: Mutex::new(HashMap::new()),
+            mirror_hits: AtomicU64::new(0),
         }
+    }
+
+    /// `key`'s value, when the mirror of its shard's table holds it (`out` holds it then):
+    /// `false` means ask the node.
+    pub(super) fn read(&self, frames: &Frames, bucket: &str, key: &str, out: &mut Vec<u8>) -> bool {
+        let shard = yutu_api::placement::shard_for(bucket, key, self.shards);
+        let Some(t) = self.table(frames, bucket, shard) else {
+            return false;
+        };
+        match t.read(key, out) {
+            Some(true) => {
+                self.mirror_hits.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Some(false) => false,
+            None => {
+                // Retired: the next call asks for the table again.
+                self.forget(bucket, shard, &t, None);
+                false
+            }
+        }
+    }
+
+    /// Values read from mirrors so far (for tests and diagnostics).
+    pub(super) fn mirror_hits(&self) -> u64 {
+        self.mirror_hits.load(Ordering::Relaxed)
     }
 
     /// Whether each key is present, where a table can say (`None`: ask the node).

@@ -14,6 +14,7 @@ use crate::model::conditions::ReadConditions;
 use crate::model::read::GetResult;
 use crate::model::StoreError;
 use crate::node::Shard;
+use crate::store::presence::MIRROR_VALUE_MAX;
 use crate::tier::{PutResult, Step};
 
 /// The values of `keys` on this (their owning) shard, in order: each whole while the answer
@@ -36,9 +37,15 @@ pub fn read(
             out.push(InlineValue::TooLarge(size));
             continue;
         }
+        let mirrored = (size <= MIRROR_VALUE_MAX as u64).then(|| key.clone());
         match get(shard, bucket, key) {
             Step::Done(r) => match value(r, &mut room) {
-                Ok(v) => out.push(v),
+                Ok(v) => {
+                    if let (InlineValue::Bytes(_), Some(k)) = (&v, mirrored) {
+                        shard.tier.mirror_current(bucket, &k);
+                    }
+                    out.push(v)
+                }
                 Err(e) => return Step::Done(Err(e)),
             },
             Step::Wait(pending) => {

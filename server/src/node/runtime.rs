@@ -358,6 +358,7 @@ async fn run_shard(
     let tier = Rc::new(TieredStore::new(store, nvme, metrics[id].clone()));
     tier.set_tombstone_ttl(settings.tombstone_ttl);
     tier.set_presence_tables(settings.presence_tables);
+    tier.set_mirror_budget(settings.value_mirror_bytes);
     let sink_usage = usage.clone();
     tier.on_usage_change(Box::new(move |bucket, bytes| {
         sink_usage.set_shard(bucket, id, bytes)

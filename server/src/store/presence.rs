@@ -26,6 +26,21 @@
 //! A table that fills (half its slots, or a key that cannot be placed within
 //! [`yutu_api::presence::MAX_PROBE`] slots, as keys chosen to collide could make) is
 //! retired, and the next grant builds one twice the size with a new hash key.
+//!
+//! # Value mirrors
+//! A table may carry a mirror of the bucket's small KV values ([`yutu_api::mirror`]) after
+//! its slots, in the same memfd: the shard copies a KV block of at most [`MIRROR_VALUE_MAX`]
+//! bytes there when it serves a read of that one key from DRAM ([`Presence::stored`], from
+//! the frame `read` a client's single-key get sends), and drops it when DRAM loses the key or
+//! its version ([`Presence::changed`]), before the operation that changed it answers. Writes
+//! never copy into a mirror: a batch of small puts costs what it did, and what is mirrored
+//! is what is read one key at a time, the calls whose latency is their cost. A holder may
+//! read every mirrored value: the grant's checks (read and list on the whole bucket) are the
+//! ones a frame `read` of any key of the bucket passes, and only KV blocks are mirrored, not S3
+//! objects with ACLs of their own. A retired table's mirror is emptied (`Mirror::clear`):
+//! its holders keep no value they could not read while their access lasted. Mirrors take
+//! memory of their own, `--value-mirror-bytes` a shard; a table built when that is spent has
+//! no mirror (its values are read from the node).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -35,6 +50,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use memmap2::MmapMut;
+use yutu_api::mirror::{self, Mirror};
 use yutu_api::presence::{
     bytes_for, capacity_for, fingerprint, words_for, PresenceError, Table, MAX_CAPACITY,
 };
@@ -46,6 +62,17 @@ use crate::metrics::ShardMetrics;
 /// Most bytes of tables one shard keeps: 8 million slots, about 2 million keys at the quarter
 /// full a table is built at.
 pub const BUDGET: u64 = 128 << 20;
+/// Largest value a mirror holds: a KV block this small costs more to ask for than to copy.
+pub const MIRROR_VALUE_MAX: usize = 4096;
+/// Slots of one mirror (about 17 MB of values at most; pages are taken as slots fill).
+pub const MIRROR_SLOTS: usize = 4096;
+/// Bytes of value mirrors a shard keeps by default (`--value-mirror-bytes`).
+pub const MIRROR_BUDGET: u64 = crate::config::DEFAULT_VALUE_MIRROR_BYTES;
+
+/// Bytes one mirror takes.
+pub fn mirror_bytes() -> u64 {
+    (mirror::words_for(MIRROR_SLOTS, MIRROR_VALUE_MAX) * 8) as u64
+}
 
 /// A shard's tables, by bucket.
 pub struct Presence {
@@ -53,6 +80,11 @@ pub struct Presence {
     budget: u64,
     used: u64,
     tables: HashMap<String, Shared>,
+    /// Bytes of value mirrors a shard may keep, and keeps now.
+    mirror_budget: u64,
+    mirror_used: u64,
+    /// Picks the slot a full mirror set gives up.
+    turn: u64,
     /// The capacity the next table of a bucket starts at, after one filled.
     grow: HashMap<String, usize>,
     pub stats: PresenceStats,
@@ -66,6 +98,8 @@ pub struct PresenceStats {
     pub builds: u64,
     pub retired: u64,
     pub refused: u64,
+    /// Values copied into mirrors.
+    pub mirrored: u64,
 }
 
 /// One live table.
@@ -81,6 +115,8 @@ struct Shared {
     /// The last grant of the table: the table granted longest ago goes first when the
     /// budget is short.
     granted: Instant,
+    /// The table carries a value mirror.
+    mirrored: bool,
 }
 
 impl Shared {
@@ -100,6 +136,23 @@ impl Shared {
     /// The table (`None` cannot happen: the mapping was made for its capacity).
     fn table(&self) -> Option<Table<'_>> {
         Table::built(self.words(), self.capacity)
+    }
+
+    /// The whole mapping's words, the mirror's included.
+    fn all_words(&self) -> &[AtomicU64] {
+        // SAFETY: as in `words`, over the whole mapping (a whole number of u64s: both parts
+        // are).
+        unsafe {
+            std::slice::from_raw_parts(self.map.as_ptr().cast::<AtomicU64>(), self.map.len() / 8)
+        }
+    }
+
+    /// The table's value mirror, if it has one.
+    fn mirror(&self) -> Option<Mirror<'_>> {
+        if !self.mirrored {
+            return None;
+        }
+        Mirror::named(self.all_words()).ok().flatten()
     }
 }
 
@@ -132,6 +185,9 @@ impl Presence {
             budget: BUDGET,
             used: 0,
             tables: HashMap::new(),
+            mirror_budget: MIRROR_BUDGET,
+            mirror_used: 0,
+            turn: 0,
             grow: HashMap::new(),
             stats: PresenceStats::default(),
         }
@@ -143,6 +199,14 @@ impl Presence {
         m.presence_bytes.set(self.used);
         m.presence_grants.set(self.stats.grants);
         m.presence_retired.set(self.stats.retired);
+        m.mirror_bytes.set(self.mirror_used);
+        m.mirrored_values.set(self.stats.mirrored);
+    }
+
+    /// Bytes of value mirrors this shard may keep (`--value-mirror-bytes`; 0: none). Tables
+    /// built from now on follow it.
+    pub fn set_mirror_budget(&mut self, bytes: u64) {
+        self.mirror_budget = bytes;
     }
 
     /// Turns grants on or off (`--no-presence-tables`); tables given out stay until retired.
@@ -171,6 +235,11 @@ impl Presence {
             return;
         };
         let fp = fingerprint(&shared.secret, key);
+        if flag == FLAG_DRAM && !on {
+            if let Some(m) = shared.mirror() {
+                m.remove(fp);
+            }
+        }
         let done = if shared.held {
             table.set_unlocked(fp, flag, on)
         } else {
@@ -186,6 +255,25 @@ impl Presence {
             );
             self.grow.insert(bucket.to_string(), next);
             self.retire(bucket);
+        }
+    }
+
+    /// `bucket/key`, a KV block DRAM holds, has `value`: copied into the bucket's mirror
+    /// (dropped from it when too large). Only with the value DRAM holds at this moment.
+    pub fn stored(&mut self, bucket: &str, key: &str, value: &[u8]) {
+        let Some(shared) = self.tables.get(bucket) else {
+            return;
+        };
+        if shared.retire_at.is_some_and(|at| now_ms() > at) {
+            self.retire(bucket);
+            return;
+        }
+        if let Some(m) = shared.mirror() {
+            self.turn = self.turn.wrapping_add(1);
+            if m.store(fingerprint(&shared.secret, key), value, self.turn) {
+                self.stats.mirrored += 1;
+                self.metrics.mirrored_values.set(self.stats.mirrored);
+            }
         }
     }
 
@@ -217,6 +305,10 @@ impl Presence {
                     table.end_write();
                 }
                 table.retire();
+            }
+            if let Some(m) = s.mirror() {
+                m.clear();
+                self.mirror_used -= mirror_bytes();
             }
             self.used -= bytes_for(s.capacity) as u64;
             self.stats.retired += 1;
@@ -266,7 +358,7 @@ impl Presence {
             .map_err(|e| PresenceRefusal::System(e.to_string()))?;
         let grant = Grant {
             fd,
-            bytes: bytes_for(shared.capacity) as u64,
+            bytes: shared.map.len() as u64,
             secret: shared.secret,
         };
         self.stats.grants += 1;
@@ -297,7 +389,8 @@ impl Presence {
                     None => return Err(PresenceRefusal::Budget(self.budget)),
                 }
             }
-            let shared = new_table(capacity)?;
+            let mirrored = self.mirror_used + mirror_bytes() <= self.mirror_budget;
+            let shared = new_table(capacity, mirrored)?;
             let Some(table) = shared.table() else {
                 return Err(PresenceRefusal::System("a table of a bad size".into()));
             };
@@ -311,6 +404,9 @@ impl Presence {
                 Ok(()) => {
                     seal(&shared.file)?;
                     self.used += bytes;
+                    if shared.mirrored {
+                        self.mirror_used += mirror_bytes();
+                    }
                     self.stats.builds += 1;
                     self.grow.remove(bucket);
                     return Ok(shared);
@@ -322,9 +418,9 @@ impl Presence {
     }
 }
 
-/// A zeroed, initialised table of `capacity` slots in a new memfd, mapped for writing, with
-/// a new random hash key.
-fn new_table(capacity: usize) -> Result<Shared, PresenceRefusal> {
+/// A zeroed, initialised table of `capacity` slots (and, if `mirrored`, a value mirror after
+/// them) in a new memfd, mapped for writing, with a new random hash key.
+fn new_table(capacity: usize, mirrored: bool) -> Result<Shared, PresenceRefusal> {
     let sys = |what: &str, e: std::io::Error| PresenceRefusal::System(format!("{what}: {e}"));
     // SAFETY: a NUL-terminated name and valid flags; the result is checked.
     let fd = unsafe {
@@ -338,8 +434,9 @@ fn new_table(capacity: usize) -> Result<Shared, PresenceRefusal> {
     }
     // SAFETY: `fd` is a new descriptor that nothing else owns.
     let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    file.set_len(bytes_for(capacity) as u64)
-        .map_err(|e| sys("ftruncate", e))?;
+    let mirror_at = words_for(capacity);
+    let bytes = bytes_for(capacity) as u64 + if mirrored { mirror_bytes() } else { 0 };
+    file.set_len(bytes).map_err(|e| sys("ftruncate", e))?;
     // SAFETY: the memfd is this process's own and not yet shared; its size is fixed from
     // here on (sealed before it is given out), so the mapping cannot lose its pages.
     let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| sys("mmap", e))?;
@@ -353,8 +450,20 @@ fn new_table(capacity: usize) -> Result<Shared, PresenceRefusal> {
         retire_at: None,
         held: false,
         granted: Instant::now(),
+        mirrored,
     };
     Table::init(shared.words(), capacity).map_err(|e| PresenceRefusal::System(e.to_string()))?;
+    if mirrored {
+        let words = shared.all_words();
+        let m = Mirror::over(
+            words,
+            mirror_at as u64,
+            MIRROR_SLOTS as u64,
+            MIRROR_VALUE_MAX as u64,
+        )
+        .map_err(|e| PresenceRefusal::System(e.to_string()))?;
+        m.announce(words, mirror_at as u64);
+    }
     Ok(shared)
 }
 
@@ -538,5 +647,70 @@ mod tests {
         ));
         assert_eq!(p.stats.refused, 1);
         assert_eq!(p.usage(), (2, 2 * one));
+    }
+
+    /// A client's read of `key` from the granted table's mirror.
+    fn mirrored(g: &Grant, key: &str) -> Option<Vec<u8>> {
+        let file = File::from(g.fd.try_clone().unwrap());
+        // SAFETY: test mapping of a sealed memfd.
+        let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        // SAFETY: page-aligned, read only through atomics.
+        let words =
+            unsafe { std::slice::from_raw_parts(map.as_ptr().cast::<AtomicU64>(), map.len() / 8) };
+        let m = Mirror::named(words).unwrap()?;
+        let mut out = Vec::new();
+        match m.read(fingerprint(&g.secret, key), &mut out) {
+            mirror::Read::Hit(_) => Some(out),
+            _ => None,
+        }
+    }
+
+    /// Values stored are read back through the grant until DRAM loses them; a retired
+    /// table's mirror is emptied to the last byte; mirrors take a budget of their own, and a
+    /// table built past it has none.
+    #[test]
+    fn mirrors_follow_dram_are_wiped_when_retired_and_bounded() {
+        let mut p = Presence::new(true, Arc::default());
+        let g = p.grant("b", None, &list(vec![("k", FLAG_DRAM)])).unwrap();
+        assert_eq!(
+            g.bytes,
+            bytes_for(yutu_api::presence::MIN_CAPACITY) as u64 + mirror_bytes()
+        );
+        assert_eq!(mirrored(&g, "k"), None, "nothing is mirrored until stored");
+        p.stored("b", "k", b"value");
+        assert_eq!(mirrored(&g, "k").as_deref(), Some(&b"value"[..]));
+        // Another tier's change leaves it; DRAM losing the key drops it.
+        p.changed("b", "k", FLAG_NVME, true);
+        assert_eq!(mirrored(&g, "k").as_deref(), Some(&b"value"[..]));
+        p.changed("b", "k", FLAG_DRAM, false);
+        assert_eq!(mirrored(&g, "k"), None);
+        // Too large: not mirrored.
+        p.stored("b", "big", &vec![1u8; MIRROR_VALUE_MAX + 1]);
+        assert_eq!(mirrored(&g, "big"), None);
+
+        p.stored("b", "k", &[0xEE; 4000]);
+        p.retire("b");
+        let file = File::from(g.fd.try_clone().unwrap());
+        // SAFETY: test mapping of a sealed memfd.
+        let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        let mirror_at = bytes_for(yutu_api::presence::MIN_CAPACITY);
+        assert!(
+            !map[mirror_at..].windows(2).any(|w| w == [0xEE, 0xEE]),
+            "a retired mirror keeps no value bytes"
+        );
+        assert_eq!(p.mirror_used, 0);
+
+        // Room for one mirror: the second table has none (and still works as a table).
+        p.set_mirror_budget(mirror_bytes());
+        let a = p.grant("a", None, &NONE).unwrap();
+        let c = p.grant("c", None, &NONE).unwrap();
+        assert!(a.bytes > c.bytes);
+        p.stored("c", "k", b"x");
+        assert_eq!(mirrored(&c, "k"), None);
+        assert_eq!(lookup(&c, "k"), Found::Absent);
+        p.set_mirror_budget(0);
+        p.retire("a");
+        let d = p.grant("d", None, &NONE).unwrap();
+        assert_eq!(d.bytes, c.bytes, "no budget: no mirror");
     }
 }

@@ -388,6 +388,20 @@ impl ShardStore {
         }
     }
 
+    /// Copies `bucket/key` into the bucket's value mirror when DRAM holds it as a small KV
+    /// block and a mirror is live (`presence.rs`): the value as of now, on the shard's
+    /// thread, so no later change can be missed (each drops it again).
+    pub fn mirror_current(&self, bucket: &str, key: &str) {
+        let Some(e) = self.buckets.get(bucket).and_then(|b| b.objects.get(key)) else {
+            return;
+        };
+        if e.meta.kv && e.meta.size <= super::presence::MIRROR_VALUE_MAX as u64 {
+            self.presence
+                .borrow_mut()
+                .stored(bucket, key, self.arena.bytes(&e.extent));
+        }
+    }
+
     /// A bucket's settings to change (`node::buckets` does, on every shard). Its presence
     /// table is retired first: who may read it may be about to change (`presence.rs`).
     pub fn bucket_settings_mut(&mut self, name: &str) -> Option<&mut BucketSettings> {

@@ -229,6 +229,21 @@ impl TieredStore {
         }))
     }
 
+    /// Copies `bucket/key` into its bucket's value mirror if it is a small KV block in DRAM
+    /// (a node-served read of one key: the next read of it need not be a call).
+    pub fn mirror_current(&self, bucket: &str, key: &str) {
+        self.store.borrow().mirror_current(bucket, key);
+    }
+
+    /// Bytes of value mirrors the shard may keep (`--value-mirror-bytes`).
+    pub fn set_mirror_budget(&self, bytes: u64) {
+        self.store
+            .borrow()
+            .presence
+            .borrow_mut()
+            .set_mirror_budget(bytes);
+    }
+
     /// Turns presence tables on or off (`--no-presence-tables`).
     pub fn set_presence_tables(&self, enabled: bool) {
         self.store

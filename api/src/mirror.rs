@@ -1,0 +1,517 @@
+//! Value mirrors: the small KV values of one bucket on one shard, copied by the shard into
+//! the memfd of the bucket's presence table ([`crate::presence`]), so that a same-host client
+//! reads them the way it looks up a key: from its own address space, without a call.
+//!
+//! A `get` of a 4 KiB value, even as a binary frame on a Unix socket, costs two thread
+//! wake-ups (the shard's, then the client's). On a VM a wake-up across CPUs takes tens of
+//! microseconds and more at the tail; a read from the mirror takes a hash and a 4 KiB copy.
+//! It is the same-host form of what an RDMA client does with a holder's memory (a one-sided
+//! read), with the bucket's own table as the unit of sharing.
+//!
+//! # Layout
+//! The mirror follows the presence table in the same memfd, at the word named by the table's
+//! header word [`W_MIRROR_AT`] (0: no mirror); word [`W_MIRROR_SLOTS`] holds its slot count
+//! (a power of two, at least [`WAYS`]) and [`W_MIRROR_VALUE_MAX`] the most bytes a slot's
+//! value may have (a multiple of 8). Slots come in sets of [`WAYS`]: a set is the
+//! [`SLOT_HEADER_WORDS`]-word headers of its slots, one after the other, then their values,
+//! each `value_max / 8` words, in the same order; all little-endian `u64`s read and written
+//! atomically. A slot's header:
+//!
+//! | word | field |
+//! |---|---|
+//! | 0 | sequence: odd while the shard changes the slot (a sequence lock per slot) |
+//! | 1 | the key's fingerprint, first word ([`crate::presence::fingerprint`]; 0: empty slot) |
+//! | 2 | the fingerprint's second word |
+//! | 3 | the value's length in bytes |
+//!
+//! and its value is zero-padded to a whole word. A key's set is a function of its
+//! fingerprint, and a key is in at most one slot of it. The mirror is a cache: a value that finds no free slot takes
+//! the place of another key's (that key is then read from the node), and a key that is not in
+//! the mirror says nothing about whether it exists (the presence table says that).
+//!
+//! # What a reader may rely on
+//! The shard copies into a slot only the value its DRAM holds at that moment (it does so
+//! when it serves a read of that one key), and empties the slot before a removal, eviction
+//! or replacement of the key answers: a value read from a live mirror is the value the node
+//! would have answered at some moment during the read. A reader takes
+//! the slot's sequence, reads the slot, and takes the sequence again; the read stands if it
+//! did not change and was even. The shard mirrors only KV blocks (not S3 objects, which may
+//! carry their own ACLs), and only while the table is live: a retired table's mirror is
+//! emptied slot by slot under the same locks.
+
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+use crate::presence::Fingerprint;
+
+/// Header word of the presence table holding the mirror's first word (0: no mirror).
+pub const W_MIRROR_AT: usize = 5;
+/// Header word holding the mirror's slot count.
+pub const W_MIRROR_SLOTS: usize = 6;
+/// Header word holding the most bytes a mirrored value may have.
+pub const W_MIRROR_VALUE_MAX: usize = 7;
+/// Words of a slot before its value.
+pub const SLOT_HEADER_WORDS: usize = 4;
+/// Slots a key may be in (one of them).
+pub const WAYS: usize = 4;
+/// Largest value a mirror may be built for (the node mirrors 4 KiB by default).
+pub const MAX_VALUE_MAX: usize = 64 << 10;
+/// Most slots of one mirror.
+pub const MAX_SLOTS: usize = 1 << 20;
+/// Tries of a reader on a slot that keeps changing under it.
+pub const READ_TRIES: usize = 64;
+
+/// Words a mirror of `slots` slots of values up to `value_max` bytes takes.
+pub fn words_for(slots: usize, value_max: usize) -> usize {
+    slots * slot_words(value_max)
+}
+
+fn slot_words(value_max: usize) -> usize {
+    SLOT_HEADER_WORDS + value_max.div_ceil(8)
+}
+
+/// What a read found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// The value, this many bytes long, is in the output.
+    Hit(usize),
+    /// Not mirrored: ask the node.
+    Miss,
+    /// The slot kept changing under the reader: ask the node.
+    Busy,
+}
+
+/// Why words do not hold a mirror.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MirrorError {
+    #[error("a value mirror's slots must be a power of two from {WAYS} to {MAX_SLOTS}, not {0}")]
+    Slots(u64),
+    #[error(
+        "a value mirror's values must be a multiple of 8 bytes up to {MAX_VALUE_MAX}, not {0}"
+    )]
+    ValueMax(u64),
+    #[error("a value mirror at word {at} of {needed} words passes the mapping's {have}")]
+    Short { at: u64, needed: usize, have: usize },
+}
+
+/// A mirror over mapped words: read by clients, written by its shard alone.
+pub struct Mirror<'a> {
+    words: &'a [AtomicU64],
+    sets: usize,
+    value_max: usize,
+}
+
+impl<'a> Mirror<'a> {
+    /// The mirror of `slots` slots of at most `value_max` bytes at word `at` of `words` (the
+    /// whole mapping, presence table first), checked against the mapping.
+    pub fn over(
+        words: &'a [AtomicU64],
+        at: u64,
+        slots: u64,
+        value_max: u64,
+    ) -> Result<Mirror<'a>, MirrorError> {
+        if !slots.is_power_of_two() || !(WAYS as u64..=MAX_SLOTS as u64).contains(&slots) {
+            return Err(MirrorError::Slots(slots));
+        }
+        if value_max == 0 || value_max % 8 != 0 || value_max > MAX_VALUE_MAX as u64 {
+            return Err(MirrorError::ValueMax(value_max));
+        }
+        let needed = words_for(slots as usize, value_max as usize);
+        let fits = usize::try_from(at)
+            .ok()
+            .and_then(|a| a.checked_add(needed))
+            .is_some_and(|end| end <= words.len());
+        if !fits {
+            return Err(MirrorError::Short {
+                at,
+                needed,
+                have: words.len(),
+            });
+        }
+        let at = at as usize;
+        Ok(Mirror {
+            words: &words[at..at + needed],
+            sets: slots as usize / WAYS,
+            value_max: value_max as usize,
+        })
+    }
+
+    /// The mirror a table's header names in `words`: `None` when it names none.
+    pub fn named(words: &'a [AtomicU64]) -> Result<Option<Mirror<'a>>, MirrorError> {
+        let word = |i: usize| words.get(i).map_or(0, |w| w.load(Ordering::Relaxed));
+        let at = word(W_MIRROR_AT);
+        if at == 0 {
+            return Ok(None);
+        }
+        Mirror::over(words, at, word(W_MIRROR_SLOTS), word(W_MIRROR_VALUE_MAX)).map(Some)
+    }
+
+    /// Writes the mirror's place and shape into the table's header words (`words` is the
+    /// whole mapping, zeroed where the mirror lies).
+    pub fn announce(&self, words: &[AtomicU64], at: u64) {
+        words[W_MIRROR_SLOTS].store((self.sets * WAYS) as u64, Ordering::Relaxed);
+        words[W_MIRROR_VALUE_MAX].store(self.value_max as u64, Ordering::Relaxed);
+        words[W_MIRROR_AT].store(at, Ordering::Release);
+    }
+
+    /// The most bytes a mirrored value may have.
+    pub fn value_max(&self) -> usize {
+        self.value_max
+    }
+
+    /// Slot `way` of the set starting at word `base`: its header words together with its
+    /// set's (one or two cache lines for a lookup of the whole set), its value after them.
+    fn slot(&self, base: usize, way: usize) -> Slot<'_> {
+        let head = base + way * SLOT_HEADER_WORDS;
+        let vw = self.value_max / 8;
+        let value = base + WAYS * SLOT_HEADER_WORDS + way * vw;
+        Slot {
+            head: &self.words[head..head + SLOT_HEADER_WORDS],
+            value: &self.words[value..value + vw],
+        }
+    }
+
+    /// The first word of `fp`'s set.
+    fn base(&self, fp: Fingerprint) -> usize {
+        // The second word picks the set, the presence table's home slot comes from the
+        // first: keys crowded in one are spread in the other.
+        let set = ((fp.b >> 2) as usize) & (self.sets - 1);
+        set * WAYS * slot_words(self.value_max)
+    }
+
+    /// The slots of `fp`'s set.
+    fn set(&self, fp: Fingerprint) -> impl Iterator<Item = Slot<'_>> {
+        let base = self.base(fp);
+        (0..WAYS).map(move |way| self.slot(base, way))
+    }
+
+    /// Reads the value of `fp` into `out` (cleared first).
+    pub fn read(&self, fp: Fingerprint, out: &mut Vec<u8>) -> Read {
+        for slot in self.set(fp) {
+            match self.read_slot(&slot, fp, out) {
+                Read::Miss => continue,
+                found => return found,
+            }
+        }
+        out.clear();
+        Read::Miss
+    }
+
+    fn read_slot(&self, slot: &Slot<'_>, fp: Fingerprint, out: &mut Vec<u8>) -> Read {
+        let seq = &slot.head[0];
+        for _ in 0..READ_TRIES {
+            let before = seq.load(Ordering::Acquire);
+            if before & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let mine = slot.is(fp);
+            let len = slot.head[3].load(Ordering::Relaxed) as usize;
+            out.clear();
+            if mine && len <= self.value_max {
+                out.resize(len.next_multiple_of(8), 0);
+                for (dst, w) in out.chunks_exact_mut(8).zip(slot.value) {
+                    dst.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+                }
+                out.truncate(len);
+            }
+            fence(Ordering::Acquire);
+            if seq.load(Ordering::Relaxed) != before {
+                continue;
+            }
+            return if mine && len <= self.value_max {
+                Read::Hit(len)
+            } else {
+                Read::Miss
+            };
+        }
+        out.clear();
+        Read::Busy
+    }
+
+    /// The shard's copy of `value` as `fp`'s (only the one writer may call this); `turn`
+    /// picks the slot a full set gives up. A value too large for the mirror is not mirrored,
+    /// and any older value of the key is dropped.
+    pub fn store(&self, fp: Fingerprint, value: &[u8], turn: u64) -> bool {
+        if value.len() > self.value_max {
+            self.remove(fp);
+            return false;
+        }
+        let base = self.base(fp);
+        let mut free = None;
+        let mut mine = None;
+        for way in 0..WAYS {
+            let slot = self.slot(base, way);
+            if slot.is(fp) {
+                mine = Some(way);
+                break;
+            }
+            if free.is_none() && slot.head[1].load(Ordering::Relaxed) == 0 {
+                free = Some(way);
+            }
+        }
+        let way = mine.or(free).unwrap_or(turn as usize % WAYS);
+        let slot = self.slot(base, way);
+        slot.write(|| {
+            slot.head[1].store(fp.a, Ordering::Relaxed);
+            slot.head[2].store(fp.b, Ordering::Relaxed);
+            slot.head[3].store(value.len() as u64, Ordering::Relaxed);
+            let whole = value.chunks_exact(8);
+            let tail = whole.remainder();
+            let mut at = 0;
+            for (w, chunk) in slot.value.iter().zip(whole) {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(chunk);
+                w.store(u64::from_le_bytes(b), Ordering::Relaxed);
+                at += 1;
+            }
+            if !tail.is_empty() {
+                let mut b = [0u8; 8];
+                b[..tail.len()].copy_from_slice(tail);
+                slot.value[at].store(u64::from_le_bytes(b), Ordering::Relaxed);
+            }
+        });
+        true
+    }
+
+    /// Drops `fp`'s value, if mirrored. Only the slot's key is cleared: its bytes stay until
+    /// the slot is reused or the mirror is cleared, readable only by holders of the same
+    /// bucket's grant, who could read the value before (an overwrite drops and stores at
+    /// once, and wiping 4 KiB twice a put cost more than the put's own copy).
+    pub fn remove(&self, fp: Fingerprint) {
+        for slot in self.set(fp) {
+            if slot.is(fp) {
+                slot.write(|| {
+                    slot.head[1].store(0, Ordering::Relaxed);
+                    slot.head[2].store(0, Ordering::Relaxed);
+                });
+                return;
+            }
+        }
+    }
+
+    /// Empties every slot, bytes and all (a retired table: no holder reads its values after
+    /// this).
+    pub fn clear(&self) {
+        let set_words = WAYS * slot_words(self.value_max);
+        for set in 0..self.sets {
+            for way in 0..WAYS {
+                let slot = self.slot(set * set_words, way);
+                // A slot ever written has a sequence; what it held may be longer than its
+                // last value, so all of it goes.
+                if slot.head[0].load(Ordering::Relaxed) != 0 {
+                    slot.write(|| {
+                        slot.head[1..]
+                            .iter()
+                            .chain(slot.value)
+                            .for_each(|w| w.store(0, Ordering::Relaxed));
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// One slot: its header words (sequence, fingerprint, length) and its value's.
+struct Slot<'a> {
+    head: &'a [AtomicU64],
+    value: &'a [AtomicU64],
+}
+
+impl Slot<'_> {
+    /// Whether the slot holds `fp`'s value (as of this read: a reader checks it under the
+    /// sequence lock).
+    fn is(&self, fp: Fingerprint) -> bool {
+        self.head[1].load(Ordering::Relaxed) == fp.a && self.head[2].load(Ordering::Relaxed) == fp.b
+    }
+
+    /// Changes the slot under its sequence lock.
+    fn write(&self, change: impl FnOnce()) {
+        let seq = &self.head[0];
+        let s = seq.load(Ordering::Relaxed);
+        seq.store(s.wrapping_add(1) | 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        change();
+        seq.store((s | 1).wrapping_add(1), Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::presence::fingerprint;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    const SECRET: [u8; 32] = [7; 32];
+
+    fn words(slots: usize, value_max: usize) -> Vec<AtomicU64> {
+        (0..8 + words_for(slots, value_max))
+            .map(|_| AtomicU64::new(0))
+            .collect()
+    }
+
+    fn mirror(w: &[AtomicU64], slots: usize, value_max: usize) -> Mirror<'_> {
+        let m = Mirror::over(w, 8, slots as u64, value_max as u64).unwrap();
+        m.announce(w, 8);
+        m
+    }
+
+    #[test]
+    fn values_are_read_back_replaced_and_dropped() {
+        let w = words(64, 4096);
+        let m = mirror(&w, 64, 4096);
+        let named = Mirror::named(&w).unwrap().unwrap();
+        let mut out = Vec::new();
+        let k = fingerprint(&SECRET, "k");
+        assert_eq!(named.read(k, &mut out), Read::Miss);
+        for v in [
+            &b"hello"[..],
+            &[9u8; 4096][..],
+            &[][..],
+            &b"odd length!"[..],
+        ] {
+            assert!(m.store(k, v, 0));
+            assert_eq!(named.read(k, &mut out), Read::Hit(v.len()));
+            assert_eq!(out, v);
+        }
+        // Too large: not mirrored, and the old value is gone.
+        assert!(!m.store(k, &[1u8; 4097], 0));
+        assert_eq!(named.read(k, &mut out), Read::Miss);
+        assert!(m.store(k, b"again", 0));
+        m.remove(k);
+        assert_eq!(named.read(k, &mut out), Read::Miss);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_full_set_gives_up_a_slot_and_never_answers_another_keys_value() {
+        let w = words(WAYS, 64);
+        let m = mirror(&w, WAYS, 64);
+        let keys: Vec<String> = (0..20).map(|i| format!("key-{i}")).collect();
+        for (i, k) in keys.iter().enumerate() {
+            assert!(m.store(fingerprint(&SECRET, k), k.as_bytes(), i as u64));
+        }
+        let mut out = Vec::new();
+        let mut hits = 0;
+        for k in &keys {
+            match m.read(fingerprint(&SECRET, k), &mut out) {
+                Read::Hit(_) => {
+                    assert_eq!(out, k.as_bytes());
+                    hits += 1;
+                }
+                Read::Miss => {}
+                Read::Busy => panic!("no writer is running"),
+            }
+        }
+        assert_eq!(hits, WAYS, "one set of {WAYS} slots holds {WAYS} keys");
+        // The last key stored is always there.
+        assert_eq!(
+            m.read(fingerprint(&SECRET, &keys[19]), &mut out),
+            Read::Hit(keys[19].len())
+        );
+    }
+
+    #[test]
+    fn clear_empties_every_slot_and_its_bytes() {
+        let w = words(16, 64);
+        let m = mirror(&w, 16, 64);
+        for i in 0..10 {
+            m.store(fingerprint(&SECRET, &format!("{i}")), &[0xAB; 60], i);
+        }
+        // A shorter value over a longer one, and a dropped one: their old bytes go too.
+        m.store(fingerprint(&SECRET, "0"), b"abc", 0);
+        m.remove(fingerprint(&SECRET, "1"));
+        m.clear();
+        let mut out = Vec::new();
+        for i in 0..10 {
+            assert_eq!(
+                m.read(fingerprint(&SECRET, &format!("{i}")), &mut out),
+                Read::Miss
+            );
+        }
+        // Nothing of the values is left in the memory a holder maps.
+        let set_words = WAYS * slot_words(64);
+        let sequences: Vec<usize> = (0..16)
+            .map(|i| 8 + (i / WAYS) * set_words + (i % WAYS) * SLOT_HEADER_WORDS)
+            .collect();
+        for (i, word) in w.iter().enumerate().skip(8) {
+            if !sequences.contains(&i) {
+                assert_eq!(word.load(Ordering::Relaxed), 0, "word {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_refused() {
+        let w = words(16, 64);
+        assert_eq!(
+            Mirror::over(&w, 8, 12, 64).err(),
+            Some(MirrorError::Slots(12))
+        );
+        assert_eq!(
+            Mirror::over(&w, 8, 16, 60).err(),
+            Some(MirrorError::ValueMax(60))
+        );
+        assert!(matches!(
+            Mirror::over(&w, 9, 16, 64),
+            Err(MirrorError::Short { .. })
+        ));
+        assert!(matches!(
+            Mirror::over(&w, u64::MAX, 16, 64),
+            Err(MirrorError::Short { .. })
+        ));
+        // No mirror named: none.
+        assert!(Mirror::named(&w).unwrap().is_none());
+    }
+
+    /// A writer overwrites keys with values that name their key and a counter, and drops
+    /// them; readers on other threads must only ever see a whole value of the key they
+    /// asked for, and per key never an older one than they saw before.
+    #[test]
+    fn readers_see_whole_values_while_the_writer_changes_them() {
+        let w: Arc<Vec<AtomicU64>> = Arc::new(words(8, 256));
+        mirror(&w, 8, 256);
+        let keys: Vec<String> = (0..6).map(|i| format!("k{i}")).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (w, keys, stop) = (w.clone(), keys.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let m = Mirror::named(&w).unwrap().unwrap();
+                    let mut last = vec![0u64; keys.len()];
+                    let mut out = Vec::new();
+                    let mut hits = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        for (i, k) in keys.iter().enumerate() {
+                            if let Read::Hit(n) = m.read(fingerprint(&SECRET, k), &mut out) {
+                                let text = std::str::from_utf8(&out[..n]).unwrap();
+                                let (key, count) = text.split_once('=').unwrap();
+                                assert_eq!(key, k);
+                                let count: u64 = count.trim_end_matches('.').parse().unwrap();
+                                assert!(count >= last[i], "{k}: {count} after {}", last[i]);
+                                last[i] = count;
+                                hits += 1;
+                            }
+                        }
+                    }
+                    hits
+                })
+            })
+            .collect();
+        let m = Mirror::named(&w).unwrap().unwrap();
+        for n in 1..=20_000u64 {
+            let i = (n as usize) % keys.len();
+            let fp = fingerprint(&SECRET, &keys[i]);
+            if n % 7 == 0 {
+                m.remove(fp);
+            } else {
+                // Lengths vary so a torn read would show.
+                let pad = ".".repeat((n % 200) as usize);
+                m.store(fp, format!("{}={n}{pad}", keys[i]).as_bytes(), n);
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let hits: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+        assert!(hits > 0);
+    }
+}

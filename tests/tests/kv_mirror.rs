@@ -1,0 +1,314 @@
+//! Value mirrors against a real node: a same-host client reads small KV blocks out of the
+//! mirror next to the bucket's presence table, and what it reads is what the node would
+//! answer: after every acknowledged put, overwrite (also by a value too large to mirror, or
+//! by an S3 object), remove and eviction, and under concurrent writers, checked over a
+//! recorded history of unique values.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use yutu_client::kv::{KvClient, KvOptions};
+use yutu_tests::Server;
+
+fn client(server: &Server, presence: bool) -> KvClient {
+    KvClient::new(
+        &server.url,
+        KvOptions {
+            presence,
+            ..KvOptions::default()
+        },
+    )
+    .expect("kv client")
+}
+
+fn http(server: &Server, method: &str, path: &str, body: &[u8]) -> u16 {
+    server.client().send(method, path, &[], Some(body)).status
+}
+
+/// Stores `value` as `key` through put-from (a KV block).
+fn put(kv: &KvClient, bucket: &str, key: &str, value: &[u8]) {
+    let buf = kv.register(value.len().max(1) as u64).expect("buffer");
+    buf.write_at(0, value).expect("stage");
+    kv.batch_put_from(
+        bucket,
+        &[key.to_string()],
+        &buf,
+        &[0],
+        &[value.len() as u64],
+    )
+    .expect("put-from");
+}
+
+/// A value that names its key and version, `len` bytes long (so every value is unique).
+fn value(key: &str, version: usize, len: usize) -> Vec<u8> {
+    let mut v = format!("{key}#{version}#").into_bytes();
+    let mut i = 0u8;
+    while v.len() < len {
+        v.push(b'a' + i % 26);
+        i = i.wrapping_add(1);
+    }
+    v.truncate(len);
+    v
+}
+
+/// Each step changes one key and is followed by a read through a second same-host client
+/// (which reads from the mirror where it can) and one that never maps a table; both must
+/// answer the last acknowledged value, twice (the first read of a key is served by the node,
+/// which mirrors it). The mirrored reads must have happened; S3 objects and values over
+/// 4 KiB must not be read from the mirror; a batch get (always the node's) mixing mirrored,
+/// large and absent keys must answer the same bytes.
+#[test]
+fn reads_from_the_mirror_follow_every_acknowledged_change() {
+    let server = Server::start(&[
+        "--memory",
+        "8MiB",
+        "--shards",
+        "2",
+        "--nvme-capacity",
+        "256MiB",
+    ]);
+    assert_eq!(http(&server, "PUT", "/mir", b""), 200);
+    let writer = client(&server, true);
+    let reader = client(&server, true);
+    let plain = client(&server, false);
+    let mut want: HashMap<String, Option<Vec<u8>>> = HashMap::new();
+    // The first read of a key after a change is the node's (and mirrors it), the second the
+    // mirror's.
+    let check = |want: &HashMap<String, Option<Vec<u8>>>, key: &str| {
+        let w = want.get(key).cloned().flatten();
+        assert_eq!(
+            reader.get_bytes("mir", key).unwrap(),
+            w,
+            "mirror reader, {key}"
+        );
+        assert_eq!(
+            reader.get_bytes("mir", key).unwrap(),
+            w,
+            "mirror reader, {key}"
+        );
+        assert_eq!(
+            plain.get_bytes("mir", key).unwrap(),
+            w,
+            "node reader, {key}"
+        );
+    };
+    for i in 0..400 {
+        let key = format!("k-{}", i % 97);
+        let step = i % 6;
+        match step {
+            0..=2 => {
+                let v = value(&key, i, [4096, 100, 1][step]);
+                put(&writer, "mir", &key, &v);
+                want.insert(key.clone(), Some(v));
+            }
+            3 => {
+                writer.remove("mir", std::slice::from_ref(&key)).unwrap();
+                want.insert(key.clone(), None);
+            }
+            4 => {
+                // Too large for the mirror: the older, mirrored value must not be read.
+                let v = value(&key, i, 4097 + i);
+                put(&writer, "mir", &key, &v);
+                want.insert(key.clone(), Some(v));
+            }
+            _ => {
+                // An S3 object replaces the block: not mirrored, and the block is gone.
+                let v = value(&key, i, 64);
+                assert_eq!(http(&server, "PUT", &format!("/mir/{key}"), &v), 200);
+                want.insert(key.clone(), Some(v));
+            }
+        }
+        check(&want, &key);
+    }
+    let hits = reader.mirror_hits();
+    assert!(hits > 100, "the reader read {hits} values from the mirror");
+    assert_eq!(plain.mirror_hits(), 0);
+    assert!(server.metric_sum("yutu_value_mirror_stores_total") > 0.0);
+
+    // Evictions: far more 4 KiB blocks than 8 MiB of DRAM holds; every one reads back,
+    // from the mirror or, once evicted to NVMe, from the node.
+    let many: Vec<String> = (0..3000).map(|i| format!("e-{i}")).collect();
+    for (i, k) in many.iter().enumerate() {
+        let v = value(k, i, 4096);
+        put(&writer, "mir", k, &v);
+        want.insert(k.clone(), Some(v));
+    }
+    for k in many.iter().step_by(7) {
+        check(&want, k);
+    }
+    assert!(
+        server.metric_sum("yutu_evictions_total") > 0.0,
+        "some were evicted"
+    );
+
+    // A batch into a registered buffer: mirrored, too large, absent and S3 keys at once.
+    let mut keys: Vec<String> = (0..97).map(|i| format!("k-{i}")).collect();
+    keys.extend(many.iter().rev().take(20).cloned());
+    keys.push("never-written".into());
+    let room = 8192u64;
+    let buf_a = reader.register(room * keys.len() as u64).unwrap();
+    let buf_b = plain.register(room * keys.len() as u64).unwrap();
+    let offsets: Vec<u64> = (0..keys.len() as u64).map(|i| i * room).collect();
+    let rooms = vec![room; keys.len()];
+    let a = reader
+        .batch_get_into_ranges("mir", &keys, &buf_a, &offsets, &rooms)
+        .unwrap();
+    let b = plain
+        .batch_get_into_ranges("mir", &keys, &buf_b, &offsets, &rooms)
+        .unwrap();
+    for (i, k) in keys.iter().enumerate() {
+        let w = want.get(k).cloned().flatten();
+        assert_eq!(a[i], b[i], "{k}");
+        assert_eq!(a[i], w.as_ref().map(|w| w.len() as u64), "{k}");
+        if let Some(w) = &w {
+            let mut got = vec![0u8; w.len()];
+            buf_a.read_at(offsets[i], &mut got).unwrap();
+            assert_eq!(&got, w, "{k}");
+        }
+    }
+}
+
+/// One read or write of the concurrent history: what it saw or wrote, and when.
+#[derive(Clone, Debug)]
+struct Event {
+    key: usize,
+    /// The version written (`None`: a remove), or read (`None`: absent).
+    version: Option<usize>,
+    write: bool,
+    start: Instant,
+    end: Instant,
+}
+
+/// Writers overwrite and remove a few keys with unique values while readers read them
+/// through the mirror. The checker: every value read was written to that key, and no read
+/// returns a value older than one whose write was acknowledged before the read began.
+#[test]
+fn concurrent_reads_through_the_mirror_never_go_back_in_time() {
+    let server = Server::start(&["--memory", "64MiB", "--shards", "2", "--nvme-capacity", "0"]);
+    assert_eq!(http(&server, "PUT", "/con", b""), 200);
+    const KEYS: usize = 8;
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("c-{i}")).collect();
+    let history: Arc<Mutex<Vec<Event>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let mut threads = Vec::new();
+    // One writer per key set (each key has one writer, so its versions are in order).
+    for w in 0..2usize {
+        let (history, keys) = (history.clone(), keys.clone());
+        // Made here, one at a time: a new client's session is proven by a transfer, and a
+        // user may have two in flight.
+        let kv = client(&server, true);
+        threads.push(std::thread::spawn(move || {
+            let buf = kv.register(4096).unwrap();
+            let mut n = 0usize;
+            while Instant::now() < deadline && n < 4000 {
+                let key = w + 2 * (n % (KEYS / 2));
+                let version = n * 2 + w + 1;
+                let start = Instant::now();
+                let written = if n % 5 == 4 {
+                    kv.remove("con", &[keys[key].clone()]).unwrap();
+                    None
+                } else {
+                    let v = value(&keys[key], version, 64 + n % 4000);
+                    buf.write_at(0, &v).unwrap();
+                    kv.batch_put_from("con", &[keys[key].clone()], &buf, &[0], &[v.len() as u64])
+                        .unwrap();
+                    Some(version)
+                };
+                let end = Instant::now();
+                history.lock().unwrap().push(Event {
+                    key,
+                    version: written,
+                    write: true,
+                    start,
+                    end,
+                });
+                n += 1;
+            }
+        }));
+    }
+    let hits = Arc::new(Mutex::new(0u64));
+    for r in 0..2usize {
+        let (history, keys, stop, hits) =
+            (history.clone(), keys.clone(), stop.clone(), hits.clone());
+        let kv = client(&server, true);
+        threads.push(std::thread::spawn(move || {
+            let mut n = 0usize;
+            while !stop.load(Ordering::Relaxed) && n < 200_000 {
+                let key = (n + r) % KEYS;
+                let start = Instant::now();
+                let got = kv.get_bytes("con", &keys[key]).unwrap();
+                let end = Instant::now();
+                let version = got.map(|v| {
+                    let text = String::from_utf8_lossy(&v).to_string();
+                    let mut parts = text.split('#');
+                    assert_eq!(
+                        parts.next(),
+                        Some(keys[key].as_str()),
+                        "another key's value"
+                    );
+                    let version: usize = parts.next().unwrap().parse().unwrap();
+                    assert_eq!(v, value(&keys[key], version, v.len()), "a torn value");
+                    version
+                });
+                history.lock().unwrap().push(Event {
+                    key,
+                    version,
+                    write: false,
+                    start,
+                    end,
+                });
+                n += 1;
+            }
+            *hits.lock().unwrap() += kv.mirror_hits();
+        }));
+    }
+    // Writers end by the deadline; readers are stopped after them.
+    for t in threads.drain(..2) {
+        t.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let history = history.lock().unwrap().clone();
+    let hits = *hits.lock().unwrap();
+    assert!(hits > 100, "{hits} reads came from the mirror");
+
+    // The checker. Per key, writes in order (one writer each): a read may return the
+    // version of the last write acknowledged before it began, or of any write that began
+    // before it ended and is not older than that.
+    let mut reads = 0;
+    for key in 0..KEYS {
+        let writes: Vec<&Event> = history.iter().filter(|e| e.write && e.key == key).collect();
+        for r in history.iter().filter(|e| !e.write && e.key == key) {
+            reads += 1;
+            let done_before = writes.iter().rposition(|w| w.end < r.start);
+            let allowed: Vec<Option<usize>> = match done_before {
+                Some(i) => writes[i..]
+                    .iter()
+                    .take_while(|w| w.start < r.end)
+                    .map(|w| w.version)
+                    .collect(),
+                None => std::iter::once(None)
+                    .chain(
+                        writes
+                            .iter()
+                            .take_while(|w| w.start < r.end)
+                            .map(|w| w.version),
+                    )
+                    .collect(),
+            };
+            assert!(
+                allowed.contains(&r.version),
+                "key {key}: a read in {:?}..{:?} saw {:?}, allowed {allowed:?}",
+                r.start,
+                r.end,
+                r.version
+            );
+        }
+    }
+    assert!(reads > 1000, "{reads} reads checked");
+}
