@@ -464,6 +464,47 @@ mod tests {
         assert!(Mirror::named(&w).unwrap().is_none());
     }
 
+    /// A mapping of garbage (as a misbehaving or foreign node might give): the header is
+    /// checked against the mapping, and a read of any key ends without a panic and never
+    /// answers more than a slot holds.
+    #[test]
+    fn reads_of_garbage_never_panic_nor_overrun() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..300 {
+            let len = 8 + (next() % 600) as usize;
+            let w: Vec<AtomicU64> = (0..len).map(|_| AtomicU64::new(next())).collect();
+            // Plausible shapes half the time, so that reads happen.
+            if round % 2 == 0 {
+                w[W_MIRROR_AT].store(8 + next() % 16, Ordering::Relaxed);
+                w[W_MIRROR_SLOTS].store(1 << (2 + next() % 3), Ordering::Relaxed);
+                w[W_MIRROR_VALUE_MAX].store(8 * (1 + next() % 8), Ordering::Relaxed);
+            }
+            if let Ok(Some(m)) = Mirror::named(&w) {
+                let mut out = Vec::new();
+                for k in 0..16 {
+                    let fp = fingerprint(&SECRET, &format!("{k}"));
+                    let _ = m.read(fp, &mut out);
+                    assert!(out.len() <= m.value_max());
+                    // A slot claiming this key with a length past the slot: no hit.
+                    let base = m.base(fp);
+                    let slot = m.slot(base, 0);
+                    slot.head[0].store(0, Ordering::Relaxed);
+                    slot.head[1].store(fp.a, Ordering::Relaxed);
+                    slot.head[2].store(fp.b, Ordering::Relaxed);
+                    slot.head[3].store(u64::MAX, Ordering::Relaxed);
+                    assert!(!matches!(m.read(fp, &mut out), Read::Hit(_)));
+                    assert!(out.is_empty());
+                }
+            }
+        }
+    }
+
     /// A writer overwrites keys with values that name their key and a counter, and drops
     /// them; readers on other threads must only ever see a whole value of the key they
     /// asked for, and per key never an older one than they saw before.

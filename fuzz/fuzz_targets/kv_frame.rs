@@ -48,7 +48,8 @@ fuzz_target!(|data: &[u8]| {
 });
 
 /// Bytes as a presence table a client maps: opening it checks the header against the length,
-/// and a lookup in whatever it holds ends (every probe is bounded) without a panic.
+/// and a lookup in whatever it holds ends (every probe is bounded) without a panic; so does a
+/// read from the value mirror the header names.
 fn presence_table(raw: &[u8]) {
     use std::sync::atomic::AtomicU64;
     use yutu_api::presence::{fingerprint, Table};
@@ -59,6 +60,15 @@ fn presence_table(raw: &[u8]) {
     if let Ok(t) = Table::open(&words) {
         let _ = t.lookup(fingerprint(&[0u8; 32], "key"));
         let _ = t.count();
+    }
+    // The value mirror its header may name: placed within the mapping or refused, and a
+    // read never answers more than a slot holds.
+    if let Ok(Some(m)) = yutu_api::mirror::Mirror::named(&words) {
+        let mut out = Vec::new();
+        for key in ["key", "other", ""] {
+            let _ = m.read(fingerprint(&[0u8; 32], key), &mut out);
+            assert!(out.len() <= m.value_max());
+        }
     }
 }
 
