@@ -312,3 +312,123 @@ fn concurrent_reads_through_the_mirror_never_go_back_in_time() {
     }
     assert!(reads > 1000, "{reads} reads checked");
 }
+
+const TOKEN_KEY: &str = "mirror-secret-0123456789abcdef-0123456789";
+const KID: &str = "m1";
+
+fn token(scopes: &[&str], admin: bool, ttl: Duration) -> String {
+    yutu_tests::users::token_signed(KID, TOKEN_KEY, scopes, admin, ttl)
+}
+
+fn client_as(server: &Server, token: String) -> KvClient {
+    KvClient::new(
+        &server.url,
+        KvOptions {
+            token: Some(token),
+            ..KvOptions::default()
+        },
+    )
+    .expect("kv client")
+}
+
+/// Who reads from a mirror: a caller that may read and list the bucket. One that may only
+/// read gets the same values from the node; another tenant gets nothing from either; after
+/// the bucket's ACL changes, the old mirror is gone and reads go on right from a new table;
+/// an expired token reads nothing.
+#[test]
+fn only_callers_that_may_list_the_bucket_read_its_mirror() {
+    let server = yutu_tests::users::node_with_token_key(
+        KID,
+        TOKEN_KEY,
+        &["--memory", "64MiB", "--shards", "2", "--nvme-capacity", "0"],
+    );
+    let admin = token(&[], true, Duration::from_secs(600));
+    let auth = format!("Bearer {admin}");
+    let made = server.client().send(
+        "PUT",
+        "/ten",
+        &[("authorization", auth.as_str())],
+        Some(b""),
+    );
+    assert_eq!(made.status, 200, "{}", made.text());
+    let owner = client_as(&server, admin.clone());
+    let keys: Vec<String> = (0..16).map(|i| format!("t-{i}")).collect();
+    for (i, k) in keys.iter().enumerate() {
+        put(&owner, "ten", k, &value(k, i, 512));
+    }
+    let read_all = |kv: &KvClient| {
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(
+                kv.get_bytes("ten", k).unwrap(),
+                Some(value(k, i, 512)),
+                "{k}"
+            );
+        }
+    };
+
+    let lister = client_as(&server, token(&["ten:rl"], false, Duration::from_secs(600)));
+    read_all(&lister);
+    read_all(&lister);
+    assert!(
+        lister.mirror_hits() >= keys.len() as u64,
+        "read from the mirror"
+    );
+
+    let reader = client_as(&server, token(&["ten:r"], false, Duration::from_secs(600)));
+    read_all(&reader);
+    read_all(&reader);
+    assert_eq!(
+        reader.mirror_hits(),
+        0,
+        "read without list: no table, no mirror"
+    );
+
+    let stranger = client_as(
+        &server,
+        token(&["other:rwdl"], false, Duration::from_secs(600)),
+    );
+    let refused = stranger.get_bytes("ten", &keys[0]).unwrap_err();
+    assert_eq!(refused.code(), Some("AccessDenied"), "{refused}");
+    assert_eq!(stranger.mirror_hits(), 0);
+
+    // A settings change retires the tables and wipes their mirrors; the lister's reads
+    // stay right (from the node, then from a new table's mirror).
+    let acl = server.client().send(
+        "PUT",
+        "/ten?acl",
+        &[
+            ("authorization", auth.as_str()),
+            ("x-amz-acl", "authenticated-read"),
+        ],
+        Some(b""),
+    );
+    assert_eq!(acl.status, 200, "{}", acl.text());
+    assert!(server.metric_sum("yutu_presence_retired_total") >= 1.0);
+    put(&owner, "ten", &keys[0], b"after the ACL change");
+    let hits = lister.mirror_hits();
+    assert_eq!(
+        lister.get_bytes("ten", &keys[0]).unwrap().as_deref(),
+        Some(&b"after the ACL change"[..])
+    );
+    for _ in 0..2 {
+        for (i, k) in keys.iter().enumerate().skip(1) {
+            assert_eq!(lister.get_bytes("ten", k).unwrap(), Some(value(k, i, 512)));
+        }
+    }
+    assert!(lister.mirror_hits() > hits, "a new table's mirror");
+
+    // A token about to expire: its reads come from the mirror while it is valid, and the
+    // node refuses it after (the client stops using the table at its expiry).
+    let brief = client_as(&server, token(&["ten:rl"], false, Duration::from_secs(2)));
+    for (i, k) in keys.iter().enumerate().skip(1) {
+        assert_eq!(brief.get_bytes("ten", k).unwrap(), Some(value(k, i, 512)));
+    }
+    assert!(
+        yutu_tests::server::wait_until(Duration::from_secs(30), || {
+            brief.get_bytes("ten", &keys[1]).is_err()
+        }),
+        "the token expired"
+    );
+    let err = brief.get_bytes("ten", &keys[1]).unwrap_err();
+    assert_eq!(err.code(), Some("ExpiredToken"), "{err}");
+}
