@@ -69,6 +69,18 @@ fn slot_words(value_max: usize) -> usize {
     SLOT_HEADER_WORDS + value_max.div_ceil(8)
 }
 
+/// What a store did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// In a slot written before.
+    Reused,
+    /// In a slot never written before (its pages are now the mirror's to keep).
+    Fresh,
+    /// Not stored: too large (any older value of the key dropped), or only a fresh slot was
+    /// left and fresh slots were not allowed.
+    No,
+}
+
 /// What a read found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Read {
@@ -229,28 +241,50 @@ impl<'a> Mirror<'a> {
     }
 
     /// The shard's copy of `value` as `fp`'s (only the one writer may call this); `turn`
-    /// picks the slot a full set gives up. A value too large for the mirror is not mirrored,
-    /// and any older value of the key is dropped.
-    pub fn store(&self, fp: Fingerprint, value: &[u8], turn: u64) -> bool {
+    /// picks the slot a full set gives up, and `fresh_ok` whether a slot never written may be
+    /// taken (the shard's budget counts those: their pages stay the mirror's). A value too
+    /// large for the mirror is not mirrored, and any older value of the key is dropped.
+    pub fn store(&self, fp: Fingerprint, value: &[u8], turn: u64, fresh_ok: bool) -> Stored {
         if value.len() > self.value_max {
             self.remove(fp);
-            return false;
+            return Stored::No;
         }
         let base = self.base(fp);
-        let mut free = None;
-        let mut mine = None;
+        let (mut mine, mut empty, mut fresh) = (None, None, None);
         for way in 0..WAYS {
             let slot = self.slot(base, way);
             if slot.is(fp) {
                 mine = Some(way);
                 break;
             }
-            if free.is_none() && slot.head[1].load(Ordering::Relaxed) == 0 {
-                free = Some(way);
+            let written = slot.head[0].load(Ordering::Relaxed) != 0;
+            if slot.head[1].load(Ordering::Relaxed) == 0 {
+                if written {
+                    empty = empty.or(Some(way));
+                } else {
+                    fresh = fresh.or(Some(way));
+                }
             }
         }
-        let way = mine.or(free).unwrap_or(turn as usize % WAYS);
+        // The key's own slot, else an emptied one, else a never-written one (if allowed),
+        // else another key's (only a written one, when fresh slots are not allowed).
+        let way = match (mine.or(empty), fresh) {
+            (Some(w), _) => w,
+            (None, Some(w)) if fresh_ok => w,
+            (None, Some(_)) => {
+                let turn = turn as usize % WAYS;
+                match (0..WAYS)
+                    .map(|i| (turn + i) % WAYS)
+                    .find(|&w| self.slot(base, w).head[0].load(Ordering::Relaxed) != 0)
+                {
+                    Some(w) => w,
+                    None => return Stored::No,
+                }
+            }
+            (None, None) => turn as usize % WAYS,
+        };
         let slot = self.slot(base, way);
+        let was_fresh = slot.head[0].load(Ordering::Relaxed) == 0;
         slot.write(|| {
             slot.head[1].store(fp.a, Ordering::Relaxed);
             slot.head[2].store(fp.b, Ordering::Relaxed);
@@ -270,7 +304,11 @@ impl<'a> Mirror<'a> {
                 slot.value[at].store(u64::from_le_bytes(b), Ordering::Relaxed);
             }
         });
-        true
+        if was_fresh {
+            Stored::Fresh
+        } else {
+            Stored::Reused
+        }
     }
 
     /// Drops `fp`'s value, if mirrored. Only the slot's key is cleared: its bytes stay until
@@ -370,14 +408,14 @@ mod tests {
             &[][..],
             &b"odd length!"[..],
         ] {
-            assert!(m.store(k, v, 0));
+            assert_ne!(m.store(k, v, 0, true), Stored::No);
             assert_eq!(named.read(k, &mut out), Read::Hit(v.len()));
             assert_eq!(out, v);
         }
         // Too large: not mirrored, and the old value is gone.
-        assert!(!m.store(k, &[1u8; 4097], 0));
+        assert_eq!(m.store(k, &[1u8; 4097], 0, true), Stored::No);
         assert_eq!(named.read(k, &mut out), Read::Miss);
-        assert!(m.store(k, b"again", 0));
+        assert_eq!(m.store(k, b"again", 0, true), Stored::Reused);
         m.remove(k);
         assert_eq!(named.read(k, &mut out), Read::Miss);
         assert!(out.is_empty());
@@ -389,7 +427,10 @@ mod tests {
         let m = mirror(&w, WAYS, 64);
         let keys: Vec<String> = (0..20).map(|i| format!("key-{i}")).collect();
         for (i, k) in keys.iter().enumerate() {
-            assert!(m.store(fingerprint(&SECRET, k), k.as_bytes(), i as u64));
+            assert_ne!(
+                m.store(fingerprint(&SECRET, k), k.as_bytes(), i as u64, true),
+                Stored::No
+            );
         }
         let mut out = Vec::new();
         let mut hits = 0;
@@ -411,15 +452,39 @@ mod tests {
         );
     }
 
+    /// Without fresh slots allowed, a store takes only slots written before: the key's own,
+    /// an emptied one, or another key's; with none written, nothing is stored.
+    #[test]
+    fn a_store_takes_a_fresh_slot_only_when_allowed() {
+        let w = words(WAYS, 64);
+        let m = mirror(&w, WAYS, 64);
+        let fp = |k: &str| fingerprint(&SECRET, k);
+        assert_eq!(m.store(fp("a"), b"1", 0, false), Stored::No);
+        assert_eq!(m.store(fp("a"), b"1", 0, true), Stored::Fresh);
+        assert_eq!(m.store(fp("a"), b"2", 0, false), Stored::Reused);
+        // Another key takes the only written slot, never a fresh one.
+        assert_eq!(m.store(fp("b"), b"3", 0, false), Stored::Reused);
+        let mut out = Vec::new();
+        assert_eq!(m.read(fp("a"), &mut out), Read::Miss);
+        assert_eq!(m.read(fp("b"), &mut out), Read::Hit(1));
+        // An emptied slot is reused before a fresh one.
+        m.remove(fp("b"));
+        assert_eq!(m.store(fp("c"), b"4", 0, true), Stored::Reused);
+        let fresh = (0..WAYS)
+            .filter(|&i| m.slot(0, i).head[0].load(Ordering::Relaxed) == 0)
+            .count();
+        assert_eq!(fresh, WAYS - 1);
+    }
+
     #[test]
     fn clear_empties_every_slot_and_its_bytes() {
         let w = words(16, 64);
         let m = mirror(&w, 16, 64);
         for i in 0..10 {
-            m.store(fingerprint(&SECRET, &format!("{i}")), &[0xAB; 60], i);
+            m.store(fingerprint(&SECRET, &format!("{i}")), &[0xAB; 60], i, true);
         }
         // A shorter value over a longer one, and a dropped one: their old bytes go too.
-        m.store(fingerprint(&SECRET, "0"), b"abc", 0);
+        m.store(fingerprint(&SECRET, "0"), b"abc", 0, true);
         m.remove(fingerprint(&SECRET, "1"));
         m.clear();
         let mut out = Vec::new();
@@ -548,7 +613,7 @@ mod tests {
             } else {
                 // Lengths vary so a torn read would show.
                 let pad = ".".repeat((n % 200) as usize);
-                m.store(fp, format!("{}={n}{pad}", keys[i]).as_bytes(), n);
+                m.store(fp, format!("{}={n}{pad}", keys[i]).as_bytes(), n, true);
             }
         }
         stop.store(true, Ordering::Relaxed);

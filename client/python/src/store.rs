@@ -476,6 +476,13 @@ impl Store {
     /// one of another size between the two calls is asked again.
     fn value<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let keys = [key.to_string()];
+        // A small value the node mirrors is a copy (`get_small` reads the mirror first too;
+        // the hinted path, taken after a large value, does not).
+        if self.size_hint.load(Ordering::Relaxed) > INLINE_GET {
+            if let Some(d) = self.run(py, |s| Ok(s.kv.get_mirrored(&s.bucket, key)))? {
+                return Ok(Some(PyBytes::new(py, &d)));
+            }
+        }
         if let Some(found) = self.value_as_hinted(py, &keys)? {
             return Ok(found);
         }

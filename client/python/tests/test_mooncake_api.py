@@ -240,6 +240,12 @@ def test_get_of_a_small_value_is_read_from_the_value_mirror(node, bucket, monkey
             for i, k in enumerate(keys):
                 assert bytes(s.get(k)) == bytes([i]) * (100 + i)
         assert _metric(node, "yutu_tier_hits_total") == reads, "read from the mirror"
+        # After a large value (which the client then expects again), still from the mirror.
+        assert s.put("mirror-large", b"L" * (1 << 20)) == 0
+        assert bytes(s.get("mirror-large")) == b"L" * (1 << 20)
+        reads = _metric(node, "yutu_tier_hits_total")
+        assert bytes(s.get(keys[5])) == bytes([5]) * 105
+        assert _metric(node, "yutu_tier_hits_total") == reads, "read from the mirror"
         # Changes are seen at once.
         assert s.upsert(keys[0], b"new value") == 0
         assert bytes(s.get(keys[0])) == b"new value"

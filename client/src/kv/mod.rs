@@ -521,6 +521,13 @@ impl KvClient {
         self.route.get_small(bucket, key, max)
     }
 
+    /// The bytes of `key` when its node's value mirror holds them (same host, a small KV
+    /// block the node served once): a copy out of this process's own mapping, no call.
+    /// `None` says nothing of the key (ask with [`KvClient::get_small`]).
+    pub fn get_mirrored(&self, bucket: &str, key: &str) -> Option<Vec<u8>> {
+        self.node().get_mirrored(bucket, key)
+    }
+
     fn check_put(
         &self,
         keys: &[String],

@@ -516,6 +516,20 @@ impl NodeClient {
         self.get_into_call(bucket, keys, &body, |i| capacities[i])
     }
 
+    /// The bytes of `key` when the node's value mirror holds them (see `presence`).
+    pub fn get_mirrored(&self, bucket: &str, key: &str) -> Option<Vec<u8>> {
+        let (Some(frames), Some(tables)) = (&self.frames, &self.presence) else {
+            return None;
+        };
+        if check_bucket(bucket).is_err() || key.is_empty() {
+            return None;
+        }
+        let mut value = Vec::new();
+        tables
+            .read(frames, bucket, key, &mut value)
+            .then_some(value)
+    }
+
     /// Values this client read from the node's value mirrors (same host, see `presence`).
     pub fn mirror_hits(&self) -> u64 {
         self.presence.as_ref().map_or(0, |t| t.mirror_hits())
@@ -818,16 +832,13 @@ impl NodeClient {
                 None => SmallValue::Missing,
             });
         };
-        if let Some(tables) = &self.presence {
-            let mut value = Vec::new();
-            if tables.read(frames, bucket, key, &mut value) {
-                let len = value.len() as u64;
-                return Ok(if len <= max {
-                    SmallValue::Bytes(value)
-                } else {
-                    SmallValue::Large(len)
-                });
-            }
+        if let Some(value) = self.get_mirrored(bucket, key) {
+            let len = value.len() as u64;
+            return Ok(if len <= max {
+                SmallValue::Bytes(value)
+            } else {
+                SmallValue::Large(len)
+            });
         }
         use yutu_api::kv_frame::{InlineValue, ReadRequest, ReadResponse};
         let shard = yutu_api::placement::shard_for(bucket, key, frames.shards());

@@ -39,8 +39,9 @@
 //! ones a frame `read` of any key of the bucket passes, and only KV blocks are mirrored, not S3
 //! objects with ACLs of their own. A retired table's mirror is emptied (`Mirror::clear`):
 //! its holders keep no value they could not read while their access lasted. Mirrors take
-//! memory of their own, `--value-mirror-bytes` a shard; a table built when that is spent has
-//! no mirror (its values are read from the node).
+//! memory of their own: every table has one (address space), and the slots ever written in
+//! a shard's live mirrors (whose pages stay until their table goes) are bounded by
+//! `--value-mirror-bytes`; past it a value goes only into a slot written before.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -50,7 +51,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use memmap2::MmapMut;
-use yutu_api::mirror::{self, Mirror};
+use yutu_api::mirror::{self, Mirror, Stored};
 use yutu_api::presence::{
     bytes_for, capacity_for, fingerprint, words_for, PresenceError, Table, MAX_CAPACITY,
 };
@@ -64,14 +65,20 @@ use crate::metrics::ShardMetrics;
 pub const BUDGET: u64 = 128 << 20;
 /// Largest value a mirror holds: a KV block this small costs more to ask for than to copy.
 pub const MIRROR_VALUE_MAX: usize = 4096;
-/// Slots of one mirror (about 17 MB of values at most; pages are taken as slots fill).
+/// Slots of one mirror: about 17 MB of address space, whose pages are taken only as slots
+/// are first written (and those the budget counts).
 pub const MIRROR_SLOTS: usize = 4096;
 /// Bytes of value mirrors a shard keeps by default (`--value-mirror-bytes`).
 pub const MIRROR_BUDGET: u64 = crate::config::DEFAULT_VALUE_MIRROR_BYTES;
 
-/// Bytes one mirror takes.
+/// Bytes of address space one mirror takes.
 pub fn mirror_bytes() -> u64 {
     (mirror::words_for(MIRROR_SLOTS, MIRROR_VALUE_MAX) * 8) as u64
+}
+
+/// Bytes one slot takes once written.
+fn slot_bytes() -> u64 {
+    mirror_bytes() / MIRROR_SLOTS as u64
 }
 
 /// A shard's tables, by bucket.
@@ -80,9 +87,10 @@ pub struct Presence {
     budget: u64,
     used: u64,
     tables: HashMap<String, Shared>,
-    /// Bytes of value mirrors a shard may keep, and keeps now.
+    /// Bytes of value mirrors a shard may keep, and the slots ever written in its live
+    /// mirrors (what they keep: a written slot's pages stay until its table goes).
     mirror_budget: u64,
-    mirror_used: u64,
+    mirror_slots: u64,
     /// Picks the slot a full mirror set gives up.
     turn: u64,
     /// The capacity the next table of a bucket starts at, after one filled.
@@ -115,8 +123,9 @@ struct Shared {
     /// The last grant of the table: the table granted longest ago goes first when the
     /// budget is short.
     granted: Instant,
-    /// The table carries a value mirror.
+    /// The table carries a value mirror, with this many slots ever written.
     mirrored: bool,
+    touched: u64,
 }
 
 impl Shared {
@@ -186,7 +195,7 @@ impl Presence {
             used: 0,
             tables: HashMap::new(),
             mirror_budget: MIRROR_BUDGET,
-            mirror_used: 0,
+            mirror_slots: 0,
             turn: 0,
             grow: HashMap::new(),
             stats: PresenceStats::default(),
@@ -199,12 +208,13 @@ impl Presence {
         m.presence_bytes.set(self.used);
         m.presence_grants.set(self.stats.grants);
         m.presence_retired.set(self.stats.retired);
-        m.mirror_bytes.set(self.mirror_used);
+        m.mirror_bytes.set(self.mirror_slots * slot_bytes());
         m.mirrored_values.set(self.stats.mirrored);
     }
 
-    /// Bytes of value mirrors this shard may keep (`--value-mirror-bytes`; 0: none). Tables
-    /// built from now on follow it.
+    /// Bytes of value mirrors this shard may keep (`--value-mirror-bytes`; 0: tables built
+    /// from now on have none). Counted in slots ever written: a store needing a slot never
+    /// written is refused past it (written slots are reused).
     pub fn set_mirror_budget(&mut self, bytes: u64) {
         self.mirror_budget = bytes;
     }
@@ -261,19 +271,26 @@ impl Presence {
     /// `bucket/key`, a KV block DRAM holds, has `value`: copied into the bucket's mirror
     /// (dropped from it when too large). Only with the value DRAM holds at this moment.
     pub fn stored(&mut self, bucket: &str, key: &str, value: &[u8]) {
-        let Some(shared) = self.tables.get(bucket) else {
+        let fresh_ok = (self.mirror_slots + 1) * slot_bytes() <= self.mirror_budget;
+        let Some(shared) = self.tables.get_mut(bucket) else {
             return;
         };
         if shared.retire_at.is_some_and(|at| now_ms() > at) {
             self.retire(bucket);
             return;
         }
-        if let Some(m) = shared.mirror() {
-            self.turn = self.turn.wrapping_add(1);
-            if m.store(fingerprint(&shared.secret, key), value, self.turn) {
-                self.stats.mirrored += 1;
-                self.metrics.mirrored_values.set(self.stats.mirrored);
-            }
+        self.turn = self.turn.wrapping_add(1);
+        let done = match shared.mirror() {
+            Some(m) => m.store(fingerprint(&shared.secret, key), value, self.turn, fresh_ok),
+            None => Stored::No,
+        };
+        if done == Stored::Fresh {
+            shared.touched += 1;
+            self.mirror_slots += 1;
+        }
+        if done != Stored::No {
+            self.stats.mirrored += 1;
+            self.publish();
         }
     }
 
@@ -308,8 +325,8 @@ impl Presence {
             }
             if let Some(m) = s.mirror() {
                 m.clear();
-                self.mirror_used -= mirror_bytes();
             }
+            self.mirror_slots -= s.touched;
             self.used -= bytes_for(s.capacity) as u64;
             self.stats.retired += 1;
             self.publish();
@@ -389,8 +406,7 @@ impl Presence {
                     None => return Err(PresenceRefusal::Budget(self.budget)),
                 }
             }
-            let mirrored = self.mirror_used + mirror_bytes() <= self.mirror_budget;
-            let shared = new_table(capacity, mirrored)?;
+            let shared = new_table(capacity, self.mirror_budget > 0)?;
             let Some(table) = shared.table() else {
                 return Err(PresenceRefusal::System("a table of a bad size".into()));
             };
@@ -404,9 +420,6 @@ impl Presence {
                 Ok(()) => {
                     seal(&shared.file)?;
                     self.used += bytes;
-                    if shared.mirrored {
-                        self.mirror_used += mirror_bytes();
-                    }
                     self.stats.builds += 1;
                     self.grow.remove(bucket);
                     return Ok(shared);
@@ -451,6 +464,7 @@ fn new_table(capacity: usize, mirrored: bool) -> Result<Shared, PresenceRefusal>
         held: false,
         granted: Instant::now(),
         mirrored,
+        touched: 0,
     };
     Table::init(shared.words(), capacity).map_err(|e| PresenceRefusal::System(e.to_string()))?;
     if mirrored {
@@ -666,8 +680,8 @@ mod tests {
     }
 
     /// Values stored are read back through the grant until DRAM loses them; a retired
-    /// table's mirror is emptied to the last byte; mirrors take a budget of their own, and a
-    /// table built past it has none.
+    /// table's mirror is emptied to the last byte; the slots ever written are bounded by the
+    /// shard's budget (and with none, tables have no mirror).
     #[test]
     fn mirrors_follow_dram_are_wiped_when_retired_and_bounded() {
         let mut p = Presence::new(true, Arc::default());
@@ -698,19 +712,34 @@ mod tests {
             !map[mirror_at..].windows(2).any(|w| w == [0xEE, 0xEE]),
             "a retired mirror keeps no value bytes"
         );
-        assert_eq!(p.mirror_used, 0);
+        assert_eq!(p.mirror_slots, 0, "a retired mirror's slots are given back");
 
-        // Room for one mirror: the second table has none (and still works as a table).
-        p.set_mirror_budget(mirror_bytes());
+        // Room for two written slots: a third key finds only fresh slots and is not stored
+        // (unless its set has a written slot), while the written ones are reused.
+        p.set_mirror_budget(2 * slot_bytes());
         let a = p.grant("a", None, &NONE).unwrap();
-        let c = p.grant("c", None, &NONE).unwrap();
-        assert!(a.bytes > c.bytes);
-        p.stored("c", "k", b"x");
-        assert_eq!(mirrored(&c, "k"), None);
-        assert_eq!(lookup(&c, "k"), Found::Absent);
-        p.set_mirror_budget(0);
+        p.stored("a", "k1", b"1");
+        p.stored("a", "k2", b"2");
+        assert_eq!(p.mirror_slots, 2);
+        let stored: Vec<bool> = (3..40)
+            .map(|i| {
+                let k = format!("k{i}");
+                p.stored("a", &k, b"x");
+                mirrored(&a, &k).is_some()
+            })
+            .collect();
+        assert_eq!(p.mirror_slots, 2, "no slot past the budget");
+        assert!(stored.iter().filter(|s| **s).count() <= 2);
+        p.stored("a", "k1", b"again");
+        assert_eq!(p.mirror_slots, 2);
         p.retire("a");
+        assert_eq!(p.mirror_slots, 0);
+        // No budget: tables have no mirror at all.
+        p.set_mirror_budget(0);
         let d = p.grant("d", None, &NONE).unwrap();
-        assert_eq!(d.bytes, c.bytes, "no budget: no mirror");
+        assert_eq!(d.bytes, bytes_for(yutu_api::presence::MIN_CAPACITY) as u64);
+        p.stored("d", "k", b"x");
+        assert_eq!(mirrored(&d, "k"), None);
+        assert_eq!(lookup(&d, "k"), Found::Absent);
     }
 }
