@@ -25,17 +25,18 @@
 //! | 3 | the value's length in bytes |
 //!
 //! and its value is zero-padded to a whole word. A key's set is a function of its
-//! fingerprint, and a key is in at most one slot of it. The mirror is a cache: a value that finds no free slot takes
-//! the place of another key's (that key is then read from the node), and a key that is not in
-//! the mirror says nothing about whether it exists (the presence table says that).
+//! fingerprint, and a key is in at most one slot of it. The mirror is a cache: a value that
+//! finds no free slot takes the place of another key's (that key is then read from the
+//! node), and a key that is not in the mirror says nothing about whether it exists (the
+//! presence table says that).
 //!
 //! # What a reader may rely on
 //! The shard copies into a slot only the value its DRAM holds at that moment (it does so
 //! when it serves a read of that one key), and empties the slot before a removal, eviction
 //! or replacement of the key answers: a value read from a live mirror is the value the node
-//! would have answered at some moment during the read. A reader takes
-//! the slot's sequence, reads the slot, and takes the sequence again; the read stands if it
-//! did not change and was even. The shard mirrors only KV blocks (not S3 objects, which may
+//! would have answered at some moment during the read. A reader takes the slot's sequence,
+//! reads the slot, and takes the sequence again; the read stands if it did not change and
+//! was even. The shard mirrors only KV blocks (not S3 objects, which may
 //! carry their own ACLs), and only while the table is live: a retired table's mirror is
 //! emptied slot by slot under the same locks.
 
