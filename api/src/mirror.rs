@@ -32,7 +32,7 @@
 //!
 //! # What a reader may rely on
 //! The shard copies into a slot only the value its DRAM holds at that moment (it does so
-//! when it serves a read of that one key), and empties the slot before a removal, eviction
+//! when it serves a read of the key's bytes), and empties the slot before a removal, eviction
 //! or replacement of the key answers: a value read from a live mirror is the value the node
 //! would have answered at some moment during the read. A reader takes the slot's sequence,
 //! reads the slot, and takes the sequence again; the read stands if it did not change and

@@ -30,11 +30,11 @@
 //! # Value mirrors
 //! A table may carry a mirror of the bucket's small KV values ([`yutu_api::mirror`]) after
 //! its slots, in the same memfd: the shard copies a KV block of at most [`MIRROR_VALUE_MAX`]
-//! bytes there when it serves a read of that one key from DRAM ([`Presence::stored`], from
-//! the frame `read` a client's single-key get sends), and drops it when DRAM loses the key or
-//! its version ([`Presence::changed`]), before the operation that changed it answers. Writes
-//! never copy into a mirror: a batch of small puts costs what it did, and what is mirrored
-//! is what is read one key at a time, the calls whose latency is their cost. A holder may
+//! bytes there when it serves it from DRAM to a frame `read` ([`Presence::stored`]; the call
+//! a client's get of a small value sends), and drops it when DRAM loses the key or its
+//! version ([`Presence::changed`]), before the operation that changed it answers. Writes and
+//! batched get-into calls never copy into a mirror: a batch of small puts costs what it did,
+//! and what is mirrored is what is read as bytes, the calls whose latency is their cost. A holder may
 //! read every mirrored value: the grant's checks (read and list on the whole bucket) are the
 //! ones a frame `read` of any key of the bucket passes, and only KV blocks are mirrored, not S3
 //! objects with ACLs of their own. A retired table's mirror is emptied (`Mirror::clear`):
