@@ -98,15 +98,10 @@ impl Mapped {
     /// `Some(false)` when not (ask the node), `None` when the table is retired (ask the
     /// node, and for a new table).
     fn read(&self, key: &str, out: &mut Vec<u8>) -> Option<bool> {
-        if self.valid_until_ms.is_some_and(|until| now_ms() > until) {
+        if self.table()?.is_retired() {
             return None;
         }
-        let words = self.words();
-        match Table::open(words) {
-            Ok(t) if !t.is_retired() => {}
-            _ => return None,
-        }
-        let Ok(Some(mirror)) = Mirror::named(words) else {
+        let Ok(Some(mirror)) = Mirror::named(self.words()) else {
             return Some(false);
         };
         Some(matches!(
@@ -115,13 +110,19 @@ impl Mapped {
         ))
     }
 
-    fn lookup(&self, key: &str) -> Found {
+    /// The table, while its grant is valid and its header is one (`None`: treat it as
+    /// retired).
+    fn table(&self) -> Option<Table<'_>> {
         if self.valid_until_ms.is_some_and(|until| now_ms() > until) {
-            return Found::Retired;
+            return None;
         }
-        match Table::open(self.words()) {
-            Ok(t) => t.lookup(fingerprint(&self.secret, key)),
-            Err(_) => Found::Retired,
+        Table::open(self.words()).ok()
+    }
+
+    fn lookup(&self, key: &str) -> Found {
+        match self.table() {
+            Some(t) => t.lookup(fingerprint(&self.secret, key)),
+            None => Found::Retired,
         }
     }
 }

@@ -123,8 +123,7 @@ struct Shared {
     /// The last grant of the table: the table granted longest ago goes first when the
     /// budget is short.
     granted: Instant,
-    /// The table carries a value mirror, with this many slots ever written.
-    mirrored: bool,
+    /// Slots of its value mirror ever written.
     touched: u64,
 }
 
@@ -156,11 +155,8 @@ impl Shared {
         }
     }
 
-    /// The table's value mirror, if it has one.
+    /// The table's value mirror, if its header names one.
     fn mirror(&self) -> Option<Mirror<'_>> {
-        if !self.mirrored {
-            return None;
-        }
         Mirror::named(self.all_words()).ok().flatten()
     }
 }
@@ -290,7 +286,10 @@ impl Presence {
         }
         if done != Stored::No {
             self.stats.mirrored += 1;
-            self.publish();
+            self.metrics.mirrored_values.set(self.stats.mirrored);
+            self.metrics
+                .mirror_bytes
+                .set(self.mirror_slots * slot_bytes());
         }
     }
 
@@ -463,7 +462,6 @@ fn new_table(capacity: usize, mirrored: bool) -> Result<Shared, PresenceRefusal>
         retire_at: None,
         held: false,
         granted: Instant::now(),
-        mirrored,
         touched: 0,
     };
     Table::init(shared.words(), capacity).map_err(|e| PresenceRefusal::System(e.to_string()))?;
