@@ -55,10 +55,15 @@ impl ObjectMeta {
     /// Metadata of a block written through the KV path (its ETag is set once the bytes are
     /// in).
     pub fn for_block(len: u64) -> ObjectMeta {
+        ObjectMeta::for_block_at(len, SystemTime::now())
+    }
+
+    /// [`ObjectMeta::for_block`] written at `last_modified` (one clock read for a batch).
+    pub fn for_block_at(len: u64, last_modified: SystemTime) -> ObjectMeta {
         ObjectMeta {
             size: len,
             etag: String::new(),
-            last_modified: SystemTime::now(),
+            last_modified,
             content_type: None,
             headers: Vec::new(),
             user_meta: Vec::new(),

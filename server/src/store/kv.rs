@@ -544,10 +544,15 @@ impl ShardStore {
         fill: impl FnOnce(&mut [Option<&mut [u8]>]) -> Vec<bool>,
     ) -> Vec<Result<Arc<ObjectMeta>, StoreError>> {
         let cond = WriteConditions::default();
+        // One clock read and one version update for the run, not one of each per block.
+        let now = std::time::SystemTime::now();
+        let mut version = crate::model::version::CLOCK.now_many(blocks.len() as u64);
         let mut reserved = Vec::with_capacity(blocks.len());
         for &(key, len) in blocks {
             let r = self.check_write(bucket, key, &cond).and_then(|()| {
-                let meta = ObjectMeta::for_block(len);
+                let mut meta = ObjectMeta::for_block_at(len, now);
+                meta.version = version;
+                version.clock += 1;
                 let charge = Self::charge_for(bucket, key, len, &meta);
                 self.reserve_replacing(bucket, key, len, charge)
                     .map(|e| (e, charge, meta))
@@ -807,6 +812,55 @@ mod tests {
         let held = ShardStore::charge_for("b", "a", 200, &ObjectMeta::for_block(200))
             + ShardStore::charge_for("b", "b", 3000, &ObjectMeta::for_block(3000));
         assert_eq!(s.used(), held);
+    }
+
+    /// Batches that overwrite their keys over and over (each overwrite takes the old entry's
+    /// place in the index): the store holds exactly the last versions, each newer than the
+    /// one it replaced, the reverse map and the policy keep one entry per key, and eviction
+    /// still takes the least recently written key first.
+    #[test]
+    fn overwriting_batches_keep_one_entry_per_key_and_the_eviction_order() {
+        let block = 4096u64;
+        let one = ShardStore::charge_for("b", "k0", block, &ObjectMeta::for_block(block));
+        let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+        // Room for the 8 keys and one more block, not two.
+        let mut s = store(one * 9 + one / 2);
+        let mut last = std::collections::HashMap::new();
+        for round in 0..50u8 {
+            let blocks: Vec<(&str, u64)> = keys.iter().map(|k| (k.as_str(), block)).collect();
+            let done = s.put_many_filled("b", &blocks, |dst| {
+                dst.iter_mut()
+                    .map(|d| d.as_mut().map(|d| d.fill(round)).is_some())
+                    .collect()
+            });
+            for (k, d) in keys.iter().zip(done) {
+                let meta = d.unwrap();
+                if let Some(before) = last.insert(k.clone(), meta.version) {
+                    assert!(meta.version > before, "{k}: a newer version each round");
+                }
+            }
+            assert_eq!(s.used(), one * 8);
+            assert_eq!((s.object_count(), s.ids.len()), (8, 8));
+        }
+        for k in &keys {
+            let (_, _, d) = s
+                .get("b", k, None, false, &ReadConditions::default())
+                .unwrap();
+            assert_eq!(&d[..], &[49u8; 4096][..]);
+        }
+        // k0 is written again, "new" takes the spare room, and "new2" needs one key's
+        // room: k1 goes (the least recent), not k0.
+        put(&mut s, "k0", &[7u8; 4096]);
+        put(&mut s, "new", &[8u8; 4096]);
+        put(&mut s, "new2", &[8u8; 4096]);
+        let here = |s: &mut ShardStore, k: &str| {
+            s.get("b", k, None, true, &ReadConditions::default())
+                .is_ok()
+        };
+        assert!(here(&mut s, "k0") && here(&mut s, "new") && here(&mut s, "new2"));
+        assert!(!here(&mut s, "k1"), "the least recently written key went");
+        assert!((2..8).all(|i| here(&mut s, &format!("k{i}"))));
+        assert_eq!(s.ids.len(), s.object_count());
     }
 
     #[test]

@@ -33,6 +33,12 @@ use crate::model::conditions::{ReadConditions, WriteConditions};
 use yutu_api::block_hash::BlockHash;
 use yutu_api::events::{KvEventKind, Tier};
 
+/// The shard's in-memory maps: a per-process-seeded foldhash instead of SipHash, which
+/// was a tenth of a 4 KiB put's time on the node. Ids are the shard's own numbers, and
+/// bucket names are few and made by their owners, so SipHash's stronger keying buys
+/// nothing here; the per-process seed still keeps collisions unpredictable.
+pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Index bytes charged per object beyond its key and metadata: the B-tree slot, the entry,
 /// the reverse id map and the policy's node, rounded up.
 pub const ENTRY_OVERHEAD: u64 = 256;
@@ -127,11 +133,11 @@ pub struct ShardStore {
     /// The presence tables clients map (`presence.rs`), told of every key DRAM gains or
     /// loses; shared with the NVMe tier, which tells them of its keys.
     pub(crate) presence: Rc<RefCell<Presence>>,
-    pub(crate) buckets: HashMap<String, BucketPart>,
+    pub(crate) buckets: FastMap<String, BucketPart>,
     /// Multipart uploads in progress whose key this shard owns, by upload id.
     pub(crate) uploads: HashMap<String, Upload>,
     /// Entries under at least one read lease: never evicted, never freed while pinned.
-    pub(crate) pins: HashMap<EntryId, Pin>,
+    pub(crate) pins: FastMap<EntryId, Pin>,
     /// Read leases handed out with descriptors, by lease id.
     pub(crate) leases: HashMap<u64, Lease>,
     /// Two-phase puts between put-start and put-end, by put id.
@@ -144,7 +150,7 @@ pub struct ShardStore {
     /// Every lease's and pending put's deadline, in order, so expiry visits only what is due.
     pub(crate) kv_deadlines: BTreeSet<(std::time::Instant, super::kv::Held, u64)>,
     /// Reverse index for the eviction policy, which deals in ids only.
-    pub(crate) ids: HashMap<EntryId, (String, String)>,
+    pub(crate) ids: FastMap<EntryId, (String, String)>,
     pub(crate) policy: Box<dyn EvictionPolicy>,
     pub(crate) next_id: EntryId,
     pub(crate) used: u64,
@@ -166,7 +172,7 @@ pub struct ShardStore {
     pub(crate) admin_pins: HashMap<(String, String), super::pinning::AdminPin>,
     /// Entries the policy offered as victims while hard-pinned: out of its order until
     /// unpinned (then given back), so a pinned entry costs nothing per eviction.
-    pub(crate) pinned_out: std::collections::HashSet<EntryId>,
+    pub(crate) pinned_out: std::collections::HashSet<EntryId, foldhash::fast::RandomState>,
 }
 
 impl ShardStore {
@@ -176,16 +182,16 @@ impl ShardStore {
         ShardStore {
             arena,
             presence: Rc::new(RefCell::new(Presence::new(true, metrics.clone()))),
-            buckets: HashMap::new(),
+            buckets: FastMap::default(),
             uploads: HashMap::new(),
-            pins: HashMap::new(),
+            pins: FastMap::default(),
             leases: HashMap::new(),
             pending_puts: HashMap::new(),
             grants: None,
             kv_limits: KvLimits::NONE,
             kv_usage: HashMap::new(),
             kv_deadlines: BTreeSet::new(),
-            ids: HashMap::new(),
+            ids: FastMap::default(),
             policy,
             next_id: 1,
             used: 0,
@@ -198,7 +204,7 @@ impl ShardStore {
             demote_budget: 0,
             etag_salt: random_salt(),
             admin_pins: HashMap::new(),
-            pinned_out: std::collections::HashSet::new(),
+            pinned_out: Default::default(),
         }
     }
 
@@ -544,6 +550,10 @@ impl ShardStore {
     ) -> Result<(), StoreError> {
         // Authorised against an earlier bucket of this name: that bucket is gone.
         self.check_bucket(bucket, cond.incarnation)?;
+        // An unconditional write (every KV put) passes whatever is there: no lookup.
+        if !cond.if_none_match_any && cond.if_match.is_none() {
+            return Ok(());
+        }
         cond.check(self.dram_etag(bucket, key)).map_err(|missing| {
             if missing {
                 StoreError::NoSuchKey
@@ -601,6 +611,14 @@ impl ShardStore {
         let Some((old_id, old_charge, old_len)) = old else {
             return self.reserve(size, charge);
         };
+        // Room without evicting anything (the common case): the old version cannot be
+        // touched, so it need not be taken out of the policy's order first.
+        if charge <= self.capacity && self.used + charge <= self.capacity {
+            if let Some(extent) = self.arena.allocate(size) {
+                self.used += charge;
+                return Ok(extent);
+            }
+        }
         // A leased old version is out of the policy already and keeps its bytes regardless.
         let evictable = !self.pins.contains_key(&old_id);
         if evictable {
@@ -705,7 +723,6 @@ impl ShardStore {
         // The old version's removal and the new one's insertion are one change to readers
         // of the presence table: the key never looks absent in between.
         self.presence.borrow_mut().hold(bucket);
-        self.remove_entry(bucket, key);
         let size = meta.size;
         let id = self.next_id;
         self.next_id += 1;
@@ -717,6 +734,19 @@ impl ShardStore {
             charge,
             on_nvme: false,
         };
+        // An overwrite (most KV puts) takes the old entry's place in the index: one lookup,
+        // and the key's strings are kept, where a removal and an insertion cost a B-tree
+        // walk, a key allocation and the reverse map's two strings each. Only while nothing
+        // is being demoted: an old version on its way to NVMe goes through `remove_entry`.
+        let entry = match self.replace_in_place(bucket, key, entry) {
+            Ok(()) => {
+                self.presence.borrow_mut().release(bucket);
+                self.publish_gauges();
+                return meta;
+            }
+            Err(entry) => entry,
+        };
+        self.remove_entry(bucket, key);
         match self.buckets.get_mut(bucket) {
             Some(part) => {
                 part.held += size;
@@ -732,11 +762,57 @@ impl ShardStore {
             }
             // Callers check the bucket first and never yield in between; should that ever
             // change, the bytes are released rather than leaked.
-            None => self.drop_entry(entry),
+            None => {
+                self.drop_entry(entry);
+            }
         }
         self.presence.borrow_mut().release(bucket);
         self.publish_gauges();
         meta
+    }
+
+    /// [`ShardStore::publish`] of `entry` over a DRAM version of `bucket/key`, in that
+    /// version's place in the index; everything else exactly as its `remove_entry` and the
+    /// insertion that follows do, in the same order. `Err(entry)`, untouched, when there is
+    /// no such version or a demotion is in flight (the caller then removes and inserts).
+    fn replace_in_place(&mut self, bucket: &str, key: &str, entry: Entry) -> Result<(), Entry> {
+        if !self.demoting.is_empty() {
+            return Err(entry);
+        }
+        let Some(slot) = self
+            .buckets
+            .get_mut(bucket)
+            .and_then(|b| b.objects.get_mut(key))
+        else {
+            return Err(entry);
+        };
+        let (id, size, kv) = (entry.id, entry.meta.size, entry.meta.kv);
+        let old = std::mem::replace(slot, entry);
+        // The old version goes (as `remove_entry` does it)...
+        self.presence
+            .borrow_mut()
+            .changed(bucket, key, FLAG_DRAM, false);
+        if !old.on_nvme {
+            self.count_held(bucket, 0, old.meta.size);
+        }
+        self.policy.on_remove(old.id);
+        let old_kv = old.meta.kv;
+        let names = self.drop_entry(old);
+        if let Some(ev) = self.events.as_mut() {
+            ev.removed(bucket, key, old_kv);
+        }
+        // ...and the new one is in (as the insertion in `publish` does it).
+        self.count_held(bucket, size, 0);
+        self.presence
+            .borrow_mut()
+            .changed(bucket, key, FLAG_DRAM, true);
+        let names = names.unwrap_or_else(|| (bucket.to_string(), key.to_string()));
+        self.ids.insert(id, names);
+        self.policy.on_insert(id, size);
+        if let Some(ev) = self.events.as_mut() {
+            ev.stored(bucket, key, kv, Tier::Dram);
+        }
+        Ok(())
     }
 
     /// Metadata and, unless `head_only`, the bytes of the object (or of `range` of it).
@@ -900,16 +976,25 @@ impl ShardStore {
 
     /// Frees an entry's bytes, unless a lease still pins them: then they stay reserved (and
     /// unreachable by key) until the last lease on them ends.
-    fn drop_entry(&mut self, entry: Entry) {
-        self.ids.remove(&entry.id);
-        self.pinned_out.remove(&entry.id);
-        match self.pins.get_mut(&entry.id) {
+    /// The entry's bucket and key names from the reverse map, for a caller to reuse.
+    fn drop_entry(&mut self, entry: Entry) -> Option<(String, String)> {
+        let names = self.ids.remove(&entry.id);
+        // Both are empty but for leases and admin pins: skip hashing into them then.
+        if !self.pinned_out.is_empty() {
+            self.pinned_out.remove(&entry.id);
+        }
+        let pin = match self.pins.is_empty() {
+            true => None,
+            false => self.pins.get_mut(&entry.id),
+        };
+        match pin {
             Some(pin) => pin.orphan = Some((entry.extent, entry.charge)),
             None => {
                 self.used -= entry.charge;
                 self.arena.free(entry.extent);
             }
         }
+        names
     }
 
     /// Evicts the policy's victim; `false` when nothing is evictable. Hard-pinned entries are
