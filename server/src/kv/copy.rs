@@ -243,12 +243,14 @@ where
 {
     let owners = Owners::of_keys(caller.here, bucket, keys);
     let b = bucket.to_string();
+    // Each index is in exactly one owner's group: its ranges move there, uncopied.
+    let mut ranges = ranges;
     let answers = owners
         .run(
             caller.here,
             |idx| -> Items {
                 idx.iter()
-                    .map(|&i| (keys[i].clone(), ranges[i].clone()))
+                    .map(|&i| (keys[i].clone(), std::mem::take(&mut ranges[i])))
                     .collect()
             },
             move |s, items| Step::Wait(Box::pin(op(s.clone(), b, items))),
