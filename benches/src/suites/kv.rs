@@ -23,6 +23,11 @@
 //!   Extra row `put_get_4KiB_batched_vs_memcached`: memcached started here, driven by a
 //!   single-connection client in this file alternating `small-batch` pipelined `set`s and one
 //!   multi-key `get`, the same shape as Yutu's side.
+//! - `put_get_4KiB_batched_per_node_cpu_second`: the same Yutu run, as blocks per second of
+//!   the node's own CPU time (`/proc/PID/stat`, all its threads), against redis-server's
+//!   requests per second of its CPU time in the Redis run: what each server spends on a
+//!   request, without the load generator, which shares the two cores and whose share moves
+//!   the throughput rows from run to run.
 //!
 //! The 2 MiB cases alternate Yutu and the reference in rounds (as the `transfer` suite does);
 //! the 4 KiB references run after yutu-server is stopped, one at a time, so no server competes
@@ -346,7 +351,9 @@ fn run_blocking(args: &KvArgs) -> anyhow::Result<Report> {
             clients: args.clients,
             duration,
         };
+        let cpu_before = server.cpu_seconds();
         let (rate, tally) = small_yutu_run(server.addr, args, &shape)?;
+        let per_cpu = per_cpu_second(tally.ops as f64, cpu_before, server.cpu_seconds());
         let rounds = tally.rounds.max(1) as f64;
         eprintln!(
             "yutu: {} put+get rounds of {} keys over {} clients; per round {:.0} us in batch_put_from, {:.0} us in batch_get_into",
@@ -356,9 +363,12 @@ fn run_blocking(args: &KvArgs) -> anyhow::Result<Report> {
             tally.put_time.as_secs_f64() * 1e6 / rounds,
             tally.get_time.as_secs_f64() * 1e6 / rounds,
         );
+        if let Some(p) = per_cpu {
+            eprintln!("yutu: the node used {:.2} us of CPU per block", 1e6 / p);
+        }
         let errors = tally.errors;
         server.check_running()?;
-        (rate, errors)
+        (rate, errors, per_cpu)
         // The server stops here, before the references start.
     };
 
@@ -378,11 +388,41 @@ fn run_blocking(args: &KvArgs) -> anyhow::Result<Report> {
             None
         }
     };
+    let (small_rate, small_errors, small_per_cpu) = small_yutu;
+    let redis_per_cpu = redis.as_ref().and_then(|r| {
+        r.per_cpu
+            .map(|p| (format!("{}_per_server_cpu_second", r.name), p))
+    });
+    let redis = redis.map(|r| (r.name, r.rate));
+    // Blocks per second of the node's own CPU time against requests per second of
+    // redis-server's: what each server spends per request, the load generators not counted.
+    results.push(
+        BenchResult {
+            name: "put_get_4KiB_batched_per_node_cpu_second".to_owned(),
+            value: small_per_cpu,
+            unit: "ops/cpu-s".to_owned(),
+            p50_us: None,
+            p99_us: None,
+            mb_per_s: None,
+            errors: Some(small_errors),
+            reference: redis_per_cpu.map(|(name, v)| Reference {
+                name,
+                value: v,
+                p50_us: None,
+                p99_us: None,
+                mb_per_s: None,
+                errors: Some(0),
+            }),
+            ratio: None,
+            target: None,
+        }
+        .with_ratio(),
+    );
     for (name, reference, target) in [
         ("put_get_4KiB_batched", redis, Some(1.5)),
         ("put_get_4KiB_batched_vs_memcached", memcached, None),
     ] {
-        let (value, errors) = small_yutu;
+        let (value, errors) = (small_rate, small_errors);
         results.push(
             BenchResult {
                 name: name.to_owned(),
@@ -677,6 +717,11 @@ impl Server {
     pub(super) fn check_running(&mut self) -> anyhow::Result<()> {
         self.child.check_running()
     }
+
+    /// The node's CPU time so far (see [`ChildGuard::cpu_seconds`]).
+    pub(super) fn cpu_seconds(&self) -> Option<f64> {
+        self.child.cpu_seconds()
+    }
 }
 
 /// A minimal blocking HTTP/1.1 client on one keep-alive connection: JSON in, JSON out,
@@ -950,9 +995,24 @@ fn wait_listening(child: &mut ChildGuard, port: u16) -> anyhow::Result<()> {
     }
 }
 
+/// What the Redis reference measured.
+struct RedisRun {
+    name: String,
+    /// SET and GET requests per second together.
+    rate: f64,
+    /// Requests per second of redis-server's own CPU time.
+    per_cpu: Option<f64>,
+}
+
+/// Operations per second of CPU time, from a process's CPU seconds before and after them.
+fn per_cpu_second(ops: f64, before: Option<f64>, after: Option<f64>) -> Option<f64> {
+    let used = after? - before?;
+    (used > 0.0).then(|| ops / used)
+}
+
 /// redis-server on a free port, measured by redis-benchmark; SET and GET requests together
 /// over the time of both.
-fn redis_reference(args: &KvArgs, dir: &Path) -> anyhow::Result<(String, f64)> {
+fn redis_reference(args: &KvArgs, dir: &Path) -> anyhow::Result<RedisRun> {
     let server_bin = find_binary("redis-server")?;
     let bench_bin = find_binary("redis-benchmark")?;
     let port = free_port()?;
@@ -964,6 +1024,7 @@ fn redis_reference(args: &KvArgs, dir: &Path) -> anyhow::Result<(String, f64)> {
         .arg(data.path());
     let (mut server, _lines) = ChildGuard::spawn("redis-server", &mut cmd)?;
     wait_listening(&mut server, port)?;
+    let cpu_before = server.cpu_seconds();
     let mut bench = Command::new(bench_bin);
     bench
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
@@ -974,6 +1035,12 @@ fn redis_reference(args: &KvArgs, dir: &Path) -> anyhow::Result<(String, f64)> {
     let limit = Duration::from_secs(10 + 2 * args.redis_requests / 10_000);
     let out = run_bounded("redis-benchmark", &mut bench, limit)?;
     server.check_running()?;
+    // SET and GET, `-n` requests each.
+    let per_cpu = per_cpu_second(
+        2.0 * args.redis_requests as f64,
+        cpu_before,
+        server.cpu_seconds(),
+    );
     let mut rps = Vec::new();
     for line in out.lines() {
         let cells: Vec<&str> = line.split(',').map(|c| c.trim_matches('"')).collect();
@@ -989,10 +1056,11 @@ fn redis_reference(args: &KvArgs, dir: &Path) -> anyhow::Result<(String, f64)> {
     };
     eprintln!("redis-benchmark: SET {set:.0}/s, GET {get:.0}/s");
     // Equal request counts: the combined rate is 2 / (1/set + 1/get).
-    Ok((
-        format!("redis_set_get_4KiB_P{}", args.small_batch),
-        2.0 / (1.0 / set + 1.0 / get),
-    ))
+    Ok(RedisRun {
+        name: format!("redis_set_get_4KiB_P{}", args.small_batch),
+        rate: 2.0 / (1.0 / set + 1.0 / get),
+        per_cpu,
+    })
 }
 
 /// Runs `cmd` to completion within `limit`, killing it otherwise; its stdout.
