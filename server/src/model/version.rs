@@ -46,23 +46,7 @@ impl Hlc {
 
     /// A version newer than every version this clock made or saw.
     pub fn now(&self) -> Version {
-        let wall = wall();
-        let mut prev = self.last.load(Ordering::Relaxed);
-        loop {
-            let next = wall.max(prev.saturating_add(1));
-            match self
-                .last
-                .compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => {
-                    return Version {
-                        clock: next,
-                        node: self.node.load(Ordering::Relaxed),
-                    }
-                }
-                Err(p) => prev = p,
-            }
-        }
+        self.now_many(1)
     }
 
     /// The first of `n` consecutive versions, all newer than every version this clock made

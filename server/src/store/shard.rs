@@ -665,10 +665,10 @@ impl ShardStore {
         }
     }
 
-    /// Takes an unpinned entry out of the index without freeing its bytes (the caller reuses
-    /// its extent); events and the policy see it removed.
-    fn detach_entry(&mut self, bucket: &str, key: &str) -> Option<Entry> {
-        let entry = self.buckets.get_mut(bucket)?.objects.remove(key)?;
+    /// What an entry taken out of the index (DRAM) changes elsewhere: the presence table no
+    /// longer shows it in DRAM (and its mirror slot goes), its bytes no longer count as held
+    /// (unless NVMe holds them too), and the eviction policy forgets it.
+    fn left_index(&mut self, bucket: &str, key: &str, entry: &Entry) {
         self.presence
             .borrow_mut()
             .changed(bucket, key, FLAG_DRAM, false);
@@ -676,6 +676,13 @@ impl ShardStore {
             self.count_held(bucket, 0, entry.meta.size);
         }
         self.policy.on_remove(entry.id);
+    }
+
+    /// Takes an unpinned entry out of the index without freeing its bytes (the caller reuses
+    /// its extent); events and the policy see it removed.
+    fn detach_entry(&mut self, bucket: &str, key: &str) -> Option<Entry> {
+        let entry = self.buckets.get_mut(bucket)?.objects.remove(key)?;
+        self.left_index(bucket, key, &entry);
         self.ids.remove(&entry.id);
         if let Some(ev) = self.events.as_mut() {
             ev.removed(bucket, key, entry.meta.kv);
@@ -789,13 +796,7 @@ impl ShardStore {
         let (id, size, kv) = (entry.id, entry.meta.size, entry.meta.kv);
         let old = std::mem::replace(slot, entry);
         // The old version goes (as `remove_entry` does it)...
-        self.presence
-            .borrow_mut()
-            .changed(bucket, key, FLAG_DRAM, false);
-        if !old.on_nvme {
-            self.count_held(bucket, 0, old.meta.size);
-        }
-        self.policy.on_remove(old.id);
+        self.left_index(bucket, key, &old);
         let old_kv = old.meta.kv;
         let names = self.drop_entry(old);
         if let Some(ev) = self.events.as_mut() {
