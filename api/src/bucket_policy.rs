@@ -727,6 +727,41 @@ impl BucketPolicy {
         }
     }
 
+    /// What the policy says about a request that names every object of a bucket at once (a
+    /// KV call names its keys in its body, and a grant such as a presence table's covers
+    /// them all): `req.resource` is the objects' common ARN prefix, [`object_arn`] of the
+    /// bucket and `""`. A `Deny` statement applies when its resource could name *some*
+    /// object of the bucket, an `Allow` statement only when it names *every* one; so a call
+    /// is refused where a per-object check could refuse one of its keys, and admitted by the
+    /// policy only where it would admit all of them (fail closed, where evaluating the
+    /// request as the literal object `*` let a `Deny` on a prefix pass).
+    pub fn evaluate_every_object(&self, req: &Request) -> Decision {
+        let vars = (self.version == Version::V2012_10_17).then_some(req.context);
+        let action = req.action.to_ascii_lowercase();
+        let prefix: Vec<char> = req.resource.chars().collect();
+        let mut allowed = false;
+        for s in &self.statements {
+            let common = s.principal_matches(req.principal)
+                && s.action_matches(&action)
+                && s.conditions.iter().all(|c| c.holds(req.context, vars));
+            if !common {
+                continue;
+            }
+            match s.effect {
+                Effect::Deny if s.resource_reaches(&prefix, vars, Reach::Some) => {
+                    return Decision::ExplicitDeny
+                }
+                Effect::Allow if s.resource_reaches(&prefix, vars, Reach::Every) => allowed = true,
+                _ => {}
+            }
+        }
+        if allowed {
+            Decision::Allow
+        } else {
+            Decision::NotApplicable
+        }
+    }
+
     /// Whether the policy makes the bucket public, as GetBucketPolicyStatus reports it. As in
     /// AWS, a policy is public when some `Allow` statement is granted to every caller
     /// (`Principal` `*`, or a `NotPrincipal` other than `*`) and none of its conditions pins
@@ -783,6 +818,23 @@ impl Statement {
         match &self.action {
             Targets::Only(list) => any(list),
             Targets::Except(list) => !any(list),
+        }
+    }
+
+    /// Whether the statement's resource element names some (`Reach::Some`) or every
+    /// (`Reach::Every`) string that starts with `prefix` and goes on past it (an object ARN
+    /// of the bucket whose ARN prefix it is). A `NotResource` names some where its patterns
+    /// do not name every one, and every one where they name none.
+    fn resource_reaches(&self, prefix: &[char], vars: Option<&Context>, reach: Reach) -> bool {
+        let any = |list: &[String], reach: Reach| {
+            list.iter().any(|p| {
+                expand(p, vars, true).is_some_and(|toks| pattern_reaches(&toks, prefix, reach))
+            })
+        };
+        match (&self.resource, reach) {
+            (Targets::Only(list), _) => any(list, reach),
+            (Targets::Except(list), Reach::Some) => !any(list, Reach::Every),
+            (Targets::Except(list), Reach::Every) => !any(list, Reach::Some),
         }
     }
 
@@ -1508,6 +1560,60 @@ fn glob(p: &[Tok], value: &[char]) -> bool {
     p[pi..].iter().all(|t| *t == Tok::Star)
 }
 
+/// How many of the strings past a prefix a pattern must match ([`Statement::resource_reaches`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    Some,
+    Every,
+}
+
+/// Whether `p` matches some (`Reach::Some`) or every (`Reach::Every`) string made of `prefix`
+/// and at least one more character. The pattern is run over the prefix as over the start
+/// of a value, keeping every position it can be at; then some such string matches when a
+/// position has pattern left to match (whatever is left, some nonempty rest fits it), and
+/// every one does when what is left is `*` alone (a rest such as `?*` also matches every
+/// nonempty one but is not recognised: for `Every` the answer errs towards no).
+fn pattern_reaches(p: &[Tok], prefix: &[char], reach: Reach) -> bool {
+    // Positions in `p` reachable after the characters read so far; a `*` may match nothing,
+    // so a position at a `*` also reaches the one after it.
+    let close = |mut at: Vec<bool>| {
+        for i in 0..p.len() {
+            if at[i] && p[i] == Tok::Star {
+                at[i + 1] = true;
+            }
+        }
+        at
+    };
+    let mut at = vec![false; p.len() + 1];
+    at[0] = true;
+    at = close(at);
+    for &c in prefix {
+        let mut next = vec![false; p.len() + 1];
+        for i in 0..p.len() {
+            if !at[i] {
+                continue;
+            }
+            match p[i] {
+                Tok::Star => next[i] = true,
+                Tok::One => next[i + 1] = true,
+                Tok::Lit(l) if l == c => next[i + 1] = true,
+                Tok::Lit(_) => {}
+            }
+        }
+        at = close(next);
+        if !at.iter().any(|&a| a) {
+            return false;
+        }
+    }
+    (0..p.len()).any(|i| {
+        at[i]
+            && match reach {
+                Reach::Some => true,
+                Reach::Every => p[i..].iter().all(|t| *t == Tok::Star),
+            }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1580,6 +1686,94 @@ mod tests {
 
     fn ctx(pairs: &[(&str, &str)]) -> Context {
         pairs.iter().fold(Context::new(), |c, (k, v)| c.with(k, *v))
+    }
+
+    /// A request for every object of [`BUCKET`] (a KV call) by user `bob`.
+    fn every(p: &BucketPolicy, action: &str) -> Decision {
+        p.evaluate_every_object(&Request {
+            principal: Principal::User("bob"),
+            action,
+            resource: &object_arn(BUCKET, ""),
+            context: &Context::new(),
+        })
+    }
+
+    fn statement(effect: &str, resource: &str) -> BucketPolicy {
+        policy(&format!(
+            r#"{{"Effect": "{effect}", "Principal": {{"AWS": "bob"}}, "Action": "s3:GetObject",
+                 "Resource": {resource}}}"#
+        ))
+    }
+
+    /// A call that names every object is refused by a deny that reaches any one of them, and
+    /// admitted by an allow only if it reaches all of them; where the literal object `*` was
+    /// evaluated, a deny of a prefix let it through.
+    #[test]
+    fn a_request_for_every_object_is_denied_by_any_deny_and_allowed_only_by_a_whole_allow() {
+        use Decision::*;
+        let cases = [
+            ("Deny", r#""arn:aws:s3:::photos/secret/*""#, ExplicitDeny),
+            ("Deny", r#""arn:aws:s3:::photos/one-key""#, ExplicitDeny),
+            ("Deny", r#""arn:aws:s3:::photos/?ecret""#, ExplicitDeny),
+            ("Deny", r#""arn:aws:s3:::pho*""#, ExplicitDeny),
+            ("Deny", r#""arn:aws:s3:::photos""#, NotApplicable),
+            ("Allow", r#""arn:aws:s3:::photos/*""#, Allow),
+            ("Allow", r#""arn:aws:s3:::*""#, Allow),
+            ("Allow", r#""arn:aws:s3:::photos/public/*""#, NotApplicable),
+            ("Allow", r#""arn:aws:s3:::photos/?""#, NotApplicable),
+            ("Allow", r#""arn:aws:s3:::photos""#, NotApplicable),
+        ];
+        for (effect, resource, want) in cases {
+            let p = statement(effect, resource);
+            assert_eq!(every(&p, "s3:GetObject"), want, "{effect} {resource}");
+            assert_eq!(every(&p, "s3:PutObject"), NotApplicable, "another action");
+        }
+        // The hole this closes: the literal object `*` passed a deny of a prefix.
+        let deny = statement("Deny", r#""arn:aws:s3:::photos/secret/*""#);
+        let literal = ask(
+            &deny,
+            Principal::User("bob"),
+            "s3:GetObject",
+            &object_arn(BUCKET, "*"),
+            &Context::new(),
+        );
+        assert_eq!(literal, NotApplicable);
+        // NotResource: a deny of all but a prefix reaches some object; an allow of all but a
+        // prefix does not reach every one, and one of all but the bucket itself does.
+        let not = |effect: &str, resource: &str| {
+            policy(&format!(
+                r#"{{"Effect": "{effect}", "Principal": {{"AWS": "bob"}}, "Action": "s3:GetObject",
+                     "NotResource": {resource}}}"#
+            ))
+        };
+        assert_eq!(
+            every(
+                &not("Deny", r#""arn:aws:s3:::photos/public/*""#),
+                "s3:GetObject"
+            ),
+            ExplicitDeny
+        );
+        assert_eq!(
+            every(&not("Deny", r#""arn:aws:s3:::photos/*""#), "s3:GetObject"),
+            NotApplicable
+        );
+        assert_eq!(
+            every(
+                &not("Allow", r#""arn:aws:s3:::photos/public/*""#),
+                "s3:GetObject"
+            ),
+            NotApplicable
+        );
+        assert_eq!(
+            every(&not("Allow", r#""arn:aws:s3:::photos""#), "s3:GetObject"),
+            Allow
+        );
+        // Another principal is not concerned.
+        let alice = policy(
+            r#"{"Effect": "Deny", "Principal": {"AWS": "alice"}, "Action": "*",
+                "Resource": "arn:aws:s3:::photos/secret/*"}"#,
+        );
+        assert_eq!(every(&alice, "s3:GetObject"), NotApplicable);
     }
 
     #[test]

@@ -440,3 +440,135 @@ fn the_node_never_sends_payload_to_an_unproven_address() {
     );
     assert_eq!(r.status, 400, "{}", r.text());
 }
+
+/// Alice's bucket policy opens her bucket to bob and denies everyone one prefix of it. S3
+/// reads are weighed per key: bob reads outside the prefix and not inside it. A KV call
+/// names its keys in its body and stands for every key of the bucket, so a deny of any
+/// prefix refuses it, over HTTP (bob, SigV4) and in frames (a token's inline read alike);
+/// it used to be weighed as the literal key `*`, which the deny of the prefix did not match,
+/// and read the denied blocks. An allow of every object admits KV calls again.
+#[test]
+fn a_bucket_policy_deny_of_a_prefix_refuses_kv_calls_on_the_bucket() {
+    use yutu_client::kv::{KvClient, KvOptions};
+    // Small enough for the value mirror (at most 4 KiB).
+    const VALUE: usize = 1024;
+    const KID: &str = "t1";
+    const SECRET: &str = "tenancy-secret-0123456789abcdef-0123456789";
+    let config = format!(
+        "{}\n[[token_keys]]\nkid = \"{KID}\"\nsecret = \"{SECRET}\"\n",
+        yutu_tests::users::USERS
+    );
+    let server = yutu_tests::users::node_with_config(&config, ONE_SHARD);
+    let (alice, bob) = (alice(), bob());
+    assert_eq!(send_as(&server, &alice, "PUT", "/shared", b"").status, 200);
+    let token = |scope: &str| {
+        let ttl = std::time::Duration::from_secs(600);
+        yutu_tests::users::token_signed(KID, SECRET, &[scope], false, ttl)
+    };
+    let client_with = |token: String, presence: bool| {
+        let options = KvOptions {
+            token: Some(token),
+            presence,
+            ..KvOptions::default()
+        };
+        KvClient::new(&server.url, options).expect("kv client")
+    };
+    let client = |token: String| client_with(token, false);
+    let keys = ["secret/b".to_string(), "public/b".to_string()];
+    let writer = client(token("shared:rwl"));
+    let buf = writer.register(2 * VALUE as u64).expect("buffer");
+    for i in 0..2 {
+        buf.write_at((i * VALUE) as u64, &pattern(VALUE, i as u64))
+            .expect("stage");
+    }
+    let lens = [VALUE as u64; 2];
+    writer
+        .batch_put_from("shared", &keys, &buf, &[0, VALUE as u64], &lens)
+        .expect("put-from");
+    let secret = Some(pattern(VALUE, 0));
+    let read = |kv: &KvClient| kv.get_bytes("shared", "secret/b");
+    assert_eq!(read(&client(token("shared:rl"))).expect("read"), secret);
+    // A reader that holds the bucket's value mirror, and reads the block from it.
+    let early = client_with(token("shared:rl"), true);
+    assert_eq!(read(&early).expect("read"), secret);
+    assert_eq!(read(&early).expect("read"), secret);
+    assert!(
+        early.mirror_hits() > 0,
+        "the second read came from the mirror"
+    );
+
+    let policy = |with_deny: bool| {
+        let allow = r#"{"Effect": "Allow", "Principal": {"AWS": "bob"},
+            "Action": ["s3:GetObject", "s3:ListBucket"],
+            "Resource": ["arn:aws:s3:::shared", "arn:aws:s3:::shared/*"]}"#;
+        let deny = match with_deny {
+            true => {
+                r#", {"Effect": "Deny", "Principal": "*", "Action": "s3:GetObject",
+            "Resource": "arn:aws:s3:::shared/secret/*"}"#
+            }
+            false => "",
+        };
+        format!(r#"{{"Version": "2012-10-17", "Statement": [{allow}{deny}]}}"#)
+    };
+    let set_policy = |text: String| {
+        let headers =
+            yutu_tests::users::signed(&server, &alice, "PUT", "/shared", "policy", text.as_bytes());
+        let refs: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let r = server
+            .client()
+            .send("PUT", "/shared?policy", &refs, Some(text.as_bytes()));
+        assert!(
+            r.status == 200 || r.status == 204,
+            "PutBucketPolicy: {}",
+            r.text()
+        );
+    };
+    set_policy(policy(true));
+
+    // S3: per key.
+    assert_eq!(
+        send_as(&server, &bob, "GET", "/shared/public/b", b"").status,
+        200
+    );
+    assert_eq!(
+        send_as(&server, &bob, "GET", "/shared/secret/b", b"").status,
+        403
+    );
+    // KV over HTTP: every call on the bucket, whichever keys it names.
+    let exists = |keys: &[&str]| {
+        let body = json!({ "keys": keys }).to_string();
+        send_as(
+            &server,
+            &bob,
+            "POST",
+            "/v1/kv/shared/exists",
+            body.as_bytes(),
+        )
+    };
+    let get = send_as(
+        &server,
+        &bob,
+        "POST",
+        "/v1/kv/shared/get",
+        json!({ "keys": ["secret/b"] }).to_string().as_bytes(),
+    );
+    assert_eq!(get.status, 403, "a lease of a denied block: {}", get.text());
+    assert_eq!(exists(&["public/b"]).status, 403);
+    // KV in frames: a token's inline read of the denied block.
+    let refused = read(&client(token("shared:rl"))).expect_err("the deny refuses the read");
+    assert_eq!(refused.code(), Some("AccessDenied"), "{refused}");
+    // The policy retired the mirror: its holder asks the node, which refuses.
+    let hits = early.mirror_hits();
+    let refused = read(&early).expect_err("the mirror holder is refused too");
+    assert_eq!(refused.code(), Some("AccessDenied"), "{refused}");
+    assert_eq!(early.mirror_hits(), hits);
+
+    // Without the deny, the allow of every object admits bob's KV calls.
+    set_policy(policy(false));
+    let r = exists(&["secret/b", "public/b"]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(read(&client(token("shared:rl"))).expect("read"), secret);
+}

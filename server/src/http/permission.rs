@@ -77,17 +77,27 @@ pub fn decide(
     if (is_owner || who.is_admin()) && manages_policy(op) {
         return Decision::NotApplicable;
     }
+    // A KV call (or a Mooncake query) names its keys in its body and stands for every key
+    // of the bucket (`Ctx::policy_key`): it is weighed against every object at once, so that
+    // a `Deny` of one prefix refuses it and only an `Allow` of all objects admits it.
+    let every_object = key.is_some() && matches!(op, Op::Kv | Op::MooncakeMaster);
     let resource = match key {
+        _ if every_object => object_arn(bucket, ""),
         Some(k) => object_arn(bucket, k),
         None => bucket_arn(bucket),
     };
     let context = context(prefix);
-    let decision = policy.evaluate(&Request {
+    let request = Request {
         principal: who.principal(),
         action: action_name(op, action),
         resource: &resource,
         context: &context,
-    });
+    };
+    let decision = if every_object {
+        policy.evaluate_every_object(&request)
+    } else {
+        policy.evaluate(&request)
+    };
     if decision == Decision::Allow
         && guards.block.restrict_public_buckets
         && !is_owner
