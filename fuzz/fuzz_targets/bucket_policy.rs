@@ -1,7 +1,9 @@
 //! Bucket policies and public access blocks: parsing a policy never panics; a parsed policy
 //! keeps its text exactly, is within the size limit, has statements, and parses again to
 //! the same policy; evaluating requests made of the input never panics, and a decision
-//! always has a statement of its effect behind it; a public policy has an Allow statement.
+//! always has a statement of its effect behind it; a request for every object at once is
+//! denied whenever one object's request is, and allowed only when each object's is; a
+//! public policy has an Allow statement.
 //! A public access block or policy status that parses writes out as XML that parses back to
 //! the same settings.
 #![no_main]
@@ -47,8 +49,34 @@ fn exercise(policy: &BucketPolicy, text: &str, context: &Context) {
     resources.extend(words.iter().map(|w| w.to_string()));
     let mut names = vec![actions::GET_OBJECT, actions::LIST_BUCKET, "s3:PutObject"];
     names.extend(words.iter().copied());
+    // Object keys the every-object evaluation must agree with.
+    let mut keys = vec!["a/b.txt"];
+    keys.extend(words.iter().copied());
+    let every_prefix = object_arn(BUCKET, "");
     for principal in principals {
         for action in &names {
+            // A request for every object at once (a KV call): denied when any key's own
+            // request is, and allowed only when every key's is.
+            let every = policy.evaluate_every_object(&Request {
+                principal,
+                action,
+                resource: &every_prefix,
+                context,
+            });
+            for key in &keys {
+                let one = policy.evaluate(&Request {
+                    principal,
+                    action,
+                    resource: &object_arn(BUCKET, key),
+                    context,
+                });
+                if one == Decision::ExplicitDeny {
+                    assert_eq!(every, Decision::ExplicitDeny, "{key}: {text}");
+                }
+                if every == Decision::Allow {
+                    assert_eq!(one, Decision::Allow, "{key}: {text}");
+                }
+            }
             for resource in &resources {
                 let decision = policy.evaluate(&Request {
                     principal,
