@@ -566,6 +566,25 @@ fn a_bucket_policy_deny_of_a_prefix_refuses_kv_calls_on_the_bucket() {
     assert_eq!(refused.code(), Some("AccessDenied"), "{refused}");
     assert_eq!(early.mirror_hits(), hits);
 
+    // A deny of listing the bucket (on the bucket, as ListBucket is written) refuses a
+    // presence table (which tells of every key), not the reads.
+    set_policy(format!(
+        r#"{{"Version": "2012-10-17", "Statement": [{{"Effect": "Deny", "Principal": "*",
+            "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::shared"}}]}}"#
+    ));
+    let lister = client_with(token("shared:rl"), true);
+    assert_eq!(read(&lister).expect("read"), secret);
+    assert_eq!(
+        lister.batch_exists("shared", &keys).expect("exists"),
+        [true, true]
+    );
+    assert_eq!(
+        lister.presence_tables(),
+        0,
+        "no table for a caller denied listing"
+    );
+    assert_eq!(lister.mirror_hits(), 0);
+
     // Without the deny, the allow of every object admits bob's KV calls.
     set_policy(policy(false));
     let r = exists(&["secret/b", "public/b"]);

@@ -79,10 +79,14 @@ pub fn decide(
     }
     // A KV call (or a Mooncake query) names its keys in its body and stands for every key
     // of the bucket (`Ctx::policy_key`): it is weighed against every object at once, so that
-    // a `Deny` of one prefix refuses it and only an `Allow` of all objects admits it.
-    let every_object = key.is_some() && matches!(op, Op::Kv | Op::MooncakeMaster);
+    // a `Deny` of one prefix refuses it and only an `Allow` of all objects admits it. What
+    // it asks of the bucket itself (listing, for a presence table) is weighed on the bucket,
+    // as `ListObjects` is.
+    let kv = matches!(op, Op::Kv | Op::MooncakeMaster);
+    let every_object = kv && key.is_some() && action != Action::List;
     let resource = match key {
         _ if every_object => object_arn(bucket, ""),
+        _ if kv => bucket_arn(bucket),
         Some(k) => object_arn(bucket, k),
         None => bucket_arn(bucket),
     };
