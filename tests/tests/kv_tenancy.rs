@@ -568,10 +568,11 @@ fn a_bucket_policy_deny_of_a_prefix_refuses_kv_calls_on_the_bucket() {
 
     // A deny of listing the bucket (on the bucket, as ListBucket is written) refuses a
     // presence table (which tells of every key), not the reads.
-    set_policy(format!(
-        r#"{{"Version": "2012-10-17", "Statement": [{{"Effect": "Deny", "Principal": "*",
-            "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::shared"}}]}}"#
-    ));
+    set_policy(
+        r#"{"Version": "2012-10-17", "Statement": [{"Effect": "Deny", "Principal": "*",
+            "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::shared"}]}"#
+            .to_string(),
+    );
     let lister = client_with(token("shared:rl"), true);
     assert_eq!(read(&lister).expect("read"), secret);
     assert_eq!(
