@@ -529,32 +529,16 @@ fn a_bucket_policy_deny_of_a_prefix_refuses_kv_calls_on_the_bucket() {
     set_policy(policy(true));
 
     // S3: per key.
-    assert_eq!(
-        send_as(&server, &bob, "GET", "/shared/public/b", b"").status,
-        200
-    );
-    assert_eq!(
-        send_as(&server, &bob, "GET", "/shared/secret/b", b"").status,
-        403
-    );
+    let s3_get = |key: &str| send_as(&server, &bob, "GET", &format!("/shared/{key}"), b"").status;
+    assert_eq!((s3_get("public/b"), s3_get("secret/b")), (200, 403));
     // KV over HTTP: every call on the bucket, whichever keys it names.
-    let exists = |keys: &[&str]| {
+    let call = |op: &str, keys: &[&str]| {
         let body = json!({ "keys": keys }).to_string();
-        send_as(
-            &server,
-            &bob,
-            "POST",
-            "/v1/kv/shared/exists",
-            body.as_bytes(),
-        )
+        let path = format!("/v1/kv/shared/{op}");
+        send_as(&server, &bob, "POST", &path, body.as_bytes())
     };
-    let get = send_as(
-        &server,
-        &bob,
-        "POST",
-        "/v1/kv/shared/get",
-        json!({ "keys": ["secret/b"] }).to_string().as_bytes(),
-    );
+    let exists = |keys: &[&str]| call("exists", keys);
+    let get = call("get", &["secret/b"]);
     assert_eq!(get.status, 403, "a lease of a denied block: {}", get.text());
     assert_eq!(exists(&["public/b"]).status, 403);
     // KV in frames: a token's inline read of the denied block.
