@@ -33,8 +33,8 @@ use crate::model::conditions::{ReadConditions, WriteConditions};
 use yutu_api::block_hash::BlockHash;
 use yutu_api::events::{KvEventKind, Tier};
 
-/// The shard's in-memory maps: a per-process-seeded foldhash instead of SipHash, which
-/// was a tenth of a 4 KiB put's time on the node. Ids are the shard's own numbers, and
+/// The shard's in-memory maps: a per-process-seeded foldhash instead of SipHash, whose
+/// hashing was several percent of a 4 KiB put's time on the node. Ids are the shard's own numbers, and
 /// bucket names are few and made by their owners, so SipHash's stronger keying buys
 /// nothing here; the per-process seed still keeps collisions unpredictable.
 pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
@@ -613,7 +613,7 @@ impl ShardStore {
         };
         // Room without evicting anything (the common case): the old version cannot be
         // touched, so it need not be taken out of the policy's order first.
-        if charge <= self.capacity && self.used + charge <= self.capacity {
+        if self.used + charge <= self.capacity {
             if let Some(extent) = self.arena.allocate(size) {
                 self.used += charge;
                 return Ok(extent);
@@ -745,32 +745,18 @@ impl ShardStore {
         // and the key's strings are kept, where a removal and an insertion cost a B-tree
         // walk, a key allocation and the reverse map's two strings each. Only while nothing
         // is being demoted: an old version on its way to NVMe goes through `remove_entry`.
-        let entry = match self.replace_in_place(bucket, key, entry) {
-            Ok(()) => {
-                self.presence.borrow_mut().release(bucket);
-                self.publish_gauges();
-                return meta;
-            }
-            Err(entry) => entry,
-        };
-        self.remove_entry(bucket, key);
-        match self.buckets.get_mut(bucket) {
-            Some(part) => {
-                part.held += size;
-                part.objects.insert(key.to_string(), entry);
-                self.presence
-                    .borrow_mut()
-                    .changed(bucket, key, FLAG_DRAM, true);
-                self.ids.insert(id, (bucket.to_string(), key.to_string()));
-                self.policy.on_insert(id, size);
-                if let Some(ev) = self.events.as_mut() {
-                    ev.stored(bucket, key, meta.kv, Tier::Dram);
+        if let Err(entry) = self.replace_in_place(bucket, key, entry) {
+            self.remove_entry(bucket, key);
+            match self.buckets.get_mut(bucket) {
+                Some(part) => {
+                    part.objects.insert(key.to_string(), entry);
+                    self.entered_index(bucket, key, id, size, meta.kv, None);
                 }
-            }
-            // Callers check the bucket first and never yield in between; should that ever
-            // change, the bytes are released rather than leaked.
-            None => {
-                self.drop_entry(entry);
+                // Callers check the bucket first and never yield in between; should that
+                // ever change, the bytes are released rather than leaked.
+                None => {
+                    self.drop_entry(entry);
+                }
             }
         }
         self.presence.borrow_mut().release(bucket);
@@ -802,7 +788,24 @@ impl ShardStore {
         if let Some(ev) = self.events.as_mut() {
             ev.removed(bucket, key, old_kv);
         }
-        // ...and the new one is in (as the insertion in `publish` does it).
+        // ...and the new one is in.
+        self.entered_index(bucket, key, id, size, kv, names);
+        Ok(())
+    }
+
+    /// What a new entry `id` of `size` bytes put into the index (DRAM) for `bucket/key`
+    /// changes elsewhere, the converse of [`ShardStore::left_index`]: its bytes count as
+    /// held, the presence table shows it in DRAM, the reverse map names it (with `names`
+    /// when the caller has them to give), the policy and the conductor's events know it.
+    fn entered_index(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        id: EntryId,
+        size: u64,
+        kv: bool,
+        names: Option<(String, String)>,
+    ) {
         self.count_held(bucket, size, 0);
         self.presence
             .borrow_mut()
@@ -813,7 +816,6 @@ impl ShardStore {
         if let Some(ev) = self.events.as_mut() {
             ev.stored(bucket, key, kv, Tier::Dram);
         }
-        Ok(())
     }
 
     /// Metadata and, unless `head_only`, the bytes of the object (or of `range` of it).
