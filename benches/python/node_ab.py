@@ -19,7 +19,9 @@ Cases (GB/s): put / get (batch_put_from / batch_get_into, 2 MiB x 16, numpy), al
 alloc_get (the same in MooncakeHostMemAllocator memory), vllm_put / vllm_get (16 keys x 8 spans
 x 256 KiB), sglang_put / sglang_get (16 x 32 x 32 KiB, allocator memory), lmcache_put
 (put_parts, 28 B + 2 MiB), lmcache_get (batch_get_buffer, 8 x 2 MiB), single_put
-(batch_put_from of one 2 MiB block), memcpy (one thread's numpy memcpy, the reference).
+(batch_put_from of one 2 MiB block), memcpy (one thread's numpy memcpy, the reference), stress
+(Mooncake's concurrent stress shape as mooncake_compare.py runs it: 8 threads `put` then `get`
+25 values of 1 MiB each as bytes; rows stress_put and stress_get).
 Latency cases (p50 and p99 rows, microseconds; their ratio is A over B, so > 1 still means B
 is ahead): is_exist, get_4KiB (get of a 4 KiB value as bytes), batch_is_exist_64.
 Both nodes run with --prefault (set up before any case) and no NVMe tier.
@@ -48,10 +50,12 @@ BIG = 2 * MiB
 VLLM = [16, 8, 256 * KiB]
 SGLANG = [16, 32, 32 * KiB]
 CASES = ["put", "get", "alloc_put", "alloc_get", "vllm_put", "vllm_get", "sglang_put", "sglang_get",
-         "lmcache_put", "lmcache_get", "single_put", "memcpy", "is_exist", "get_4KiB", "batch_is_exist_64"]
+         "lmcache_put", "lmcache_get", "single_put", "memcpy", "stress", "is_exist", "get_4KiB", "batch_is_exist_64"]
 # The latency cases: each gives a p50 and a p99 row (microseconds, lower is better).
 LATENCY = {"is_exist", "get_4KiB", "batch_is_exist_64"}
 LAT_KEYS, LAT_ITERS = 64, 2000
+# Values per thread of the stress case: mooncake_compare.py's full run.
+STRESS_PER_THREAD = 25
 
 
 class Node:
@@ -140,6 +144,9 @@ def run_case(w: mc.Workload, case: str, rep: int, verify: bool) -> dict:
         return w.op_put(f"s{rep}", BIG, 1, 64, verify)
     if case == "memcpy":
         return w.op_memcpy(BIG, 16, 64)
+    if case == "stress":
+        threads, size = mc.STRESS
+        return w.op_stress(f"st{rep}", threads, STRESS_PER_THREAD, size)
     if case == "is_exist":
         return w.op_exist_latency("lat", LAT_KEYS, LAT_ITERS)
     if case == "get_4KiB":
@@ -153,6 +160,9 @@ def rows_of(case: str, r: dict) -> list[tuple[str, float]]:
     """A case's rows: (name, value) for GB/s cases, p50 and p99 for latency cases."""
     if case in LATENCY:
         return [(f"{case}_p50", r["p50_us"]), (f"{case}_p99", r["p99_us"])]
+    if case == "stress":
+        n = r["ops"] * mc.STRESS[1]
+        return [("stress_put", n / r["put_elapsed"] / 1e9), ("stress_get", n / r["get_elapsed"] / 1e9)]
     return [(case, r["bytes"] / r["elapsed"] / 1e9)]
 
 
@@ -217,7 +227,8 @@ def main() -> int:
                  f"node B: {args.b_server} {' '.join(args.b_arg)}",
                  f"{'case':22s} {'A':>8s} {'B':>8s} {'unit':5s} {'ratio':>6s}   samples A | B"]
         for case in cases:
-            for row, _ in rows_of(case, {"p50_us": 0, "p99_us": 0, "bytes": 0, "elapsed": 1}):
+            for row, _ in rows_of(case, {"p50_us": 0, "p99_us": 0, "bytes": 0, "elapsed": 1,
+                                           "ops": 0, "put_elapsed": 1, "get_elapsed": 1}):
                 a = statistics.median(samples["a"][row])
                 b = statistics.median(samples["b"][row])
                 lower = case in LATENCY
