@@ -236,9 +236,9 @@ pub struct ReleaseRequest {
 /// answers `None` for one).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct GetIntoRequest {
+pub struct GetIntoRequest<K = String> {
     /// 1 to [`MAX_BATCH`] keys.
-    pub keys: Vec<String>,
+    pub keys: Vec<K>,
     /// One descriptor per key...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub targets: Option<Vec<SegmentDescriptor>>,
@@ -269,13 +269,16 @@ pub enum GetIntoTargets<'a> {
     },
 }
 
-impl GetIntoRequest {
+/// The request types are generic over the key type so that a client serializes a request
+/// from keys it borrows (`&str`: the same bytes on the wire as `String`) instead of copying
+/// every key of a batch; the node decodes the owned form (the default, `String`).
+impl<K> GetIntoRequest<K> {
     /// The per-key descriptor form.
     pub fn per_key(
-        keys: Vec<String>,
+        keys: Vec<K>,
         targets: Vec<SegmentDescriptor>,
         session: String,
-    ) -> GetIntoRequest {
+    ) -> GetIntoRequest<K> {
         GetIntoRequest {
             keys,
             targets: Some(targets),
@@ -288,11 +291,11 @@ impl GetIntoRequest {
 
     /// The buffer-and-ranges form.
     pub fn into_buffer(
-        keys: Vec<String>,
+        keys: Vec<K>,
         buffer: SegmentDescriptor,
         ranges: Vec<(u64, u64)>,
         session: String,
-    ) -> GetIntoRequest {
+    ) -> GetIntoRequest<K> {
         GetIntoRequest {
             keys,
             targets: None,
@@ -317,7 +320,10 @@ impl GetIntoRequest {
     /// ranges: what a client sends each shard when it splits a batch by owner. `None` when
     /// the form is inconsistent or an index is out of range (the node would refuse the
     /// request whole).
-    pub fn subset(&self, idx: &[usize]) -> Option<GetIntoRequest> {
+    pub fn subset(&self, idx: &[usize]) -> Option<GetIntoRequest<K>>
+    where
+        K: Clone,
+    {
         let spans = match self.targets()? {
             GetIntoTargets::PerKey(t) => t.len(),
             GetIntoTargets::Buffer { ranges, .. } => ranges.len(),
@@ -348,9 +354,9 @@ impl GetIntoRequest {
 /// publishes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PutFromRequest {
+pub struct PutFromRequest<K = String> {
     /// 1 to [`MAX_BATCH`] blocks.
-    pub blocks: Vec<PutFromBlock>,
+    pub blocks: Vec<PutFromBlock<K>>,
     /// The client's buffer; each block is `[offset, offset + len)` of it.
     pub buffer: SegmentDescriptor,
     /// The client's engine, as registered at [`PEERS_PATH`]; it owns the buffer.
@@ -374,12 +380,12 @@ pub struct PutFromRequest {
     pub parts: Option<Vec<u32>>,
 }
 
-impl PutFromRequest {
+impl<K: Clone> PutFromRequest<K> {
     /// The request for the blocks at `idx` alone (block `i` being the `i`th group of
     /// entries, see [`PutFromRequest::parts`]), in that order: what a client sends each
     /// shard when it splits a batch by owner. `None` when the parts do not fit the entries
     /// or an index is out of range.
-    pub fn subset(&self, idx: &[usize]) -> Option<PutFromRequest> {
+    pub fn subset(&self, idx: &[usize]) -> Option<PutFromRequest<K>> {
         let groups = part_ranges(self.parts.as_deref(), self.blocks.len()).ok()?;
         let picked = idx
             .iter()
@@ -497,8 +503,8 @@ pub struct PeerResponse {
 /// One block of a [`PutFromRequest`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PutFromBlock {
-    pub key: String,
+pub struct PutFromBlock<K = String> {
+    pub key: K,
     /// Where the block starts in the buffer.
     pub offset: u64,
     /// The block's length in bytes.
@@ -708,7 +714,7 @@ mod tests {
         assert_eq!(part.parts, None);
 
         let block = |key: &str, offset| PutFromBlock {
-            key: key.into(),
+            key: key.to_string(),
             offset,
             len: 8,
         };
@@ -893,7 +899,7 @@ mod tests {
 
     #[test]
     fn get_into() {
-        let req = GetIntoRequest::into_buffer(
+        let req: GetIntoRequest = GetIntoRequest::into_buffer(
             vec!["a".into(), "b".into()],
             desc(4096, 2 << 20),
             vec![(0, 1024), (1024, 4096)],
@@ -909,7 +915,7 @@ mod tests {
             req.targets(),
             Some(GetIntoTargets::Buffer { ranges, .. }) if ranges.len() == 2
         ));
-        let per_key =
+        let per_key: GetIntoRequest =
             GetIntoRequest::per_key(vec!["a".into()], vec![desc(4096, 2 << 20)], "s1".into());
         exact(
             &per_key,
@@ -989,9 +995,65 @@ mod tests {
         }
     }
 
+    /// A client serializes requests from borrowed keys; the node decodes the owned form. Both
+    /// must be the same bytes, in JSON (HTTP) and in MessagePack (frames).
+    #[test]
+    fn borrowed_keys_encode_as_owned_ones() {
+        let keys = ["a".to_string(), "b/c".to_string()];
+        let owned: GetIntoRequest = GetIntoRequest::into_buffer(
+            keys.to_vec(),
+            desc(4096, 2 << 20),
+            vec![(0, 1024), (1024, 4096)],
+            "s1".into(),
+        );
+        let borrowed = GetIntoRequest::into_buffer(
+            keys.iter().map(String::as_str).collect(),
+            desc(4096, 2 << 20),
+            vec![(0, 1024), (1024, 4096)],
+            "s1".into(),
+        );
+        assert_eq!(
+            serde_json::to_string(&owned).unwrap(),
+            serde_json::to_string(&borrowed).unwrap()
+        );
+        let framed = crate::kv_frame::encode_call("b", &borrowed).unwrap();
+        assert_eq!(framed, crate::kv_frame::encode_call("b", &owned).unwrap());
+        assert_eq!(
+            crate::kv_frame::decode_call::<GetIntoRequest>(&framed).unwrap(),
+            ("b".to_string(), owned.clone())
+        );
+        fn put<K: Clone>(key: K) -> PutFromRequest<K> {
+            let block = |offset| PutFromBlock {
+                key: key.clone(),
+                offset,
+                len: 8,
+            };
+            PutFromRequest {
+                blocks: vec![block(0), block(8)],
+                buffer: desc(4096, 2 << 20),
+                session: "s1".into(),
+                if_absent: true,
+                pin: None,
+                parts: Some(vec![2]),
+            }
+        }
+        let owned = put("k".to_string());
+        let borrowed = put("k");
+        assert_eq!(
+            serde_json::to_string(&owned).unwrap(),
+            serde_json::to_string(&borrowed).unwrap()
+        );
+        let framed = crate::kv_frame::encode_call("b", &borrowed).unwrap();
+        assert_eq!(framed, crate::kv_frame::encode_call("b", &owned).unwrap());
+        assert_eq!(
+            crate::kv_frame::decode_call::<PutFromRequest>(&framed).unwrap(),
+            ("b".to_string(), owned)
+        );
+    }
+
     #[test]
     fn put_from() {
-        let req = PutFromRequest {
+        let req: PutFromRequest = PutFromRequest {
             blocks: vec![PutFromBlock {
                 key: "k".into(),
                 offset: 64,
@@ -1060,7 +1122,7 @@ mod tests {
         refused::<ReleaseRequest>(json!({"leases": [1], "x": 0}));
         refused::<PutFromRequest>(json!({"blocks": [], "buffer": null, "session": null}));
         let mut get_into: Value = serde_json::to_value(GetIntoRequest::per_key(
-            vec!["a".into()],
+            vec!["a".to_string()],
             vec![desc(0, 1)],
             "s1".into(),
         ))

@@ -318,7 +318,7 @@ impl NodeClient {
             .iter()
             .zip(offsets.iter().zip(lengths))
             .map(|(key, (&offset, &len))| PutFromBlock {
-                key: key.clone(),
+                key: key.as_str(),
                 offset,
                 len,
             })
@@ -333,7 +333,7 @@ impl NodeClient {
         bucket: &str,
         keys: &[String],
         buf: &Buffer,
-        blocks: Vec<PutFromBlock>,
+        blocks: Vec<PutFromBlock<&str>>,
         options: &PutOptions,
         parts: Option<Vec<u32>>,
     ) -> Result<Vec<String>, KvError> {
@@ -361,7 +361,7 @@ impl NodeClient {
         &self,
         bucket: &str,
         keys: &[String],
-        body: &GetIntoRequest,
+        body: &GetIntoRequest<&str>,
         rooms: impl Fn(usize) -> u64,
     ) -> Result<Vec<Option<u64>>, KvError> {
         let copied = self.call_batch(
@@ -512,7 +512,7 @@ impl NodeClient {
             return Ok(Vec::new());
         }
         let body =
-            GetIntoRequest::into_buffer(keys.to_vec(), buf.whole()?, ranges, self.session.clone());
+            GetIntoRequest::into_buffer(borrowed(keys), buf.whole()?, ranges, self.session.clone());
         self.get_into_call(bucket, keys, &body, |i| capacities[i])
     }
 
@@ -886,6 +886,12 @@ impl NodeClient {
     pub fn shard_lanes(&self) -> usize {
         self.lanes.as_ref().map_or(0, |l| l.found())
     }
+}
+
+/// The keys of a batch as borrowed strings, for a request serialized from them (see the
+/// request types in `yutu_api::kv`): no key is copied to make a call.
+pub(super) fn borrowed(keys: &[String]) -> Vec<&str> {
+    keys.iter().map(String::as_str).collect()
 }
 
 /// A shard, and the indices of a request's keys it owns.

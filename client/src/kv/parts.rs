@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use super::node::borrowed;
 use yutu_api::kv::{GetIntoRequest, PutFromBlock, MAX_SPANS};
 use yutu_transfer::MemoryRegion;
 
@@ -123,7 +124,7 @@ impl NodeClient {
             return Ok(Vec::new());
         }
         let mut body =
-            GetIntoRequest::into_buffer(keys.to_vec(), buf.whole()?, ranges, self.session.clone());
+            GetIntoRequest::into_buffer(borrowed(keys), buf.whole()?, ranges, self.session.clone());
         body.parts = Some(counts);
         self.get_into_call(bucket, keys, &body, |i| parts[i].iter().map(|p| p.1).sum())
     }
@@ -146,7 +147,7 @@ impl NodeClient {
             .zip(parts)
             .flat_map(|(key, p)| {
                 p.iter().map(|&(offset, len)| PutFromBlock {
-                    key: key.clone(),
+                    key: key.as_str(),
                     offset,
                     len,
                 })

@@ -48,10 +48,13 @@ pub fn check_keys(keys: &[String]) -> Result<(), KvError> {
         .try_for_each(|k| validate_object_key(k).map_err(KvError::from))
 }
 
-/// Refuses blocks larger than an object may be.
-pub fn check_lens(here: &Shard, blocks: &[(String, u64)]) -> Result<(), KvError> {
+/// Refuses blocks (`(key, length)`) larger than an object may be.
+pub fn check_lens<'a>(
+    here: &Shard,
+    blocks: impl IntoIterator<Item = (&'a str, u64)>,
+) -> Result<(), KvError> {
     let (limit, what) = here.object_limit();
-    match blocks.iter().find(|b| b.1 > limit) {
+    match blocks.into_iter().find(|b| b.1 > limit) {
         Some((key, _)) => Err(KvError::TooLarge(format!(
             "Block {key} exceeds {what} of {limit} bytes."
         ))),
@@ -143,7 +146,7 @@ pub async fn start_puts(
     let here = caller.here;
     let keys: Vec<String> = blocks.iter().map(|b| b.0.clone()).collect();
     check_keys(&keys)?;
-    check_lens(here, blocks)?;
+    check_lens(here, blocks.iter().map(|(k, l)| (k.as_str(), *l)))?;
     let owners = Owners::of_keys(here, bucket, &keys);
     let ids: Vec<u64> = keys
         .iter()

@@ -163,7 +163,7 @@ pub async fn write_many(
         .iter()
         .map(|b| (b.key.clone(), b.value.len() as u64))
         .collect();
-    check_lens(here, &lens)?;
+    check_lens(here, lens.iter().map(|(k, l)| (k.as_str(), *l)))?;
     let present = if req.if_absent {
         exists(here, bucket, &keys).await?
     } else {
