@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use yutu_api::kv::{CopiedResponse, EtagsResponse, GetIntoRequest, GetIntoTargets, PutFromRequest};
 use yutu_transfer::{
@@ -24,7 +25,7 @@ use yutu_transfer::{
 use crate::kv::calls::{
     check_keys, check_lens, end_puts, exists, lease, released, revoke_all, start_puts, DEFAULT_TTL,
 };
-use crate::kv::direct::{self, Copied};
+use crate::kv::direct::{self, CallKey, Copied, Items};
 use crate::kv::error::KvError;
 use crate::kv::ops;
 use crate::kv::owners::{pick, Owners};
@@ -216,7 +217,7 @@ pub async fn get_into(
     let (engine, client) = session_peer(caller, &req.session)?;
     check_spans(&spans.concat(), client.node)?;
     let copied = match map_blocks(&engine, &spans).await? {
-        Some(targets) => copy_out_direct(caller, bucket, &req.keys, targets).await?,
+        Some(targets) => copy_out_direct(caller, bucket, req.keys.into(), targets).await?,
         None => {
             let _call = engine_call(caller)?;
             copy_out_engine(caller, &engine, bucket, &req.keys, &spans).await?
@@ -225,15 +226,12 @@ pub async fn get_into(
     Ok(CopiedResponse { copied })
 }
 
-/// A shard's keys with their mapped ranges (several when a block is scattered or gathered).
-type Items = Vec<(String, Vec<DirectRange>)>;
-
 /// Runs `op` on each owning shard with its keys and their mapped ranges, all shards at
 /// once; per shard, the indices of its keys and its answer.
 async fn on_owners<R, F>(
     caller: &Caller<'_>,
     bucket: &str,
-    keys: &[String],
+    keys: &Arc<[String]>,
     ranges: Vec<Vec<DirectRange>>,
     op: fn(Rc<Shard>, String, Items) -> F,
 ) -> Result<Vec<(Vec<usize>, R)>, KvError>
@@ -250,7 +248,12 @@ where
             caller.here,
             |idx| -> Items {
                 idx.iter()
-                    .map(|&i| (keys[i].clone(), std::mem::take(&mut ranges[i])))
+                    .map(|&i| {
+                        (
+                            CallKey::new(keys.clone(), i),
+                            std::mem::take(&mut ranges[i]),
+                        )
+                    })
                     .collect()
             },
             move |s, items| Step::Wait(Box::pin(op(s.clone(), b, items))),
@@ -266,10 +269,10 @@ where
 async fn copy_out_direct(
     caller: &Caller<'_>,
     bucket: &str,
-    keys: &[String],
+    keys: Arc<[String]>,
     targets: Vec<Vec<DirectRange>>,
 ) -> Result<Vec<Option<u64>>, KvError> {
-    let answers = on_owners(caller, bucket, keys, targets, direct::copy_out).await?;
+    let answers = on_owners(caller, bucket, &keys, targets, direct::copy_out).await?;
     let mut copied = vec![None; keys.len()];
     for (idx, answer) in answers {
         for (i, c) in idx.into_iter().zip(answer?) {
@@ -482,7 +485,7 @@ pub async fn put_from(
         )
     };
     let stored = match map_blocks(&engine, &spans).await? {
-        Some(sources) => put_from_direct(caller, bucket, &keys, sources).await?,
+        Some(sources) => put_from_direct(caller, bucket, keys.into(), sources).await?,
         None => {
             let _call = engine_call(caller)?;
             let lens: Vec<(String, u64)> = keys.into_iter().zip(rooms).collect();
@@ -498,10 +501,10 @@ pub async fn put_from(
 async fn put_from_direct(
     caller: &Caller<'_>,
     bucket: &str,
-    keys: &[String],
+    keys: Arc<[String]>,
     sources: Vec<Vec<DirectRange>>,
 ) -> Result<Vec<String>, KvError> {
-    let answers = on_owners(caller, bucket, keys, sources, direct::put_from).await?;
+    let answers = on_owners(caller, bucket, &keys, sources, direct::put_from).await?;
     let mut etags = vec![String::new(); keys.len()];
     for (idx, answer) in answers {
         for (i, r) in idx.into_iter().zip(answer) {

@@ -13,6 +13,7 @@
 //! copies (`yutu_transfer::split_copy`).
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use yutu_transfer::DirectRange;
 
@@ -20,6 +21,39 @@ use crate::model::conditions::ReadConditions;
 use crate::model::StoreError;
 use crate::node::Shard;
 use crate::tier::PutResult;
+
+/// One key of a call as a shard's part of it names it: the call's keys are shared by all of
+/// its owners rather than copied for each (a batch of 4 KiB blocks spends a good part of its
+/// time allocating).
+#[derive(Debug, Clone)]
+pub struct CallKey {
+    keys: Arc<[String]>,
+    i: usize,
+}
+
+impl CallKey {
+    /// Key `i` of `keys`.
+    pub fn new(keys: Arc<[String]>, i: usize) -> CallKey {
+        debug_assert!(i < keys.len());
+        CallKey { keys, i }
+    }
+
+    fn as_str(&self) -> &str {
+        &self.keys[self.i]
+    }
+}
+
+impl std::ops::Deref for CallKey {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+/// A shard's keys of a call, each with its mapped ranges (several when a block is scattered
+/// or gathered).
+pub type Items = Vec<(CallKey, Vec<DirectRange>)>;
 
 /// What a get-into did for one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,7 +105,7 @@ const RUN_BYTES: u64 = 4 << 20;
 pub async fn copy_out(
     shard: Rc<Shard>,
     bucket: String,
-    items: Vec<(String, Vec<DirectRange>)>,
+    items: Items,
 ) -> Result<Vec<Copied>, StoreError> {
     let working = yutu_transfer::split_copy::working();
     let mut out = Vec::with_capacity(items.len());
@@ -102,7 +136,7 @@ pub async fn copy_out(
 
 /// Where the run of `items` that starts at `start` ends: at most [`RUN_KEYS`] keys, and
 /// [`RUN_BYTES`] of room past the first.
-fn run_end(items: &[(String, Vec<DirectRange>)], start: usize) -> usize {
+fn run_end(items: &[(CallKey, Vec<DirectRange>)], start: usize) -> usize {
     let mut end = start + 1;
     let mut room = total(&items[start].1);
     while end < items.len() && end - start < RUN_KEYS {
@@ -117,7 +151,7 @@ fn run_end(items: &[(String, Vec<DirectRange>)], start: usize) -> usize {
 
 /// The copies of one run of keys whose blocks DRAM holds (`found`, in the run's order), all
 /// in one [`DirectRange::scatter_each`]; `None` for the keys DRAM lacks.
-fn copy_run(run: &[(String, Vec<DirectRange>)], found: &[Option<&[u8]>]) -> Vec<Option<Copied>> {
+fn copy_run(run: &[(CallKey, Vec<DirectRange>)], found: &[Option<&[u8]>]) -> Vec<Option<Copied>> {
     let mut out: Vec<Option<Copied>> = vec![None; run.len()];
     let mut batch = Vec::with_capacity(run.len());
     let mut lens = Vec::with_capacity(run.len());
@@ -174,11 +208,7 @@ async fn copy_out_nvme(
 /// item leaves the others stored. The keys of a `memory` bucket go in runs, as a get-into's
 /// do: room for a run's blocks is reserved together and filled by one copy (one system call
 /// for a run of small blocks when the client's memory is reached by cross-memory attach).
-pub async fn put_from(
-    shard: Rc<Shard>,
-    bucket: String,
-    items: Vec<(String, Vec<DirectRange>)>,
-) -> Vec<PutResult> {
+pub async fn put_from(shard: Rc<Shard>, bucket: String, items: Items) -> Vec<PutResult> {
     let working = yutu_transfer::split_copy::working();
     let mut out = Vec::with_capacity(items.len());
     let mut start = 0;
@@ -198,7 +228,7 @@ pub async fn put_from(
 async fn put_run(
     shard: &Shard,
     bucket: &str,
-    run: &[(String, Vec<DirectRange>)],
+    run: &[(CallKey, Vec<DirectRange>)],
 ) -> Vec<PutResult> {
     let blocks: Vec<(&str, u64)> = run.iter().map(|(k, s)| (k.as_str(), total(s))).collect();
     if let Ok(_admitted) = shard.admit(bucket, &blocks) {
@@ -219,7 +249,7 @@ async fn put_run(
 
 /// Fills the arena ranges of a run's blocks (`None`: the block found no room) from the
 /// client's memory, all in one [`DirectRange::gather_each`]; whether each was filled.
-fn gather_run(run: &[(String, Vec<DirectRange>)], dst: &mut [Option<&mut [u8]>]) -> Vec<bool> {
+fn gather_run(run: &[(CallKey, Vec<DirectRange>)], dst: &mut [Option<&mut [u8]>]) -> Vec<bool> {
     let mut filled = vec![false; dst.len()];
     let mut batch: Vec<(&[DirectRange], &mut [u8])> = Vec::with_capacity(dst.len());
     let mut which = Vec::with_capacity(dst.len());
