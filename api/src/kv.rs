@@ -999,29 +999,30 @@ mod tests {
     /// must be the same bytes, in JSON (HTTP) and in MessagePack (frames).
     #[test]
     fn borrowed_keys_encode_as_owned_ones() {
-        let keys = ["a".to_string(), "b/c".to_string()];
-        let owned: GetIntoRequest = GetIntoRequest::into_buffer(
-            keys.to_vec(),
-            desc(4096, 2 << 20),
-            vec![(0, 1024), (1024, 4096)],
-            "s1".into(),
-        );
-        let borrowed = GetIntoRequest::into_buffer(
-            keys.iter().map(String::as_str).collect(),
-            desc(4096, 2 << 20),
-            vec![(0, 1024), (1024, 4096)],
-            "s1".into(),
-        );
-        assert_eq!(
-            serde_json::to_string(&owned).unwrap(),
-            serde_json::to_string(&borrowed).unwrap()
-        );
-        let framed = crate::kv_frame::encode_call("b", &borrowed).unwrap();
-        assert_eq!(framed, crate::kv_frame::encode_call("b", &owned).unwrap());
-        assert_eq!(
-            crate::kv_frame::decode_call::<GetIntoRequest>(&framed).unwrap(),
-            ("b".to_string(), owned.clone())
-        );
+        fn same<O, B>(owned: O, borrowed: B)
+        where
+            O: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+            B: Serialize,
+        {
+            assert_eq!(
+                serde_json::to_string(&owned).unwrap(),
+                serde_json::to_string(&borrowed).unwrap()
+            );
+            let framed = crate::kv_frame::encode_call("b", &borrowed).unwrap();
+            assert_eq!(framed, crate::kv_frame::encode_call("b", &owned).unwrap());
+            assert_eq!(
+                crate::kv_frame::decode_call::<O>(&framed).unwrap(),
+                ("b".to_string(), owned)
+            );
+        }
+        fn get<K>(keys: Vec<K>) -> GetIntoRequest<K> {
+            GetIntoRequest::into_buffer(
+                keys,
+                desc(4096, 2 << 20),
+                vec![(0, 1024), (1024, 4096)],
+                "s1".into(),
+            )
+        }
         fn put<K: Clone>(key: K) -> PutFromRequest<K> {
             let block = |offset| PutFromBlock {
                 key: key.clone(),
@@ -1037,18 +1038,12 @@ mod tests {
                 parts: Some(vec![2]),
             }
         }
-        let owned = put("k".to_string());
-        let borrowed = put("k");
-        assert_eq!(
-            serde_json::to_string(&owned).unwrap(),
-            serde_json::to_string(&borrowed).unwrap()
+        let keys = ["a".to_string(), "b/c".to_string()];
+        same(
+            get(keys.to_vec()),
+            get(keys.iter().map(String::as_str).collect()),
         );
-        let framed = crate::kv_frame::encode_call("b", &borrowed).unwrap();
-        assert_eq!(framed, crate::kv_frame::encode_call("b", &owned).unwrap());
-        assert_eq!(
-            crate::kv_frame::decode_call::<PutFromRequest>(&framed).unwrap(),
-            ("b".to_string(), owned)
-        );
+        same(put("k".to_string()), put("k"));
     }
 
     #[test]
