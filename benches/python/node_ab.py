@@ -19,7 +19,9 @@ Cases (GB/s): put / get (batch_put_from / batch_get_into, 2 MiB x 16, numpy), al
 alloc_get (the same in MooncakeHostMemAllocator memory), vllm_put / vllm_get (16 keys x 8 spans
 x 256 KiB), sglang_put / sglang_get (16 x 32 x 32 KiB, allocator memory), lmcache_put
 (put_parts, 28 B + 2 MiB), lmcache_get (batch_get_buffer, 8 x 2 MiB), single_put
-(batch_put_from of one 2 MiB block), memcpy (one thread's numpy memcpy, the reference), stress
+(batch_put_from of one 2 MiB block), small_put / small_get (batch_put_from /
+batch_get_into of 4 KiB x 256, as mooncake_compare.py's full run: 32 and 96 batches, the gets
+over a read set of 4096 keys), memcpy (one thread's numpy memcpy, the reference), stress
 (Mooncake's concurrent stress shape as mooncake_compare.py runs it: 8 threads `put` then `get`
 25 values of 1 MiB each as bytes; rows stress_put and stress_get).
 Latency cases (p50 and p99 rows, microseconds; their ratio is A over B, so > 1 still means B
@@ -47,10 +49,11 @@ import mooncake_compare as mc  # noqa: E402
 MiB = mc.MiB
 KiB = mc.KiB
 BIG = 2 * MiB
+SMALL, SMALL_BATCH = mc.SMALL
 VLLM = [16, 8, 256 * KiB]
 SGLANG = [16, 32, 32 * KiB]
 CASES = ["put", "get", "alloc_put", "alloc_get", "vllm_put", "vllm_get", "sglang_put", "sglang_get",
-         "lmcache_put", "lmcache_get", "single_put", "memcpy", "stress", "is_exist", "get_4KiB", "batch_is_exist_64"]
+         "lmcache_put", "lmcache_get", "single_put", "small_put", "small_get", "memcpy", "stress", "is_exist", "get_4KiB", "batch_is_exist_64"]
 # The latency cases: each gives a p50 and a p99 row (microseconds, lower is better).
 LATENCY = {"is_exist", "get_4KiB", "batch_is_exist_64"}
 LAT_KEYS, LAT_ITERS = 64, 2000
@@ -113,6 +116,7 @@ def prepare(w: mc.Workload, name: str) -> None:
     w.op_warm(BIG, 16, 16)
     w.op_prepare("big", BIG, 16, 4)
     w.op_prepare("abig", BIG, 16, 4, mem="alloc")
+    w.op_prepare("small", SMALL, SMALL_BATCH, 16)
     w.op_multi_prepare("vllm", VLLM, 2, mem="numpy")
     w.op_multi_prepare("sglang", SGLANG, 2, mem="alloc")
     w.op_parts_put("lmc", BIG, 16, True)
@@ -142,6 +146,10 @@ def run_case(w: mc.Workload, case: str, rep: int, verify: bool) -> dict:
         return w.op_buffers_get("lmc", BIG, 16, 8, 32)
     if case == "single_put":
         return w.op_put(f"s{rep}", BIG, 1, 64, verify)
+    if case == "small_put":
+        return w.op_put(f"sm{rep}", SMALL, SMALL_BATCH, 32, verify)
+    if case == "small_get":
+        return w.op_get("small", SMALL, SMALL_BATCH, 16, 96, verify)
     if case == "memcpy":
         return w.op_memcpy(BIG, 16, 64)
     if case == "stress":

@@ -65,7 +65,17 @@ pub fn check_lens<'a>(
 /// Whether each of `keys` is stored.
 pub async fn exists(here: &Rc<Shard>, bucket: &str, keys: &[String]) -> Result<Vec<bool>, KvError> {
     check_keys(keys)?;
-    let owners = Owners::of_keys(here, bucket, keys);
+    exists_by(here, bucket, keys, &Owners::of_keys(here, bucket, keys)).await
+}
+
+/// [`exists`] of keys already checked, whose `owners` the caller has found (a put of absent
+/// keys goes on to store them with the same owners: each key is hashed once).
+pub async fn exists_by(
+    here: &Rc<Shard>,
+    bucket: &str,
+    keys: &[String],
+    owners: &Owners,
+) -> Result<Vec<bool>, KvError> {
     if owners.only(here.id) {
         // All here (a client that sends each call to its keys' shard): no job, no copies.
         return Ok(here.tier.exists(bucket, keys)?);

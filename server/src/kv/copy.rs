@@ -23,7 +23,8 @@ use yutu_transfer::{
 };
 
 use crate::kv::calls::{
-    check_keys, check_lens, end_puts, exists, lease, released, revoke_all, start_puts, DEFAULT_TTL,
+    check_keys, check_lens, end_puts, exists_by, lease, released, revoke_all, start_puts,
+    DEFAULT_TTL,
 };
 use crate::kv::direct::{self, CallKey, Copied, Items};
 use crate::kv::error::KvError;
@@ -232,6 +233,7 @@ async fn on_owners<R, F>(
     caller: &Caller<'_>,
     bucket: &str,
     keys: &Arc<[String]>,
+    owners: Owners,
     ranges: Vec<Vec<DirectRange>>,
     op: fn(Rc<Shard>, String, Items) -> F,
 ) -> Result<Vec<(Vec<usize>, R)>, KvError>
@@ -239,7 +241,6 @@ where
     R: Send + 'static,
     F: std::future::Future<Output = R> + 'static,
 {
-    let owners = Owners::of_keys(caller.here, bucket, keys);
     let b = bucket.to_string();
     // Each index is in exactly one owner's group: its ranges move there, uncopied.
     let mut ranges = ranges;
@@ -272,7 +273,8 @@ async fn copy_out_direct(
     keys: Arc<[String]>,
     targets: Vec<Vec<DirectRange>>,
 ) -> Result<Vec<Option<u64>>, KvError> {
-    let answers = on_owners(caller, bucket, &keys, targets, direct::copy_out).await?;
+    let owners = Owners::of_keys(caller.here, bucket, &keys);
+    let answers = on_owners(caller, bucket, &keys, owners, targets, direct::copy_out).await?;
     let mut copied = vec![None; keys.len()];
     for (idx, answer) in answers {
         for (i, c) in idx.into_iter().zip(answer?) {
@@ -465,8 +467,9 @@ pub async fn put_from(
     }
     // With `if_absent`, the blocks whose key is present are left out here and answer an
     // empty ETag; `wanted` maps the blocks still to store back onto the request.
+    let owners = Owners::of_keys(caller.here, bucket, &keys);
     let wanted: Vec<usize> = if req.if_absent {
-        let present = exists(caller.here, bucket, &keys).await?;
+        let present = exists_by(caller.here, bucket, &keys, &owners).await?;
         (0..requested).filter(|&i| !present[i]).collect()
     } else {
         (0..requested).collect()
@@ -475,17 +478,20 @@ pub async fn put_from(
     if wanted.is_empty() {
         return Ok(EtagsResponse { etags });
     }
-    let (keys, rooms, spans) = if wanted.len() == requested {
-        (keys, rooms, spans)
+    let (keys, rooms, spans, owners) = if wanted.len() == requested {
+        (keys, rooms, spans, owners)
     } else {
+        let keys: Vec<String> = wanted.iter().map(|&i| keys[i].clone()).collect();
+        let owners = Owners::of_keys(caller.here, bucket, &keys);
         (
-            wanted.iter().map(|&i| keys[i].clone()).collect(),
+            keys,
             wanted.iter().map(|&i| rooms[i]).collect(),
             wanted.iter().map(|&i| spans[i].clone()).collect::<Vec<_>>(),
+            owners,
         )
     };
     let stored = match map_blocks(&engine, &spans).await? {
-        Some(sources) => put_from_direct(caller, bucket, keys.into(), sources).await?,
+        Some(sources) => put_from_direct(caller, bucket, keys.into(), owners, sources).await?,
         None => {
             let _call = engine_call(caller)?;
             let lens: Vec<(String, u64)> = keys.into_iter().zip(rooms).collect();
@@ -502,9 +508,10 @@ async fn put_from_direct(
     caller: &Caller<'_>,
     bucket: &str,
     keys: Arc<[String]>,
+    owners: Owners,
     sources: Vec<Vec<DirectRange>>,
 ) -> Result<Vec<String>, KvError> {
-    let answers = on_owners(caller, bucket, &keys, sources, direct::put_from).await?;
+    let answers = on_owners(caller, bucket, &keys, owners, sources, direct::put_from).await?;
     let mut etags = vec![String::new(); keys.len()];
     for (idx, answer) in answers {
         for (i, r) in idx.into_iter().zip(answer) {
