@@ -466,10 +466,13 @@ pub async fn put_from(
         pin_blocks(caller, bucket, &keys, pin).await?;
     }
     // With `if_absent`, the blocks whose key is present are left out here and answer an
-    // empty ETag; `wanted` maps the blocks still to store back onto the request.
-    let owners = Owners::of_keys(caller.here, bucket, &keys);
+    // empty ETag; `wanted` maps the blocks still to store back onto the request. The keys'
+    // owners are found once, for the check and the direct store (the engine path's put-start
+    // finds its own).
+    let mut owners = None;
     let wanted: Vec<usize> = if req.if_absent {
-        let present = exists_by(caller.here, bucket, &keys, &owners).await?;
+        let found = owners.insert(Owners::of_keys(caller.here, bucket, &keys));
+        let present = exists_by(caller.here, bucket, &keys, found).await?;
         (0..requested).filter(|&i| !present[i]).collect()
     } else {
         (0..requested).collect()
@@ -481,17 +484,18 @@ pub async fn put_from(
     let (keys, rooms, spans, owners) = if wanted.len() == requested {
         (keys, rooms, spans, owners)
     } else {
-        let keys: Vec<String> = wanted.iter().map(|&i| keys[i].clone()).collect();
-        let owners = Owners::of_keys(caller.here, bucket, &keys);
         (
-            keys,
+            wanted.iter().map(|&i| keys[i].clone()).collect(),
             wanted.iter().map(|&i| rooms[i]).collect(),
             wanted.iter().map(|&i| spans[i].clone()).collect::<Vec<_>>(),
-            owners,
+            None,
         )
     };
     let stored = match map_blocks(&engine, &spans).await? {
-        Some(sources) => put_from_direct(caller, bucket, keys.into(), owners, sources).await?,
+        Some(sources) => {
+            let owners = owners.unwrap_or_else(|| Owners::of_keys(caller.here, bucket, &keys));
+            put_from_direct(caller, bucket, keys.into(), owners, sources).await?
+        }
         None => {
             let _call = engine_call(caller)?;
             let lens: Vec<(String, u64)> = keys.into_iter().zip(rooms).collect();
