@@ -19,6 +19,13 @@ pub trait EvictionPolicy {
     fn on_access(&mut self, id: EntryId);
     /// An entry left the store by any path other than `pick_victim`.
     fn on_remove(&mut self, id: EntryId);
+    /// An evictable entry was overwritten by a new version of `size` bytes that keeps its id
+    /// (the store's overwrite in place): what a removal then an insertion would do, which
+    /// is the default; a policy may do it in one step.
+    fn on_rewrite(&mut self, id: EntryId, size: u64) {
+        self.on_remove(id);
+        self.on_insert(id, size);
+    }
     /// Chooses and forgets the next entry to evict; `None` when nothing is evictable.
     fn pick_victim(&mut self) -> Option<EntryId>;
 }
@@ -57,6 +64,12 @@ impl EvictionPolicy for Lru {
 
     fn on_remove(&mut self, id: EntryId) {
         self.order.pop(&id);
+    }
+
+    /// The most recently used, in place: `put` of a present key moves its node to the
+    /// front, where `pop` then `put` would free a node and allocate another.
+    fn on_rewrite(&mut self, id: EntryId, _size: u64) {
+        self.order.put(id, ());
     }
 
     fn pick_victim(&mut self) -> Option<EntryId> {

@@ -863,6 +863,41 @@ mod tests {
         assert_eq!(s.ids.len(), s.object_count());
     }
 
+    /// An overwrite that nothing holds the old version of keeps the entry's id (the reverse
+    /// map and the policy keep their entry); one over a leased version takes a new id, the
+    /// lease keeps reading the old bytes, and when it ends every structure has one entry per
+    /// key: each key is evicted once, and then nothing is held.
+    #[test]
+    fn an_overwrite_keeps_the_id_unless_a_lease_pins_the_old_version() {
+        let mut s = store(64 * 1024);
+        let id = |s: &ShardStore, k: &str| s.buckets["b"].objects[k].id;
+        put(&mut s, "a", &[1u8; 4096]);
+        put(&mut s, "z", &[1u8; 4096]);
+        let first = id(&s, "a");
+        put(&mut s, "a", &[2u8; 4096]);
+        assert_eq!(id(&s, "a"), first, "nothing held the old version");
+        let r = s
+            .lease(7, "", "b", &["a".into()], Duration::from_secs(10))
+            .unwrap()[0]
+            .clone()
+            .unwrap();
+        put(&mut s, "a", &[3u8; 4096]);
+        assert_ne!(
+            id(&s, "a"),
+            first,
+            "the lease pins the old version by its id"
+        );
+        assert_eq!(s.arena_bytes(r.offset, r.len).unwrap(), &[2u8; 4096][..]);
+        put(&mut s, "a", &[4u8; 4096]);
+        assert!(s.release_lease(7));
+        assert_eq!((s.ids.len(), s.object_count()), (2, 2));
+        let mut evicted = 0;
+        while s.evict_one() {
+            evicted += 1;
+        }
+        assert_eq!((evicted, s.used(), s.object_count()), (2, 0, 0));
+    }
+
     #[test]
     fn leases_expire() {
         let mut s = store(64 * 1024);

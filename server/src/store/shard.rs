@@ -768,7 +768,15 @@ impl ShardStore {
     /// version's place in the index; everything else exactly as its `remove_entry` and the
     /// insertion that follows do, in the same order. `Err(entry)`, untouched, when there is
     /// no such version or a demotion is in flight (the caller then removes and inserts).
-    fn replace_in_place(&mut self, bucket: &str, key: &str, entry: Entry) -> Result<(), Entry> {
+    ///
+    /// When nothing holds the old version by its id (no lease pins it, no admin pin took it
+    /// out of the policy's order), the new version takes that id: the reverse map keeps its
+    /// names and the policy moves the id to the front, where a new id costs a removal and an
+    /// insertion in each (hashing, a policy node freed and another allocated; about a tenth
+    /// of a node's time on a stream of 4 KiB overwrites). Ids name entries only for the
+    /// reverse map, the policy, pins and `pinned_out`, and the two that outlive a version
+    /// (a pin, `pinned_out`) are exactly those that keep the new id from being reused.
+    fn replace_in_place(&mut self, bucket: &str, key: &str, mut entry: Entry) -> Result<(), Entry> {
         if !self.demoting.is_empty() {
             return Err(entry);
         }
@@ -779,6 +787,35 @@ impl ShardStore {
         else {
             return Err(entry);
         };
+        let held_by_id = (!self.pins.is_empty() && self.pins.contains_key(&slot.id))
+            || (!self.pinned_out.is_empty() && self.pinned_out.contains(&slot.id));
+        if !held_by_id {
+            entry.id = slot.id;
+            let (id, size, kv) = (entry.id, entry.meta.size, entry.meta.kv);
+            let old = std::mem::replace(slot, entry);
+            // As `left_index` and `drop_entry`, but for the reverse map and the policy.
+            self.presence
+                .borrow_mut()
+                .changed(bucket, key, FLAG_DRAM, false);
+            if !old.on_nvme {
+                self.count_held(bucket, 0, old.meta.size);
+            }
+            self.used -= old.charge;
+            self.arena.free(old.extent);
+            if let Some(ev) = self.events.as_mut() {
+                ev.removed(bucket, key, old.meta.kv);
+            }
+            // As `entered_index`, the reverse map already naming `id`.
+            self.count_held(bucket, size, 0);
+            self.presence
+                .borrow_mut()
+                .changed(bucket, key, FLAG_DRAM, true);
+            self.policy.on_rewrite(id, size);
+            if let Some(ev) = self.events.as_mut() {
+                ev.stored(bucket, key, kv, Tier::Dram);
+            }
+            return Ok(());
+        }
         let (id, size, kv) = (entry.id, entry.meta.size, entry.meta.kv);
         let old = std::mem::replace(slot, entry);
         // The old version goes (as `remove_entry` does it)...
