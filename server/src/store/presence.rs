@@ -227,6 +227,19 @@ impl Presence {
 
     /// A tier (`flag`) now holds (`on`) or no longer holds `bucket/key`.
     pub fn changed(&mut self, bucket: &str, key: &str, flag: u64, on: bool) {
+        self.apply(bucket, key, flag, on, flag == FLAG_DRAM && !on);
+    }
+
+    /// DRAM holds a new version of `bucket/key` in place of the one it held (an overwrite):
+    /// its mirror slot goes and the table shows it in DRAM, what `changed(.., false)` then
+    /// `changed(.., true)` do within one hold, with one keyed hash of the key, not two.
+    pub fn rewritten(&mut self, bucket: &str, key: &str) {
+        self.apply(bucket, key, FLAG_DRAM, true, true);
+    }
+
+    /// Sets or clears `flag` of `bucket/key` in the bucket's table, first dropping the key's
+    /// mirror slot when `drop_mirror`.
+    fn apply(&mut self, bucket: &str, key: &str, flag: u64, on: bool, drop_mirror: bool) {
         if self.tables.is_empty() {
             return;
         }
@@ -241,7 +254,7 @@ impl Presence {
             return;
         };
         let fp = fingerprint(&shared.secret, key);
-        if flag == FLAG_DRAM && !on {
+        if drop_mirror {
             if let Some(m) = shared.mirror() {
                 m.remove(fp);
             }
@@ -696,6 +709,15 @@ mod tests {
         assert_eq!(mirrored(&g, "k").as_deref(), Some(&b"value"[..]));
         p.changed("b", "k", FLAG_DRAM, false);
         assert_eq!(mirrored(&g, "k"), None);
+        // An overwrite in place drops it too, and the key is still shown in DRAM: also one
+        // the table did not show before (the pair of changes it stands for would add it).
+        p.changed("b", "k", FLAG_DRAM, true);
+        p.stored("b", "k", b"value");
+        p.rewritten("b", "k");
+        assert_eq!(mirrored(&g, "k"), None);
+        assert_eq!(lookup(&g, "k"), Found::Present);
+        p.rewritten("b", "unseen");
+        assert_eq!(lookup(&g, "unseen"), Found::Present);
         // Too large: not mirrored.
         p.stored("b", "big", &vec![1u8; MIRROR_VALUE_MAX + 1]);
         assert_eq!(mirrored(&g, "big"), None);

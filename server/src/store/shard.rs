@@ -603,6 +603,15 @@ impl ShardStore {
         size: u64,
         charge: u64,
     ) -> Result<Extent, StoreError> {
+        // Room without evicting anything (the common case): the old version, if any, cannot
+        // be touched, so it need not be looked up (a B-tree walk) nor taken out of the
+        // policy's order first; `reserve` starts the same way.
+        if self.used + charge <= self.capacity {
+            if let Some(extent) = self.arena.allocate(size) {
+                self.used += charge;
+                return Ok(extent);
+            }
+        }
         let old = self
             .buckets
             .get(bucket)
@@ -611,14 +620,6 @@ impl ShardStore {
         let Some((old_id, old_charge, old_len)) = old else {
             return self.reserve(size, charge);
         };
-        // Room without evicting anything (the common case): the old version cannot be
-        // touched, so it need not be taken out of the policy's order first.
-        if self.used + charge <= self.capacity {
-            if let Some(extent) = self.arena.allocate(size) {
-                self.used += charge;
-                return Ok(extent);
-            }
-        }
         // A leased old version is out of the policy already and keeps its bytes regardless.
         let evictable = !self.pins.contains_key(&old_id);
         if evictable {
@@ -780,11 +781,10 @@ impl ShardStore {
         if !self.demoting.is_empty() {
             return Err(entry);
         }
-        let Some(slot) = self
-            .buckets
-            .get_mut(bucket)
-            .and_then(|b| b.objects.get_mut(key))
-        else {
+        let Some(part) = self.buckets.get_mut(bucket) else {
+            return Err(entry);
+        };
+        let Some(slot) = part.objects.get_mut(key) else {
             return Err(entry);
         };
         let held_by_id = (!self.pins.is_empty() && self.pins.contains_key(&slot.id))
@@ -793,23 +793,20 @@ impl ShardStore {
             entry.id = slot.id;
             let (id, size, kv) = (entry.id, entry.meta.size, entry.meta.kv);
             let old = std::mem::replace(slot, entry);
-            // As `left_index` and `drop_entry`, but for the reverse map and the policy.
-            self.presence
-                .borrow_mut()
-                .changed(bucket, key, FLAG_DRAM, false);
+            // As `left_index` and `drop_entry`, but for the reverse map and the policy; and
+            // as `count_held` twice, on the bucket in hand.
             if !old.on_nvme {
-                self.count_held(bucket, 0, old.meta.size);
+                part.held = part.held.saturating_sub(old.meta.size);
             }
+            part.held += size;
+            // The presence table's two changes (out, then in) at once.
+            self.presence.borrow_mut().rewritten(bucket, key);
             self.used -= old.charge;
             self.arena.free(old.extent);
             if let Some(ev) = self.events.as_mut() {
                 ev.removed(bucket, key, old.meta.kv);
             }
             // As `entered_index`, the reverse map already naming `id`.
-            self.count_held(bucket, size, 0);
-            self.presence
-                .borrow_mut()
-                .changed(bucket, key, FLAG_DRAM, true);
             self.policy.on_rewrite(id, size);
             if let Some(ev) = self.events.as_mut() {
                 ev.stored(bucket, key, kv, Tier::Dram);
