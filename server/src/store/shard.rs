@@ -747,7 +747,11 @@ impl ShardStore {
         // walk, a key allocation and the reverse map's two strings each. Only while nothing
         // is being demoted: an old version on its way to NVMe goes through `remove_entry`.
         if let Err(entry) = self.replace_in_place(bucket, key, entry) {
-            self.remove_entry(bucket, key);
+            // Refused with nothing in demotion only when the index lacks the key: then there
+            // is nothing to remove (and a removal's B-tree walk is saved on every new key).
+            if !self.demoting.is_empty() {
+                self.remove_entry(bucket, key);
+            }
             match self.buckets.get_mut(bucket) {
                 Some(part) => {
                     part.objects.insert(key.to_string(), entry);
