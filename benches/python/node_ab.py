@@ -174,6 +174,32 @@ def rows_of(case: str, r: dict) -> list[tuple[str, float]]:
     return [(case, r["bytes"] / r["elapsed"] / 1e9)]
 
 
+def guarded(run, nodes: list[Node], tmp: Path, cleanup=None) -> int:
+    """`run()`'s exit status, then the nodes stopped whatever happened: 130 when interrupted,
+    1 on an error (logged); the scratch directory is removed unless something failed (its
+    node logs are kept, and named)."""
+    rc = 1
+    try:
+        rc = run()
+    except KeyboardInterrupt:
+        mc.log("interrupted; stopping the nodes")
+        rc = 130
+    except Exception as e:  # noqa: BLE001
+        mc.log(f"error: {e}")
+        rc = 1
+    finally:
+        if cleanup is not None:
+            cleanup()
+        for node in nodes:
+            node.work = None
+            node.stop()
+        if rc not in (0, 130):
+            mc.log(f"logs kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return rc
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -206,8 +232,9 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="yutu-node-ab-"))
     nodes: list[Node] = []
-    rc = 0
-    try:
+
+    def run() -> int:
+        rc = 0
         for name, server, extra in (("a", args.a_server, args.a_arg), ("b", args.b_server, args.b_arg)):
             node = Node(name, server, extra, args.memory, tmp)
             nodes.append(node)
@@ -261,21 +288,9 @@ def main() -> int:
                              "b": " ".join([args.b_server, *args.b_arg])}}
             Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
             mc.log(f"wrote {args.json}")
-    except KeyboardInterrupt:
-        mc.log("interrupted; stopping the nodes")
-        rc = 130
-    except Exception as e:  # noqa: BLE001
-        mc.log(f"error: {e}")
-        rc = 1
-    finally:
-        for node in nodes:
-            node.work = None
-            node.stop()
-        if rc not in (0, 130):
-            mc.log(f"logs kept in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return rc
+        return rc
+
+    return guarded(run, nodes, tmp)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -97,8 +96,9 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="yutu-node-profile-"))
     node = ab.Node("n", args.server, args.arg, args.memory, tmp)
     perf: subprocess.Popen | None = None
-    rc = 0
-    try:
+
+    def run() -> int:
+        nonlocal perf
         url = node.wait_ready(ab.shards_of(args.arg), time.monotonic() + 120)
         node.work = mc.Workload({"system": "yutu", "metadata_server": url, "master_server_addr": url,
                                  "global_segment_size": 0, "local_buffer_size": 64 * mc.MiB,
@@ -139,23 +139,13 @@ def main() -> int:
         if perf is not None:
             perf.wait(timeout=args.perf_seconds + 60)
             print(f"profile: perf report -i {args.perf} --no-children", flush=True)
-        rc = 1 if errors else 0
-    except KeyboardInterrupt:
-        mc.log("interrupted; stopping the node")
-        rc = 130
-    except Exception as e:  # noqa: BLE001
-        mc.log(f"error: {e}")
-        rc = 1
-    finally:
+        return 1 if errors else 0
+
+    def stop_perf() -> None:
         if perf is not None and perf.poll() is None:
             perf.terminate()
-        node.work = None
-        node.stop()
-        if rc not in (0, 130):
-            mc.log(f"logs kept in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return rc
+
+    return ab.guarded(run, [node], tmp, cleanup=stop_perf)
 
 
 if __name__ == "__main__":
