@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what `yutu-bench` needs besides the Rust toolchain, from Debian's packages:
 #   fio, the reference of the nvme suite;
+#   linux-perf: `perf record` for benches/python/node_profile.py --perf;
 #   redis-server, redis-tools (redis-benchmark) and memcached: the 4 KiB references of the kv
 #   suite. The bench starts its own servers on free loopback ports; the system services are
 #   neither needed nor started here.
@@ -46,6 +47,12 @@ nginx_has_dav() {
 if ! command -v fio >/dev/null 2>&1; then
     $SUDO apt-get update
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y fio
+fi
+
+# perf: what benches/python/node_profile.py --perf records the node with.
+if ! command -v perf >/dev/null 2>&1; then
+    $SUDO apt-get update
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y linux-perf
 fi
 
 # etcd: the cluster suite's membership store (Debian's etcd-server; its service is not

@@ -7,7 +7,8 @@ alone for seconds. This script starts one node (as node_ab.py does: --prefault, 
 tier), writes node_ab.py's read sets, then repeats one case until --seconds are up and prints
 each repetition's rows and their medians. With --perf FILE it also runs
 `perf record --call-graph dwarf -p NODE_PID` for --perf-seconds once the first repetition is
-done (perf must be installed and allowed), and prints the command that reads the profile.
+done (`scripts/install-bench-deps.sh` installs perf; it must be allowed to trace the node),
+and prints the command that reads the profile.
 
   cargo build --release -p yutu-server
   .venv-bench/bin/python benches/python/node_profile.py --case stress_get --seconds 12 --perf get.data
