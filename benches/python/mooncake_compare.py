@@ -28,7 +28,8 @@ Rows (each measured on every system, in alternating order, median of --reps repe
   is_exist of a present key, p50 and p99                                 (us)
   batch_is_exist of 64 present keys, p50 and p99                         (us)
   4 client processes at once, each batch_get_into 2 MiB x 16             (aggregate GB/s)
-  the 2 MiB rows again in memory from MooncakeHostMemAllocator (_hostalloc), and one
+  the 2 MiB rows again in memory from MooncakeHostMemAllocator (_hostalloc) and in plain
+  posix_memalign memory, as torch's CPU tensors have (_malloc), and one
   thread's numpy memcpy of the same bytes in the client process (the memcpy reference), and
   two threads' (what two cores copy: the ceiling of a store that copies each block once)
   batch_is_exist of 1 present key, p50 and p99                           (us)
@@ -200,12 +201,33 @@ class Workload:
         rc = self.store.register_buffer(self.alloc_base, n)
         if rc != 0:
             raise RuntimeError(f"{self.system}: register_buffer of allocator memory returned {rc}")
+        # The same layout once more in plain `posix_memalign` memory, the way torch's CPU
+        # allocator gets a tensor's storage: unlike numpy, which advises its large arrays to
+        # use transparent huge pages, it leaves the kernel's default (4 KiB pages where
+        # transparent_hugepage is `madvise`, as on most distributions).
+        libc = ctypes.CDLL(None)
+        libc.posix_memalign.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t,
+                                        ctypes.c_size_t]
+        libc.free.argtypes = [ctypes.c_void_p]
+        self.libc = libc
+        p = ctypes.c_void_p()
+        if libc.posix_memalign(ctypes.byref(p), 64, n) != 0:
+            raise MemoryError(f"posix_memalign of {n} bytes")
+        self.malloc_base = p.value
+        self.malloc_buf = np.frombuffer((ctypes.c_ubyte * n).from_address(self.malloc_base),
+                                        dtype=np.uint8)
+        self.malloc_buf[:] = self.buf
+        rc = self.store.register_buffer(self.malloc_base, n)
+        if rc != 0:
+            raise RuntimeError(f"{self.system}: register_buffer of malloc memory returned {rc}")
         self.numpy = (self.buf, self.base)
         self.prefix = conf["key_prefix"]
 
     def use(self, mem: str) -> None:
-        """Points the next operations at the numpy array or at the allocator's memory."""
-        self.buf, self.base = self.numpy if mem == "numpy" else (self.alloc_buf, self.alloc_base)
+        """Points the next operations at the numpy array, the allocator's memory or the
+        malloc'd memory."""
+        self.buf, self.base = {"numpy": self.numpy, "alloc": (self.alloc_buf, self.alloc_base),
+                               "malloc": (self.malloc_buf, self.malloc_base)}[mem]
 
     # Keys and pointers. Key j of batch g holds source block (j + g) % batch, so that a
     # mixed-up key or batch shows up in the check.
@@ -564,6 +586,11 @@ class Workload:
             self.store.close()
         except Exception:
             pass
+        # Only once the store is closed: until then a transfer may still name the memory.
+        self.malloc_buf = None
+        self.buf = None
+        self.libc.free(self.malloc_base)
+        self.malloc_base = 0
 
 
 def worker_main(conf: dict) -> int:
@@ -897,6 +924,8 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
         "mp": Row(f"batch_get_into_2MiB_x{bb}_{MP_PROCS}proc", "GB/s", mb_per_s=True),
         "put_alloc": Row(f"batch_put_from_2MiB_x{bb}_hostalloc", "GB/s", mb_per_s=True),
         "get_alloc": Row(f"batch_get_into_2MiB_x{bb}_hostalloc", "GB/s", mb_per_s=True),
+        "put_malloc": Row(f"batch_put_from_2MiB_x{bb}_malloc", "GB/s", mb_per_s=True),
+        "get_malloc": Row(f"batch_get_into_2MiB_x{bb}_malloc", "GB/s", mb_per_s=True),
         "memcpy": Row(f"memcpy_2MiB_x{bb}_one_thread", "GB/s", mb_per_s=True),
         "memcpy2": Row(f"memcpy_2MiB_x{bb}_two_threads", "GB/s", mb_per_s=True),
         "exist1_p50": Row("batch_is_exist_1_p50", "us", lower_is_better=True),
@@ -937,6 +966,8 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
             s.main.call("prepare", tag="small", size=ss, batch=sb, batches=pl["small_prepared"])
             s.main.call("prepare", tag="abig", size=bs, batch=bb, batches=pl["big_prepared"],
                         mem="alloc")
+            s.main.call("prepare", tag="mbig", size=bs, batch=bb, batches=pl["big_prepared"],
+                        mem="malloc")
             s.main.call("prepare_values", tag="lat", n=pl["lat_keys"], size=LAT_SIZE)
             for name, (shape, mem) in ENGINE_SHAPES.items():
                 s.main.call("multi_prepare", tag=name, shape=list(shape), batches=pl["multi_prepared"],
@@ -974,6 +1005,12 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
                 r = s.main.call("get", tag="abig", size=bs, batch=bb, prepared=pl["big_prepared"],
                                 iters=pl["big_get"], verify=rep == 0, mem="alloc")
                 record(rows["get_alloc"], s.name, r, bs)
+                r = s.main.call("put", tag=f"pm{rep}", size=bs, batch=bb, batches=pl["big_put"],
+                                verify=rep == 0, mem="malloc")
+                record(rows["put_malloc"], s.name, r, bs)
+                r = s.main.call("get", tag="mbig", size=bs, batch=bb, prepared=pl["big_prepared"],
+                                iters=pl["big_get"], verify=rep == 0, mem="malloc")
+                record(rows["get_malloc"], s.name, r, bs)
                 r = s.main.call("memcpy", size=bs, batch=bb, iters=pl["big_get"])
                 record(rows["memcpy"], s.name, r, bs)
                 r = s.main.call("memcpy", size=bs, batch=bb, iters=pl["big_get"], threads=2)

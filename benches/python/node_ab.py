@@ -16,7 +16,8 @@ in this process, each node with a client and a registered numpy buffer of its ow
   .venv-bench/bin/python benches/python/node_ab.py --cases get,lmcache_get --reps 7
 
 Cases (GB/s): put / get (batch_put_from / batch_get_into, 2 MiB x 16, numpy), alloc_put /
-alloc_get (the same in MooncakeHostMemAllocator memory), vllm_put / vllm_get (16 keys x 8 spans
+alloc_get (the same in MooncakeHostMemAllocator memory), malloc_put / malloc_get (the same in
+posix_memalign memory, torch's kind: no transparent-huge-page advice of its own), vllm_put / vllm_get (16 keys x 8 spans
 x 256 KiB), sglang_put / sglang_get (16 x 32 x 32 KiB, allocator memory), lmcache_put
 (put_parts, 28 B + 2 MiB), lmcache_get (batch_get_buffer, 8 x 2 MiB), single_put
 (batch_put_from of one 2 MiB block), small_put / small_get (batch_put_from /
@@ -52,7 +53,7 @@ BIG = 2 * MiB
 SMALL, SMALL_BATCH = mc.SMALL
 VLLM = [16, 8, 256 * KiB]
 SGLANG = [16, 32, 32 * KiB]
-CASES = ["put", "get", "alloc_put", "alloc_get", "vllm_put", "vllm_get", "sglang_put", "sglang_get",
+CASES = ["put", "get", "alloc_put", "alloc_get", "malloc_put", "malloc_get", "vllm_put", "vllm_get", "sglang_put", "sglang_get",
          "lmcache_put", "lmcache_get", "single_put", "small_put", "small_get", "memcpy", "stress", "is_exist", "get_4KiB", "batch_is_exist_64"]
 # The latency cases: each gives a p50 and a p99 row (microseconds, lower is better).
 LATENCY = {"is_exist", "get_4KiB", "batch_is_exist_64"}
@@ -116,6 +117,7 @@ def prepare(w: mc.Workload, name: str) -> None:
     w.op_warm(BIG, 16, 16)
     w.op_prepare("big", BIG, 16, 4)
     w.op_prepare("abig", BIG, 16, 4, mem="alloc")
+    w.op_prepare("mbig", BIG, 16, 4, mem="malloc")
     w.op_prepare("small", SMALL, SMALL_BATCH, 16)
     w.op_multi_prepare("vllm", VLLM, 2, mem="numpy")
     w.op_multi_prepare("sglang", SGLANG, 2, mem="alloc")
@@ -132,6 +134,10 @@ def run_case(w: mc.Workload, case: str, rep: int, verify: bool) -> dict:
         return w.op_put(f"ap{rep}", BIG, 16, 16, verify, mem="alloc")
     if case == "alloc_get":
         return w.op_get("abig", BIG, 16, 4, 64, verify, mem="alloc")
+    if case == "malloc_put":
+        return w.op_put(f"mp{rep}", BIG, 16, 16, verify, mem="malloc")
+    if case == "malloc_get":
+        return w.op_get("mbig", BIG, 16, 4, 64, verify, mem="malloc")
     if case == "vllm_put":
         return w.op_multi_put(f"vp{rep}", VLLM, 8, verify, mem="numpy")
     if case == "vllm_get":
@@ -208,6 +214,11 @@ def main() -> int:
     ap.add_argument("--b-server", default=default, help="node B's binary (default: the same)")
     ap.add_argument("--a-arg", action="append", default=[], metavar="ARG", help="an extra argument of node A (repeatable)")
     ap.add_argument("--b-arg", action="append", default=[], metavar="ARG", help="an extra argument of node B (repeatable)")
+    ap.add_argument("--a-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="client environment while node A's client is made and registers its buffers "
+                         "(repeatable; e.g. YUTU_HUGE_PAGES=0)")
+    ap.add_argument("--b-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="the same for node B's client")
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated cases (default: all)")
     ap.add_argument("--reps", type=int, default=5, help="repetitions per case and node (default 5)")
     ap.add_argument("--memory", default="2GiB", help="each node's --memory (default 2GiB)")
@@ -222,7 +233,14 @@ def main() -> int:
         if not Path(s).is_file():
             print(f"{s} not found: cargo build --release -p yutu-server", file=sys.stderr)
             return 2
-    if args.a_server == args.b_server and args.a_arg == args.b_arg:
+    envs = {}
+    for name, pairs in (("a", args.a_env), ("b", args.b_env)):
+        bad = [p for p in pairs if "=" not in p]
+        if bad:
+            print(f"--{name}-env takes KEY=VALUE, not {bad}", file=sys.stderr)
+            return 2
+        envs[name] = dict(p.split("=", 1) for p in pairs)
+    if args.a_server == args.b_server and args.a_arg == args.b_arg and envs["a"] == envs["b"]:
         print("node A and node B are the same: give another binary or other arguments", file=sys.stderr)
         return 2
 
@@ -239,11 +257,21 @@ def main() -> int:
             node = Node(name, server, extra, args.memory, tmp)
             nodes.append(node)
             url = node.wait_ready(shards_of(extra), time.monotonic() + 120)
-            node.work = mc.Workload({"system": "yutu", "metadata_server": url, "master_server_addr": url,
-                                     "global_segment_size": 0, "local_buffer_size": 64 * MiB,
-                                     "key_prefix": f"ab-{name}-"})
-            mc.log(f"[node {name}] {server} {' '.join(extra)}: writing the read sets")
-            prepare(node.work, name)
+            saved = {k: os.environ.get(k) for k in envs[name]}
+            os.environ.update(envs[name])
+            try:
+                node.work = mc.Workload({"system": "yutu", "metadata_server": url, "master_server_addr": url,
+                                         "global_segment_size": 0, "local_buffer_size": 64 * MiB,
+                                         "key_prefix": f"ab-{name}-"})
+                mc.log(f"[node {name}] {server} {' '.join(extra)} {' '.join(getattr(args, name + '_env'))}: "
+                       "writing the read sets")
+                prepare(node.work, name)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
         samples: dict = {n.name: {} for n in nodes}
         errors = {n.name: {c: 0 for c in cases} for n in nodes}
         # A first round, checked and not counted: first-touch costs (a slab mapped, a
@@ -258,8 +286,8 @@ def main() -> int:
                         for row, value in rows_of(case, r):
                             samples[node.name].setdefault(row, []).append(value)
         results = []
-        lines = [f"node A: {args.a_server} {' '.join(args.a_arg)}",
-                 f"node B: {args.b_server} {' '.join(args.b_arg)}",
+        lines = [f"node A: {args.a_server} {' '.join(args.a_arg + args.a_env)}",
+                 f"node B: {args.b_server} {' '.join(args.b_arg + args.b_env)}",
                  f"{'case':22s} {'A':>8s} {'B':>8s} {'unit':5s} {'ratio':>6s}   samples A | B"]
         for case in cases:
             for row, _ in rows_of(case, {"p50_us": 0, "p99_us": 0, "bytes": 0, "elapsed": 1,

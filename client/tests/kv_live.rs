@@ -913,3 +913,150 @@ fn an_engines_memfd_is_handed_to_the_node() {
         Some("in place")
     );
 }
+
+/// An anonymous mapping of `len` bytes whose first byte is 2 MiB-aligned, every byte written
+/// (so every page is resident); unmapped when dropped.
+struct Filled {
+    base: *mut u8,
+    raw: *mut libc::c_void,
+    raw_len: usize,
+    len: usize,
+}
+
+impl Filled {
+    fn new(len: usize) -> Filled {
+        let raw_len = len + (2 << 20);
+        // SAFETY: a fresh private anonymous mapping, unmapped in `drop`.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                raw_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(raw, libc::MAP_FAILED);
+        let base = (raw as usize).next_multiple_of(2 << 20) as *mut u8;
+        // SAFETY: `[base, base + len)` lies inside the mapping just made.
+        unsafe { std::ptr::write_bytes(base, 0x5a, len) };
+        Filled {
+            base,
+            raw,
+            raw_len,
+            len,
+        }
+    }
+
+    /// Whether any part of `[base, base + len)` is advised `MADV_HUGEPAGE` (`hg` among its
+    /// `VmFlags` in `/proc/self/smaps`), and its bytes in huge pages (`AnonHugePages`).
+    fn huge(&self) -> (bool, u64) {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let (start, end) = (self.base as usize, self.base as usize + self.len);
+        let (mut inside, mut advised, mut huge) = (false, false, 0u64);
+        for line in smaps.lines() {
+            let range = line.split_once(' ').and_then(|(r, _)| r.split_once('-'));
+            if let Some((a, b)) = range.and_then(|(a, b)| {
+                Some((
+                    usize::from_str_radix(a, 16).ok()?,
+                    usize::from_str_radix(b, 16).ok()?,
+                ))
+            }) {
+                inside = a < end && b > start;
+            } else if inside {
+                if let Some(kb) = line.strip_prefix("AnonHugePages:") {
+                    huge += kb
+                        .trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .unwrap()
+                        << 10;
+                } else if let Some(flags) = line.strip_prefix("VmFlags:") {
+                    advised |= flags.split_whitespace().any(|f| f == "hg");
+                }
+            }
+        }
+        (advised, huge)
+    }
+}
+
+impl Drop for Filled {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.raw, self.raw_len) };
+    }
+}
+
+/// Whether this kernel collapses resident memory into transparent huge pages on request
+/// (`MADV_COLLAPSE`, Linux 6.1, with transparent huge pages not turned off).
+fn kernel_collapses() -> bool {
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut v = release
+        .trim()
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().ok());
+    let (major, minor) = (v.next().flatten(), v.next().flatten());
+    !thp.is_empty()
+        && !thp.contains("[never]")
+        && matches!((major, minor), (Some(ma), Some(mi)) if (ma, mi) >= (6, 1))
+}
+
+/// A host range an engine registers is advised to use transparent huge pages, and what it
+/// has already filled is collapsed into them (the node's cross-memory copies then run about
+/// twice as fast). The client's own-memory registration, which spans the whole address
+/// space, advises nothing: memory the client never registered keeps its pages.
+#[test]
+fn a_registered_host_range_is_backed_by_huge_pages_and_nothing_else_is() {
+    use yutu_client::kv::{PutOptions, Span, SpanStaging};
+    let Some(server) = start_server("huge") else {
+        return;
+    };
+    Client::new(&server.url)
+        .unwrap()
+        .create_bucket("huge")
+        .unwrap();
+    let kv = KvClient::new(&server.url, KvOptions::default()).expect("kv client");
+    let bystander = Filled::new(8 << 20);
+    let engine = Filled::new(8 << 20);
+    assert_eq!(engine.huge(), (false, 0), "plain pages before registration");
+
+    // The own-memory registration (made on the first put of the client's own objects).
+    let staging = SpanStaging::new(64 << 10, 2);
+    let value = pattern(200_000, 3);
+    let span = Span {
+        addr: value.as_ptr() as usize,
+        len: value.len() as u64,
+        device: None,
+    };
+    staging
+        .put_from_own(
+            &kv,
+            "huge",
+            &["own".to_string()],
+            &[&[span]],
+            &PutOptions::default(),
+        )
+        .expect("own put");
+    assert!(kv.own_memory_registered());
+    assert_eq!(bystander.huge(), (false, 0), "own memory advises nothing");
+
+    // SAFETY: `engine` stays mapped until after `buf` is dropped.
+    let buf = unsafe { kv.register_host(engine.base, engine.len as u64) }.expect("register");
+    let (advised, huge) = engine.huge();
+    assert!(advised, "the registered range is advised MADV_HUGEPAGE");
+    if kernel_collapses() {
+        assert!(
+            huge >= 2 << 20,
+            "its resident chunks are collapsed: {huge} bytes in huge pages"
+        );
+    }
+    // SAFETY: the range is the engine's mapping, alive for the borrow.
+    let bytes = unsafe { std::slice::from_raw_parts(engine.base, engine.len) };
+    assert!(bytes.iter().all(|b| *b == 0x5a), "the bytes are kept");
+    assert_eq!(bystander.huge(), (false, 0));
+    drop(buf);
+}

@@ -75,6 +75,7 @@ mod descriptor;
 pub mod device;
 mod engine;
 mod error;
+pub mod huge_backing;
 mod kind;
 mod proof;
 mod region;

@@ -45,7 +45,7 @@ impl KvClient {
                 // node copies only into the objects the callers of `own_parts` name, each
                 // alive and owned by its caller for its call.
                 match unsafe {
-                    self.register_host(OWN_START as *mut u8, (OWN_END - OWN_START) as u64)
+                    self.register_process_memory(OWN_START as *mut u8, (OWN_END - OWN_START) as u64)
                 } {
                     Ok(buf) => Some(Arc::new(buf)),
                     Err(err) => {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::node::borrowed;
 use yutu_api::kv::{GetIntoRequest, PutFromBlock, MAX_SPANS};
+use yutu_transfer::huge_backing::{self, HugeBacking};
 use yutu_transfer::MemoryRegion;
 
 use super::checks::{check_batch, check_range, same_len};
@@ -24,12 +25,41 @@ impl KvClient {
     /// node reads and writes it in place (no staging copy on the same host). Unregistered
     /// when the buffer is dropped.
     ///
+    /// The 2 MiB-aligned part of the range is first advised to use transparent huge pages,
+    /// and its wholly resident chunks are collapsed into them (`yutu_transfer::huge_backing`:
+    /// the node's copies into and out of it run about twice as fast); `YUTU_HUGE_PAGES=advise`
+    /// skips the collapse, `YUTU_HUGE_PAGES=0` both.
+    ///
     /// # Safety
     ///
     /// `[ptr, ptr + len)` must be readable and writable memory of this process that stays
     /// mapped until the returned buffer is dropped; the node writes into it during
     /// get-into calls that name it, as into any registered buffer.
     pub unsafe fn register_host(&self, ptr: *mut u8, len: u64) -> Result<Buffer, KvError> {
+        if let Ok(n) = usize::try_from(len) {
+            let report = huge_backing::back_with_huge_pages(ptr, n, HugeBacking::from_env());
+            tracing::debug!(
+                advised = report.advised,
+                collapsed = report.collapsed,
+                refused = report.refused.as_deref().unwrap_or(""),
+                "huge pages for a registered range"
+            );
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.register_process_memory(ptr, len) }
+    }
+
+    /// [`KvClient::register_host`] without the huge-page advice: for the own-memory
+    /// registration (`own.rs`), which spans the whole address space and so must not advise it.
+    ///
+    /// # Safety
+    ///
+    /// As [`KvClient::register_host`].
+    pub(super) unsafe fn register_process_memory(
+        &self,
+        ptr: *mut u8,
+        len: u64,
+    ) -> Result<Buffer, KvError> {
         let len = usize::try_from(len)
             .map_err(|_| KvError::InvalidArgument(format!("{len} bytes do not fit in memory")))?;
         // SAFETY: the caller's contract is the region's.
