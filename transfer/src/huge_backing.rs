@@ -2,10 +2,9 @@
 //!
 //! A same-host node reaches an engine's registered memory (a numpy array, a torch tensor, a
 //! host pool) with cross-memory attach, and the kernel pins and walks the engine's side of
-//! every copy page by page. With 4 KiB pages there that copy runs at about 4 GB/s a core on
-//! the 2-vCPU VM the benches run on; with 2 MiB pages it runs at 8-9.5 GB/s, close to a
-//! user-space `memcpy` (docs/benchmarks.md, "Huge pages on the engine's side"). The node's
-//! own side (its memfd arena) matters far less.
+//! every copy page by page. With 2 MiB pages there the node's 2 MiB copies ran 12-25% faster
+//! on the 2-vCPU VM the benches run on (docs/benchmarks.md, "Huge pages on the engine's
+//! side"); the node's own side (its memfd arena) matters far less.
 //!
 //! Most engines allocate those ranges with plain `malloc`/`mmap`, which on a distribution
 //! default (`transparent_hugepage=madvise`) gets 4 KiB pages. So when an engine registers a
