@@ -195,12 +195,7 @@ class Workload:
 
         n = self.buf.nbytes
         self.alloc_base = MooncakeHostMemAllocator().alloc(n)
-        self.alloc_buf = np.frombuffer((ctypes.c_ubyte * n).from_address(self.alloc_base),
-                                       dtype=np.uint8)
-        self.alloc_buf[:] = self.buf
-        rc = self.store.register_buffer(self.alloc_base, n)
-        if rc != 0:
-            raise RuntimeError(f"{self.system}: register_buffer of allocator memory returned {rc}")
+        self.alloc_buf = self.copy_and_register(self.alloc_base, n, "allocator")
         # The same layout once more in plain `posix_memalign` memory, the way torch's CPU
         # allocator gets a tensor's storage: unlike numpy, which advises its large arrays to
         # use transparent huge pages, it leaves the kernel's default (4 KiB pages where
@@ -214,14 +209,23 @@ class Workload:
         if libc.posix_memalign(ctypes.byref(p), 64, n) != 0:
             raise MemoryError(f"posix_memalign of {n} bytes")
         self.malloc_base = p.value
-        self.malloc_buf = np.frombuffer((ctypes.c_ubyte * n).from_address(self.malloc_base),
-                                        dtype=np.uint8)
-        self.malloc_buf[:] = self.buf
-        rc = self.store.register_buffer(self.malloc_base, n)
-        if rc != 0:
-            raise RuntimeError(f"{self.system}: register_buffer of malloc memory returned {rc}")
+        self.malloc_buf = self.copy_and_register(self.malloc_base, n, "malloc")
         self.numpy = (self.buf, self.base)
         self.prefix = conf["key_prefix"]
+
+    def copy_and_register(self, base: int, n: int, what: str):
+        """A numpy view of the `n` bytes at `base`, filled with the numpy array's layout and
+        registered with the store."""
+        import ctypes
+
+        import numpy as np
+
+        view = np.frombuffer((ctypes.c_ubyte * n).from_address(base), dtype=np.uint8)
+        view[:] = self.buf
+        rc = self.store.register_buffer(base, n)
+        if rc != 0:
+            raise RuntimeError(f"{self.system}: register_buffer of {what} memory returned {rc}")
+        return view
 
     def use(self, mem: str) -> None:
         """Points the next operations at the numpy array, the allocator's memory or the
