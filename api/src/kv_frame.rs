@@ -74,6 +74,12 @@ pub enum FrameOp {
     Write,
     /// [`PresenceRequest`] → [`PresenceGrant`]: Unix connections only.
     Presence,
+    /// [`ArenaChallengeRequest`] → [`ArenaChallenge`]: the first step towards an arena view
+    /// (Unix connections only).
+    ArenaChallenge,
+    /// [`ArenaViewRequest`] → [`ArenaViewGrant`]: the shard's arena, to a caller that proved
+    /// it can read the node's memory already (Unix connections only).
+    ArenaView,
 }
 
 impl FrameOp {
@@ -85,6 +91,8 @@ impl FrameOp {
             FrameOp::Read => 3,
             FrameOp::Write => 4,
             FrameOp::Presence => 5,
+            FrameOp::ArenaChallenge => 6,
+            FrameOp::ArenaView => 7,
             FrameOp::Kv(op) => {
                 16 + KvOp::ALL.iter().position(|o| *o == op).unwrap_or_default() as u8
             }
@@ -99,6 +107,8 @@ impl FrameOp {
             3 => Some(FrameOp::Read),
             4 => Some(FrameOp::Write),
             5 => Some(FrameOp::Presence),
+            6 => Some(FrameOp::ArenaChallenge),
+            7 => Some(FrameOp::ArenaView),
             c => KvOp::ALL
                 .get(usize::from(c.checked_sub(16)?))
                 .map(|op| FrameOp::Kv(*op)),
@@ -315,6 +325,53 @@ pub struct PresenceGrant {
     pub nonce: Vec<u8>,
 }
 
+/// [`FrameOp::ArenaChallenge`]: no fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArenaChallengeRequest {}
+
+/// Bytes of an arena challenge's nonce.
+pub const ARENA_NONCE_LEN: usize = 32;
+
+/// The answer to an [`ArenaChallengeRequest`]: [`ARENA_NONCE_LEN`] random bytes at `address`
+/// in the node's process ([`FramesInfo::pid`]), fresh for this connection. Read them with
+/// `process_vm_readv` and send them back in an [`ArenaViewRequest`]: the kernel lets a
+/// process do that only where it may read and write all of the node's memory (ptrace access),
+/// so the answer proves the caller gains nothing from a view of the arena that it does not
+/// have already. One answer per challenge: a wrong one spends it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArenaChallenge {
+    pub address: u64,
+    pub len: u32,
+}
+
+/// [`FrameOp::ArenaView`]: the challenge's bytes, as read out of the node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArenaViewRequest {
+    #[serde(with = "serde_bytes")]
+    pub proof: Vec<u8>,
+}
+
+/// The answer to a proven [`ArenaViewRequest`]: the shard's arena memfd, handed over on
+/// `socket` as a presence table's is (see [`PresenceGrant::socket`]). Map it shared,
+/// read-write, `len` bytes; a descriptor of this shard's blocks (`get`, `put-start`) names
+/// `segment` of engine `node`, and its offset and length are the block's place in the
+/// mapping. The caller copies only within descriptors it holds, while it holds them (a
+/// lease, a put not yet ended): the node keeps no other watch on the view.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArenaViewGrant {
+    pub shard: u32,
+    /// The node's transfer engine id (a descriptor's `node`).
+    pub node: u64,
+    /// The arena's segment id (a descriptor's `segment`).
+    pub segment: u32,
+    pub len: u64,
+    pub socket: String,
+    #[serde(with = "serde_bytes")]
+    pub nonce: Vec<u8>,
+}
+
 /// How long a [`PresenceGrant`]'s socket waits for its caller.
 pub const PRESENCE_HANDOFF_TIMEOUT_MS: u64 = 5_000;
 
@@ -425,6 +482,9 @@ mod tests {
             FrameOp::Release,
             FrameOp::Read,
             FrameOp::Write,
+            FrameOp::Presence,
+            FrameOp::ArenaChallenge,
+            FrameOp::ArenaView,
         ];
         ops.extend(KvOp::ALL.iter().map(|o| FrameOp::Kv(*o)));
         let mut codes: Vec<u8> = ops.iter().map(|o| o.code()).collect();

@@ -46,6 +46,10 @@ pub struct Flags {
     /// instead of looking it up in a table the node shares with them (`docs/kv-api.md`).
     #[arg(long)]
     pub no_presence_tables: bool,
+    /// Give no arena views: same-host clients that proved they may read the node's memory
+    /// anyway then still have the shards copy every large block (`docs/kv-api.md`).
+    #[arg(long)]
+    pub no_arena_views: bool,
     /// Threads that copy one large transfer (1 MiB or more) between the arena and a
     /// same-host client's memory together, the owning shard's included: 1 keeps every copy
     /// on its shard (a node sharing its cores with busy engines). Defaults to the number of
@@ -288,6 +292,7 @@ pub struct FileConfig {
     pub shards: Option<usize>,
     pub no_pin: Option<bool>,
     pub no_presence_tables: Option<bool>,
+    pub no_arena_views: Option<bool>,
     pub copy_threads: Option<usize>,
     pub value_mirror_bytes: Option<ByteSize>,
     pub max_object_size: Option<ByteSize>,
@@ -346,6 +351,9 @@ pub struct Settings {
     /// Presence tables given to same-host clients (`--no-presence-tables` turns them off),
     /// see `store::presence`.
     pub presence_tables: bool,
+    /// Arena views for same-host clients that can read the node's memory already
+    /// (`--no-arena-views` turns them off), see `http::kv::arena_view`.
+    pub arena_views: bool,
     /// Threads that copy one large same-host transfer together (`--copy-threads`; 1: none
     /// but the shard), see `yutu_transfer::split_copy`.
     pub copy_threads: usize,
@@ -653,6 +661,7 @@ impl Settings {
             pin_shards: !(flags.no_pin || file.no_pin.unwrap_or(false)),
             presence_tables: !(flags.no_presence_tables
                 || file.no_presence_tables.unwrap_or(false)),
+            arena_views: !(flags.no_arena_views || file.no_arena_views.unwrap_or(false)),
             copy_threads,
             value_mirror_bytes: flags
                 .value_mirror_bytes

@@ -133,6 +133,9 @@ pub struct ShardMetrics {
     pub presence_tables: Gauge,
     pub presence_bytes: Gauge,
     pub presence_grants: Gauge,
+    /// Arena views handed to proven same-host clients, and answers that proved nothing.
+    pub arena_views: Counter,
+    pub arena_views_refused: Counter,
     pub presence_retired: Gauge,
     /// Bytes of value mirrors and values copied into them (`store::presence`).
     pub mirror_bytes: Gauge,
@@ -184,6 +187,8 @@ impl Default for ShardMetrics {
             presence_tables: Gauge::default(),
             presence_bytes: Gauge::default(),
             presence_grants: Gauge::default(),
+            arena_views: Counter::default(),
+            arena_views_refused: Counter::default(),
             presence_retired: Gauge::default(),
             mirror_bytes: Gauge::default(),
             mirrored_values: Gauge::default(),
@@ -338,7 +343,7 @@ type Reading = (
 /// The families with one series per shard (and per reading).
 fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE};
-    let table: [(&str, MetricType, &str, &[Reading]); 36] = [
+    let table: [(&str, MetricType, &str, &[Reading]); 37] = [
         (
             "yutu_tier_hits_total",
             COUNTER,
@@ -481,6 +486,15 @@ fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
             COUNTER,
             "Presence tables handed to clients.",
             &[(None, |m| m.presence_grants.get())],
+        ),
+        (
+            "yutu_arena_views_total",
+            COUNTER,
+            "Arena views handed to same-host clients that proved they can read the node's memory (given), and challenge answers that proved nothing (refused).",
+            &[
+                (Some(("outcome", "given")), |m| m.arena_views.get()),
+                (Some(("outcome", "refused")), |m| m.arena_views_refused.get()),
+            ],
         ),
         (
             "yutu_presence_retired_total",

@@ -336,7 +336,6 @@ impl Frames {
         shard: usize,
         bucket: &str,
     ) -> Result<(PresenceGrant, std::os::fd::OwnedFd), KvError> {
-        use std::os::fd::AsFd;
         if self.path != FramesPath::Unix {
             return Err(KvError::InvalidArgument(
                 "presence tables come over Unix frame sockets only".into(),
@@ -344,29 +343,115 @@ impl Frames {
         }
         let body = kv_frame::encode_call(bucket, &PresenceRequest {}).map_err(invalid)?;
         let grant: PresenceGrant = self.call(shard, FrameOp::Presence, &body, true)?;
+        let fd = self.collect(&grant.socket, &grant.nonce)?;
+        Ok((grant, fd))
+    }
+
+    /// The descriptor a node's one-time hand-over socket holds (a presence table, an arena),
+    /// collected with the nonce of the answer that named it; the socket's peer must be the
+    /// node's process.
+    fn collect(&self, socket: &str, nonce: &[u8]) -> Result<std::os::fd::OwnedFd, KvError> {
+        use std::os::fd::AsFd;
         let io = |e| KvError::from(crate::ClientError::Io(e));
-        let s = connect_abstract(&grant.socket).map_err(io)?;
+        let s = connect_abstract(socket).map_err(io)?;
         let pid = peer_pid(&s).map_err(io)?;
         if pid != self.info.pid {
             return Err(KvError::InvalidResponse(format!(
-                "the presence socket {} belongs to process {pid}, not the node ({})",
-                grant.socket, self.info.pid
+                "the hand-over socket {socket} belongs to process {pid}, not the node ({})",
+                self.info.pid
             )));
         }
         let wait = Duration::from_millis(kv_frame::PRESENCE_HANDOFF_TIMEOUT_MS);
         s.set_read_timeout(Some(wait)).map_err(io)?;
         s.set_write_timeout(Some(wait)).map_err(io)?;
-        (&s).write_all(&grant.nonce).map_err(io)?;
+        (&s).write_all(nonce).map_err(io)?;
         let mut byte = [0u8; 1];
         let mut fds = Vec::new();
         let n = yutu_transfer::fdpass::recv_with_fds(s.as_fd(), &mut byte, &mut fds).map_err(io)?;
         match (n, fds.len()) {
-            (1, 1) => Ok((grant, fds.remove(0))),
+            (1, 1) => Ok(fds.remove(0)),
             _ => Err(KvError::InvalidResponse(format!(
-                "the presence socket {} handed over {} descriptors",
-                grant.socket,
+                "the hand-over socket {socket} handed over {} descriptors",
                 fds.len()
             ))),
+        }
+    }
+
+    /// Shard `shard`'s arena ([`kv_frame::ArenaViewGrant`]) and its memfd: asks for a
+    /// challenge, reads its nonce out of the node's memory (`process_vm_readv`, which the
+    /// kernel allows only where this process may read all of the node's memory), and answers
+    /// it on the same connection. `Ok(None)`: the kernel refused the read, so this process
+    /// gets no view. Unix sockets only.
+    pub(super) fn arena_view(
+        &self,
+        shard: usize,
+    ) -> Result<Option<(kv_frame::ArenaViewGrant, std::os::fd::OwnedFd)>, KvError> {
+        if self.path != FramesPath::Unix {
+            return Ok(None);
+        }
+        let shard = shard.min(self.idle.len() - 1);
+        let mut conn = self.connect(shard)?;
+        let body = kv_frame::encode(&kv_frame::ArenaChallengeRequest {}).map_err(invalid)?;
+        let challenge: kv_frame::ArenaChallenge =
+            self.call_on(&mut conn, FrameOp::ArenaChallenge, &body)?;
+        if challenge.len as usize != kv_frame::ARENA_NONCE_LEN {
+            return Err(KvError::InvalidResponse(format!(
+                "an arena challenge of {} bytes",
+                challenge.len
+            )));
+        }
+        let mut proof = vec![0u8; kv_frame::ARENA_NONCE_LEN];
+        let local = libc::iovec {
+            iov_base: proof.as_mut_ptr().cast(),
+            iov_len: proof.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: challenge.address as usize as *mut libc::c_void,
+            iov_len: proof.len(),
+        };
+        let pid = libc::pid_t::try_from(self.info.pid)
+            .map_err(|_| KvError::InvalidResponse(format!("node pid {}", self.info.pid)))?;
+        // SAFETY: one local iovec over `proof`, which lives for the call; the remote address
+        // is the node's, checked by the kernel (a bad one fails the call, nothing here).
+        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        if n != proof.len() as isize {
+            let err = std::io::Error::last_os_error();
+            tracing::debug!(%err, shard, "the node's memory is not readable here: no arena view");
+            // Spend the challenge, so that the node counts the refusal.
+            proof.fill(0);
+        }
+        let body = kv_frame::encode(&kv_frame::ArenaViewRequest { proof }).map_err(invalid)?;
+        let granted: Result<kv_frame::ArenaViewGrant, KvError> =
+            self.call_on(&mut conn, FrameOp::ArenaView, &body);
+        self.put_back(shard, conn);
+        match granted {
+            Ok(grant) if n == kv_frame::ARENA_NONCE_LEN as isize => {
+                let fd = self.collect(&grant.socket, &grant.nonce)?;
+                Ok(Some((grant, fd)))
+            }
+            Ok(_) => Err(KvError::InvalidResponse(
+                "the node granted an arena view for a wrong answer".into(),
+            )),
+            Err(_) if n != kv_frame::ARENA_NONCE_LEN as isize => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One call of `op` on the connection `conn` (not pooled: calls that must share one).
+    fn call_on<T: DeserializeOwned>(
+        &self,
+        conn: &mut Conn,
+        op: FrameOp,
+        body: &[u8],
+    ) -> Result<T, KvError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = kv_frame::frame(op, true, id, body).map_err(invalid)?;
+        match exchange(conn, &frame, op, id, Duration::ZERO) {
+            Ok((true, raw)) => kv_frame::decode(&raw)
+                .map_err(|e| KvError::InvalidResponse(format!("malformed frame answer: {e}"))),
+            Ok((false, raw)) => Err(failure(&raw)),
+            Err(Exchange::Io(e)) => Err(crate::ClientError::Io(e).into()),
+            Err(Exchange::Bad(e)) => Err(e),
         }
     }
 

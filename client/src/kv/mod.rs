@@ -30,6 +30,7 @@ use yutu_transfer::{LocalSegment, NodeAddress, SegmentDescriptor, TransferEngine
 
 pub use yutu_api::block_hash::{BlockHash, BlockHasher};
 
+mod arena;
 mod checks;
 mod cluster;
 mod device;
@@ -43,6 +44,7 @@ mod own;
 mod parts;
 mod presence;
 mod spans;
+mod view_calls;
 
 use checks::{check_batch, check_range, same_len};
 pub use error::KvError;
@@ -480,6 +482,18 @@ impl KvClient {
     /// (same host, small KV blocks: see `docs/kv-api.md`).
     pub fn mirror_hits(&self) -> u64 {
         self.node().mirror_hits()
+    }
+
+    /// The node's shard arenas this client maps (same host, where this process could read
+    /// the node's memory anyway: see `docs/kv-api.md`, arena views).
+    pub fn arena_views(&self) -> usize {
+        self.node().arena_views()
+    }
+
+    /// Bytes of large get-into and put-from calls this client copied itself, through arena
+    /// views, rather than the node.
+    pub fn view_bytes(&self) -> u64 {
+        self.node().view_bytes()
     }
 
     /// How many leading keys of the chain `keys` are stored (the usable cached prefix).

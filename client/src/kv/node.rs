@@ -58,6 +58,9 @@ pub struct NodeClient {
     /// The node's presence tables this client maps (same host, Unix frames, unless
     /// [`super::KvOptions::presence`] is off).
     pub(super) presence: Option<super::presence::Tables>,
+    /// The node's shard arenas, mapped here where the node lets this process view them
+    /// (same host, Unix frames, see `arena`): large calls then copy here.
+    pub(super) views: Option<super::arena::ArenaViews>,
 }
 
 impl std::fmt::Debug for NodeClient {
@@ -181,6 +184,7 @@ impl NodeClient {
             put_ttl_ms: options.put_ttl_ms,
             frames: None,
             presence: None,
+            views: None,
         };
         let registered: PeerResponse = client.call_post(
             PEERS_PATH,
@@ -213,6 +217,11 @@ impl NodeClient {
                     .as_ref()
                     .filter(|f| options.presence && *f.path() == frames::FramesPath::Unix)
                     .map(|f| super::presence::Tables::new(f.shards()));
+                client.views = client
+                    .frames
+                    .as_ref()
+                    .filter(|f| super::arena::enabled() && *f.path() == frames::FramesPath::Unix)
+                    .map(|f| super::arena::ArenaViews::new(f.shards()));
             }
         }
         Ok(client)
@@ -337,6 +346,11 @@ impl NodeClient {
         options: &PutOptions,
         parts: Option<Vec<u32>>,
     ) -> Result<Vec<String>, KvError> {
+        if let Some(done) =
+            self.put_through_views(bucket, keys, buf, &blocks, parts.as_deref(), options)
+        {
+            return done;
+        }
         let body = PutFromRequest {
             blocks,
             buffer: buf.whole()?,
@@ -361,17 +375,14 @@ impl NodeClient {
         &self,
         bucket: &str,
         keys: &[String],
+        buf: &Buffer,
         body: &GetIntoRequest<&str>,
         rooms: impl Fn(usize) -> u64,
     ) -> Result<Vec<Option<u64>>, KvError> {
-        let copied = self.call_batch(
-            bucket,
-            KvOp::GetInto,
-            keys,
-            body,
-            GetIntoRequest::subset,
-            |a: CopiedResponse| a.copied,
-        )?;
+        let copied = match self.get_through_views(bucket, keys, buf, body) {
+            Some(done) => done?,
+            None => self.get_into_plain(bucket, keys, body)?,
+        };
         for (i, c) in copied.iter().enumerate() {
             let room = rooms(i);
             if let Some(n) = c.filter(|n| *n > room) {
@@ -381,6 +392,23 @@ impl NodeClient {
             }
         }
         Ok(copied)
+    }
+
+    /// The get-into call itself: the node copies.
+    fn get_into_plain(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        body: &GetIntoRequest<&str>,
+    ) -> Result<Vec<Option<u64>>, KvError> {
+        self.call_batch(
+            bucket,
+            KvOp::GetInto,
+            keys,
+            body,
+            GetIntoRequest::subset,
+            |a: CopiedResponse| a.copied,
+        )
     }
 
     /// As [`NodeClient::batch_put_from_opts`], with the client moving the bytes: put-start reserves
@@ -513,7 +541,7 @@ impl NodeClient {
         }
         let body =
             GetIntoRequest::into_buffer(borrowed(keys), buf.whole()?, ranges, self.session.clone());
-        self.get_into_call(bucket, keys, &body, |i| capacities[i])
+        self.get_into_call(bucket, keys, buf, &body, |i| capacities[i])
     }
 
     /// The bytes of `key` when the node's value mirror holds them (see `presence`).
@@ -533,6 +561,16 @@ impl NodeClient {
     /// Values this client read from the node's value mirrors (same host, see `presence`).
     pub fn mirror_hits(&self) -> u64 {
         self.presence.as_ref().map_or(0, |t| t.mirror_hits())
+    }
+
+    /// The node's shard arenas this client has mapped (arena views, see `arena`).
+    pub fn arena_views(&self) -> usize {
+        self.views.as_ref().map_or(0, |v| v.mapped())
+    }
+
+    /// Bytes this client copied itself through arena views.
+    pub fn view_bytes(&self) -> u64 {
+        self.views.as_ref().map_or(0, |v| v.copied())
     }
 
     /// Whether each key is stored (in any tier).
@@ -740,7 +778,7 @@ impl NodeClient {
 
     /// A per-bucket call of the KV API: in a frame to the shard that owns `keys` (the first
     /// key's, when they span shards) when the node takes frames, else as an HTTP POST.
-    fn call_kv<T: DeserializeOwned>(
+    pub(super) fn call_kv<T: DeserializeOwned>(
         &self,
         bucket: &str,
         op: KvOp,

@@ -156,7 +156,9 @@ impl NodeClient {
         let mut body =
             GetIntoRequest::into_buffer(borrowed(keys), buf.whole()?, ranges, self.session.clone());
         body.parts = Some(counts);
-        self.get_into_call(bucket, keys, &body, |i| parts[i].iter().map(|p| p.1).sum())
+        self.get_into_call(bucket, keys, buf, &body, |i| {
+            parts[i].iter().map(|p| p.1).sum()
+        })
     }
 
     /// [`KvClient::batch_put_from_parts`] on this node.

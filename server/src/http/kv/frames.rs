@@ -207,6 +207,7 @@ where
         client,
         unix,
         caller: RefCell::new(None),
+        challenge: RefCell::new(None),
     };
     glommio::spawn_local(async move {
         let _guard = guard;
@@ -224,6 +225,8 @@ struct Conn {
     unix: bool,
     /// Who calls, from the hello on (`None` before it).
     caller: RefCell<Option<Caller>>,
+    /// The arena challenge this connection was given and has not answered yet.
+    challenge: RefCell<Option<super::arena_view::Challenge>>,
 }
 
 /// Who a connection's calls come from.
@@ -597,6 +600,18 @@ impl Conn {
             let ctx = self.ctx("kv/release".into())?;
             let req: ReleaseRequest = Format::Frame.read(body)?;
             return encode(&calls::release(&ctx.caller(), req).await?);
+        }
+        if matches!(op, FrameOp::ArenaChallenge | FrameOp::ArenaView) {
+            let ctx = self.ctx("kv/arena-view".into())?;
+            super::arena_view::check_allowed(&self.shard, self.unix, ctx.cluster.is_some())?;
+            if op == FrameOp::ArenaChallenge {
+                super::arena_view::challenge_request(body)?;
+                let (challenge, answer) = super::arena_view::Challenge::new()?;
+                *self.challenge.borrow_mut() = Some(challenge);
+                return encode(&answer);
+            }
+            let spent = self.challenge.borrow_mut().take();
+            return encode(&super::arena_view::grant(&self.shard, spent, body)?);
         }
         let (bucket, request) = kv_frame::split_call(body).map_err(|e| bad(e.to_string()))?;
         yutu_api::validate_bucket_name(bucket)

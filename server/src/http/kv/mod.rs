@@ -3,6 +3,7 @@
 //! read-only query endpoints (`mooncake`). What the calls do is [`crate::kv`]'s.
 
 pub mod api;
+pub mod arena_view;
 pub mod frames;
 pub mod mooncake;
 pub mod presence_handoff;

@@ -1,0 +1,310 @@
+//! Arena views: the node's shard arenas mapped into this process, so that a large get-into
+//! or put-from is a `memcpy` here instead of the node's copy through the kernel.
+//!
+//! The node hands a shard's arena only to a process that proved it can already read and
+//! write all of the node's memory (it read a fresh nonce out of the node with
+//! `process_vm_readv`; see the node's `http::kv::arena_view` for the argument, and
+//! `Frames::arena_view`). Where the kernel refuses that read (another user, a non-dumpable
+//! node, Yama), there is no view and every call goes as before.
+//!
+//! With a view, a large call on a shard becomes the raw form of the KV API, on the client's
+//! side of the copy:
+//! - get-into: `get` leases the blocks (read-only descriptors), this process copies each out
+//!   of its mapping into the caller's buffer, then `release`s the leases. A lease keeps the
+//!   block's bytes where they are until it ends, even when the key is overwritten meanwhile,
+//!   so a copy reads one version whole.
+//! - put-from: `put-start` reserves each block's range (write descriptors), this process
+//!   copies the bytes in with streaming stores, then `put-end` publishes them (atomically per
+//!   block, as put-from does); a failure revokes the puts.
+//!
+//! One round trip more than the node's own copy, so only for calls of [`VIEW_MIN`] bytes or
+//! more; a copy of [`SPLIT_MIN`] or more is shared with other threads of this process,
+//! since one thread does not use the memory system up. `YUTU_ARENA_VIEWS=0` turns views
+//! off. A copy writes only within descriptors the node handed out for this call, checked
+//! against the mapping's bounds.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use yutu_api::kv_frame::ArenaViewGrant;
+use yutu_transfer::{NodeId, SegmentDescriptor, SegmentId};
+
+use super::frames::Frames;
+
+/// Calls of fewer bytes than this go as before (one round trip, the node copies).
+pub(super) const VIEW_MIN: u64 = 1 << 20;
+
+/// Copies of at least this many bytes are split over several threads.
+const SPLIT_MIN: usize = 8 << 20;
+
+/// Most threads one copy uses, the caller's included.
+const MAX_THREADS: usize = 4;
+
+/// How long the leases and reservations of a view call last: they end at release or
+/// put-end, this only bounds what a client that dies mid-call holds.
+pub(super) const VIEW_TTL_MS: u64 = 5_000;
+
+/// Whether views are on for this process (`YUTU_ARENA_VIEWS=0` turns them off).
+pub(super) fn enabled() -> bool {
+    std::env::var_os("YUTU_ARENA_VIEWS").is_none_or(|v| v != "0")
+}
+
+/// The views of one node's shards, each asked for once, on first use.
+pub(super) struct ArenaViews {
+    shards: Vec<OnceLock<Option<View>>>,
+    /// Bytes copied through views (get and put together).
+    copied: AtomicU64,
+}
+
+impl ArenaViews {
+    pub(super) fn new(shards: usize) -> ArenaViews {
+        ArenaViews {
+            shards: (0..shards).map(|_| OnceLock::new()).collect(),
+            copied: AtomicU64::new(0),
+        }
+    }
+
+    /// Shard `shard`'s view, asked for on first use; `None` when the node or the kernel
+    /// refused it (then never asked again by this client).
+    pub(super) fn view(&self, frames: &Frames, shard: usize) -> Option<&View> {
+        self.shards
+            .get(shard)?
+            .get_or_init(|| match frames.arena_view(shard) {
+                Ok(Some((grant, fd))) => match View::map(&grant, fd) {
+                    Ok(v) => Some(v),
+                    Err(e) => {
+                        tracing::debug!(error = %e, shard, "arena view not mapped");
+                        None
+                    }
+                },
+                Ok(None) => None,
+                Err(e) => {
+                    tracing::debug!(error = %e, shard, "no arena view");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    /// Bytes copied through views so far.
+    pub(super) fn copied(&self) -> u64 {
+        self.copied.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn count(&self, bytes: u64) {
+        self.copied.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Views mapped now.
+    pub(super) fn mapped(&self) -> usize {
+        self.shards
+            .iter()
+            .filter(|s| matches!(s.get(), Some(Some(_))))
+            .count()
+    }
+}
+
+/// One shard's arena, mapped shared and read-write.
+pub(super) struct View {
+    base: NonNull<u8>,
+    len: usize,
+    node: NodeId,
+    segment: SegmentId,
+}
+
+// SAFETY: a shared mapping with no Rust-owned contents; this module copies into and out of it
+// only within descriptors the node handed out for the call doing the copy.
+unsafe impl Send for View {}
+// SAFETY: as above.
+unsafe impl Sync for View {}
+
+impl View {
+    /// Maps the arena memfd `fd` as `grant` describes it, after checking that the file is at
+    /// least that long (a shorter one would turn copies into `SIGBUS`; the node seals its
+    /// arenas against shrinking).
+    fn map(grant: &ArenaViewGrant, fd: std::os::fd::OwnedFd) -> std::io::Result<View> {
+        use std::os::fd::AsRawFd;
+        let len = usize::try_from(grant.len).map_err(std::io::Error::other)?;
+        let size = std::fs::File::from(fd.try_clone()?).metadata()?.len();
+        if len == 0 || size < grant.len {
+            return Err(std::io::Error::other(format!(
+                "the arena file has {size} bytes, the grant says {}",
+                grant.len
+            )));
+        }
+        // SAFETY: a fresh shared mapping of a file we hold; the kernel picks the address.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let base = NonNull::new(ptr.cast()).ok_or_else(|| std::io::Error::other("null mmap"))?;
+        Ok(View {
+            base,
+            len,
+            node: NodeId(grant.node),
+            segment: SegmentId(grant.segment),
+        })
+    }
+
+    /// The address of the first `len` bytes of `d` in the mapping, when `d` is a descriptor of
+    /// this arena that covers them and lies inside it.
+    pub(super) fn place(&self, d: &SegmentDescriptor, len: u64) -> Option<*mut u8> {
+        let end = d.offset.checked_add(len)?;
+        if d.node != self.node || d.segment != self.segment || len > d.len {
+            return None;
+        }
+        if end > self.len as u64 {
+            return None;
+        }
+        // SAFETY: `offset + len` is inside the mapping (checked above).
+        Some(unsafe { self.base.as_ptr().add(d.offset as usize) })
+    }
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `View::map`, unmapped once; no copy runs past the call
+        // that made it, and the view outlives every call (it lives in the client).
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+/// One piece of a copy: from, to, bytes.
+#[derive(Clone, Copy)]
+pub(super) struct Piece {
+    pub src: *const u8,
+    pub dst: *mut u8,
+    pub len: usize,
+}
+
+// SAFETY: a piece is an address pair that `copy` uses within the call that made it.
+unsafe impl Send for Piece {}
+// SAFETY: as above.
+unsafe impl Sync for Piece {}
+
+/// Copies every piece: streaming stores when `cold` (into the arena, which nobody reads soon),
+/// else ordinary ones (the caller is about to use the bytes). A copy of [`SPLIT_MIN`] bytes
+/// or more is cut into about even shares for up to [`MAX_THREADS`] threads.
+///
+/// # Safety
+///
+/// Every piece's `src` valid for reads and `dst` for writes of `len` bytes for the length of
+/// the call, no destination overlapping another piece's source or destination.
+pub(super) unsafe fn copy(pieces: &[Piece], cold: bool) {
+    let total: usize = pieces.iter().map(|p| p.len).sum();
+    let threads = if total >= SPLIT_MIN {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(MAX_THREADS)
+    } else {
+        1
+    };
+    if threads <= 1 {
+        // SAFETY: as this function's contract.
+        unsafe { copy_all(pieces, cold) };
+        return;
+    }
+    let shares = share(pieces, total.div_ceil(threads));
+    std::thread::scope(|s| {
+        let (first, rest) = shares.split_first().expect("at least one share");
+        for part in rest {
+            // SAFETY: as this function's contract; the scope joins before the call returns.
+            s.spawn(move || unsafe { copy_all(part, cold) });
+        }
+        // SAFETY: as above.
+        unsafe { copy_all(first, cold) };
+    });
+}
+
+/// The pieces cut into shares of about `size` bytes each (a piece split where a share ends).
+fn share(pieces: &[Piece], size: usize) -> Vec<Vec<Piece>> {
+    let mut out = Vec::new();
+    let mut cur = Vec::new();
+    let mut filled = 0usize;
+    for p in pieces {
+        let mut at = 0usize;
+        while at < p.len {
+            let take = (p.len - at).min(size - filled);
+            cur.push(Piece {
+                src: p.src.wrapping_add(at),
+                dst: p.dst.wrapping_add(at),
+                len: take,
+            });
+            at += take;
+            filled += take;
+            if filled == size {
+                out.push(std::mem::take(&mut cur));
+                filled = 0;
+            }
+        }
+    }
+    if !cur.is_empty() || out.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// # Safety
+///
+/// As [`copy`].
+unsafe fn copy_all(pieces: &[Piece], cold: bool) {
+    for p in pieces {
+        // SAFETY: as this function's contract.
+        unsafe {
+            if cold {
+                yutu_transfer::cold_copy::copy_cold(p.src, p.dst, p.len);
+            } else {
+                std::ptr::copy_nonoverlapping(p.src, p.dst, p.len);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_cover_every_byte_once_in_order() {
+        let src = vec![7u8; 100];
+        let mut dst = vec![0u8; 100];
+        let pieces = [
+            Piece {
+                src: src.as_ptr(),
+                dst: dst.as_mut_ptr(),
+                len: 30,
+            },
+            Piece {
+                src: src.as_ptr().wrapping_add(30),
+                dst: dst.as_mut_ptr().wrapping_add(30),
+                len: 70,
+            },
+        ];
+        let shares = share(&pieces, 40);
+        assert_eq!(shares.len(), 3);
+        let lens: Vec<usize> = shares
+            .iter()
+            .map(|s| s.iter().map(|p| p.len).sum())
+            .collect();
+        assert_eq!(lens, vec![40, 40, 20]);
+        let mut at = 0usize;
+        for p in shares.iter().flatten() {
+            assert_eq!(p.dst, dst.as_mut_ptr().wrapping_add(at));
+            at += p.len;
+        }
+        assert_eq!(at, 100);
+        // SAFETY: the pieces lie in `src` and `dst`, which outlive the call.
+        unsafe { copy_all(&shares.concat(), false) };
+        assert_eq!(dst, src);
+    }
+}

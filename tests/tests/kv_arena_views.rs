@@ -1,0 +1,378 @@
+//! Arena views against a real node: a same-host client that can read the node's memory
+//! (it proves so by reading a nonce out of the node with `process_vm_readv`) maps the
+//! shards' arenas and copies large get-into and put-from blocks itself; every byte comes back
+//! right either way, a process the kernel does not let read the node gets no view, and the
+//! node hands the arena for the nonce alone, on Unix frame sockets alone.
+
+use std::io::{Read, Write};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::process::CommandExt;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use yutu_api::kv_frame::{
+    self, ArenaChallenge, ArenaChallengeRequest, ArenaViewGrant, ArenaViewRequest, FrameFailure,
+    FrameOp, FramesInfo, Header, Hello, FRAMES_PATH, HEADER_LEN,
+};
+use yutu_client::kv::{KvClient, KvOptions};
+use yutu_tests::users::{node_with_token_key, token_signed};
+use yutu_tests::{pattern, Server};
+
+const KEY: &str = "arena-views-secret-0123456789abcdef-01234";
+const KID: &str = "av1";
+const BLOCK: usize = 2 << 20;
+const BLOCKS: usize = 16;
+
+fn admin() -> String {
+    token_signed(KID, KEY, &[], true, Duration::from_secs(600))
+}
+
+/// A two-shard node taking tokens signed with `KEY`, bucket `views` created.
+fn node(extra: &[&str]) -> Server {
+    let mut args = vec![
+        "--memory",
+        "256MiB",
+        "--shards",
+        "2",
+        "--nvme-capacity",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    let server = node_with_token_key(KID, KEY, &args);
+    let auth = format!("Bearer {}", admin());
+    let r = server.client().send(
+        "PUT",
+        "/views",
+        &[("authorization", auth.as_str())],
+        Some(b""),
+    );
+    assert_eq!(r.status, 200, "creating the bucket: {}", r.text());
+    server
+}
+
+fn client(url: &str, token: String) -> KvClient {
+    KvClient::new(
+        url,
+        KvOptions {
+            token: Some(token),
+            ..KvOptions::default()
+        },
+    )
+    .expect("kv client")
+}
+
+/// Puts `BLOCKS` large blocks from a registered buffer (twice: the second overwrites with
+/// other bytes), gets them back into the buffer's other half with a missing key among them,
+/// then a batch of small blocks; checks every byte. The bytes this client copied through
+/// views: what the large calls moved, or 0.
+fn round_trip(kv: &KvClient) -> u64 {
+    let half = (BLOCKS * BLOCK) as u64;
+    let buf = kv.register(2 * half).expect("buffer");
+    let keys: Vec<String> = (0..BLOCKS).map(|i| format!("big-{i}")).collect();
+    let offsets: Vec<u64> = (0..BLOCKS).map(|i| (i * BLOCK) as u64).collect();
+    let lens = vec![BLOCK as u64; BLOCKS];
+    let before = kv.view_bytes();
+    for round in 0..2u64 {
+        for (i, &at) in offsets.iter().enumerate() {
+            buf.write_at(at, &pattern(BLOCK, round * 100 + i as u64))
+                .unwrap();
+        }
+        kv.batch_put_from("views", &keys, &buf, &offsets, &lens)
+            .expect("a large put");
+    }
+    // Fifteen stored keys and a missing one, which the node answers.
+    let mut wanted: Vec<String> = keys[..BLOCKS - 1].to_vec();
+    wanted.insert(3, "never-stored".into());
+    let targets: Vec<u64> = (0..BLOCKS).map(|i| half + (i * BLOCK) as u64).collect();
+    let got = kv
+        .batch_get_into("views", &wanted, &buf, &targets)
+        .expect("a large get");
+    let mut back = vec![0u8; BLOCK];
+    for (j, key) in wanted.iter().enumerate() {
+        if key == "never-stored" {
+            assert_eq!(got[j], None, "a missing key is answered missing");
+            continue;
+        }
+        let i: u64 = key.trim_start_matches("big-").parse().unwrap();
+        assert_eq!(got[j], Some(BLOCK as u64), "key {key}");
+        buf.read_at(targets[j], &mut back).unwrap();
+        assert!(back == pattern(BLOCK, 100 + i), "key {key} came back wrong");
+    }
+    let moved = kv.view_bytes() - before;
+    // Small blocks: the node copies, views or not.
+    let small: Vec<String> = (0..8).map(|i| format!("small-{i}")).collect();
+    let small_at: Vec<u64> = (0..8).map(|i| (i * 4096) as u64).collect();
+    for (i, &at) in small_at.iter().enumerate() {
+        buf.write_at(at, &pattern(4096, 900 + i as u64)).unwrap();
+    }
+    kv.batch_put_from("views", &small, &buf, &small_at, &[4096; 8])
+        .unwrap();
+    let into: Vec<u64> = small_at.iter().map(|a| half + a).collect();
+    let got = kv.batch_get_into("views", &small, &buf, &into).unwrap();
+    assert!(got.iter().all(|g| *g == Some(4096)));
+    let mut b = vec![0u8; 4096];
+    for (i, &at) in into.iter().enumerate() {
+        buf.read_at(at, &mut b).unwrap();
+        assert!(b == pattern(4096, 900 + i as u64), "small block {i}");
+    }
+    assert_eq!(
+        kv.view_bytes() - before,
+        moved,
+        "small calls go to the node"
+    );
+    moved
+}
+
+/// Where a child runs the client as another user, it reads its node from these.
+const CHILD_URL: &str = "YUTU_ARENA_TEST_URL";
+const CHILD_TOKEN: &str = "YUTU_ARENA_TEST_TOKEN";
+
+#[test]
+fn a_client_that_can_read_the_node_copies_large_blocks_itself() {
+    if let (Ok(url), Ok(token)) = (std::env::var(CHILD_URL), std::env::var(CHILD_TOKEN)) {
+        // The child half of `a_process_that_cannot_read_the_node_gets_no_view`.
+        let kv = client(&url, token);
+        assert_eq!(
+            round_trip(&kv),
+            0,
+            "a process that cannot read the node copies nothing"
+        );
+        assert_eq!(kv.arena_views(), 0);
+        return;
+    }
+    let server = node(&[]);
+    let kv = client(&server.url, admin());
+    let moved = round_trip(&kv);
+    // Two puts of 16 blocks and one get of 15, each copied here.
+    assert_eq!(moved, (2 * BLOCKS + BLOCKS - 1) as u64 * BLOCK as u64);
+    assert_eq!(kv.arena_views(), 2, "a view of each shard's arena");
+    assert_eq!(
+        server.metric_sum("yutu_arena_views_total{outcome=\"given\""),
+        2.0
+    );
+    // What the node stored is what a plain S3 GET reads.
+    let auth = format!("Bearer {}", admin());
+    let r = server.client().send(
+        "GET",
+        "/views/big-5",
+        &[("authorization", auth.as_str())],
+        None,
+    );
+    assert_eq!(r.status, 200);
+    assert!(r.body == pattern(BLOCK, 105), "the stored block");
+}
+
+#[test]
+fn a_node_without_arena_views_copies_every_block_itself() {
+    let server = node(&["--no-arena-views"]);
+    let kv = client(&server.url, admin());
+    assert_eq!(round_trip(&kv), 0);
+    assert_eq!(kv.arena_views(), 0);
+    assert_eq!(server.metric_sum("yutu_arena_views_total"), 0.0);
+}
+
+/// Runs the client half of the first test as user `nobody`: the kernel does not let it read
+/// the node (a root process) with `process_vm_readv`, so it gets no view and the node copies.
+#[test]
+fn a_process_that_cannot_read_the_node_gets_no_view() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: only root can start the child as another user");
+        return;
+    }
+    let server = node(&[]);
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_client_that_can_read_the_node_copies_large_blocks_itself",
+            "--nocapture",
+        ])
+        .env(CHILD_URL, &server.url)
+        .env(CHILD_TOKEN, admin())
+        .env("TMPDIR", "/tmp")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("the child test");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the child failed: {text}");
+    assert!(text.contains("1 passed"), "the child ran the test: {text}");
+    assert_eq!(
+        server.metric_sum("yutu_arena_views_total{outcome=\"given\""),
+        0.0
+    );
+    assert!(
+        server.metric_sum("yutu_arena_views_total{outcome=\"refused\"") >= 1.0,
+        "the child's answer proved nothing"
+    );
+}
+
+fn frames_info(server: &Server) -> FramesInfo {
+    let auth = format!("Bearer {}", admin());
+    let r = server.client().send(
+        "GET",
+        FRAMES_PATH,
+        &[("authorization", auth.as_str())],
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    serde_json::from_slice(&r.body).expect("frames info")
+}
+
+/// A frame connection, greeted with the admin token.
+fn greeted<S: Read + Write>(mut s: S) -> S {
+    let hello = kv_frame::encode(&Hello {
+        token: Some(admin()),
+    })
+    .unwrap();
+    s.write_all(&kv_frame::frame(FrameOp::Hello, true, 0, &hello).unwrap())
+        .unwrap();
+    let (h, _) = answer(&mut s);
+    assert!(h.ok, "the hello is accepted");
+    s
+}
+
+fn unix(info: &FramesInfo, shard: usize) -> std::os::unix::net::UnixStream {
+    let addr =
+        std::os::unix::net::SocketAddr::from_abstract_name(info.unix[shard].as_bytes()).unwrap();
+    let s = std::os::unix::net::UnixStream::connect_addr(&addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    greeted(s)
+}
+
+fn answer(s: &mut impl Read) -> (Header, Vec<u8>) {
+    let mut head = [0u8; HEADER_LEN];
+    s.read_exact(&mut head).expect("an answer");
+    let h = Header::decode(&head).expect("a valid header");
+    let mut body = vec![0u8; h.len as usize];
+    s.read_exact(&mut body).expect("its body");
+    (h, body)
+}
+
+fn ask<T: DeserializeOwned>(
+    s: &mut (impl Read + Write),
+    op: FrameOp,
+    body: &impl serde::Serialize,
+) -> Result<T, FrameFailure> {
+    let body = kv_frame::encode(body).unwrap();
+    s.write_all(&kv_frame::frame(op, true, 7, &body).unwrap())
+        .unwrap();
+    let (h, body) = answer(s);
+    if h.ok {
+        Ok(kv_frame::decode(&body).expect("an answer"))
+    } else {
+        Err(kv_frame::decode(&body).expect("a failure"))
+    }
+}
+
+fn view(s: &mut (impl Read + Write), proof: Vec<u8>) -> Result<ArenaViewGrant, FrameFailure> {
+    ask(s, FrameOp::ArenaView, &ArenaViewRequest { proof })
+}
+
+fn challenge(s: &mut (impl Read + Write)) -> Result<ArenaChallenge, FrameFailure> {
+    ask(s, FrameOp::ArenaChallenge, &ArenaChallengeRequest {})
+}
+
+/// Reads `len` bytes at `address` of process `pid`, as a client proving itself does.
+fn read_out_of(pid: u32, address: u64, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    let local = libc::iovec {
+        iov_base: out.as_mut_ptr().cast(),
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: address as usize as *mut libc::c_void,
+        iov_len: len,
+    };
+    // SAFETY: one local iovec over `out`; the kernel checks the remote one.
+    let n = unsafe { libc::process_vm_readv(pid as i32, &local, 1, &remote, 1, 0) };
+    assert_eq!(
+        n,
+        len as isize,
+        "reading the node: {}",
+        std::io::Error::last_os_error()
+    );
+    out
+}
+
+#[test]
+fn the_arena_is_handed_only_for_the_nonce_read_out_of_the_node() {
+    let server = node(&[]);
+    let info = frames_info(&server);
+    let mut s = unix(&info, 0);
+    // No challenge asked yet.
+    let e = view(&mut s, vec![0; 32]).unwrap_err();
+    assert_eq!(
+        (e.status, e.code.as_str()),
+        (400, "InvalidRequest"),
+        "{}",
+        e.message
+    );
+    // A wrong answer is refused and spends the challenge.
+    let c = challenge(&mut s).expect("a challenge");
+    assert_eq!(c.len, 32);
+    let e = view(&mut s, vec![0; 32]).unwrap_err();
+    assert_eq!(
+        (e.status, e.code.as_str()),
+        (403, "AccessDenied"),
+        "{}",
+        e.message
+    );
+    let right = read_out_of(info.pid, c.address, 32);
+    let e = view(&mut s, right).unwrap_err();
+    assert_eq!(
+        e.code, "InvalidRequest",
+        "the right bytes after a wrong answer: spent"
+    );
+    // The nonce read out of the node's memory: the view, with the arena's memfd offered.
+    let c = challenge(&mut s).expect("a challenge");
+    let grant = view(&mut s, read_out_of(info.pid, c.address, 32)).expect("the view");
+    assert_eq!(grant.shard, 0);
+    assert!(
+        grant.len >= 64 << 20,
+        "the shard's arena: {} bytes",
+        grant.len
+    );
+    assert_eq!(grant.nonce.len(), 16);
+    // Every challenge is new.
+    let again = challenge(&mut s).expect("a challenge");
+    assert_ne!(
+        read_out_of(info.pid, again.address, 32),
+        read_out_of(info.pid, c.address, 32)
+    );
+    assert_eq!(
+        server.metric_sum("yutu_arena_views_total{outcome=\"given\""),
+        1.0
+    );
+    assert_eq!(
+        server.metric_sum("yutu_arena_views_total{outcome=\"refused\""),
+        1.0
+    );
+
+    // Not on TCP frame ports, not without a token, not from a node that gives none.
+    let tcp = std::net::TcpStream::connect(("127.0.0.1", info.tcp[0])).expect("tcp frames");
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut tcp = greeted(tcp);
+    let e = challenge(&mut tcp).unwrap_err();
+    assert_eq!(e.code, "InvalidRequest", "{}", e.message);
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(info.unix[1].as_bytes()).unwrap();
+    let mut anonymous = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+    anonymous
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let hello = kv_frame::encode(&Hello { token: None }).unwrap();
+    anonymous
+        .write_all(&kv_frame::frame(FrameOp::Hello, true, 0, &hello).unwrap())
+        .unwrap();
+    let (h, _) = answer(&mut anonymous);
+    assert!(
+        !h.ok,
+        "an anonymous hello is refused on an authenticated node"
+    );
+    let off = node(&["--no-arena-views"]);
+    let info = frames_info(&off);
+    let mut s = unix(&info, 1);
+    let e = challenge(&mut s).unwrap_err();
+    assert_eq!(e.code, "NotImplemented", "{}", e.message);
+}
