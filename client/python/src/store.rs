@@ -785,6 +785,14 @@ impl Store {
         Ok(self.open()?.kv.own_memory_registered())
     }
 
+    /// The node's shard arenas this client maps (arena views: same host, and only where this
+    /// process could read the node's memory anyway), and the bytes of large calls it copied
+    /// through them itself.
+    fn _arena_views(&self) -> PyResult<(usize, u64)> {
+        let s = self.open()?;
+        Ok((s.kv.arena_views(), s.kv.view_bytes()))
+    }
+
     /// The port of this client's own transfer engine (its tcp listener), for Mooncake's
     /// `get_hostname`; None when it has no tcp listener.
     fn _engine_port(&self) -> PyResult<Option<u16>> {

@@ -17,7 +17,8 @@
 //!   copies the bytes in with streaming stores, then `put-end` publishes them (atomically per
 //!   block, as put-from does); a failure revokes the puts.
 //!
-//! One round trip more than the node's own copy, so only for calls of [`VIEW_MIN`] bytes or
+//! One round trip more than the node's own copy and a lease or reservation per block, so
+//! only for calls of [`VIEW_MIN`] bytes or more whose median block is [`VIEW_MIN_BLOCK`] or
 //! more; a copy of [`SPLIT_MIN`] or more is shared with other threads of this process,
 //! since one thread does not use the memory system up. `YUTU_ARENA_VIEWS=0` turns views
 //! off. A copy writes only within descriptors the node handed out for this call, checked
@@ -34,6 +35,9 @@ use super::frames::Frames;
 
 /// Calls of fewer bytes than this go as before (one round trip, the node copies).
 pub(super) const VIEW_MIN: u64 = 1 << 20;
+
+/// Calls whose typical block is smaller than this go as before, whatever their total.
+pub(super) const VIEW_MIN_BLOCK: u64 = 64 << 10;
 
 /// Copies of at least this many bytes are split over several threads.
 const SPLIT_MIN: usize = 8 << 20;

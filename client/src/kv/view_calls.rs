@@ -14,7 +14,7 @@ use yutu_api::kv::{
 };
 use yutu_api::kv_frame::{self, FrameOp};
 
-use super::arena::{self, Piece, View, VIEW_MIN, VIEW_TTL_MS};
+use super::arena::{self, Piece, View, VIEW_MIN, VIEW_MIN_BLOCK, VIEW_TTL_MS};
 use super::frames::Frames;
 use super::node::NodeClient;
 use super::{Buffer, KvError, PutMode, PutOptions};
@@ -24,13 +24,23 @@ use super::{Buffer, KvError, PutMode, PutOptions};
 /// the rest of the buffer), and one large room must not make a batch of small blocks look
 /// large.
 fn likely_bytes(ranges: &[(u64, u64)]) -> u64 {
-    let mut rooms: Vec<u64> = ranges.iter().map(|r| r.1).collect();
-    if rooms.is_empty() {
+    large_enough(ranges.iter().map(|r| r.1).collect())
+}
+
+/// The bytes of a call whose pieces are `sizes`, estimated as the median times the count;
+/// 0 (not for views) when the median is below [`VIEW_MIN_BLOCK`]: a batch of small blocks
+/// is one system call on the node, and a lease or reservation per block would cost more.
+fn large_enough(mut sizes: Vec<u64>) -> u64 {
+    if sizes.is_empty() {
         return 0;
     }
-    let mid = rooms.len() / 2;
-    let (_, median, _) = rooms.select_nth_unstable(mid);
-    median.saturating_mul(ranges.len() as u64)
+    let n = sizes.len() as u64;
+    let mid = sizes.len() / 2;
+    let (_, median, _) = sizes.select_nth_unstable(mid);
+    if *median < VIEW_MIN_BLOCK {
+        return 0;
+    }
+    median.saturating_mul(n)
 }
 
 /// The keys of a call on one shard: the shard, its view, and the call's indices of its keys.
@@ -212,10 +222,10 @@ impl NodeClient {
         parts: Option<&[u32]>,
         options: &PutOptions,
     ) -> Option<Result<Vec<String>, KvError>> {
-        if options.mode == PutMode::IfAbsent || options.pin.is_some() {
+        if options.pin.is_some() {
             return None;
         }
-        if blocks.iter().map(|b| b.len).sum::<u64>() < VIEW_MIN {
+        if large_enough(blocks.iter().map(|b| b.len).collect()) < VIEW_MIN {
             return None;
         }
         let counts: Vec<usize> = match parts {
@@ -230,6 +240,9 @@ impl NodeClient {
         for &c in &counts {
             spans.push(at..at + c);
             at += c;
+        }
+        if options.mode == PutMode::IfAbsent {
+            return self.put_absent_through_views(bucket, keys, buf, blocks, &spans);
         }
         let lens: Vec<u64> = spans
             .iter()
@@ -340,6 +353,50 @@ impl NodeClient {
             for (&i, e) in g.idx.iter().zip(answer.etags) {
                 etags[i] = e;
             }
+        }
+        Some(Ok(etags))
+    }
+
+    /// A put of the keys not stored yet: as the node's put-from does, the present keys are
+    /// looked up first (in the presence tables where this client has them) and answer an
+    /// empty ETag, and the others are stored (`spans[i]`: key `i`'s blocks).
+    fn put_absent_through_views(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        blocks: &[PutFromBlock<&str>],
+        spans: &[std::ops::Range<usize>],
+    ) -> Option<Result<Vec<String>, KvError>> {
+        let present = match self.batch_exists(bucket, keys) {
+            Ok(p) if p.len() == keys.len() => p,
+            Ok(_) => return None,
+            Err(e) => return Some(Err(e)),
+        };
+        let wanted: Vec<usize> = (0..keys.len()).filter(|&i| !present[i]).collect();
+        let mut etags = vec![String::new(); keys.len()];
+        if wanted.is_empty() {
+            return Some(Ok(etags));
+        }
+        let sub_keys: Vec<String> = wanted.iter().map(|&i| keys[i].clone()).collect();
+        let sub_blocks: Vec<PutFromBlock<&str>> = wanted
+            .iter()
+            .flat_map(|&i| blocks[spans[i].clone()].iter().cloned())
+            .collect();
+        let counts: Vec<u32> = wanted.iter().map(|&i| spans[i].len() as u32).collect();
+        let stored = match self.put_through_views(
+            bucket,
+            &sub_keys,
+            buf,
+            &sub_blocks,
+            Some(&counts),
+            &PutOptions::default(),
+        )? {
+            Ok(s) => s,
+            Err(e) => return Some(Err(e)),
+        };
+        for (i, e) in wanted.into_iter().zip(stored) {
+            etags[i] = e;
         }
         Some(Ok(etags))
     }
