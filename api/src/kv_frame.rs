@@ -354,11 +354,11 @@ pub struct ArenaViewRequest {
 }
 
 /// The answer to a proven [`ArenaViewRequest`]: the shard's arena memfd, handed over on
-/// `socket` as a presence table's is (see [`PresenceGrant::socket`]). Map it shared,
-/// read-write, `len` bytes; a descriptor of this shard's blocks (`get`, `put-start`) names
-/// `segment` of engine `node`, and its offset and length are the block's place in the
-/// mapping. The caller copies only within descriptors it holds, while it holds them (a
-/// lease, a put not yet ended): the node keeps no other watch on the view.
+/// `socket` as a presence table's is (see [`PresenceGrant::socket`]). Map it shared, `len`
+/// bytes; a descriptor of this shard's blocks (`get`) names `segment` of engine `node`, and
+/// its offset and length are the block's place in the mapping. The caller copies only within
+/// descriptors it holds, while it holds them (a lease): the node keeps no other watch on the
+/// view. Yutu's client maps it read-only and copies gets out of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArenaViewGrant {
     pub shard: u32,

@@ -13,9 +13,11 @@
 //!   blocks from one batch-sized mapping into blocks rotating over a `--big-keys` mapping, so
 //!   neither side's destination is in the cache.
 //! - `get_2MiB_tcp`: the raw form (`get`: leases and read-only descriptors, one-sided reads by
-//!   the client's engine, `release`) over tcp. There is no shm case of the raw form: the node
-//!   never maps its arena into a client (every tenant's blocks are in it). Reference: one raw loopback TCP stream
-//!   carrying 2 MiB blocks, no protocol at all.
+//!   the client's engine, `release`) over tcp. There is no shm case of the raw form: the
+//!   client's engine is never handed an arena (every tenant's blocks are in it); the two
+//!   cases above use arena views where the node gives them (`docs/kv-api.md`), so on the
+//!   same host as the node, run by its user, the client library copies their blocks itself.
+//!   Reference: one raw loopback TCP stream carrying 2 MiB blocks, no protocol at all.
 //! - `put_get_4KiB_batched`: 4 KiB blocks in batches of `--small-batch` keys, alternating
 //!   `batch_put_from` and `batch_get_into` through the client library; blocks per second over
 //!   both. Reference: `redis-benchmark -t set,get -d 4096 -P <small-batch>` against a

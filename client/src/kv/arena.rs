@@ -7,22 +7,25 @@
 //! `Frames::arena_view`). Where the kernel refuses that read (another user, a non-dumpable
 //! node, Yama), there is no view and every call goes as before.
 //!
-//! With a view, a large call on a shard becomes the raw form of the KV API, on the client's
-//! side of the copy:
-//! - get-into: `get` leases the blocks (read-only descriptors), this process copies each out
-//!   of its mapping into the caller's buffer, then `release`s the leases. A lease keeps the
-//!   block's bytes where they are until it ends, even when the key is overwritten meanwhile,
-//!   so a copy reads one version whole.
-//! - put-from: `put-start` reserves each block's range (write descriptors), this process
-//!   copies the bytes in with streaming stores, then `put-end` publishes them (atomically per
-//!   block, as put-from does); a failure revokes the puts.
+//! With a view, a large get-into becomes the raw form of the KV API, with the copy on the
+//! client's side: `get` leases the blocks (read-only descriptors), this process copies each
+//! out of its mapping into the caller's memory, then `release`s the leases. A lease keeps a
+//! block's bytes where they are until it ends, even when the key is overwritten meanwhile, so
+//! a copy reads one version whole.
 //!
-//! One round trip more than the node's own copy and a lease or reservation per block, so
-//! only for calls of [`VIEW_MIN`] bytes or more whose median block is [`VIEW_MIN_BLOCK`] or
-//! more; a copy of [`SPLIT_MIN`] or more is shared with other threads of this process,
-//! since one thread does not use the memory system up. `YUTU_ARENA_VIEWS=0` turns views
-//! off. A copy writes only within descriptors the node handed out for this call, checked
-//! against the mapping's bounds.
+//! Only into memory the node reaches through the kernel (process memory: numpy, torch,
+//! `bytes`), whose copies move about half a `memcpy` per thread; memory the node maps
+//! (a memfd) it copies with `memcpy` on every shard at once. One round trip more than the
+//! node's own copy and a lease per block, so only for calls of [`VIEW_MIN`] bytes or more
+//! whose median block is [`VIEW_MIN_BLOCK`] or more; a copy of [`SPLIT_MIN`] or more is
+//! shared with other threads of this process, since one thread does not use the memory
+//! system up. `YUTU_ARENA_VIEWS=0` turns views off. A copy reads only within descriptors the
+//! node handed out for this call, checked against the mapping's bounds.
+//!
+//! Puts do not go through views: the first write to each 4 KiB page of a shared mapping
+//! costs a page fault (about 1.2 us a page on the development VM, 2.6 GB/s for a first pass
+//! against 19 for a second, with or without `MADV_POPULATE_WRITE`), which the node's own
+//! put path, already near `memcpy` speed, does not pay. Reads fault 16 pages at a time.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,8 +48,8 @@ const SPLIT_MIN: usize = 8 << 20;
 /// Most threads one copy uses, the caller's included.
 const MAX_THREADS: usize = 4;
 
-/// How long the leases and reservations of a view call last: they end at release or
-/// put-end, this only bounds what a client that dies mid-call holds.
+/// How long the leases of a view call last: they end at its release, this only bounds what
+/// a client that dies mid-call holds.
 pub(super) const VIEW_TTL_MS: u64 = 5_000;
 
 /// Whether views are on for this process (`YUTU_ARENA_VIEWS=0` turns them off).
@@ -57,7 +60,7 @@ pub(super) fn enabled() -> bool {
 /// The views of one node's shards, each asked for once, on first use.
 pub(super) struct ArenaViews {
     shards: Vec<OnceLock<Option<View>>>,
-    /// Bytes copied through views (get and put together).
+    /// Bytes copied through views.
     copied: AtomicU64,
 }
 
@@ -109,7 +112,7 @@ impl ArenaViews {
     }
 }
 
-/// One shard's arena, mapped shared and read-write.
+/// One shard's arena, mapped shared and read-only: this process only copies out of it.
 pub(super) struct View {
     base: NonNull<u8>,
     len: usize,
@@ -117,8 +120,8 @@ pub(super) struct View {
     segment: SegmentId,
 }
 
-// SAFETY: a shared mapping with no Rust-owned contents; this module copies into and out of it
-// only within descriptors the node handed out for the call doing the copy.
+// SAFETY: a shared read-only mapping with no Rust-owned contents; this module copies out of
+// it only within descriptors the node handed out for the call doing the copy.
 unsafe impl Send for View {}
 // SAFETY: as above.
 unsafe impl Sync for View {}
@@ -142,7 +145,7 @@ impl View {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
+                libc::PROT_READ,
                 libc::MAP_SHARED,
                 fd.as_raw_fd(),
                 0,
@@ -196,15 +199,15 @@ unsafe impl Send for Piece {}
 // SAFETY: as above.
 unsafe impl Sync for Piece {}
 
-/// Copies every piece: streaming stores when `cold` (into the arena, which nobody reads soon),
-/// else ordinary ones (the caller is about to use the bytes). A copy of [`SPLIT_MIN`] bytes
-/// or more is cut into about even shares for up to [`MAX_THREADS`] threads.
+/// Copies every piece, with ordinary stores (the caller is about to use the bytes). A copy of
+/// [`SPLIT_MIN`] bytes or more is cut into about even shares for up to [`MAX_THREADS`]
+/// threads.
 ///
 /// # Safety
 ///
 /// Every piece's `src` valid for reads and `dst` for writes of `len` bytes for the length of
 /// the call, no destination overlapping another piece's source or destination.
-pub(super) unsafe fn copy(pieces: &[Piece], cold: bool) {
+pub(super) unsafe fn copy(pieces: &[Piece]) {
     let total: usize = pieces.iter().map(|p| p.len).sum();
     let threads = if total >= SPLIT_MIN {
         std::thread::available_parallelism()
@@ -215,7 +218,7 @@ pub(super) unsafe fn copy(pieces: &[Piece], cold: bool) {
     };
     if threads <= 1 {
         // SAFETY: as this function's contract.
-        unsafe { copy_all(pieces, cold) };
+        unsafe { copy_all(pieces) };
         return;
     }
     let shares = share(pieces, total.div_ceil(threads));
@@ -223,10 +226,10 @@ pub(super) unsafe fn copy(pieces: &[Piece], cold: bool) {
         let (first, rest) = shares.split_first().expect("at least one share");
         for part in rest {
             // SAFETY: as this function's contract; the scope joins before the call returns.
-            s.spawn(move || unsafe { copy_all(part, cold) });
+            s.spawn(move || unsafe { copy_all(part) });
         }
         // SAFETY: as above.
-        unsafe { copy_all(first, cold) };
+        unsafe { copy_all(first) };
     });
 }
 
@@ -261,16 +264,10 @@ fn share(pieces: &[Piece], size: usize) -> Vec<Vec<Piece>> {
 /// # Safety
 ///
 /// As [`copy`].
-unsafe fn copy_all(pieces: &[Piece], cold: bool) {
+unsafe fn copy_all(pieces: &[Piece]) {
     for p in pieces {
         // SAFETY: as this function's contract.
-        unsafe {
-            if cold {
-                yutu_transfer::cold_copy::copy_cold(p.src, p.dst, p.len);
-            } else {
-                std::ptr::copy_nonoverlapping(p.src, p.dst, p.len);
-            }
-        }
+        unsafe { std::ptr::copy_nonoverlapping(p.src, p.dst, p.len) };
     }
 }
 
@@ -308,7 +305,7 @@ mod tests {
         }
         assert_eq!(at, 100);
         // SAFETY: the pieces lie in `src` and `dst`, which outlive the call.
-        unsafe { copy_all(&shares.concat(), false) };
+        unsafe { copy_all(&shares.concat()) };
         assert_eq!(dst, src);
     }
 }

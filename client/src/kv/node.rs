@@ -346,11 +346,6 @@ impl NodeClient {
         options: &PutOptions,
         parts: Option<Vec<u32>>,
     ) -> Result<Vec<String>, KvError> {
-        if let Some(done) =
-            self.put_through_views(bucket, keys, buf, &blocks, parts.as_deref(), options)
-        {
-            return done;
-        }
         let body = PutFromRequest {
             blocks,
             buffer: buf.whole()?,

@@ -1,7 +1,7 @@
 //! Arena views: a shard's arena memfd, handed to a same-host client that proved it can
-//! already read and write the node's whole memory, so that the client copies its large
-//! blocks itself (`memcpy` in its own process) instead of the shard copying them through the
-//! kernel's cross-memory attach, which moves about half as much per thread.
+//! already read and write the node's whole memory, so that the client copies the blocks of
+//! its large gets itself (`memcpy` in its own process) instead of the shard copying them
+//! through the kernel's cross-memory attach, which moves about half as much per thread.
 //!
 //! # Why this gives nobody anything new
 //!
@@ -26,7 +26,7 @@
 //! - Tokens do not govern the view, the kernel does: a revoked token ends the caller's
 //!   calls (leases, put-starts) but not a mapping it already has, as it would not end a
 //!   `ptrace` attach. Each block still goes through a call checked as usual: the client
-//!   copies only under a lease (get) or a reservation (put-start) it holds.
+//!   copies only under a lease (`get`) it holds.
 //! - Unix frame connections of a single node only, and `--no-arena-views` turns it off.
 
 use std::os::fd::AsFd;
