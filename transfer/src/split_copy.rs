@@ -459,6 +459,37 @@ pub(crate) unsafe fn run(pieces: &[Piece], copy: &CopyFn<'_>) -> Option<io::Resu
     unsafe { run_with(&helpers, pieces, copy) }
 }
 
+/// Copies each `(src, dst, len)` with `copy`, split over this thread and the helpers as
+/// [`run`] splits a transfer: for a process's own copies between two of its mappings (a
+/// client's copy out of a view of a node's arena). Splits only in a process that called
+/// [`set_threads`] with more than one thread.
+///
+/// # Safety
+///
+/// Every `src` valid for reads and every `dst` for writes of its `len` bytes for the length of
+/// the call, from any thread; no destination overlapping another piece's source or
+/// destination; `copy` safe to call with any sub-range of a piece (the same offset into its
+/// source and its destination).
+pub unsafe fn copy_local(
+    pieces: &[(*const u8, *mut u8, usize)],
+    copy: unsafe fn(*const u8, *mut u8, usize),
+) {
+    let as_runs: Vec<Piece> = pieces
+        .iter()
+        .map(|&(src, dst, len)| (src as u64, dst, len))
+        .collect();
+    let each = |run: &[Piece]| {
+        for &(src, dst, len) in run {
+            // SAFETY: a sub-range of a piece the caller vouched for (`cut` moves the source
+            // and the destination of a piece by the same amount).
+            unsafe { copy(src as usize as *const u8, dst, len) };
+        }
+        Some(Ok(()))
+    };
+    // SAFETY: as this function's contract.
+    let _ = unsafe { run(&as_runs, &each) };
+}
+
 /// [`run`] with the helpers `helpers` gives (none: on this thread alone), asked for only when
 /// the copy is large enough for them (the process's helpers start on the first such copy).
 ///

@@ -17,9 +17,8 @@
 //! `bytes`), whose copies move about half a `memcpy` per thread; memory the node maps
 //! (a memfd) it copies with `memcpy` on every shard at once. One round trip more than the
 //! node's own copy and a lease per block, so only for calls of [`VIEW_MIN`] bytes or more
-//! whose median block is [`VIEW_MIN_BLOCK`] or more; a copy of [`SPLIT_MIN`] or more is
-//! shared with other threads of this process, since one thread does not use the memory
-//! system up. `YUTU_ARENA_VIEWS=0` turns views off. A copy reads only within descriptors the
+//! whose median block is [`VIEW_MIN_BLOCK`] or more; a copy of 1 MiB or more is shared with
+//! copy helpers of this process, since one thread does not use the memory system up. `YUTU_ARENA_VIEWS=0` turns views off. A copy reads only within descriptors the
 //! node handed out for this call, checked against the mapping's bounds.
 //!
 //! Puts do not go through views: the first write to each 4 KiB page of a shared mapping
@@ -41,9 +40,6 @@ pub(super) const VIEW_MIN: u64 = 1 << 20;
 
 /// Calls whose typical block is smaller than this go as before, whatever their total.
 pub(super) const VIEW_MIN_BLOCK: u64 = 64 << 10;
-
-/// Copies of at least this many bytes are split over several threads.
-const SPLIT_MIN: usize = 8 << 20;
 
 /// Most threads one copy uses, the caller's included.
 const MAX_THREADS: usize = 4;
@@ -127,11 +123,18 @@ unsafe impl Send for View {}
 unsafe impl Sync for View {}
 
 impl View {
-    /// Maps the arena memfd `fd` as `grant` describes it, after checking that the file is at
-    /// least that long (a shorter one would turn copies into `SIGBUS`; the node seals its
-    /// arenas against shrinking).
+    /// Maps the arena memfd `fd` as `grant` describes it, after checking that the file is
+    /// sealed against shrinking and at least that long: a shorter file, or one cut short
+    /// later, would turn copies into `SIGBUS` (the node seals its arenas).
     fn map(grant: &ArenaViewGrant, fd: std::os::fd::OwnedFd) -> std::io::Result<View> {
         use std::os::fd::AsRawFd;
+        // SAFETY: F_GET_SEALS takes no argument and touches no memory of ours.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(std::io::Error::other(
+                "the arena file is not sealed against shrinking",
+            ));
+        }
         let len = usize::try_from(grant.len).map_err(std::io::Error::other)?;
         let size = std::fs::File::from(fd.try_clone()?).metadata()?.len();
         if len == 0 || size < grant.len {
@@ -194,14 +197,11 @@ pub(super) struct Piece {
     pub len: usize,
 }
 
-// SAFETY: a piece is an address pair that `copy` uses within the call that made it.
-unsafe impl Send for Piece {}
-// SAFETY: as above.
-unsafe impl Sync for Piece {}
-
 /// Copies every piece with streaming stores (`yutu_transfer::cold_copy`; pieces under its
-/// `STREAM_MIN` with ordinary ones). A copy of [`SPLIT_MIN`] bytes or more is cut into about
-/// even shares for up to [`MAX_THREADS`] threads.
+/// `STREAM_MIN` with ordinary ones), shared with copy helpers of this process from 1 MiB on
+/// (`yutu_transfer::split_copy`, up to [`MAX_THREADS`] threads, the caller's included): the
+/// caller and the helpers take pieces of about 256 KiB from a shared counter, so a helper
+/// that wakes late takes less instead of being waited for.
 ///
 /// Streaming, although the caller is about to use the bytes: an engine's next step is a
 /// DMA to the GPU or a read much later, and writing whole lines without first reading them
@@ -211,106 +211,16 @@ unsafe impl Sync for Piece {}
 /// # Safety
 ///
 /// Every piece's `src` valid for reads and `dst` for writes of `len` bytes for the length of
-/// the call, no destination overlapping another piece's source or destination.
+/// the call, from any thread; no destination overlapping another piece's source or
+/// destination.
 pub(super) unsafe fn copy(pieces: &[Piece]) {
-    let total: usize = pieces.iter().map(|p| p.len).sum();
-    let threads = if total >= SPLIT_MIN {
-        std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(MAX_THREADS)
-    } else {
-        1
-    };
-    if threads <= 1 {
-        // SAFETY: as this function's contract.
-        unsafe { copy_all(pieces) };
-        return;
-    }
-    let shares = share(pieces, total.div_ceil(threads));
-    std::thread::scope(|s| {
-        let (first, rest) = shares.split_first().expect("at least one share");
-        for part in rest {
-            // SAFETY: as this function's contract; the scope joins before the call returns.
-            s.spawn(move || unsafe { copy_all(part) });
-        }
-        // SAFETY: as above.
-        unsafe { copy_all(first) };
+    static THREADS: OnceLock<()> = OnceLock::new();
+    THREADS.get_or_init(|| {
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+        yutu_transfer::split_copy::set_threads(n.min(MAX_THREADS));
     });
-}
-
-/// The pieces cut into shares of about `size` bytes each (a piece split where a share ends).
-fn share(pieces: &[Piece], size: usize) -> Vec<Vec<Piece>> {
-    let mut out = Vec::new();
-    let mut cur = Vec::new();
-    let mut filled = 0usize;
-    for p in pieces {
-        let mut at = 0usize;
-        while at < p.len {
-            let take = (p.len - at).min(size - filled);
-            cur.push(Piece {
-                src: p.src.wrapping_add(at),
-                dst: p.dst.wrapping_add(at),
-                len: take,
-            });
-            at += take;
-            filled += take;
-            if filled == size {
-                out.push(std::mem::take(&mut cur));
-                filled = 0;
-            }
-        }
-    }
-    if !cur.is_empty() || out.is_empty() {
-        out.push(cur);
-    }
-    out
-}
-
-/// # Safety
-///
-/// As [`copy`].
-unsafe fn copy_all(pieces: &[Piece]) {
-    for p in pieces {
-        // SAFETY: as this function's contract.
-        unsafe { yutu_transfer::cold_copy::copy_cold(p.src, p.dst, p.len) };
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shares_cover_every_byte_once_in_order() {
-        let src = vec![7u8; 100];
-        let mut dst = vec![0u8; 100];
-        let pieces = [
-            Piece {
-                src: src.as_ptr(),
-                dst: dst.as_mut_ptr(),
-                len: 30,
-            },
-            Piece {
-                src: src.as_ptr().wrapping_add(30),
-                dst: dst.as_mut_ptr().wrapping_add(30),
-                len: 70,
-            },
-        ];
-        let shares = share(&pieces, 40);
-        assert_eq!(shares.len(), 3);
-        let lens: Vec<usize> = shares
-            .iter()
-            .map(|s| s.iter().map(|p| p.len).sum())
-            .collect();
-        assert_eq!(lens, vec![40, 40, 20]);
-        let mut at = 0usize;
-        for p in shares.iter().flatten() {
-            assert_eq!(p.dst, dst.as_mut_ptr().wrapping_add(at));
-            at += p.len;
-        }
-        assert_eq!(at, 100);
-        // SAFETY: the pieces lie in `src` and `dst`, which outlive the call.
-        unsafe { copy_all(&shares.concat()) };
-        assert_eq!(dst, src);
-    }
+    let pairs: Vec<(*const u8, *mut u8, usize)> =
+        pieces.iter().map(|p| (p.src, p.dst, p.len)).collect();
+    // SAFETY: as this function's contract; `copy_cold` copies any sub-range of a piece.
+    unsafe { yutu_transfer::split_copy::copy_local(&pairs, yutu_transfer::cold_copy::copy_cold) };
 }

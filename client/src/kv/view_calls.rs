@@ -179,9 +179,7 @@ impl NodeClient {
         if let Some(views) = &self.views {
             views.count(bytes);
         }
-        for (g, answer) in groups.iter().zip(&leased) {
-            self.release_on(frames, g.shard, &answer.leases);
-        }
+        release(frames, groups.iter().map(|g| g.shard).zip(&leased));
         if !rest.is_empty() {
             let Some(sub) = body.subset(&rest) else {
                 return Some(Err(KvError::InvalidArgument(
@@ -209,20 +207,24 @@ impl NodeClient {
         }
         Some(Ok(out))
     }
+}
 
-    /// Ends leases on `shard`; a failure only leaves them to their ttl.
-    fn release_on(&self, frames: &Frames, shard: usize, leases: &[u64]) {
-        if leases.is_empty() {
-            return;
-        }
-        let body = match kv_frame::encode(&ReleaseRequest {
-            leases: leases.to_vec(),
-        }) {
-            Ok(b) => b,
-            Err(_) => return,
-        };
-        if let Err(e) = frames.call::<ReleaseResponse>(shard, FrameOp::Release, &body, true) {
-            tracing::debug!(error = %e, shard, "a view get's leases were not released: they expire");
-        }
+/// Ends each shard's leases, every shard's call sent before any answer is read; a failure
+/// only leaves them to their ttl.
+fn release<'a>(frames: &Frames, leased: impl Iterator<Item = (usize, &'a GetResponse)>) {
+    let calls: Vec<(usize, Vec<u8>)> = leased
+        .filter(|(_, a)| !a.leases.is_empty())
+        .filter_map(|(shard, a)| {
+            let request = ReleaseRequest {
+                leases: a.leases.clone(),
+            };
+            Some((shard, kv_frame::encode(&request).ok()?))
+        })
+        .collect();
+    if calls.is_empty() {
+        return;
+    }
+    if let Err(e) = frames.call_each::<ReleaseResponse>(FrameOp::Release, &calls, true) {
+        tracing::debug!(error = %e, "a view get's leases were not released: they expire");
     }
 }

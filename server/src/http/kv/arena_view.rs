@@ -24,7 +24,7 @@
 //! - A relay gains nothing: a process that can read the node and answers for another could
 //!   hand it the arena's bytes anyway.
 //! - Tokens do not govern the view, the kernel does: a revoked token ends the caller's
-//!   calls (leases, put-starts) but not a mapping it already has, as it would not end a
+//!   calls (leases) but not a mapping it already has, as it would not end a
 //!   `ptrace` attach. Each block still goes through a call checked as usual: the client
 //!   copies only under a lease (`get`) it holds.
 //! - Unix frame connections of a single node only, and `--no-arena-views` turns it off.
