@@ -17,8 +17,9 @@
 //! `bytes`), whose copies move about half a `memcpy` per thread; memory the node maps
 //! (a memfd) it copies with `memcpy` on every shard at once. One round trip more than the
 //! node's own copy and a lease per block, so only for calls of [`VIEW_MIN`] bytes or more
-//! whose median block is [`VIEW_MIN_BLOCK`] or more; a copy of 1 MiB or more is shared with
-//! copy helpers of this process, since one thread does not use the memory system up. `YUTU_ARENA_VIEWS=0` turns views off. A copy reads only within descriptors the
+//! whose median block is [`VIEW_MIN_BLOCK`] or more; a copy of [`SPLIT_MIN`] or more is
+//! shared with copy helpers of this process, since one thread does not use the memory system
+//! up. `YUTU_ARENA_VIEWS=0` turns views off. A copy reads only within descriptors the
 //! node handed out for this call, checked against the mapping's bounds.
 //!
 //! Puts do not go through views: the first write to each 4 KiB page of a shared mapping
@@ -40,6 +41,12 @@ pub(super) const VIEW_MIN: u64 = 1 << 20;
 
 /// Calls whose typical block is smaller than this go as before, whatever their total.
 pub(super) const VIEW_MIN_BLOCK: u64 = 64 << 10;
+
+/// Copies of at least this many bytes are shared with copy helpers. Not from 1 MiB, as the
+/// node shares its copies: an engine's gets of 1 MiB values often come from several threads
+/// at once (Mooncake's stress test: 8), which keep the cores busy already, and splitting
+/// each of them cost that shape a fifth of its gets.
+const SPLIT_MIN: usize = 8 << 20;
 
 /// Most threads one copy uses, the caller's included.
 const MAX_THREADS: usize = 4;
@@ -198,10 +205,10 @@ pub(super) struct Piece {
 }
 
 /// Copies every piece with streaming stores (`yutu_transfer::cold_copy`; pieces under its
-/// `STREAM_MIN` with ordinary ones), shared with copy helpers of this process from 1 MiB on
-/// (`yutu_transfer::split_copy`, up to [`MAX_THREADS`] threads, the caller's included): the
-/// caller and the helpers take pieces of about 256 KiB from a shared counter, so a helper
-/// that wakes late takes less instead of being waited for.
+/// `STREAM_MIN` with ordinary ones), shared with copy helpers of this process from
+/// [`SPLIT_MIN`] on (`yutu_transfer::split_copy`, up to [`MAX_THREADS`] threads, the
+/// caller's included): the caller and the helpers take pieces of about 256 KiB from a shared
+/// counter, so a helper that wakes late takes less instead of being waited for.
 ///
 /// Streaming, although the caller is about to use the bytes: an engine's next step is a
 /// DMA to the GPU or a read much later, and writing whole lines without first reading them
@@ -219,6 +226,13 @@ pub(super) unsafe fn copy(pieces: &[Piece]) {
         let n = std::thread::available_parallelism().map_or(1, |n| n.get());
         yutu_transfer::split_copy::set_threads(n.min(MAX_THREADS));
     });
+    if pieces.iter().map(|p| p.len).sum::<usize>() < SPLIT_MIN {
+        for p in pieces {
+            // SAFETY: as this function's contract.
+            unsafe { yutu_transfer::cold_copy::copy_cold(p.src, p.dst, p.len) };
+        }
+        return;
+    }
     let pairs: Vec<(*const u8, *mut u8, usize)> =
         pieces.iter().map(|p| (p.src, p.dst, p.len)).collect();
     // SAFETY: as this function's contract; `copy_cold` copies any sub-range of a piece.
