@@ -1,5 +1,5 @@
 //! Arena views: the node's shard arenas mapped into this process, so that a large get-into
-//! or put-from is a `memcpy` here instead of the node's copy through the kernel.
+//! is a `memcpy` here instead of the node's copy through the kernel.
 //!
 //! The node hands a shard's arena only to a process that proved it can already read and
 //! write all of the node's memory (it read a fresh nonce out of the node with
