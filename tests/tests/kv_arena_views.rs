@@ -396,3 +396,68 @@ fn the_arena_is_handed_only_for_the_nonce_read_out_of_the_node() {
     let e = challenge(&mut s).unwrap_err();
     assert_eq!(e.code, "NotImplemented", "{}", e.message);
 }
+
+/// A view get that one shard will not lease (the user's leased bytes there would pass
+/// `--kv-user-leased`) goes to the node whole, and the other shard's leases end at once: a
+/// view get on that shard right after is leased in full.
+#[test]
+fn a_refused_lease_on_one_shard_releases_the_others() {
+    // 5 MiB leased per user and shard.
+    let server = node(&["--kv-user-leased", "10MiB"]);
+    let kv = client(&server.url, admin());
+    let on = |shard: usize, n: usize| -> Vec<String> {
+        (0..)
+            .map(|i| format!("lim-{i}"))
+            .filter(|k| yutu_api::placement::shard_for("views", k, 2) == shard)
+            .take(n)
+            .collect()
+    };
+    // Two blocks on shard 0 (4 MiB, within its limit), three on shard 1 (6 MiB, past it).
+    let (first, second) = (on(0, 4), on(1, 3));
+    let mut mem = vec![0u8; 8 * BLOCK];
+    // SAFETY: `mem` outlives `buf`, dropped first below; read and written only between calls.
+    let buf = unsafe { kv.register_host(mem.as_mut_ptr(), mem.len() as u64) }.expect("buffer");
+    let all: Vec<String> = first.iter().chain(&second).cloned().collect();
+    let offsets: Vec<u64> = (0..all.len()).map(|i| (i * BLOCK) as u64).collect();
+    for (i, &at) in offsets.iter().enumerate() {
+        let at = at as usize;
+        mem[at..at + BLOCK].copy_from_slice(&pattern(BLOCK, 500 + i as u64));
+    }
+    kv.batch_put_from(
+        "views",
+        &all,
+        &buf,
+        &offsets,
+        &vec![BLOCK as u64; all.len()],
+    )
+    .unwrap();
+    mem.fill(0);
+    let keys: Vec<String> = first[..2].iter().chain(&second).cloned().collect();
+    let picked = [0usize, 1, 4, 5, 6];
+    let into: Vec<u64> = (0..keys.len()).map(|i| (i * BLOCK) as u64).collect();
+    let got = kv.batch_get_into("views", &keys, &buf, &into).unwrap();
+    assert!(got.iter().all(|g| *g == Some(BLOCK as u64)), "{got:?}");
+    for (j, &at) in into.iter().enumerate() {
+        let at = at as usize;
+        assert!(
+            mem[at..at + BLOCK] == pattern(BLOCK, 500 + picked[j] as u64),
+            "block {j} through the node"
+        );
+    }
+    assert_eq!(
+        kv.view_bytes(),
+        0,
+        "the refused call went to the node whole"
+    );
+    assert!(server.metric_sum("yutu_kv_user_limit_refused_total{limit=\"leased_bytes\"") >= 1.0);
+    // Shard 0's two leases ended with the call: two more of its blocks lease in full.
+    let more = first[2..].to_vec();
+    let got = kv.batch_get_into("views", &more, &buf, &into[..2]).unwrap();
+    assert!(got.iter().all(|g| *g == Some(BLOCK as u64)));
+    assert_eq!(
+        kv.view_bytes(),
+        2 * BLOCK as u64,
+        "shard 0 leased them: nothing was left held"
+    );
+    drop(buf);
+}

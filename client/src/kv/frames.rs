@@ -464,6 +464,18 @@ impl Frames {
         calls: &[(usize, Vec<u8>)],
         retry: bool,
     ) -> Result<Vec<T>, KvError> {
+        self.call_each_kept(op, calls, retry)?.into_iter().collect()
+    }
+
+    /// As [`Frames::call_each`], each call's answer or failure kept, so that a caller can undo
+    /// what the calls that succeeded did (release their leases); `Err` when a frame could not
+    /// be sent at all.
+    pub(super) fn call_each_kept<T: DeserializeOwned>(
+        &self,
+        op: FrameOp,
+        calls: &[(usize, Vec<u8>)],
+        retry: bool,
+    ) -> Result<Vec<Result<T, KvError>>, KvError> {
         let io = |e| KvError::from(crate::ClientError::Io(e));
         let spin = self.pace.spin(op, self.spin);
         let started = Instant::now();
@@ -486,7 +498,6 @@ impl Frames {
             sent.push((shard, id, frame, conn, reused));
         }
         let mut answers = Vec::with_capacity(sent.len());
-        let mut failed = None;
         for (shard, id, frame, mut conn, reused) in sent {
             let mut answer = receive(&mut conn, op, id, spin);
             if matches!(answer, Err(Exchange::Io(_))) && reused && retry {
@@ -496,7 +507,7 @@ impl Frames {
                         answer = exchange(&mut conn, &frame, op, id, spin);
                     }
                     Err(e) => {
-                        failed.get_or_insert(e);
+                        answers.push(Err(e));
                         continue;
                     }
                 }
@@ -507,17 +518,9 @@ impl Frames {
                 self.pace.record(op, started.elapsed());
             }
             // Every answer is read, so no connection goes back with one still unread.
-            match self.finish(shard, conn, answer) {
-                Ok(a) => answers.push(a),
-                Err(e) => {
-                    failed.get_or_insert(e);
-                }
-            }
+            answers.push(self.finish(shard, conn, answer));
         }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(answers),
-        }
+        Ok(answers)
     }
 
     /// A call's answer as its struct (or its error); the connection goes back to the pool

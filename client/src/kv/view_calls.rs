@@ -2,8 +2,9 @@
 //! this process copies them out of its mapping of the arena.
 //!
 //! `None` when the call is not one for views (too small, memory the node maps itself, a
-//! shard without a view) or the node would not lease the blocks (a per-user limit): the
-//! caller then makes the ordinary call, whose answer is the authoritative one. Keys whose
+//! shard without a view) or a shard would not lease its blocks (a per-user limit; the other
+//! shards' leases are released at once): the caller then makes the ordinary call, whose
+//! answer is the authoritative one. Keys whose
 //! block the node does not lease (absent, only on NVMe, larger than their room) go through
 //! an ordinary get-into too.
 
@@ -128,14 +129,26 @@ impl NodeClient {
             })
             .collect::<Result<Vec<_>, _>>()
             .ok()?;
-        let leased: Vec<GetResponse> = match frames.call_each(FrameOp::Kv(KvOp::Get), &calls, true)
-        {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::debug!(error = %e, "no leases for a view get: the node copies");
-                return None;
-            }
-        };
+        let answers: Vec<Result<GetResponse, KvError>> =
+            match frames.call_each_kept(FrameOp::Kv(KvOp::Get), &calls, true) {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::debug!(error = %e, "no leases for a view get: the node copies");
+                    return None;
+                }
+            };
+        if let Some(Err(e)) = answers.iter().find(|a| a.is_err()) {
+            // A shard would not lease (a per-user limit): the others' leases end now, and the
+            // node copies the whole call.
+            tracing::debug!(error = %e, "no leases for a view get: the node copies");
+            let granted = groups.iter().map(|g| g.shard).zip(&answers);
+            release(
+                frames,
+                granted.filter_map(|(s, a)| Some((s, a.as_ref().ok()?))),
+            );
+            return None;
+        }
+        let leased: Vec<GetResponse> = answers.into_iter().filter_map(Result::ok).collect();
         let base = buf.segment.region().as_ptr();
         let mut out: Vec<Option<u64>> = vec![None; keys.len()];
         let mut rest = Vec::new();
