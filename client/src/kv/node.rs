@@ -59,7 +59,7 @@ pub struct NodeClient {
     /// [`super::KvOptions::presence`] is off).
     pub(super) presence: Option<super::presence::Tables>,
     /// The node's shard arenas, mapped here where the node lets this process view them
-    /// (same host, Unix frames, see `arena`): large calls then copy here.
+    /// (same host, Unix frames, see `arena`): large gets then copy here.
     pub(super) views: Option<super::arena::ArenaViews>,
 }
 
