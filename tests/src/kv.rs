@@ -1,6 +1,8 @@
-//! Helpers for the KV API tests: a client transfer engine with a registered buffer, and the
-//! test binary re-run as a child process (to be killed in the middle of its work).
+//! Helpers for the KV API tests: a client transfer engine with a registered buffer, the test
+//! binary re-run as a child process (to be killed in the middle of its work), and the next
+//! frame off a frame connection.
 
+use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
@@ -58,4 +60,14 @@ pub fn register(c: &crate::Client, engine: &TransferEngine) -> String {
         .as_str()
         .expect("a session id")
         .to_string()
+}
+
+/// The next frame on a KV frame connection (`yutu_api::kv_frame`): its header and body.
+pub fn read_frame(s: &mut impl Read) -> (yutu_api::kv_frame::Header, Vec<u8>) {
+    let mut head = [0u8; yutu_api::kv_frame::HEADER_LEN];
+    s.read_exact(&mut head).expect("an answer");
+    let h = yutu_api::kv_frame::Header::decode(&head).expect("a valid header");
+    let mut body = vec![0u8; h.len as usize];
+    s.read_exact(&mut body).expect("its body");
+    (h, body)
 }

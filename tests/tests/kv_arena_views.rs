@@ -12,9 +12,10 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use yutu_api::kv_frame::{
     self, ArenaChallenge, ArenaChallengeRequest, ArenaViewGrant, ArenaViewRequest, FrameFailure,
-    FrameOp, FramesInfo, Header, Hello, FRAMES_PATH, HEADER_LEN,
+    FrameOp, FramesInfo, Hello, FRAMES_PATH,
 };
 use yutu_client::kv::{KvClient, KvOptions};
+use yutu_tests::kv::read_frame;
 use yutu_tests::users::{node_with_token_key, token_signed};
 use yutu_tests::{pattern, Server};
 
@@ -248,7 +249,7 @@ fn greeted<S: Read + Write>(mut s: S) -> S {
     .unwrap();
     s.write_all(&kv_frame::frame(FrameOp::Hello, true, 0, &hello).unwrap())
         .unwrap();
-    let (h, _) = answer(&mut s);
+    let (h, _) = read_frame(&mut s);
     assert!(h.ok, "the hello is accepted");
     s
 }
@@ -261,15 +262,6 @@ fn unix(info: &FramesInfo, shard: usize) -> std::os::unix::net::UnixStream {
     greeted(s)
 }
 
-fn answer(s: &mut impl Read) -> (Header, Vec<u8>) {
-    let mut head = [0u8; HEADER_LEN];
-    s.read_exact(&mut head).expect("an answer");
-    let h = Header::decode(&head).expect("a valid header");
-    let mut body = vec![0u8; h.len as usize];
-    s.read_exact(&mut body).expect("its body");
-    (h, body)
-}
-
 fn ask<T: DeserializeOwned>(
     s: &mut (impl Read + Write),
     op: FrameOp,
@@ -278,7 +270,7 @@ fn ask<T: DeserializeOwned>(
     let body = kv_frame::encode(body).unwrap();
     s.write_all(&kv_frame::frame(op, true, 7, &body).unwrap())
         .unwrap();
-    let (h, body) = answer(s);
+    let (h, body) = read_frame(s);
     if h.ok {
         Ok(kv_frame::decode(&body).expect("an answer"))
     } else {
@@ -385,7 +377,7 @@ fn the_arena_is_handed_only_for_the_nonce_read_out_of_the_node() {
     anonymous
         .write_all(&kv_frame::frame(FrameOp::Hello, true, 0, &hello).unwrap())
         .unwrap();
-    let (h, _) = answer(&mut anonymous);
+    let (h, _) = read_frame(&mut anonymous);
     assert!(
         !h.ok,
         "an anonymous hello is refused on an authenticated node"

@@ -17,6 +17,7 @@ use yutu_api::kv_frame::{
 };
 use yutu_api::token::{issue, Claims, SigningKey};
 use yutu_client::kv::{FramesMode, FramesPath, KvClient, KvOptions};
+use yutu_tests::kv::read_frame;
 use yutu_tests::server::wait_until;
 use yutu_tests::users::{node_with_token_key, token_signed};
 use yutu_tests::{pattern, Server};
@@ -254,18 +255,8 @@ fn send(s: &mut UnixStream, op: FrameOp, id: u32, body: &[u8]) {
         .unwrap();
 }
 
-/// The next answer: its header and body.
-fn answer(s: &mut UnixStream) -> (Header, Vec<u8>) {
-    let mut head = [0u8; HEADER_LEN];
-    s.read_exact(&mut head).expect("an answer");
-    let h = Header::decode(&head).expect("a valid header");
-    let mut body = vec![0u8; h.len as usize];
-    s.read_exact(&mut body).expect("its body");
-    (h, body)
-}
-
 fn ok<T: DeserializeOwned>(s: &mut UnixStream) -> T {
-    let (h, body) = answer(s);
+    let (h, body) = read_frame(s);
     assert!(
         h.ok,
         "an error: {:?}",
@@ -275,7 +266,7 @@ fn ok<T: DeserializeOwned>(s: &mut UnixStream) -> T {
 }
 
 fn failed(s: &mut UnixStream) -> FrameFailure {
-    let (h, body) = answer(s);
+    let (h, body) = read_frame(s);
     assert!(!h.ok, "a success where an error was due");
     kv_frame::decode(&body).expect("a failure")
 }
@@ -429,11 +420,11 @@ fn a_frame_connection_is_checked_as_http_requests_are() {
     .unwrap();
     two.extend_from_slice(&second);
     s.write_all(&two).unwrap();
-    let (h, body) = answer(&mut s);
+    let (h, body) = read_frame(&mut s);
     assert_eq!(h.id, 7);
     let first: ExistsResponse = kv_frame::decode(&body).unwrap();
     assert_eq!(first.exists, [true]);
-    let (h, body) = answer(&mut s);
+    let (h, body) = read_frame(&mut s);
     assert_eq!(h.id, 8);
     let answered: ExistsResponse = kv_frame::decode(&body).unwrap();
     assert_eq!(answered.exists, [false, true]);
@@ -469,7 +460,7 @@ fn a_token_that_expires_stops_working_on_an_open_connection() {
     let refused = wait_until(Duration::from_secs(20), || {
         id += 1;
         call(&mut s, id, "mine", KvOp::Exists, &keys(&["a"]));
-        let (h, body) = answer(&mut s);
+        let (h, body) = read_frame(&mut s);
         !h.ok && kv_frame::decode::<FrameFailure>(&body).unwrap().code == "ExpiredToken"
     });
     assert!(refused, "the expired token still worked");

@@ -4,17 +4,17 @@
 //! retired when the bucket's settings change or the holder's token expires, and cannot be
 //! written or collected by anyone but its caller.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use yutu_api::kv_frame::{
-    self, FrameOp, FramesInfo, Header, Hello, PresenceGrant, PresenceRequest, FRAMES_PATH,
-    HEADER_LEN,
+    self, FrameOp, FramesInfo, Hello, PresenceGrant, PresenceRequest, FRAMES_PATH,
 };
 use yutu_client::kv::{KvClient, KvOptions};
+use yutu_tests::kv::read_frame;
 use yutu_tests::server::wait_until;
 use yutu_tests::users::{node_with_token_key, token_signed};
 use yutu_tests::{pattern, Server};
@@ -277,11 +277,11 @@ fn the_table_is_handed_over_once_to_the_nonce_and_cannot_be_written() {
     .unwrap();
     s.write_all(&kv_frame::frame(FrameOp::Hello, true, 1, &hello).unwrap())
         .unwrap();
-    assert!(read_answer(&mut s).0.ok);
+    assert!(read_frame(&mut s).0.ok);
     let body = kv_frame::encode_call("kvp", &PresenceRequest {}).unwrap();
     s.write_all(&kv_frame::frame(FrameOp::Presence, true, 2, &body).unwrap())
         .unwrap();
-    let (h, raw) = read_answer(&mut s);
+    let (h, raw) = read_frame(&mut s);
     assert!(h.ok, "{}", String::from_utf8_lossy(&raw));
     let grant: PresenceGrant = kv_frame::decode(&raw).unwrap();
     assert_eq!(grant.nonce.len(), 16);
@@ -326,7 +326,7 @@ fn the_table_is_handed_over_once_to_the_nonce_and_cannot_be_written() {
     for id in 10..80 {
         s.write_all(&kv_frame::frame(FrameOp::Presence, true, id, &body).unwrap())
             .unwrap();
-        let (h, raw) = read_answer(&mut s);
+        let (h, raw) = read_frame(&mut s);
         if h.ok {
             granted.push(kv_frame::decode::<PresenceGrant>(&raw).unwrap());
         } else {
@@ -343,20 +343,11 @@ fn the_table_is_handed_over_once_to_the_nonce_and_cannot_be_written() {
         t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         t.write_all(&kv_frame::frame(FrameOp::Hello, true, 1, &hello).unwrap())
             .unwrap();
-        assert!(read_answer(&mut t).0.ok);
+        assert!(read_frame(&mut t).0.ok);
         t.write_all(&kv_frame::frame(FrameOp::Presence, true, 2, &body).unwrap())
             .unwrap();
-        let (h, raw) = read_answer(&mut t);
+        let (h, raw) = read_frame(&mut t);
         assert!(!h.ok);
         assert!(String::from_utf8_lossy(&raw).contains("Unix"));
     }
-}
-
-fn read_answer(s: &mut impl Read) -> (Header, Vec<u8>) {
-    let mut head = [0u8; HEADER_LEN];
-    s.read_exact(&mut head).expect("answer header");
-    let h = Header::decode(&head).expect("header");
-    let mut body = vec![0u8; h.len as usize];
-    s.read_exact(&mut body).expect("answer body");
-    (h, body)
 }

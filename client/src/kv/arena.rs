@@ -196,13 +196,8 @@ impl Drop for View {
     }
 }
 
-/// One piece of a copy: from, to, bytes.
-#[derive(Clone, Copy)]
-pub(super) struct Piece {
-    pub src: *const u8,
-    pub dst: *mut u8,
-    pub len: usize,
-}
+/// One piece of a copy: from, to, bytes (`split_copy::copy_local`'s form).
+pub(super) type Piece = (*const u8, *mut u8, usize);
 
 /// Copies every piece with streaming stores (`yutu_transfer::cold_copy`; pieces under its
 /// `STREAM_MIN` with ordinary ones), shared with copy helpers of this process from
@@ -217,8 +212,8 @@ pub(super) struct Piece {
 ///
 /// # Safety
 ///
-/// Every piece's `src` valid for reads and `dst` for writes of `len` bytes for the length of
-/// the call, from any thread; no destination overlapping another piece's source or
+/// Every piece's source valid for reads and destination for writes of its length for the
+/// length of the call, from any thread; no destination overlapping another piece's source or
 /// destination.
 pub(super) unsafe fn copy(pieces: &[Piece]) {
     static THREADS: OnceLock<()> = OnceLock::new();
@@ -226,15 +221,13 @@ pub(super) unsafe fn copy(pieces: &[Piece]) {
         let n = std::thread::available_parallelism().map_or(1, |n| n.get());
         yutu_transfer::split_copy::set_threads(n.min(MAX_THREADS));
     });
-    if pieces.iter().map(|p| p.len).sum::<usize>() < SPLIT_MIN {
-        for p in pieces {
+    if pieces.iter().map(|p| p.2).sum::<usize>() < SPLIT_MIN {
+        for &(src, dst, len) in pieces {
             // SAFETY: as this function's contract.
-            unsafe { yutu_transfer::cold_copy::copy_cold(p.src, p.dst, p.len) };
+            unsafe { yutu_transfer::cold_copy::copy_cold(src, dst, len) };
         }
         return;
     }
-    let pairs: Vec<(*const u8, *mut u8, usize)> =
-        pieces.iter().map(|p| (p.src, p.dst, p.len)).collect();
     // SAFETY: as this function's contract; `copy_cold` copies any sub-range of a piece.
-    unsafe { yutu_transfer::split_copy::copy_local(&pairs, yutu_transfer::cold_copy::copy_cold) };
+    unsafe { yutu_transfer::split_copy::copy_local(pieces, yutu_transfer::cold_copy::copy_cold) };
 }

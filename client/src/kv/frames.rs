@@ -413,8 +413,9 @@ impl Frames {
             .map_err(|_| KvError::InvalidResponse(format!("node pid {}", self.info.pid)))?;
         // SAFETY: one local iovec over `proof`, which lives for the call; the remote address
         // is the node's, checked by the kernel (a bad one fails the call, nothing here).
-        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-        if n != proof.len() as isize {
+        let read = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) }
+            == proof.len() as isize;
+        if !read {
             let err = std::io::Error::last_os_error();
             tracing::debug!(%err, shard, "the node's memory is not readable here: no arena view");
             // Spend the challenge, so that the node counts the refusal.
@@ -425,14 +426,14 @@ impl Frames {
             self.call_on(&mut conn, FrameOp::ArenaView, &body);
         self.put_back(shard, conn);
         match granted {
-            Ok(grant) if n == kv_frame::ARENA_NONCE_LEN as isize => {
+            Ok(grant) if read => {
                 let fd = self.collect(&grant.socket, &grant.nonce)?;
                 Ok(Some((grant, fd)))
             }
             Ok(_) => Err(KvError::InvalidResponse(
                 "the node granted an arena view for a wrong answer".into(),
             )),
-            Err(_) if n != kv_frame::ARENA_NONCE_LEN as isize => Ok(None),
+            Err(_) if !read => Ok(None),
             Err(e) => Err(e),
         }
     }

@@ -657,15 +657,7 @@ impl NodeClient {
         keys: &[String],
     ) -> Option<(&frames::Frames, Vec<ShardGroup>)> {
         let frames = self.frames.as_ref().filter(|_| keys.len() > 1)?;
-        let mut groups: Vec<Vec<usize>> = vec![Vec::new(); frames.shards()];
-        for (i, k) in keys.iter().enumerate() {
-            groups[yutu_api::placement::shard_for(bucket, k, frames.shards())].push(i);
-        }
-        let groups: Vec<ShardGroup> = groups
-            .into_iter()
-            .enumerate()
-            .filter(|(_, g)| !g.is_empty())
-            .collect();
+        let groups = shard_groups(bucket, keys, frames.shards());
         (groups.len() > 1).then_some((frames, groups))
     }
 
@@ -928,7 +920,21 @@ pub(super) fn borrowed(keys: &[String]) -> Vec<&str> {
 }
 
 /// A shard, and the indices of a request's keys it owns.
-type ShardGroup = (usize, Vec<usize>);
+pub(super) type ShardGroup = (usize, Vec<usize>);
+
+/// The shards of a node of `shards` that own some of `keys`, each with the indices of its
+/// keys (request order kept within each), in shard order.
+pub(super) fn shard_groups(bucket: &str, keys: &[String], shards: usize) -> Vec<ShardGroup> {
+    let mut groups: Vec<Vec<usize>> = vec![Vec::new(); shards];
+    for (i, k) in keys.iter().enumerate() {
+        groups[yutu_api::placement::shard_for(bucket, k, shards)].push(i);
+    }
+    groups
+        .into_iter()
+        .enumerate()
+        .filter(|(_, g)| !g.is_empty())
+        .collect()
+}
 
 /// The per-key answers of the groups of a split call (each group's indices with its answer,
 /// `each` taking an answer's per-key list) back in the order of the `n` keys.

@@ -4,9 +4,8 @@
 //! `None` when the call is not one for views (too small, memory the node maps itself, a
 //! shard without a view) or a shard would not lease its blocks (a per-user limit; the other
 //! shards' leases are released at once): the caller then makes the ordinary call, whose
-//! answer is the authoritative one. Keys whose
-//! block the node does not lease (absent, only on NVMe, larger than their room) go through
-//! an ordinary get-into too.
+//! answer is the authoritative one. Keys whose block the node does not lease (absent, only
+//! on NVMe, larger than their room) go through an ordinary get-into too.
 
 use std::ops::Range;
 
@@ -17,7 +16,7 @@ use yutu_api::kv_frame::{self, FrameOp};
 
 use super::arena::{self, Piece, View, VIEW_MIN, VIEW_MIN_BLOCK, VIEW_TTL_MS};
 use super::frames::Frames;
-use super::node::NodeClient;
+use super::node::{shard_groups, NodeClient};
 use super::{Buffer, KvError};
 
 /// Each key's ranges as a range of the call's `total`: `parts[i]` each,
@@ -45,25 +44,19 @@ fn spans_of(parts: Option<&[u32]>, keys: usize, total: usize) -> Option<Vec<Rang
 /// About how many bytes a get-into of `ranges` moves, before the node says: the median
 /// room times the keys. A room is only an upper bound (`batch_get_into` gives the last key
 /// the rest of the buffer), and one large room must not make a batch of small blocks look
-/// large.
+/// large. 0 (not for views) when the median is below [`VIEW_MIN_BLOCK`]: a batch of small
+/// blocks is one system call on the node, and a lease per block would cost more.
 fn likely_bytes(ranges: &[(u64, u64)]) -> u64 {
-    large_enough(ranges.iter().map(|r| r.1).collect())
-}
-
-/// The bytes of a call whose pieces are `sizes`, estimated as the median times the count;
-/// 0 (not for views) when the median is below [`VIEW_MIN_BLOCK`]: a batch of small blocks
-/// is one system call on the node, and a lease or reservation per block would cost more.
-fn large_enough(mut sizes: Vec<u64>) -> u64 {
-    if sizes.is_empty() {
+    let mut rooms: Vec<u64> = ranges.iter().map(|r| r.1).collect();
+    if rooms.is_empty() {
         return 0;
     }
-    let n = sizes.len() as u64;
-    let mid = sizes.len() / 2;
-    let (_, median, _) = sizes.select_nth_unstable(mid);
+    let mid = rooms.len() / 2;
+    let (_, median, _) = rooms.select_nth_unstable(mid);
     if *median < VIEW_MIN_BLOCK {
         return 0;
     }
-    median.saturating_mul(n)
+    median.saturating_mul(ranges.len() as u64)
 }
 
 /// The keys of a call on one shard: the shard, its view, and the call's indices of its keys.
@@ -82,18 +75,17 @@ impl NodeClient {
         keys: &[String],
     ) -> Option<(&'s Frames, Vec<OnShard<'s>>)> {
         let (frames, views) = (self.frames.as_ref()?, self.views.as_ref()?);
-        let mut idx: Vec<Vec<usize>> = vec![Vec::new(); frames.shards()];
-        for (i, k) in keys.iter().enumerate() {
-            idx[yutu_api::placement::shard_for(bucket, k, frames.shards())].push(i);
-        }
-        let mut out = Vec::new();
-        for (shard, idx) in idx.into_iter().enumerate() {
-            if !idx.is_empty() {
-                let view = views.view(frames, shard)?;
-                out.push(OnShard { shard, view, idx });
-            }
-        }
-        Some((frames, out))
+        let groups = shard_groups(bucket, keys, frames.shards())
+            .into_iter()
+            .map(|(shard, idx)| {
+                Some(OnShard {
+                    shard,
+                    view: views.view(frames, shard)?,
+                    idx,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some((frames, groups))
     }
 
     /// get-into through views: `body` names ranges of `buf` (the buffer form); `None` as the
@@ -152,7 +144,7 @@ impl NodeClient {
         let base = buf.segment.region().as_ptr();
         let mut out: Vec<Option<u64>> = vec![None; keys.len()];
         let mut rest = Vec::new();
-        let mut pieces = Vec::new();
+        let mut pieces: Vec<Piece> = Vec::new();
         let mut bytes = 0u64;
         for (g, answer) in groups.iter().zip(&leased) {
             for (j, &i) in g.idx.iter().enumerate() {
@@ -172,12 +164,8 @@ impl NodeClient {
                         break;
                     }
                     let n = left.min(room);
-                    pieces.push(Piece {
-                        src: from,
-                        // The ranges were checked against `buf` by the caller.
-                        dst: base.wrapping_add(offset as usize),
-                        len: n as usize,
-                    });
+                    // The ranges were checked against `buf` by the caller.
+                    pieces.push((from, base.wrapping_add(offset as usize), n as usize));
                     from = from.wrapping_add(n as usize);
                     left -= n;
                 }
