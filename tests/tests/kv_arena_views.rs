@@ -1,8 +1,9 @@
 //! Arena views against a real node: a same-host client that can read the node's memory
 //! (it proves so by reading a nonce out of the node with `process_vm_readv`) maps the
-//! shards' arenas and copies the blocks of large gets into process memory itself; every byte comes back
-//! right either way, a process the kernel does not let read the node gets no view, and the
-//! node hands the arena for the nonce alone, on Unix frame sockets alone.
+//! shards' arenas and copies the blocks of large gets and puts from process memory itself;
+//! every byte comes back right either way, a put into memory the node never wrote is the
+//! node's, a process the kernel does not let read the node gets no view, and the node hands
+//! the arena for the nonce alone, on Unix frame sockets alone.
 
 use std::io::{Read, Write};
 use std::os::linux::net::SocketAddrExt;
@@ -28,8 +29,19 @@ fn admin() -> String {
     token_signed(KID, KEY, &[], true, Duration::from_secs(600))
 }
 
-/// A two-shard node taking tokens signed with `KEY`, bucket `views` created.
+/// A two-shard node taking tokens signed with `KEY`, bucket `views` created, its arenas
+/// faulted in (`--prefault`, so that puts may go through views: see `cold_puts_are_the_nodes`).
 fn node(extra: &[&str]) -> Server {
+    let server = lazy_node(&[extra, &["--prefault"]].concat());
+    let done = yutu_tests::server::wait_until(Duration::from_secs(60), || {
+        server.log().matches("DRAM arena prefaulted").count() == 2
+    });
+    assert!(done, "the node did not prefault: {}", server.log());
+    server
+}
+
+/// As [`node`], the arenas left to fault in as the node writes them.
+fn lazy_node(extra: &[&str]) -> Server {
     let mut args = vec![
         "--memory",
         "256MiB",
@@ -66,7 +78,8 @@ fn client(url: &str, token: String) -> KvClient {
 /// registered; twice, the second overwriting with other bytes), gets them back into its
 /// other half with a missing key among them, then a batch of small blocks, and the large
 /// ones into a memfd buffer (which the node maps and copies itself); checks every byte.
-/// The bytes this client copied through views: the large get into process memory, or 0.
+/// The bytes this client copied through views: the large puts and get with process memory,
+/// or 0.
 fn round_trip(kv: &KvClient) -> u64 {
     let half = BLOCKS * BLOCK;
     let mut mem = vec![0u8; 2 * half];
@@ -85,7 +98,6 @@ fn round_trip(kv: &KvClient) -> u64 {
         kv.batch_put_from("views", &keys, &buf, &offsets, &lens)
             .expect("a large put");
     }
-    assert_eq!(kv.view_bytes(), before, "puts go to the node");
     // Fifteen stored keys and a missing one, which the node answers.
     let mut wanted: Vec<String> = keys[..BLOCKS - 1].to_vec();
     wanted.insert(3, "never-stored".into());
@@ -164,8 +176,8 @@ fn a_client_that_can_read_the_node_copies_large_blocks_itself() {
     let server = node(&[]);
     let kv = client(&server.url, admin());
     let moved = round_trip(&kv);
-    // The get of 15 stored blocks, copied here.
-    assert_eq!(moved, (BLOCKS - 1) as u64 * BLOCK as u64);
+    // Both puts of 16 blocks and the get of 15 stored ones, copied here.
+    assert_eq!(moved, (2 * BLOCKS + BLOCKS - 1) as u64 * BLOCK as u64);
     assert_eq!(kv.arena_views(), 2, "a view of each shard's arena");
     assert_eq!(
         server.metric_sum("yutu_arena_views_total{outcome=\"given\""),
@@ -424,6 +436,7 @@ fn a_refused_lease_on_one_shard_releases_the_others() {
     )
     .unwrap();
     mem.fill(0);
+    let put = kv.view_bytes();
     let keys: Vec<String> = first[..2].iter().chain(&second).cloned().collect();
     let picked = [0usize, 1, 4, 5, 6];
     let into: Vec<u64> = (0..keys.len()).map(|i| (i * BLOCK) as u64).collect();
@@ -438,7 +451,7 @@ fn a_refused_lease_on_one_shard_releases_the_others() {
     }
     assert_eq!(
         kv.view_bytes(),
-        0,
+        put,
         "the refused call went to the node whole"
     );
     assert!(server.metric_sum("yutu_kv_user_limit_refused_total{limit=\"leased_bytes\"") >= 1.0);
@@ -447,9 +460,106 @@ fn a_refused_lease_on_one_shard_releases_the_others() {
     let got = kv.batch_get_into("views", &more, &buf, &into[..2]).unwrap();
     assert!(got.iter().all(|g| *g == Some(BLOCK as u64)));
     assert_eq!(
-        kv.view_bytes(),
+        kv.view_bytes() - put,
         2 * BLOCK as u64,
         "shard 0 leased them: nothing was left held"
     );
     drop(buf);
+}
+
+/// A view put whose reserved range the node never wrote (a node without `--prefault`) is
+/// revoked and made by the node, so that the node's memory is allocated by, and charged to,
+/// the node; once the node has written that memory, puts into it go through the view.
+#[test]
+fn cold_puts_are_the_nodes() {
+    let server = lazy_node(&[]);
+    let kv = client(&server.url, admin());
+    let mut mem = vec![0u8; BLOCKS * BLOCK];
+    // SAFETY: `mem` outlives `buf`, dropped first below; read and written only between calls.
+    let buf = unsafe { kv.register_host(mem.as_mut_ptr(), mem.len() as u64) }.expect("buffer");
+    let keys: Vec<String> = (0..BLOCKS).map(|i| format!("cold-{i}")).collect();
+    let offsets: Vec<u64> = (0..BLOCKS).map(|i| (i * BLOCK) as u64).collect();
+    let lens = vec![BLOCK as u64; BLOCKS];
+    for (i, &at) in offsets.iter().enumerate() {
+        let at = at as usize;
+        mem[at..at + BLOCK].copy_from_slice(&pattern(BLOCK, 300 + i as u64));
+    }
+    kv.batch_put_from("views", &keys, &buf, &offsets, &lens)
+        .expect("a large put");
+    assert!(kv.arena_views() >= 1, "the put asked for views");
+    assert_eq!(
+        kv.view_bytes(),
+        0,
+        "the node made the put into fresh memory"
+    );
+    let auth = format!("Bearer {}", admin());
+    let r = server.client().send(
+        "GET",
+        "/views/cold-9",
+        &[("authorization", auth.as_str())],
+        None,
+    );
+    assert_eq!(r.status, 200);
+    assert!(r.body == pattern(BLOCK, 309), "the stored block");
+    drop(buf);
+}
+
+/// A view put that one shard will not reserve for (the user's reserved bytes there would
+/// pass `--kv-user-reserved`) goes to the node whole, and the other shard's reservations are
+/// revoked at once: a view put on that shard right after is reserved in full.
+#[test]
+fn a_refused_reservation_on_one_shard_revokes_the_others() {
+    // 5 MiB reserved per user and shard.
+    let server = node(&["--kv-user-reserved", "10MiB"]);
+    let kv = client(&server.url, admin());
+    let on = |shard: usize, n: usize| -> Vec<String> {
+        (0..)
+            .map(|i| format!("res-{i}"))
+            .filter(|k| yutu_api::placement::shard_for("views", k, 2) == shard)
+            .take(n)
+            .collect()
+    };
+    // Two blocks on shard 0 (4 MiB, within its limit), three on shard 1 (6 MiB, past it).
+    let (first, second) = (on(0, 4), on(1, 3));
+    let mut mem = vec![0u8; 8 * BLOCK];
+    // SAFETY: `mem` outlives `buf`, dropped first below; read and written only between calls.
+    let buf = unsafe { kv.register_host(mem.as_mut_ptr(), mem.len() as u64) }.expect("buffer");
+    let keys: Vec<String> = first[..2].iter().chain(&second).cloned().collect();
+    let offsets: Vec<u64> = (0..keys.len()).map(|i| (i * BLOCK) as u64).collect();
+    for (i, &at) in offsets.iter().enumerate() {
+        let at = at as usize;
+        mem[at..at + BLOCK].copy_from_slice(&pattern(BLOCK, 700 + i as u64));
+    }
+    let lens = vec![BLOCK as u64; keys.len()];
+    kv.batch_put_from("views", &keys, &buf, &offsets, &lens)
+        .unwrap();
+    assert_eq!(kv.view_bytes(), 0, "the refused put went to the node whole");
+    assert!(server.metric_sum("yutu_kv_user_limit_refused_total{limit=\"reserved_bytes\"") >= 1.0);
+    // Shard 0's two reservations were revoked with the call: two more of its blocks reserve
+    // in full.
+    kv.batch_put_from("views", &first[2..], &buf, &offsets[..2], &lens[..2])
+        .unwrap();
+    assert_eq!(
+        kv.view_bytes(),
+        2 * BLOCK as u64,
+        "shard 0 reserved them: nothing was left held"
+    );
+    // Every block is what was put.
+    mem.fill(0);
+    let all: Vec<String> = keys.iter().chain(&first[2..]).cloned().collect();
+    let seeds = [700u64, 701, 702, 703, 704, 700, 701];
+    let into: Vec<u64> = (0..all.len()).map(|i| (i * BLOCK) as u64).collect();
+    let mut mem2 = vec![0u8; all.len() * BLOCK];
+    // SAFETY: as `buf`.
+    let out = unsafe { kv.register_host(mem2.as_mut_ptr(), mem2.len() as u64) }.expect("buffer");
+    let got = kv.batch_get_into("views", &all, &out, &into).unwrap();
+    assert!(got.iter().all(|g| *g == Some(BLOCK as u64)), "{got:?}");
+    for (j, &at) in into.iter().enumerate() {
+        let at = at as usize;
+        assert!(
+            mem2[at..at + BLOCK] == pattern(BLOCK, seeds[j]),
+            "block {j}"
+        );
+    }
+    drop((buf, out));
 }

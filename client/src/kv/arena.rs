@@ -1,5 +1,5 @@
 //! Arena views: the node's shard arenas mapped into this process, so that a large get-into
-//! is a `memcpy` here instead of the node's copy through the kernel.
+//! or put-from is a `memcpy` here instead of the node's copy through the kernel.
 //!
 //! The node hands a shard's arena only to a process that proved it can already read and
 //! write all of the node's memory (it read a fresh nonce out of the node with
@@ -7,31 +7,39 @@
 //! `Frames::arena_view`). Where the kernel refuses that read (another user, a non-dumpable
 //! node, Yama), there is no view and every call goes as before.
 //!
-//! With a view, a large get-into becomes the raw form of the KV API, with the copy on the
-//! client's side: `get` leases the blocks (read-only descriptors), this process copies each
-//! out of its mapping into the caller's memory, then `release`s the leases. A lease keeps a
-//! block's bytes where they are until it ends, even when the key is overwritten meanwhile, so
-//! a copy reads one version whole.
+//! With a view, a large call on a shard becomes the raw form of the KV API, with the copy on
+//! the client's side:
+//! - get-into: `get` leases the blocks (read-only descriptors), this process copies each out
+//!   of its mapping into the caller's memory, then `release`s the leases. A lease keeps a
+//!   block's bytes where they are until it ends, even when the key is overwritten meanwhile,
+//!   so a copy reads one version whole.
+//! - put-from: `put-start` reserves each block's range (write descriptors), this process
+//!   copies the bytes in, then `put-end` publishes them (atomically per block, as put-from
+//!   does); a failure revokes the puts.
 //!
-//! Only into memory the node reaches through the kernel (process memory: numpy, torch,
-//! `bytes`), whose copies move about half a `memcpy` per thread; memory the node maps
-//! (a memfd) it copies with `memcpy` on every shard at once. One round trip more than the
-//! node's own copy and a lease per block, so only for calls of [`VIEW_MIN`] bytes or more
-//! whose median block is [`VIEW_MIN_BLOCK`] or more; a copy of [`SPLIT_MIN`] or more is
-//! shared with copy helpers of this process, since one thread does not use the memory system
-//! up. `YUTU_ARENA_VIEWS=0` turns views off. A copy reads only within descriptors the
-//! node handed out for this call, checked against the mapping's bounds.
+//! Only with memory the node reaches through the kernel (process memory: numpy, torch,
+//! `bytes`), whose copies move about half a `memcpy` per thread; memory the node maps (a
+//! memfd) it copies with `memcpy` on every shard at once. One round trip more than the
+//! node's own copy and a lease or reservation per block, so only for calls of [`VIEW_MIN`]
+//! bytes or more whose median block is [`VIEW_MIN_BLOCK`] or more; a copy of [`SPLIT_MIN`]
+//! or more is shared with copy helpers of this process, since one thread does not use the
+//! memory system up. `YUTU_ARENA_VIEWS=0` turns views off. A copy reads and writes only
+//! within descriptors the node handed out for this call, checked against the mapping's
+//! bounds.
 //!
-//! Puts do not go through views: the first write to each 4 KiB page of a shared mapping
-//! costs a page fault (about 1.2 us a page on the development VM, 2.6 GB/s for a first pass
-//! against 19 for a second, with or without `MADV_POPULATE_WRITE`), which the node's own
-//! put path, already near `memcpy` speed, does not pay. Reads fault 16 pages at a time.
+//! A fresh mapping has no page table entries, and writes to a shared mapping fault one 4 KiB
+//! page at a time (2.6 GB/s for a first pass against 19 for a second on the development VM):
+//! so a helper thread populates each view once, when it is mapped, over the pages the node
+//! has already written (`yutu_transfer::prefault`, [`Populate::Resident`]). A put whose
+//! reserved range is not wholly resident yet (a part of the arena the node never wrote) is
+//! revoked and made by the node, so that the page is allocated, and charged, to the node.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use yutu_api::kv_frame::ArenaViewGrant;
+use yutu_transfer::prefault::{self, Populate, Prefault};
 use yutu_transfer::{NodeId, SegmentDescriptor, SegmentId};
 
 use super::frames::Frames;
@@ -51,8 +59,8 @@ const SPLIT_MIN: usize = 8 << 20;
 /// Most threads one copy uses, the caller's included.
 const MAX_THREADS: usize = 4;
 
-/// How long the leases of a view call last: they end at its release, this only bounds what
-/// a client that dies mid-call holds.
+/// How long the leases and reservations of a view call last: they end at its release or
+/// put-end, this only bounds what a client that dies mid-call holds.
 pub(super) const VIEW_TTL_MS: u64 = 5_000;
 
 /// Whether views are on for this process (`YUTU_ARENA_VIEWS=0` turns them off).
@@ -63,7 +71,7 @@ pub(super) fn enabled() -> bool {
 /// The views of one node's shards, each asked for once, on first use.
 pub(super) struct ArenaViews {
     shards: Vec<OnceLock<Option<View>>>,
-    /// Bytes copied through views.
+    /// Bytes copied through views (gets and puts together).
     copied: AtomicU64,
 }
 
@@ -81,7 +89,7 @@ impl ArenaViews {
         self.shards
             .get(shard)?
             .get_or_init(|| match frames.arena_view(shard) {
-                Ok(Some((grant, fd))) => match View::map(&grant, fd) {
+                Ok(Some((grant, fd))) => match View::map(&grant, fd, shard) {
                     Ok(v) => Some(v),
                     Err(e) => {
                         tracing::debug!(error = %e, shard, "arena view not mapped");
@@ -115,16 +123,19 @@ impl ArenaViews {
     }
 }
 
-/// One shard's arena, mapped shared and read-only: this process only copies out of it.
+/// One shard's arena, mapped shared and read-write.
 pub(super) struct View {
+    /// Populates the mapping once (see the module docs); dropped, so stopped, before the
+    /// mapping goes (`Drop`).
+    prefault: Option<Prefault>,
     base: NonNull<u8>,
     len: usize,
     node: NodeId,
     segment: SegmentId,
 }
 
-// SAFETY: a shared read-only mapping with no Rust-owned contents; this module copies out of
-// it only within descriptors the node handed out for the call doing the copy.
+// SAFETY: a shared mapping with no Rust-owned contents; this module copies into and out of it
+// only within descriptors the node handed out for the call doing the copy.
 unsafe impl Send for View {}
 // SAFETY: as above.
 unsafe impl Sync for View {}
@@ -132,8 +143,13 @@ unsafe impl Sync for View {}
 impl View {
     /// Maps the arena memfd `fd` as `grant` describes it, after checking that the file is
     /// sealed against shrinking and at least that long: a shorter file, or one cut short
-    /// later, would turn copies into `SIGBUS` (the node seals its arenas).
-    fn map(grant: &ArenaViewGrant, fd: std::os::fd::OwnedFd) -> std::io::Result<View> {
+    /// later, would turn copies into `SIGBUS` (the node seals its arenas). Starts populating
+    /// the mapping in a helper thread.
+    fn map(
+        grant: &ArenaViewGrant,
+        fd: std::os::fd::OwnedFd,
+        shard: usize,
+    ) -> std::io::Result<View> {
         use std::os::fd::AsRawFd;
         // SAFETY: F_GET_SEALS takes no argument and touches no memory of ours.
         let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
@@ -155,7 +171,7 @@ impl View {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ,
+                libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 fd.as_raw_fd(),
                 0,
@@ -165,7 +181,22 @@ impl View {
             return Err(std::io::Error::last_os_error());
         }
         let base = NonNull::new(ptr.cast()).ok_or_else(|| std::io::Error::other("null mmap"))?;
+        // SAFETY: the fresh shared writable mapping above, which `Drop` unmaps only after
+        // dropping (stopping and joining) the prefault.
+        let prefault = unsafe {
+            Prefault::start(
+                format!("yutu-view-{shard}"),
+                "arena view",
+                Populate::Resident,
+                base.as_ptr(),
+                len,
+            )
+        };
+        if let Err(e) = &prefault {
+            tracing::debug!(error = %e, shard, "arena view not prefaulted: its pages fault in on first use");
+        }
         Ok(View {
+            prefault: prefault.ok(),
             base,
             len,
             node: NodeId(grant.node),
@@ -186,10 +217,18 @@ impl View {
         // SAFETY: `offset + len` is inside the mapping (checked above).
         Some(unsafe { self.base.as_ptr().add(d.offset as usize) })
     }
+
+    /// Whether every page of the `len` bytes at `at` (inside this view) holds memory the node
+    /// has already allocated, so that writing them here allocates nothing.
+    pub(super) fn resident(&self, at: *const u8, len: usize) -> bool {
+        prefault::all_resident(at, len)
+    }
 }
 
 impl Drop for View {
     fn drop(&mut self) {
+        // The prefault thread stops and is joined before the mapping goes.
+        drop(self.prefault.take());
         // SAFETY: the mapping made in `View::map`, unmapped once; no copy runs past the call
         // that made it, and the view outlives every call (it lives in the client).
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };

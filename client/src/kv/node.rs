@@ -346,6 +346,24 @@ impl NodeClient {
         options: &PutOptions,
         parts: Option<Vec<u32>>,
     ) -> Result<Vec<String>, KvError> {
+        if let Some(done) =
+            self.put_through_views(bucket, keys, buf, &blocks, parts.as_deref(), options)
+        {
+            return done;
+        }
+        self.put_from_plain(bucket, keys, buf, blocks, options, parts)
+    }
+
+    /// The put-from call itself: the node copies.
+    pub(super) fn put_from_plain(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        blocks: Vec<PutFromBlock<&str>>,
+        options: &PutOptions,
+        parts: Option<Vec<u32>>,
+    ) -> Result<Vec<String>, KvError> {
         let body = PutFromRequest {
             blocks,
             buffer: buf.whole()?,

@@ -1,23 +1,27 @@
-//! Large get-into calls through arena views (see `arena.rs`): the node leases the blocks,
-//! this process copies them out of its mapping of the arena.
+//! Large get-into and put-from calls through arena views (see `arena.rs`): the node leases
+//! or reserves the blocks, this process copies them out of or into its mapping of the arena.
 //!
-//! `None` when the call is not one for views (too small, memory the node maps itself, a
-//! shard without a view) or a shard would not lease its blocks (a per-user limit; the other
-//! shards' leases are released at once): the caller then makes the ordinary call, whose
+//! Each returns `None` when the call is not one for views (too small, memory the node maps
+//! itself, a shard without a view, a pin) or a shard would not lease or reserve its blocks
+//! (a per-user limit, a full arena; what the other shards granted ends at once), or a
+//! reserved range is not resident yet: the caller then makes the ordinary call, whose
 //! answer is the authoritative one. Keys whose block the node does not lease (absent, only
 //! on NVMe, larger than their room) go through an ordinary get-into too.
 
 use std::ops::Range;
+use std::time::{Duration, Instant};
 
 use yutu_api::kv::{
-    CopiedResponse, GetIntoRequest, GetResponse, KeysRequest, KvOp, ReleaseRequest, ReleaseResponse,
+    CopiedResponse, EtagsResponse, GetIntoRequest, GetResponse, KeysRequest, KvOp, PutFromBlock,
+    PutIdsRequest, PutStartBlock, PutStartRequest, PutStartResponse, ReleaseRequest,
+    ReleaseResponse, RevokeResponse,
 };
 use yutu_api::kv_frame::{self, FrameOp};
 
 use super::arena::{self, Piece, View, VIEW_MIN, VIEW_MIN_BLOCK, VIEW_TTL_MS};
 use super::frames::Frames;
 use super::node::{shard_groups, NodeClient};
-use super::{Buffer, KvError};
+use super::{Buffer, KvError, PutMode, PutOptions};
 
 /// Each key's ranges as a range of the call's `total`: `parts[i]` each,
 /// one each without `parts`; `None` when the counts do not add up to `total`.
@@ -41,13 +45,14 @@ fn spans_of(parts: Option<&[u32]>, keys: usize, total: usize) -> Option<Vec<Rang
     )
 }
 
-/// About how many bytes a get-into of `ranges` moves, before the node says: the median
-/// room times the keys. A room is only an upper bound (`batch_get_into` gives the last key
+/// About how many bytes a call of these blocks (or rooms) moves: the median length times
+/// the count. A get-into's room is only an upper bound (`batch_get_into` gives the last key
 /// the rest of the buffer), and one large room must not make a batch of small blocks look
 /// large. 0 (not for views) when the median is below [`VIEW_MIN_BLOCK`]: a batch of small
-/// blocks is one system call on the node, and a lease per block would cost more.
-fn likely_bytes(ranges: &[(u64, u64)]) -> u64 {
-    let mut rooms: Vec<u64> = ranges.iter().map(|r| r.1).collect();
+/// blocks is one system call on the node, and a lease or reservation per block would cost
+/// more.
+fn likely_bytes(lens: impl Iterator<Item = u64>) -> u64 {
+    let mut rooms: Vec<u64> = lens.collect();
     if rooms.is_empty() {
         return 0;
     }
@@ -56,7 +61,7 @@ fn likely_bytes(ranges: &[(u64, u64)]) -> u64 {
     if *median < VIEW_MIN_BLOCK {
         return 0;
     }
-    median.saturating_mul(ranges.len() as u64)
+    median.saturating_mul(rooms.len() as u64)
 }
 
 /// The keys of a call on one shard: the shard, its view, and the call's indices of its keys.
@@ -104,7 +109,7 @@ impl NodeClient {
         if !buf.segment.region().process() {
             return None;
         }
-        if body.targets.is_some() || likely_bytes(ranges) < VIEW_MIN {
+        if body.targets.is_some() || likely_bytes(ranges.iter().map(|r| r.1)) < VIEW_MIN {
             return None;
         }
         // Key i's ranges: `spans[i]` of `ranges`.
@@ -208,6 +213,228 @@ impl NodeClient {
         }
         Some(Ok(out))
     }
+
+    /// put-from through views: key `i` is the blocks `blocks[spans[i]]` of `buf` (one each
+    /// without `parts`), gathered in order; `None` as the module docs say.
+    pub(super) fn put_through_views(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        blocks: &[PutFromBlock<&str>],
+        parts: Option<&[u32]>,
+        options: &PutOptions,
+    ) -> Option<Result<Vec<String>, KvError>> {
+        // As for gets: memory the node maps it copies faster itself.
+        if !buf.segment.region().process() || options.pin.is_some() {
+            return None;
+        }
+        if likely_bytes(blocks.iter().map(|b| b.len)) < VIEW_MIN {
+            return None;
+        }
+        let spans = spans_of(parts, keys.len(), blocks.len())?;
+        if options.mode == PutMode::IfAbsent {
+            return self.put_absent_through_views(bucket, keys, buf, blocks, &spans);
+        }
+        let lens: Vec<u64> = spans
+            .iter()
+            .map(|s| blocks[s.clone()].iter().map(|b| b.len).sum())
+            .collect();
+        let (frames, groups) = self.on_views(bucket, keys)?;
+        let calls = groups
+            .iter()
+            .map(|g| {
+                let request = PutStartRequest {
+                    blocks: g
+                        .idx
+                        .iter()
+                        .map(|&i| PutStartBlock {
+                            key: keys[i].clone(),
+                            len: lens[i],
+                        })
+                        .collect(),
+                    ttl_ms: Some(VIEW_TTL_MS),
+                };
+                kv_frame::encode_call(bucket, &request).map(|b| (g.shard, b))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .ok()?;
+        let asked = Instant::now();
+        let answers: Vec<Result<PutStartResponse, KvError>> =
+            match frames.call_each_kept(FrameOp::Kv(KvOp::PutStart), &calls, false) {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::debug!(error = %e, "no reservations for a view put: the node copies");
+                    return None;
+                }
+            };
+        let granted = || {
+            groups
+                .iter()
+                .map(|g| g.shard)
+                .zip(&answers)
+                .filter_map(|(s, a)| Some((s, a.as_ref().ok()?)))
+        };
+        if let Some(Err(e)) = answers.iter().find(|a| a.is_err()) {
+            // A shard would not reserve (a per-user limit, a full arena): the others'
+            // reservations end now, and the node makes the whole put.
+            tracing::debug!(error = %e, "no reservations for a view put: the node copies");
+            revoke(frames, bucket, granted());
+            return None;
+        }
+        let base = buf.segment.region().as_ptr();
+        let mut pieces: Vec<Piece> = Vec::new();
+        let mut bad = None;
+        let mut cold = false;
+        'groups: for (g, answer) in groups.iter().zip(granted()) {
+            let answer = answer.1;
+            if answer.puts.len() != g.idx.len() {
+                bad = Some(format!(
+                    "put-start answered {} puts for {} blocks",
+                    answer.puts.len(),
+                    g.idx.len()
+                ));
+                break;
+            }
+            for (p, &i) in answer.puts.iter().zip(&g.idx) {
+                let Some(dst) = g
+                    .view
+                    .place(&p.descriptor, lens[i])
+                    .filter(|_| p.key == keys[i] && p.descriptor.len == lens[i])
+                else {
+                    bad = Some(format!(
+                        "put-start's answer for key {i} is not a range of its view"
+                    ));
+                    break 'groups;
+                };
+                if !g.view.resident(dst, lens[i] as usize) {
+                    cold = true;
+                    break 'groups;
+                }
+                let mut to = dst;
+                for b in &blocks[spans[i].clone()] {
+                    // The blocks were checked against `buf` by the caller.
+                    pieces.push((
+                        base.wrapping_add(b.offset as usize).cast_const(),
+                        to,
+                        b.len as usize,
+                    ));
+                    to = to.wrapping_add(b.len as usize);
+                }
+            }
+        }
+        // A reservation that ran out is the node's to give to another put, so nothing is
+        // written through one that has run half its time (a stalled process).
+        let late = asked.elapsed() > Duration::from_millis(VIEW_TTL_MS / 2);
+        if cold || late {
+            // A range the node never wrote would be allocated, and charged, to this process
+            // if written from here. Either way the node makes the put.
+            revoke(frames, bucket, granted());
+            return None;
+        }
+        if let Some(why) = bad {
+            revoke(frames, bucket, granted());
+            return Some(Err(KvError::InvalidResponse(why)));
+        }
+        // SAFETY: every destination lies in a view, inside a range reserved for this call and
+        // not yet published (no one else reads or writes it); every source lies in `buf`,
+        // checked by the caller, and the ranges of a call do not overlap the arena.
+        unsafe { arena::copy(&pieces) };
+        if let Some(views) = &self.views {
+            views.count(lens.iter().sum());
+        }
+        let calls = granted()
+            .map(|(shard, s)| {
+                let request = PutIdsRequest {
+                    put_ids: s.puts.iter().map(|p| p.put_id).collect(),
+                };
+                kv_frame::encode_call(bucket, &request).map(|b| (shard, b))
+            })
+            .collect::<Result<Vec<_>, _>>();
+        let ended: Result<Vec<EtagsResponse>, KvError> = calls
+            .map_err(|e| KvError::InvalidArgument(e.to_string()))
+            .and_then(|calls| frames.call_each(FrameOp::Kv(KvOp::PutEnd), &calls, false));
+        let ended = match ended {
+            Ok(e) => e,
+            Err(e) => {
+                // What did end stays (a revoke of it answers false); the rest is abandoned.
+                revoke(frames, bucket, granted());
+                return Some(Err(e));
+            }
+        };
+        let mut etags = vec![String::new(); keys.len()];
+        for (g, answer) in groups.iter().zip(ended) {
+            if answer.etags.len() != g.idx.len() {
+                return Some(Err(KvError::InvalidResponse(format!(
+                    "put-end answered {} etags for {} blocks",
+                    answer.etags.len(),
+                    g.idx.len()
+                ))));
+            }
+            for (&i, e) in g.idx.iter().zip(answer.etags) {
+                etags[i] = e;
+            }
+        }
+        Some(Ok(etags))
+    }
+
+    /// A put of the keys not stored yet: as the node's put-from does, the present keys are
+    /// looked up first (in the presence tables where this client has them) and answer an
+    /// empty ETag, and the others are stored (`spans[i]`: key `i`'s blocks). Two such puts of
+    /// one new key racing each other may both store it, as with put-from.
+    fn put_absent_through_views(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        buf: &Buffer,
+        blocks: &[PutFromBlock<&str>],
+        spans: &[Range<usize>],
+    ) -> Option<Result<Vec<String>, KvError>> {
+        let present = match self.batch_exists(bucket, keys) {
+            Ok(p) if p.len() == keys.len() => p,
+            Ok(_) => return None,
+            Err(e) => return Some(Err(e)),
+        };
+        let wanted: Vec<usize> = (0..keys.len()).filter(|&i| !present[i]).collect();
+        let mut etags = vec![String::new(); keys.len()];
+        if wanted.is_empty() {
+            return Some(Ok(etags));
+        }
+        let sub_keys: Vec<String> = wanted.iter().map(|&i| keys[i].clone()).collect();
+        let sub_blocks: Vec<PutFromBlock<&str>> = wanted
+            .iter()
+            .flat_map(|&i| blocks[spans[i].clone()].iter().cloned())
+            .collect();
+        let counts: Vec<u32> = wanted.iter().map(|&i| spans[i].len() as u32).collect();
+        let options = PutOptions::default();
+        let stored = match self.put_through_views(
+            bucket,
+            &sub_keys,
+            buf,
+            &sub_blocks,
+            Some(&counts),
+            &options,
+        ) {
+            Some(Ok(s)) => s,
+            Some(Err(e)) => return Some(Err(e)),
+            // The node makes the put of the keys that were absent, still if absent.
+            None => {
+                let absent = PutOptions {
+                    mode: PutMode::IfAbsent,
+                    ..options
+                };
+                let parts = Some(counts);
+                match self.put_from_plain(bucket, &sub_keys, buf, sub_blocks, &absent, parts) {
+                    Ok(s) => s,
+                    Err(e) => return Some(Err(e)),
+                }
+            }
+        };
+        for (i, e) in wanted.into_iter().zip(stored) {
+            etags[i] = e;
+        }
+        Some(Ok(etags))
+    }
 }
 
 /// Ends each shard's leases, every shard's call sent before any answer is read; a failure
@@ -227,5 +454,29 @@ fn release<'a>(frames: &Frames, leased: impl Iterator<Item = (usize, &'a GetResp
     }
     if let Err(e) = frames.call_each::<ReleaseResponse>(FrameOp::Release, &calls, true) {
         tracing::debug!(error = %e, "a view get's leases were not released: they expire");
+    }
+}
+
+/// Best effort: frees a view put's reservations now instead of at their ttl (puts already
+/// ended are not revoked; the node answers false for them).
+fn revoke<'a>(
+    frames: &Frames,
+    bucket: &str,
+    started: impl Iterator<Item = (usize, &'a PutStartResponse)>,
+) {
+    let calls: Vec<(usize, Vec<u8>)> = started
+        .filter(|(_, s)| !s.puts.is_empty())
+        .filter_map(|(shard, s)| {
+            let request = PutIdsRequest {
+                put_ids: s.puts.iter().map(|p| p.put_id).collect(),
+            };
+            Some((shard, kv_frame::encode_call(bucket, &request).ok()?))
+        })
+        .collect();
+    if calls.is_empty() {
+        return;
+    }
+    if let Err(e) = frames.call_each::<RevokeResponse>(FrameOp::Kv(KvOp::Revoke), &calls, false) {
+        tracing::debug!(error = %e, "a view put's reservations were not revoked: they expire");
     }
 }
