@@ -77,7 +77,6 @@ mod engine;
 mod error;
 pub mod huge_backing;
 mod kind;
-pub mod prefault;
 mod proof;
 mod region;
 mod request;

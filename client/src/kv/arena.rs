@@ -27,22 +27,20 @@
 //! within descriptors the node handed out for this call, checked against the mapping's
 //! bounds.
 //!
-//! A fresh mapping has no page table entries, and writes to a shared mapping fault one 4 KiB
-//! page at a time (2.6 GB/s for a first pass against 19 for a second on the development VM):
-//! so a helper thread populates each view once, when it is mapped, over the pages the node
-//! has already written (`yutu_transfer::prefault`, [`Populate::Resident`]). A put whose
-//! reserved range is not wholly resident yet (a part of the arena the node never wrote) is
-//! revoked and made by the node, so that the page is allocated, and charged, to the node.
+//! Before a copy the view's page table entries over the blocks are filled (`view_pages`),
+//! since a fresh mapping faults a page at a time. A put whose reserved range the node never
+//! wrote (memory the node has not allocated yet) is revoked and made by the node, so that
+//! the memory is allocated by, and charged to, the node.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use yutu_api::kv_frame::ArenaViewGrant;
-use yutu_transfer::prefault::{self, Populate, Prefault};
 use yutu_transfer::{NodeId, SegmentDescriptor, SegmentId};
 
 use super::frames::Frames;
+use super::view_pages::Pages;
 
 /// Calls of fewer bytes than this go as before (one round trip, the node copies).
 pub(super) const VIEW_MIN: u64 = 1 << 20;
@@ -89,7 +87,7 @@ impl ArenaViews {
         self.shards
             .get(shard)?
             .get_or_init(|| match frames.arena_view(shard) {
-                Ok(Some((grant, fd))) => match View::map(&grant, fd, shard) {
+                Ok(Some((grant, fd))) => match View::map(&grant, fd) {
                     Ok(v) => Some(v),
                     Err(e) => {
                         tracing::debug!(error = %e, shard, "arena view not mapped");
@@ -125,9 +123,8 @@ impl ArenaViews {
 
 /// One shard's arena, mapped shared and read-write.
 pub(super) struct View {
-    /// Populates the mapping once (see the module docs); dropped, so stopped, before the
-    /// mapping goes (`Drop`).
-    prefault: Option<Prefault>,
+    /// Which parts of the mapping have their page table entries.
+    pages: Pages,
     base: NonNull<u8>,
     len: usize,
     node: NodeId,
@@ -143,13 +140,8 @@ unsafe impl Sync for View {}
 impl View {
     /// Maps the arena memfd `fd` as `grant` describes it, after checking that the file is
     /// sealed against shrinking and at least that long: a shorter file, or one cut short
-    /// later, would turn copies into `SIGBUS` (the node seals its arenas). Starts populating
-    /// the mapping in a helper thread.
-    fn map(
-        grant: &ArenaViewGrant,
-        fd: std::os::fd::OwnedFd,
-        shard: usize,
-    ) -> std::io::Result<View> {
+    /// later, would turn copies into `SIGBUS` (the node seals its arenas).
+    fn map(grant: &ArenaViewGrant, fd: std::os::fd::OwnedFd) -> std::io::Result<View> {
         use std::os::fd::AsRawFd;
         // SAFETY: F_GET_SEALS takes no argument and touches no memory of ours.
         let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
@@ -181,22 +173,8 @@ impl View {
             return Err(std::io::Error::last_os_error());
         }
         let base = NonNull::new(ptr.cast()).ok_or_else(|| std::io::Error::other("null mmap"))?;
-        // SAFETY: the fresh shared writable mapping above, which `Drop` unmaps only after
-        // dropping (stopping and joining) the prefault.
-        let prefault = unsafe {
-            Prefault::start(
-                format!("yutu-view-{shard}"),
-                "arena view",
-                Populate::Resident,
-                base.as_ptr(),
-                len,
-            )
-        };
-        if let Err(e) = &prefault {
-            tracing::debug!(error = %e, shard, "arena view not prefaulted: its pages fault in on first use");
-        }
         Ok(View {
-            prefault: prefault.ok(),
+            pages: Pages::new(base.as_ptr(), len),
             base,
             len,
             node: NodeId(grant.node),
@@ -218,17 +196,15 @@ impl View {
         Some(unsafe { self.base.as_ptr().add(d.offset as usize) })
     }
 
-    /// Whether every page of the `len` bytes at `at` (inside this view) holds memory the node
-    /// has already allocated, so that writing them here allocates nothing.
-    pub(super) fn resident(&self, at: *const u8, len: usize) -> bool {
-        prefault::all_resident(at, len)
+    /// Readies the `len` bytes at `at`, a place this view gave, for a copy without page
+    /// faults; false when any of their pages is memory the node has not allocated yet.
+    pub(super) fn prepare(&self, at: *const u8, len: usize) -> bool {
+        self.pages.prepare(at, len)
     }
 }
 
 impl Drop for View {
     fn drop(&mut self) {
-        // The prefault thread stops and is joined before the mapping goes.
-        drop(self.prefault.take());
         // SAFETY: the mapping made in `View::map`, unmapped once; no copy runs past the call
         // that made it, and the view outlives every call (it lives in the client).
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };

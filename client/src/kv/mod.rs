@@ -45,6 +45,7 @@ mod parts;
 mod presence;
 mod spans;
 mod view_calls;
+mod view_pages;
 
 use checks::{check_batch, check_range, same_len};
 pub use error::KvError;

@@ -157,7 +157,12 @@ impl NodeClient {
                 let place =
                     block.and_then(|b| Some((b.len, g.view.place(b.descriptor.as_ref()?, b.len)?)));
                 let room: u64 = ranges[spans[i].clone()].iter().map(|r| r.1).sum();
-                let Some((len, src)) = place.filter(|(len, _)| *len <= room) else {
+                // A block whose pages are not all the node's (swapped out) is the node's to
+                // copy: read here, they would be charged to this process.
+                let ready = |(len, src): &(u64, *mut u8)| {
+                    *len <= room && g.view.prepare(*src, *len as usize)
+                };
+                let Some((len, src)) = place.filter(ready) else {
                     rest.push(i);
                     continue;
                 };
@@ -307,7 +312,7 @@ impl NodeClient {
                     ));
                     break 'groups;
                 };
-                if !g.view.resident(dst, lens[i] as usize) {
+                if !g.view.prepare(dst, lens[i] as usize) {
                     cold = true;
                     break 'groups;
                 }

@@ -13,7 +13,7 @@ use std::fs::File;
 use memmap2::MmapMut;
 use offset_allocator::{Allocation, Allocator};
 
-use yutu_transfer::prefault::{Populate, Prefault};
+use super::prefault::Prefault;
 
 /// Allocation unit. Small enough that 4 KiB objects waste little, large enough that a `u32`
 /// count of granules covers any realistic shard.
@@ -94,13 +94,12 @@ impl Arena {
     }
 
     /// Starts faulting the whole arena in, in a thread named `thread` (`--prefault`; see
-    /// `yutu_transfer::prefault`). The arena stops it when dropped.
+    /// `prefault.rs`). The arena stops it when dropped.
     pub fn prefault(&mut self, thread: String) -> std::io::Result<()> {
         let (base, len) = (self.map.as_mut_ptr(), self.map.len());
         // SAFETY: the arena's own mapping, which outlives the prefault: `prefault` is the
         // first field, dropped (stopped and joined) before `map`.
-        self.prefault =
-            Some(unsafe { Prefault::start(thread, "DRAM arena", Populate::All, base, len) }?);
+        self.prefault = Some(unsafe { Prefault::start(thread, base, len) }?);
         Ok(())
     }
 

@@ -12,6 +12,7 @@ pub mod eviction;
 pub mod kv;
 pub mod multipart;
 pub mod pinning;
+pub mod prefault;
 pub mod presence;
 pub mod shard;
 pub mod tombstones;
