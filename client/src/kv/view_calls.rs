@@ -186,7 +186,7 @@ impl NodeClient {
         // SAFETY: every source lies in a view, inside a block this call holds a lease on (its
         // bytes stay put until the release below); every destination lies in `buf`, checked
         // by the caller, and the ranges of a call do not overlap the arena.
-        unsafe { arena::copy(&pieces) };
+        unsafe { arena::copy(&pieces, false) };
         if let Some(views) = &self.views {
             views.count(bytes);
         }
@@ -344,7 +344,7 @@ impl NodeClient {
         // SAFETY: every destination lies in a view, inside a range reserved for this call and
         // not yet published (no one else reads or writes it); every source lies in `buf`,
         // checked by the caller, and the ranges of a call do not overlap the arena.
-        unsafe { arena::copy(&pieces) };
+        unsafe { arena::copy(&pieces, true) };
         if let Some(views) = &self.views {
             views.count(lens.iter().sum());
         }
