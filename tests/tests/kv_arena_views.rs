@@ -401,6 +401,15 @@ fn the_arena_is_handed_only_for_the_nonce_read_out_of_the_node() {
     assert_eq!(e.code, "NotImplemented", "{}", e.message);
 }
 
+/// The first `n` keys `PREFIX-i` of bucket `views` that shard `shard` (of two) owns.
+fn keys_on(prefix: &str, shard: usize, n: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .filter(|k| yutu_api::placement::shard_for("views", k, 2) == shard)
+        .take(n)
+        .collect()
+}
+
 /// A view get that one shard will not lease (the user's leased bytes there would pass
 /// `--kv-user-leased`) goes to the node whole, and the other shard's leases end at once: a
 /// view get on that shard right after is leased in full.
@@ -409,13 +418,7 @@ fn a_refused_lease_on_one_shard_releases_the_others() {
     // 5 MiB leased per user and shard.
     let server = node(&["--kv-user-leased", "10MiB"]);
     let kv = client(&server.url, admin());
-    let on = |shard: usize, n: usize| -> Vec<String> {
-        (0..)
-            .map(|i| format!("lim-{i}"))
-            .filter(|k| yutu_api::placement::shard_for("views", k, 2) == shard)
-            .take(n)
-            .collect()
-    };
+    let on = |shard: usize, n: usize| keys_on("lim", shard, n);
     // Two blocks on shard 0 (4 MiB, within its limit), three on shard 1 (6 MiB, past it).
     let (first, second) = (on(0, 4), on(1, 3));
     let mut mem = vec![0u8; 8 * BLOCK];
@@ -512,13 +515,7 @@ fn a_refused_reservation_on_one_shard_revokes_the_others() {
     // 5 MiB reserved per user and shard.
     let server = node(&["--kv-user-reserved", "10MiB"]);
     let kv = client(&server.url, admin());
-    let on = |shard: usize, n: usize| -> Vec<String> {
-        (0..)
-            .map(|i| format!("res-{i}"))
-            .filter(|k| yutu_api::placement::shard_for("views", k, 2) == shard)
-            .take(n)
-            .collect()
-    };
+    let on = |shard: usize, n: usize| keys_on("res", shard, n);
     // Two blocks on shard 0 (4 MiB, within its limit), three on shard 1 (6 MiB, past it).
     let (first, second) = (on(0, 4), on(1, 3));
     let mut mem = vec![0u8; 8 * BLOCK];
