@@ -191,6 +191,9 @@ fn kv_put_options_replicas_preferred_node_and_pin() {
     use yutu_client::kv::PutOptions;
     let c = TestCluster::start(3, &["--memory", "8MiB", "--shards", "1"]);
     create_bucket(&c, "opts", 1);
+    // Extra replicas last until the next rebalancing pass: one still to run for the nodes'
+    // own joins would drop them under the assertions below.
+    c.wait_settled();
     let client = kv(&c, 0);
     let block = 64u64 << 10;
     let buf = client.register(64 * block).expect("buffer");
