@@ -410,6 +410,58 @@ fn keys_on(prefix: &str, shard: usize, n: usize) -> Vec<String> {
         .collect()
 }
 
+/// A view get does not wait for its release's answer: the release is sent at once and its
+/// answer read before the connection's next call, so a get right after, on the same shard,
+/// finds the lease ended. With room for one block's lease per user and shard, every get of
+/// a loop is still leased whole (none falls back to the node's copy), and every other call
+/// on those connections still reads its own answer.
+#[test]
+fn a_view_gets_release_ends_its_lease_before_the_next_call() {
+    // 3 MiB leased per user and shard: one block's lease, not two.
+    let server = node(&["--kv-user-leased", "6MiB"]);
+    let kv = client(&server.url, admin());
+    let on_shard = keys_on("again", 0, 2);
+    let (key, small) = (on_shard[..1].to_vec(), on_shard[1..].to_vec());
+    let mut mem = vec![0u8; 2 * BLOCK];
+    // SAFETY: `mem` outlives `buf`, dropped first below; read and written only between calls.
+    let buf = unsafe { kv.register_host(mem.as_mut_ptr(), mem.len() as u64) }.expect("buffer");
+    mem[..BLOCK].copy_from_slice(&pattern(BLOCK, 77));
+    kv.batch_put_from("views", &key, &buf, &[0], &[BLOCK as u64])
+        .unwrap();
+    let before = kv.view_bytes();
+    for round in 0..50u64 {
+        mem[BLOCK..].fill(0);
+        let got = kv
+            .batch_get_into("views", &key, &buf, &[BLOCK as u64])
+            .unwrap();
+        assert_eq!(got, vec![Some(BLOCK as u64)], "round {round}");
+        assert!(
+            mem[BLOCK..] == pattern(BLOCK, 77),
+            "round {round}: the bytes"
+        );
+        assert_eq!(
+            kv.view_bytes() - before,
+            (round + 1) * BLOCK as u64,
+            "round {round} was leased: the last one's lease had ended"
+        );
+        // Another kind of call on the same connection reads its own answer, not the
+        // release's: a small put (the node's copy) and its get.
+        kv.batch_put_from("views", &small, &buf, &[0], &[4096])
+            .unwrap();
+        assert_eq!(
+            kv.batch_get_into("views", &small, &buf, &[2 * BLOCK as u64 - 4096])
+                .unwrap(),
+            vec![Some(4096)],
+            "round {round}"
+        );
+    }
+    assert_eq!(
+        server.metric_sum("yutu_kv_user_limit_refused_total{limit=\"leased_bytes\""),
+        0.0
+    );
+    drop(buf);
+}
+
 /// A view get that one shard will not lease (the user's leased bytes there would pass
 /// `--kv-user-leased`) goes to the node whole, and the other shard's leases end at once: a
 /// view get on that shard right after is leased in full.

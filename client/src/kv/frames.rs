@@ -146,6 +146,10 @@ impl Stream {
 struct Conn {
     stream: Stream,
     idle_since: Instant,
+    /// The call whose answer is still to be read: one sent with [`Frames::send_each`],
+    /// whose caller did not wait for it. Read (and dropped) before the connection carries
+    /// another call.
+    owed: Option<(FrameOp, u32)>,
 }
 
 /// A node's frame sockets, and the connections open to them.
@@ -549,13 +553,57 @@ impl Frames {
     }
 
     fn take(&self, shard: usize) -> Option<Conn> {
-        let mut idle = self.idle[shard].lock().unwrap_or_else(|p| p.into_inner());
-        while let Some(c) = idle.pop() {
-            if c.idle_since.elapsed() < REUSE_IDLE {
-                return Some(c);
+        loop {
+            let mut c = {
+                let mut idle = self.idle[shard].lock().unwrap_or_else(|p| p.into_inner());
+                idle.pop()?
+            };
+            if c.idle_since.elapsed() >= REUSE_IDLE {
+                continue;
             }
+            // Read outside the pool's lock: the answer owed has almost always arrived while
+            // the connection sat idle, but may still be on its way.
+            if let Some((op, id)) = c.owed.take() {
+                if let Err(e) = read_owed(&mut c, op, id) {
+                    tracing::debug!(error = %e, ?op, "a call not waited for failed; its connection is dropped");
+                    continue;
+                }
+            }
+            return Some(c);
         }
-        None
+    }
+
+    /// Sends `op` to each shard of `calls` (`(shard, body)`) without waiting for the answers:
+    /// each connection goes back to the pool owing its answer, read before its next call
+    /// ([`Frames::take`]). For calls whose outcome the caller does not act on (a release of
+    /// leases that would otherwise expire): the caller saves a round trip, and learns of no
+    /// failure. `Err` when a frame could not be sent.
+    pub(super) fn send_each(&self, op: FrameOp, calls: &[(usize, Vec<u8>)]) -> Result<(), KvError> {
+        let io = |e| KvError::from(crate::ClientError::Io(e));
+        for (shard, body) in calls {
+            let shard = (*shard).min(self.idle.len() - 1);
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let frame = kv_frame::frame(op, true, id, body).map_err(invalid)?;
+            let mut conn = match self.take(shard) {
+                Some(mut c) => match c.stream.write_all(&frame) {
+                    Ok(()) => c,
+                    // A reused connection the node closed: once more on a fresh one.
+                    Err(_) => {
+                        c = self.connect(shard)?;
+                        c.stream.write_all(&frame).map_err(io)?;
+                        c
+                    }
+                },
+                None => {
+                    let mut c = self.connect(shard)?;
+                    c.stream.write_all(&frame).map_err(io)?;
+                    c
+                }
+            };
+            conn.owed = Some((op, id));
+            self.put_back(shard, conn);
+        }
+        Ok(())
     }
 
     fn put_back(&self, shard: usize, mut conn: Conn) {
@@ -604,6 +652,7 @@ impl Frames {
         let mut conn = Conn {
             stream,
             idle_since: Instant::now(),
+            owed: None,
         };
         let body = kv_frame::encode(&Hello {
             token: self.token.clone(),
@@ -694,6 +743,29 @@ fn receive(
         ))));
     }
     Ok((h.ok, body))
+}
+
+/// Reads the answer owed for call `id` of `op` ([`Conn::owed`]) and drops it: exactly its
+/// bytes (header, then body), so that nothing of the next call's answer is taken with it.
+/// A failure the node answered is logged; `Err` only when the connection cannot be trusted.
+fn read_owed(conn: &mut Conn, op: FrameOp, id: u32) -> Result<(), KvError> {
+    let io = |e| KvError::from(crate::ClientError::Io(e));
+    let mut head = [0u8; HEADER_LEN];
+    conn.stream.read_exact(&mut head).map_err(io)?;
+    let h = Header::decode(&head)
+        .map_err(|e| KvError::InvalidResponse(format!("bad frame answer: {e}")))?;
+    let mut body = vec![0u8; h.len as usize];
+    conn.stream.read_exact(&mut body).map_err(io)?;
+    if h.id != id || (h.ok && h.op != op) {
+        return Err(KvError::InvalidResponse(format!(
+            "frame answer {} ({:?}) to call {id} ({op:?})",
+            h.id, h.op
+        )));
+    }
+    if !h.ok {
+        tracing::debug!(error = %failure(&body), ?op, "a call not waited for failed");
+    }
+    Ok(())
 }
 
 fn invalid(e: kv_frame::FrameError) -> KvError {

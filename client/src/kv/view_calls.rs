@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use yutu_api::kv::{
     CopiedResponse, EtagsResponse, GetIntoRequest, GetResponse, KeysRequest, KvOp, PutFromBlock,
     PutIdsRequest, PutStartBlock, PutStartRequest, PutStartResponse, ReleaseRequest,
-    ReleaseResponse, RevokeResponse,
+    RevokeResponse,
 };
 use yutu_api::kv_frame::{self, FrameOp};
 
@@ -457,7 +457,10 @@ fn release<'a>(frames: &Frames, leased: impl Iterator<Item = (usize, &'a GetResp
     if calls.is_empty() {
         return;
     }
-    if let Err(e) = frames.call_each::<ReleaseResponse>(FrameOp::Release, &calls, true) {
+    // Not waited for: the copies are done, and a release that fails leaves leases that
+    // expire by themselves (`VIEW_TTL_MS`). Its answer is read before the connection's next
+    // call.
+    if let Err(e) = frames.send_each(FrameOp::Release, &calls) {
         tracing::debug!(error = %e, "a view get's leases were not released: they expire");
     }
 }
