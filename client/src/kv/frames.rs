@@ -481,7 +481,6 @@ impl Frames {
         calls: &[(usize, Vec<u8>)],
         retry: bool,
     ) -> Result<Vec<Result<T, KvError>>, KvError> {
-        let io = |e| KvError::from(crate::ClientError::Io(e));
         let spin = self.pace.spin(op, self.spin);
         let started = Instant::now();
         let mut sent = Vec::with_capacity(calls.len());
@@ -489,17 +488,7 @@ impl Frames {
             let shard = (*shard).min(self.idle.len() - 1);
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let frame = kv_frame::frame(op, true, id, body).map_err(invalid)?;
-            let (mut conn, reused) = match self.take(shard) {
-                Some(c) => (c, true),
-                None => (self.connect(shard)?, false),
-            };
-            if let Err(e) = conn.stream.write_all(&frame) {
-                if !(reused && retry) {
-                    return Err(io(e));
-                }
-                conn = self.connect(shard)?;
-                conn.stream.write_all(&frame).map_err(io)?;
-            }
+            let (conn, reused) = self.send(shard, &frame, retry)?;
             sent.push((shard, id, frame, conn, reused));
         }
         let mut answers = Vec::with_capacity(sent.len());
@@ -579,31 +568,34 @@ impl Frames {
     /// leases that would otherwise expire): the caller saves a round trip, and learns of no
     /// failure. `Err` when a frame could not be sent.
     pub(super) fn send_each(&self, op: FrameOp, calls: &[(usize, Vec<u8>)]) -> Result<(), KvError> {
-        let io = |e| KvError::from(crate::ClientError::Io(e));
         for (shard, body) in calls {
             let shard = (*shard).min(self.idle.len() - 1);
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let frame = kv_frame::frame(op, true, id, body).map_err(invalid)?;
-            let mut conn = match self.take(shard) {
-                Some(mut c) => match c.stream.write_all(&frame) {
-                    Ok(()) => c,
-                    // A reused connection the node closed: once more on a fresh one.
-                    Err(_) => {
-                        c = self.connect(shard)?;
-                        c.stream.write_all(&frame).map_err(io)?;
-                        c
-                    }
-                },
-                None => {
-                    let mut c = self.connect(shard)?;
-                    c.stream.write_all(&frame).map_err(io)?;
-                    c
-                }
-            };
+            let (mut conn, _) = self.send(shard, &frame, true)?;
             conn.owed = Some((op, id));
             self.put_back(shard, conn);
         }
         Ok(())
+    }
+
+    /// Writes `frame` on a pooled connection to `shard` (or a new one), and on a new one
+    /// when `retry` and the pooled one turns out closed by the node. The connection, and
+    /// whether it was a pooled one.
+    fn send(&self, shard: usize, frame: &[u8], retry: bool) -> Result<(Conn, bool), KvError> {
+        let io = |e| KvError::from(crate::ClientError::Io(e));
+        let (mut conn, reused) = match self.take(shard) {
+            Some(c) => (c, true),
+            None => (self.connect(shard)?, false),
+        };
+        if let Err(e) = conn.stream.write_all(frame) {
+            if !(reused && retry) {
+                return Err(io(e));
+            }
+            conn = self.connect(shard)?;
+            conn.stream.write_all(frame).map_err(io)?;
+        }
+        Ok((conn, reused))
     }
 
     fn put_back(&self, shard: usize, mut conn: Conn) {
@@ -736,13 +728,19 @@ fn receive(
     conn.stream
         .read_exact(&mut body[got - HEADER_LEN..])
         .map_err(Exchange::Io)?;
+    answers(&h, op, id).map_err(Exchange::Bad)?;
+    Ok((h.ok, body))
+}
+
+/// Whether `h` heads the answer to call `id` of `op` (an error answer names no op).
+fn answers(h: &Header, op: FrameOp, id: u32) -> Result<(), KvError> {
     if h.id != id || (h.ok && h.op != op) {
-        return Err(Exchange::Bad(KvError::InvalidResponse(format!(
+        return Err(KvError::InvalidResponse(format!(
             "frame answer {} ({:?}) to call {id} ({op:?})",
             h.id, h.op
-        ))));
+        )));
     }
-    Ok((h.ok, body))
+    Ok(())
 }
 
 /// Reads the answer owed for call `id` of `op` ([`Conn::owed`]) and drops it: exactly its
@@ -756,12 +754,7 @@ fn read_owed(conn: &mut Conn, op: FrameOp, id: u32) -> Result<(), KvError> {
         .map_err(|e| KvError::InvalidResponse(format!("bad frame answer: {e}")))?;
     let mut body = vec![0u8; h.len as usize];
     conn.stream.read_exact(&mut body).map_err(io)?;
-    if h.id != id || (h.ok && h.op != op) {
-        return Err(KvError::InvalidResponse(format!(
-            "frame answer {} ({:?}) to call {id} ({op:?})",
-            h.id, h.op
-        )));
-    }
+    answers(&h, op, id)?;
     if !h.ok {
         tracing::debug!(error = %failure(&body), ?op, "a call not waited for failed");
     }
