@@ -9,6 +9,14 @@ use base64::Engine as _;
 
 use crate::server::wait_until;
 
+/// Why an etcd did not start.
+enum Start {
+    /// It exited while starting (a port taken in the meantime, most likely).
+    Exited(String),
+    /// It stayed up but did not answer healthy within the deadline.
+    Unhealthy(String),
+}
+
 /// A running etcd, killed when dropped.
 pub struct Etcd {
     child: Option<Child>,
@@ -35,21 +43,55 @@ fn binary() -> PathBuf {
 }
 
 impl Etcd {
+    /// Starts etcd on two free loopback ports. The ports are picked by binding port 0 and
+    /// letting go, so another test's process can take one before etcd binds it; an etcd that
+    /// exits while starting is retried on fresh ports (a few times), and one that stays up
+    /// but never turns healthy fails the test with its log.
     pub fn start() -> Etcd {
+        Etcd::start_on(|| (free_port(), free_port()))
+    }
+
+    /// [`Etcd::start`] with the ports each attempt tries drawn from `ports`.
+    fn start_on(mut ports: impl FnMut() -> (u16, u16)) -> Etcd {
         let mut etcd = Etcd {
             child: None,
             url: String::new(),
-            client_port: free_port(),
-            peer_port: free_port(),
+            client_port: 0,
+            peer_port: 0,
             dir: tempfile::tempdir().expect("etcd dir"),
         };
-        etcd.url = format!("http://127.0.0.1:{}", etcd.client_port);
-        etcd.spawn();
-        etcd
+        let mut last = String::new();
+        for _ in 0..4 {
+            (etcd.client_port, etcd.peer_port) = ports();
+            etcd.url = format!("http://127.0.0.1:{}", etcd.client_port);
+            match etcd.spawn() {
+                Ok(()) => return etcd,
+                Err(Start::Exited(why)) => last = why,
+                Err(Start::Unhealthy(why)) => panic!("{why}"),
+            }
+            let _ = std::fs::remove_dir_all(etcd.dir.path().join("data"));
+        }
+        panic!("etcd would not start on fresh ports: {last}");
     }
 
-    fn spawn(&mut self) {
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("etcd.log")
+    }
+
+    /// The end of etcd's log, for a failure message.
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(12)..].join("\n")
+    }
+
+    fn spawn(&mut self) -> Result<(), Start> {
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("etcd log file");
         let child = Command::new(binary())
             .arg("--data-dir")
             .arg(self.dir.path().join("data"))
@@ -60,22 +102,40 @@ impl Etcd {
             .args(["--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("test={peer}")])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::from(log))
             .spawn()
             .unwrap_or_else(|e| {
                 panic!("cannot start etcd ({e}): install it with scripts/install-test-deps.sh")
             });
         self.child = Some(child);
-        let health = crate::Client::new(&self.url);
-        let url = format!("{}/health", self.url);
-        assert!(
-            wait_until(Duration::from_secs(30), || {
-                health
-                    .try_get("/health", &[])
-                    .is_some_and(|r| r.text().contains("true"))
-            }),
-            "etcd did not become healthy at {url}"
-        );
+        // A short per-probe timeout: whatever holds a port etcd could not bind may never answer.
+        let health = crate::Client::with_timeout(&self.url, Duration::from_secs(1));
+        let mut exited = None;
+        let healthy = wait_until(Duration::from_secs(30), || {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                exited = Some(status);
+                return true;
+            }
+            health
+                .try_get("/health", &[])
+                .is_some_and(|r| r.text().contains("true"))
+        });
+        if let Some(status) = exited {
+            self.child = None;
+            return Err(Start::Exited(format!(
+                "etcd at {} exited ({status}):\n{}",
+                self.url,
+                self.log_tail()
+            )));
+        }
+        if !healthy {
+            return Err(Start::Unhealthy(format!(
+                "etcd did not become healthy at {}/health:\n{}",
+                self.url,
+                self.log_tail()
+            )));
+        }
+        Ok(())
     }
 
     fn signal(&self, sig: &str) {
@@ -133,7 +193,9 @@ impl Etcd {
     /// Starts etcd again on the same ports and data directory.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        if let Err(Start::Exited(why) | Start::Unhealthy(why)) = self.spawn() {
+            panic!("{why}");
+        }
     }
 }
 
@@ -141,5 +203,29 @@ impl Drop for Etcd {
     fn drop(&mut self) {
         self.resume();
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client port taken between picking it and etcd binding it costs a retry, not the test.
+    #[test]
+    fn a_port_taken_before_etcd_binds_it_is_retried_on_fresh_ports() {
+        let taken = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let taken_port = taken.local_addr().expect("its address").port();
+        let mut first = true;
+        let etcd = Etcd::start_on(|| {
+            if std::mem::take(&mut first) {
+                (taken_port, free_port())
+            } else {
+                (free_port(), free_port())
+            }
+        });
+        assert!(!first, "the taken port was tried");
+        assert_ne!(etcd.client_port, taken_port);
+        let health = crate::Client::new(&etcd.url).get("/health");
+        assert!(health.text().contains("true"), "{}", health.text());
     }
 }

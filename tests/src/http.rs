@@ -43,10 +43,15 @@ pub struct Client {
 
 impl Client {
     pub fn new(base: &str) -> Client {
+        Client::with_timeout(base, Duration::from_secs(120))
+    }
+
+    /// A client whose every call gives up after `timeout` (for probes that poll).
+    pub fn with_timeout(base: &str, timeout: Duration) -> Client {
         let config = Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
-            .timeout_global(Some(Duration::from_secs(120)))
+            .timeout_global(Some(timeout))
             .build();
         Client {
             base: base.trim_end_matches('/').to_string(),
