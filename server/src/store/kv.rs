@@ -159,16 +159,8 @@ impl ShardStore {
     pub fn next_kv_etag(&mut self) -> String {
         let seq = self.next_id;
         self.next_id += 1;
-        let mut raw = [0u8; 16];
-        raw[..8].copy_from_slice(&self.etag_salt.to_be_bytes());
-        raw[8..].copy_from_slice(&seq.to_be_bytes());
-        let mut text = [0u8; 32];
         let mut out = String::with_capacity(36);
-        out.push('"');
-        if hex::encode_to_slice(raw, &mut text).is_ok() {
-            out.push_str(std::str::from_utf8(&text).unwrap_or_default());
-        }
-        out.push_str("-1\"");
+        super::shard::render_kv_etag(self.etag_salt, seq, &mut out);
         out
     }
 
@@ -581,8 +573,7 @@ impl ShardStore {
                     return Err(StoreError::InvalidRange { size: len });
                 }
                 meta.size = len;
-                meta.etag = self.next_kv_etag();
-                Ok(self.publish(bucket, key, extent, meta, charge))
+                Ok(self.publish_block(bucket, key, extent, meta, charge))
             }));
         }
         out
@@ -861,6 +852,48 @@ mod tests {
         assert!(!here(&mut s, "k1"), "the least recently written key went");
         assert!((2..8).all(|i| here(&mut s, &format!("k{i}"))));
         assert_eq!(s.ids.len(), s.object_count());
+    }
+
+    /// A block overwritten while an answer still holds its metadata leaves that answer as it
+    /// was (a new allocation for the new version); once nothing holds it, the next overwrite
+    /// reuses it in place. Either way every version gets a new ETag in the KV form, and reads
+    /// see the newest bytes and metadata.
+    #[test]
+    fn an_overwrite_reuses_the_old_metadata_only_when_nothing_holds_it() {
+        let mut s = store(64 * 1024);
+        let put_one = |s: &mut ShardStore, byte: u8| {
+            s.put_many_filled("b", &[("k", 4096)], |dst| {
+                dst.iter_mut()
+                    .map(|d| d.as_mut().map(|d| d.fill(byte)).is_some())
+                    .collect()
+            })
+            .pop()
+            .unwrap()
+            .unwrap()
+        };
+        let first = put_one(&mut s, 1);
+        let held = first.clone();
+        let second = put_one(&mut s, 2);
+        assert!(
+            !Arc::ptr_eq(&first, &second),
+            "the first answer still holds its metadata"
+        );
+        assert_eq!((held.etag.as_str(), held.size), (first.etag.as_str(), 4096));
+        assert_ne!(second.etag, first.etag);
+        let at = Arc::as_ptr(&second);
+        let second_etag = second.etag.clone();
+        drop((first, held, second));
+        let third = put_one(&mut s, 3);
+        assert_eq!(Arc::as_ptr(&third), at, "nothing held it: reused in place");
+        for etag in [&second_etag, &third.etag] {
+            assert!(etag.starts_with('"') && etag.ends_with("-1\"") && etag.len() == 36);
+        }
+        assert_ne!(third.etag, second_etag);
+        assert!(third.kv && third.version > crate::model::Version::ZERO);
+        let (meta, _, data) = s
+            .get("b", "k", None, false, &ReadConditions::default())
+            .unwrap();
+        assert_eq!((&meta.etag, &data[..]), (&third.etag, &[3u8; 4096][..]));
     }
 
     /// An overwrite that nothing holds the old version of keeps the entry's id (the reverse

@@ -74,6 +74,30 @@ impl Staged {
     }
 }
 
+/// The ETag a published version gets (see [`ShardStore::publish_block`]).
+#[derive(Clone, Copy)]
+enum NewEtag {
+    /// The one in its metadata.
+    Given,
+    /// A KV block's, rendered from this sequence number of the store.
+    Kv(u64),
+}
+
+/// Writes the ETag of KV write `seq` of a store salted `salt` into `out`, replacing what it
+/// held (its buffer is kept): [`ShardStore::next_kv_etag`] tells the form.
+pub(crate) fn render_kv_etag(salt: u64, seq: u64, out: &mut String) {
+    let mut raw = [0u8; 16];
+    raw[..8].copy_from_slice(&salt.to_be_bytes());
+    raw[8..].copy_from_slice(&seq.to_be_bytes());
+    let mut text = [0u8; 32];
+    out.clear();
+    out.push('"');
+    if hex::encode_to_slice(raw, &mut text).is_ok() {
+        out.push_str(std::str::from_utf8(&text).unwrap_or_default());
+    }
+    out.push_str("-1\"");
+}
+
 pub(crate) struct Entry {
     pub(crate) id: EntryId,
     pub(crate) extent: Extent,
@@ -670,13 +694,18 @@ impl ShardStore {
     /// longer shows it in DRAM (and its mirror slot goes), its bytes no longer count as held
     /// (unless NVMe holds them too), and the eviction policy forgets it.
     fn left_index(&mut self, bucket: &str, key: &str, entry: &Entry) {
+        self.left_version(bucket, key, entry.id, entry.meta.size, entry.on_nvme);
+    }
+
+    /// [`ShardStore::left_index`] of the version `id` of `size` bytes, by its parts.
+    fn left_version(&mut self, bucket: &str, key: &str, id: EntryId, size: u64, on_nvme: bool) {
         self.presence
             .borrow_mut()
             .changed(bucket, key, FLAG_DRAM, false);
-        if !entry.on_nvme {
-            self.count_held(bucket, 0, entry.meta.size);
+        if !on_nvme {
+            self.count_held(bucket, 0, size);
         }
-        self.policy.on_remove(entry.id);
+        self.policy.on_remove(id);
     }
 
     /// Takes an unpinned entry out of the index without freeing its bytes (the caller reuses
@@ -720,8 +749,36 @@ impl ShardStore {
         bucket: &str,
         key: &str,
         extent: Extent,
+        meta: ObjectMeta,
+        charge: u64,
+    ) -> Arc<ObjectMeta> {
+        self.publish_as(bucket, key, extent, meta, charge, NewEtag::Given)
+    }
+
+    /// [`ShardStore::publish`] of a KV block whose ETag this store makes
+    /// ([`ShardStore::next_kv_etag`]'s form; `meta.etag` is ignored): an overwrite renders it
+    /// into the old version's ETag buffer, so the block's metadata costs no allocation.
+    pub(crate) fn publish_block(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        extent: Extent,
+        meta: ObjectMeta,
+        charge: u64,
+    ) -> Arc<ObjectMeta> {
+        let seq = self.next_id;
+        self.next_id += 1;
+        self.publish_as(bucket, key, extent, meta, charge, NewEtag::Kv(seq))
+    }
+
+    fn publish_as(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        extent: Extent,
         mut meta: ObjectMeta,
         charge: u64,
+        etag: NewEtag,
     ) -> Arc<ObjectMeta> {
         // Every object has a version once it is visible: a write that did not get one on
         // its way here (a completed upload, a KV block) gets it now.
@@ -731,48 +788,57 @@ impl ShardStore {
         // The old version's removal and the new one's insertion are one change to readers
         // of the presence table: the key never looks absent in between.
         self.presence.borrow_mut().hold(bucket);
-        let size = meta.size;
         let id = self.next_id;
         self.next_id += 1;
-        let meta = Arc::new(meta);
-        let entry = Entry {
-            id,
-            extent,
-            meta: meta.clone(),
-            charge,
-            on_nvme: false,
-        };
         // An overwrite (most KV puts) takes the old entry's place in the index: one lookup,
         // and the key's strings are kept, where a removal and an insertion cost a B-tree
         // walk, a key allocation and the reverse map's two strings each. Only while nothing
         // is being demoted: an old version on its way to NVMe goes through `remove_entry`.
-        if let Err(entry) = self.replace_in_place(bucket, key, entry) {
-            // Refused with nothing in demotion only when the index lacks the key: then there
-            // is nothing to remove (and a removal's B-tree walk is saved on every new key).
-            if !self.demoting.is_empty() {
-                self.remove_entry(bucket, key);
-            }
-            match self.buckets.get_mut(bucket) {
-                Some(part) => {
-                    part.objects.insert(key.to_string(), entry);
-                    self.entered_index(bucket, key, id, size, meta.kv, None);
+        let published = match self.replace_in_place(bucket, key, id, extent, meta, charge, etag) {
+            Ok(meta) => meta,
+            Err((extent, mut meta)) => {
+                if let NewEtag::Kv(seq) = etag {
+                    render_kv_etag(self.etag_salt, seq, &mut meta.etag);
                 }
-                // Callers check the bucket first and never yield in between; should that
-                // ever change, the bytes are released rather than leaked.
-                None => {
-                    self.drop_entry(entry);
+                let size = meta.size;
+                let meta = Arc::new(meta);
+                let entry = Entry {
+                    id,
+                    extent,
+                    meta: meta.clone(),
+                    charge,
+                    on_nvme: false,
+                };
+                // Refused with nothing in demotion only when the index lacks the key: then
+                // there is nothing to remove (and a removal's B-tree walk is saved on every
+                // new key).
+                if !self.demoting.is_empty() {
+                    self.remove_entry(bucket, key);
                 }
+                match self.buckets.get_mut(bucket) {
+                    Some(part) => {
+                        part.objects.insert(key.to_string(), entry);
+                        self.entered_index(bucket, key, id, size, meta.kv, None);
+                    }
+                    // Callers check the bucket first and never yield in between; should that
+                    // ever change, the bytes are released rather than leaked.
+                    None => {
+                        self.drop_entry(entry);
+                    }
+                }
+                meta
             }
-        }
+        };
         self.presence.borrow_mut().release(bucket);
         self.publish_gauges();
-        meta
+        published
     }
 
-    /// [`ShardStore::publish`] of `entry` over a DRAM version of `bucket/key`, in that
-    /// version's place in the index; everything else exactly as its `remove_entry` and the
-    /// insertion that follows do, in the same order. `Err(entry)`, untouched, when there is
-    /// no such version or a demotion is in flight (the caller then removes and inserts).
+    /// [`ShardStore::publish`] of a new version (`id`, `extent`, `meta`, `charge`) over a
+    /// DRAM version of `bucket/key`, in that version's place in the index; everything else
+    /// exactly as its `remove_entry` and the insertion that follows do, in the same order.
+    /// `Err` with the new version's extent and metadata, untouched, when there is no such
+    /// version or a demotion is in flight (the caller then removes and inserts).
     ///
     /// When nothing holds the old version by its id (no lease pins it, no admin pin took it
     /// out of the policy's order), the new version takes that id: the reverse map keeps its
@@ -781,54 +847,89 @@ impl ShardStore {
     /// of a node's time on a stream of 4 KiB overwrites). Ids name entries only for the
     /// reverse map, the policy, pins and `pinned_out`, and the two that outlive a version
     /// (a pin, `pinned_out`) are exactly those that keep the new id from being reused.
-    fn replace_in_place(&mut self, bucket: &str, key: &str, mut entry: Entry) -> Result<(), Entry> {
+    ///
+    /// The old version's metadata allocation is reused too when nothing else holds it (no
+    /// reader's or writer's answer still has it): its `Arc` is unique, so overwriting it in
+    /// place is what dropping it and allocating the new one would leave, minus an allocation,
+    /// a free and, for a KV block, the ETag string's pair of them.
+    #[allow(clippy::too_many_arguments)]
+    fn replace_in_place(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        id: EntryId,
+        extent: Extent,
+        meta: ObjectMeta,
+        charge: u64,
+        etag: NewEtag,
+    ) -> Result<Arc<ObjectMeta>, (Extent, ObjectMeta)> {
         if !self.demoting.is_empty() {
-            return Err(entry);
+            return Err((extent, meta));
         }
         let Some(part) = self.buckets.get_mut(bucket) else {
-            return Err(entry);
+            return Err((extent, meta));
         };
         let Some(slot) = part.objects.get_mut(key) else {
-            return Err(entry);
+            return Err((extent, meta));
         };
+        let salt = self.etag_salt;
         let held_by_id = (!self.pins.is_empty() && self.pins.contains_key(&slot.id))
             || (!self.pinned_out.is_empty() && self.pinned_out.contains(&slot.id));
+        let (old_size, old_kv) = (slot.meta.size, slot.meta.kv);
+        let (size, kv) = (meta.size, meta.kv);
+        let old_extent = std::mem::replace(&mut slot.extent, extent);
+        let old_charge = std::mem::replace(&mut slot.charge, charge);
+        let old_on_nvme = std::mem::replace(&mut slot.on_nvme, false);
+        match Arc::get_mut(&mut slot.meta) {
+            Some(reused) => {
+                let mut text = std::mem::take(&mut reused.etag);
+                *reused = meta;
+                if let NewEtag::Kv(seq) = etag {
+                    render_kv_etag(salt, seq, &mut text);
+                    reused.etag = text;
+                }
+            }
+            None => {
+                let mut meta = meta;
+                if let NewEtag::Kv(seq) = etag {
+                    render_kv_etag(salt, seq, &mut meta.etag);
+                }
+                slot.meta = Arc::new(meta);
+            }
+        }
+        let published = slot.meta.clone();
         if !held_by_id {
-            entry.id = slot.id;
-            let (id, size, kv) = (entry.id, entry.meta.size, entry.meta.kv);
-            let old = std::mem::replace(slot, entry);
             // As `left_index` and `drop_entry`, but for the reverse map and the policy; and
             // as `count_held` twice, on the bucket in hand.
-            if !old.on_nvme {
-                part.held = part.held.saturating_sub(old.meta.size);
+            if !old_on_nvme {
+                part.held = part.held.saturating_sub(old_size);
             }
             part.held += size;
+            let id = slot.id;
             // The presence table's two changes (out, then in) at once.
             self.presence.borrow_mut().rewritten(bucket, key);
-            self.used -= old.charge;
-            self.arena.free(old.extent);
+            self.used -= old_charge;
+            self.arena.free(old_extent);
             if let Some(ev) = self.events.as_mut() {
-                ev.removed(bucket, key, old.meta.kv);
+                ev.removed(bucket, key, old_kv);
             }
             // As `entered_index`, the reverse map already naming `id`.
             self.policy.on_rewrite(id, size);
             if let Some(ev) = self.events.as_mut() {
                 ev.stored(bucket, key, kv, Tier::Dram);
             }
-            return Ok(());
+            return Ok(published);
         }
-        let (id, size, kv) = (entry.id, entry.meta.size, entry.meta.kv);
-        let old = std::mem::replace(slot, entry);
+        let old_id = std::mem::replace(&mut slot.id, id);
         // The old version goes (as `remove_entry` does it)...
-        self.left_index(bucket, key, &old);
-        let old_kv = old.meta.kv;
-        let names = self.drop_entry(old);
+        self.left_version(bucket, key, old_id, old_size, old_on_nvme);
+        let names = self.drop_version(old_id, old_extent, old_charge);
         if let Some(ev) = self.events.as_mut() {
             ev.removed(bucket, key, old_kv);
         }
         // ...and the new one is in.
         self.entered_index(bucket, key, id, size, kv, names);
-        Ok(())
+        Ok(published)
     }
 
     /// What a new entry `id` of `size` bytes put into the index (DRAM) for `bucket/key`
@@ -1019,20 +1120,30 @@ impl ShardStore {
     /// unreachable by key) until the last lease on them ends.
     /// The entry's bucket and key names from the reverse map, for a caller to reuse.
     fn drop_entry(&mut self, entry: Entry) -> Option<(String, String)> {
-        let names = self.ids.remove(&entry.id);
+        self.drop_version(entry.id, entry.extent, entry.charge)
+    }
+
+    /// [`ShardStore::drop_entry`] of the version `id`, by its parts.
+    fn drop_version(
+        &mut self,
+        id: EntryId,
+        extent: Extent,
+        charge: u64,
+    ) -> Option<(String, String)> {
+        let names = self.ids.remove(&id);
         // Both are empty but for leases and admin pins: skip hashing into them then.
         if !self.pinned_out.is_empty() {
-            self.pinned_out.remove(&entry.id);
+            self.pinned_out.remove(&id);
         }
         let pin = match self.pins.is_empty() {
             true => None,
-            false => self.pins.get_mut(&entry.id),
+            false => self.pins.get_mut(&id),
         };
         match pin {
-            Some(pin) => pin.orphan = Some((entry.extent, entry.charge)),
+            Some(pin) => pin.orphan = Some((extent, charge)),
             None => {
-                self.used -= entry.charge;
-                self.arena.free(entry.extent);
+                self.used -= charge;
+                self.arena.free(extent);
             }
         }
         names
