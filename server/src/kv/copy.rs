@@ -26,7 +26,7 @@ use crate::kv::calls::{
     check_keys, check_lens, end_puts, exists_by, lease, released, revoke_all, start_puts,
     DEFAULT_TTL,
 };
-use crate::kv::direct::{self, CallKey, Copied, Items};
+use crate::kv::direct::{self, CallKey, Copied, Items, Ranges};
 use crate::kv::error::KvError;
 use crate::kv::ops;
 use crate::kv::owners::{pick, Owners};
@@ -43,8 +43,12 @@ struct Span {
     len: u64,
 }
 
+/// A block's spans: one, unless the client scatters or gathers it (inline then, as
+/// [`Ranges`]).
+type Spans = smallvec::SmallVec<[Span; 1]>;
+
 /// The targets of a get-into: per key, the spans its block is scattered over.
-fn spans(req: &GetIntoRequest) -> Result<Vec<Vec<Span>>, KvError> {
+fn spans(req: &GetIntoRequest) -> Result<Vec<Spans>, KvError> {
     let n = req.keys.len();
     let out: Vec<Span> = match req.targets() {
         Some(GetIntoTargets::PerKey(targets)) => targets
@@ -81,8 +85,11 @@ fn spans(req: &GetIntoRequest) -> Result<Vec<Vec<Span>>, KvError> {
 }
 
 /// `flat` cut into the groups `groups` (consecutive index ranges covering it).
-fn regroup<T: Clone>(flat: Vec<T>, groups: &[std::ops::Range<usize>]) -> Vec<Vec<T>> {
-    groups.iter().map(|g| flat[g.clone()].to_vec()).collect()
+fn regroup(flat: Vec<Span>, groups: &[std::ops::Range<usize>]) -> Vec<Spans> {
+    groups
+        .iter()
+        .map(|g| Spans::from_slice(&flat[g.clone()]))
+        .collect()
 }
 
 /// A block's spans' total length.
@@ -188,8 +195,8 @@ async fn map_spans(
 /// [`map_spans`] over every block's spans, answered per block.
 async fn map_blocks(
     engine: &TransferEngine,
-    blocks: &[Vec<Span>],
-) -> Result<Option<Vec<Vec<DirectRange>>>, KvError> {
+    blocks: &[Spans],
+) -> Result<Option<Vec<Ranges>>, KvError> {
     let flat: Vec<Span> = blocks.iter().flatten().copied().collect();
     let Some(mapped) = map_spans(engine, &flat).await? else {
         return Ok(None);
@@ -234,7 +241,7 @@ async fn on_owners<R, F>(
     bucket: &str,
     keys: &Arc<[String]>,
     owners: Owners,
-    ranges: Vec<Vec<DirectRange>>,
+    ranges: Vec<Ranges>,
     op: fn(Rc<Shard>, String, Items) -> F,
 ) -> Result<Vec<(Vec<usize>, R)>, KvError>
 where
@@ -271,7 +278,7 @@ async fn copy_out_direct(
     caller: &Caller<'_>,
     bucket: &str,
     keys: Arc<[String]>,
-    targets: Vec<Vec<DirectRange>>,
+    targets: Vec<Ranges>,
 ) -> Result<Vec<Option<u64>>, KvError> {
     let owners = Owners::of_keys(caller.here, bucket, &keys);
     let answers = on_owners(caller, bucket, &keys, owners, targets, direct::copy_out).await?;
@@ -304,7 +311,7 @@ async fn copy_out_engine(
     engine: &TransferEngine,
     bucket: &str,
     keys: &[String],
-    spans: &[Vec<Span>],
+    spans: &[Spans],
 ) -> Result<Vec<Option<u64>>, KvError> {
     let (leases, found) = lease(caller, bucket, keys, DEFAULT_TTL).await?;
     let result = async {
@@ -429,7 +436,7 @@ pub async fn put_from(
     let groups = yutu_api::kv::part_ranges(req.parts.as_deref(), req.blocks.len())
         .map_err(KvError::Invalid)?;
     let requested = groups.len();
-    let mut spans: Vec<Vec<Span>> = Vec::with_capacity(requested);
+    let mut spans: Vec<Spans> = Vec::with_capacity(requested);
     let mut rooms = Vec::with_capacity(requested);
     // Each block's key moved out of the request (not copied: a 256-key batch of 4 KiB blocks
     // spends a good part of its time allocating).
@@ -443,7 +450,7 @@ pub async fn put_from(
                 other.key
             )));
         }
-        let parts: Vec<Span> = entries
+        let parts: Spans = entries
             .iter()
             .map(|b| Span {
                 desc: req.buffer,
@@ -513,7 +520,7 @@ async fn put_from_direct(
     bucket: &str,
     keys: Arc<[String]>,
     owners: Owners,
-    sources: Vec<Vec<DirectRange>>,
+    sources: Vec<Ranges>,
 ) -> Result<Vec<String>, KvError> {
     let answers = on_owners(caller, bucket, &keys, owners, sources, direct::put_from).await?;
     let mut etags = vec![String::new(); keys.len()];
@@ -532,7 +539,7 @@ async fn put_from_engine(
     engine: &TransferEngine,
     bucket: &str,
     blocks: &[(String, u64)],
-    spans: &[Vec<Span>],
+    spans: &[Spans],
 ) -> Result<Vec<String>, KvError> {
     let (ids, reserved) = start_puts(caller, bucket, blocks, DEFAULT_TTL).await?;
     let moved = async {

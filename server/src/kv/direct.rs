@@ -51,9 +51,12 @@ impl std::ops::Deref for CallKey {
     }
 }
 
-/// A shard's keys of a call, each with its mapped ranges (several when a block is scattered
-/// or gathered).
-pub type Items = Vec<(CallKey, Vec<DirectRange>)>;
+/// A block's mapped ranges: one, unless the client scattered or gathered the block (kept
+/// inline then: a batch of 4 KiB blocks otherwise allocates and frees a list per block).
+pub type Ranges = smallvec::SmallVec<[DirectRange; 1]>;
+
+/// A shard's keys of a call, each with its mapped ranges.
+pub type Items = Vec<(CallKey, Ranges)>;
 
 /// What a get-into did for one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,7 +139,7 @@ pub async fn copy_out(
 
 /// Where the run of `items` that starts at `start` ends: at most [`RUN_KEYS`] keys, and
 /// [`RUN_BYTES`] of room past the first.
-fn run_end(items: &[(CallKey, Vec<DirectRange>)], start: usize) -> usize {
+fn run_end(items: &[(CallKey, Ranges)], start: usize) -> usize {
     let mut end = start + 1;
     let mut room = total(&items[start].1);
     while end < items.len() && end - start < RUN_KEYS {
@@ -151,7 +154,7 @@ fn run_end(items: &[(CallKey, Vec<DirectRange>)], start: usize) -> usize {
 
 /// The copies of one run of keys whose blocks DRAM holds (`found`, in the run's order), all
 /// in one [`DirectRange::scatter_each`]; `None` for the keys DRAM lacks.
-fn copy_run(run: &[(CallKey, Vec<DirectRange>)], found: &[Option<&[u8]>]) -> Vec<Option<Copied>> {
+fn copy_run(run: &[(CallKey, Ranges)], found: &[Option<&[u8]>]) -> Vec<Option<Copied>> {
     let mut out: Vec<Option<Copied>> = vec![None; run.len()];
     let mut batch = Vec::with_capacity(run.len());
     let mut lens = Vec::with_capacity(run.len());
@@ -225,11 +228,7 @@ pub async fn put_from(shard: Rc<Shard>, bucket: String, items: Items) -> Vec<Put
 /// Stores one run of put-from items: together when the bucket is a `memory` one and the
 /// quota admits the whole run, else block by block (so that only the blocks past the quota
 /// fail).
-async fn put_run(
-    shard: &Shard,
-    bucket: &str,
-    run: &[(CallKey, Vec<DirectRange>)],
-) -> Vec<PutResult> {
+async fn put_run(shard: &Shard, bucket: &str, run: &[(CallKey, Ranges)]) -> Vec<PutResult> {
     let blocks: Vec<(&str, u64)> = run.iter().map(|(k, s)| (k.as_str(), total(s))).collect();
     if let Ok(_admitted) = shard.admit(bucket, &blocks) {
         let together = shard
@@ -249,7 +248,7 @@ async fn put_run(
 
 /// Fills the arena ranges of a run's blocks (`None`: the block found no room) from the
 /// client's memory, all in one [`DirectRange::gather_each`]; whether each was filled.
-fn gather_run(run: &[(CallKey, Vec<DirectRange>)], dst: &mut [Option<&mut [u8]>]) -> Vec<bool> {
+fn gather_run(run: &[(CallKey, Ranges)], dst: &mut [Option<&mut [u8]>]) -> Vec<bool> {
     let mut filled = vec![false; dst.len()];
     let mut batch: Vec<(&[DirectRange], &mut [u8])> = Vec::with_capacity(dst.len());
     let mut which = Vec::with_capacity(dst.len());
