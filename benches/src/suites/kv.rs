@@ -31,10 +31,15 @@
 //!   request, without the load generator, which shares the two cores and whose share moves
 //!   the throughput rows from run to run.
 //!
-//! The 2 MiB cases alternate Yutu and the reference in rounds (as the `transfer` suite does);
-//! the 4 KiB references run after yutu-server is stopped, one at a time, so no server competes
-//! for the cores with another. Before measuring, one batch of every Yutu case and of memcached
-//! is read back and compared byte for byte. A missing reference binary gives `reference: null`.
+//! Every case alternates Yutu and its references in rounds (as the `transfer` suite does), so
+//! that the VM's speed, which moves by a fifth within minutes, moves both sides of a ratio
+//! alike. For the 4 KiB case, yutu-server, redis-server and memcached are all up and take
+//! turns (`SMALL_ROUNDS`): only the side being measured has clients, the others sit idle.
+//! When the references ran one after the other instead, the Redis reference alone moved
+//! between 239k and 332k requests/s over one session's runs and the ratio between 2.3 and
+//! 3.2; in rounds it stays within a few percent. Before measuring, one batch of every Yutu
+//! case and of memcached is read back and compared byte for byte. A missing reference binary
+//! gives `reference: null`.
 
 use super::transfer::{alternate, Memcpy, Side, Stream};
 use std::io::{BufRead as _, BufReader, Read, Write};
@@ -124,10 +129,9 @@ fn run_blocking(args: &KvArgs) -> anyhow::Result<Report> {
     let bin = crate::yutu::locate_binary()?;
     eprintln!("under test: {}", bin.display());
     let dir = TempDir::new_in(&std::env::temp_dir(), "yutu-bench-kv-")?;
-    let duration = Duration::from_secs(args.duration_secs);
     let mut results = Vec::new();
 
-    let small_yutu = {
+    {
         let mut server = Server::start(&bin, &args.yutu_memory)?;
         let client = KvClient::connect(server.addr, dir.path(), args)?;
 
@@ -347,84 +351,134 @@ fn run_blocking(args: &KvArgs) -> anyhow::Result<Report> {
             );
         }
         drop(lib);
-        let shape = SmallShape {
-            keys: &small_keys,
-            batch: args.small_batch,
-            clients: args.clients,
-            duration,
-        };
-        let cpu_before = server.cpu_seconds();
-        let (rate, tally) = small_yutu_run(server.addr, args, &shape)?;
-        let per_cpu = per_cpu_second(tally.ops as f64, cpu_before, server.cpu_seconds());
-        let rounds = tally.rounds.max(1) as f64;
-        eprintln!(
-            "yutu: {} put+get rounds of {} keys over {} clients; per round {:.0} us in batch_put_from, {:.0} us in batch_get_into",
-            tally.rounds,
-            args.small_batch,
-            args.clients,
-            tally.put_time.as_secs_f64() * 1e6 / rounds,
-            tally.get_time.as_secs_f64() * 1e6 / rounds,
-        );
-        if let Some(p) = per_cpu {
-            eprintln!("yutu: the node used {:.2} us of CPU per block", 1e6 / p);
-        }
-        let errors = tally.errors;
+        small_case(args, &mut server, dir.path(), &small_keys, &mut results)?;
         server.check_running()?;
-        (rate, errors, per_cpu)
-        // The server stops here, before the references start.
+        // The server stops here.
     };
 
-    eprintln!("put_get_4KiB_batched: redis-benchmark...");
-    let redis = match redis_reference(args, dir.path()) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            eprintln!("no redis reference: {e:#}");
-            None
-        }
+    Ok(Report {
+        suite: "kv".to_owned(),
+        notes: Default::default(),
+        skipped: None,
+        machine: Machine::detect(),
+        results,
+    })
+}
+
+/// Rounds of the 4 KiB case: Yutu, Redis and memcached alternate, each side running a quarter
+/// of its time (redis-benchmark a quarter of its requests) per round, so that a change in
+/// the VM's speed during the run moves every side alike. Fewer rounds than the 2 MiB cases
+/// have: each redis-benchmark run must still send every one of its connections many
+/// pipelines.
+const SMALL_ROUNDS: u32 = 4;
+
+/// The 4 KiB put/get case against `server` (its keys stored and read back already), with
+/// redis-server and memcached started beside it and the three measured in alternation
+/// ([`SMALL_ROUNDS`]); only the side being measured has clients, the others idle. A
+/// reference that cannot start or fails gives `reference: null`.
+fn small_case(
+    args: &KvArgs,
+    server: &mut Server,
+    dir: &Path,
+    keys: &[String],
+    results: &mut Vec<BenchResult>,
+) -> anyhow::Result<()> {
+    let mut redis = Redis::start(dir)
+        .inspect_err(|e| eprintln!("no redis reference: {e:#}"))
+        .ok();
+    let mut memcached = Memcached::start(args)
+        .inspect_err(|e| eprintln!("no memcached reference: {e:#}"))
+        .ok();
+    let slice = Duration::from_secs(args.duration_secs) / SMALL_ROUNDS;
+    let requests = (args.redis_requests / u64::from(SMALL_ROUNDS)).max(1);
+    let shape = SmallShape {
+        keys,
+        batch: args.small_batch,
+        clients: args.clients,
+        duration: slice,
     };
-    eprintln!("put_get_4KiB_batched: memcached...");
-    let memcached = match memcached_reference(args, duration) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            eprintln!("no memcached reference: {e:#}");
-            None
+    let (mut yutu, mut redis_side, mut mc_side) =
+        (SmallSide::new(), SmallSide::new(), SmallSide::new());
+    let mut tally = Tally::default();
+    for round in 1..=SMALL_ROUNDS {
+        eprintln!("put_get_4KiB_batched: round {round} of {SMALL_ROUNDS}");
+        let cpu_before = server.cpu_seconds();
+        let (secs, t) = small_yutu_run(server.addr, args, &shape)?;
+        yutu.add(t.ops as f64, secs, cpu_before, server.cpu_seconds());
+        tally.add(t);
+        server.check_running()?;
+        if let Some(r) = redis.as_mut() {
+            if let Err(e) = r.run(args, requests, &mut redis_side) {
+                eprintln!("no redis reference: {e:#}");
+                redis = None;
+            }
         }
-    };
-    let (small_rate, small_errors, small_per_cpu) = small_yutu;
-    let redis_per_cpu = redis.as_ref().and_then(|r| {
-        r.per_cpu
-            .map(|p| (format!("{}_per_server_cpu_second", r.name), p))
-    });
-    let redis = redis.map(|r| (r.name, r.rate));
+        if let Some(m) = memcached.as_mut() {
+            if let Err(e) = m.run(args, slice, &mut mc_side) {
+                eprintln!("no memcached reference: {e:#}");
+                memcached = None;
+            }
+        }
+    }
+    let rounds = tally.rounds.max(1) as f64;
+    eprintln!(
+        "yutu: {} put+get rounds of {} keys over {} clients; per round {:.0} us in batch_put_from, {:.0} us in batch_get_into",
+        tally.rounds,
+        args.small_batch,
+        args.clients,
+        tally.put_time.as_secs_f64() * 1e6 / rounds,
+        tally.get_time.as_secs_f64() * 1e6 / rounds,
+    );
+    if let Some(p) = yutu.per_cpu() {
+        eprintln!("yutu: the node used {:.2} us of CPU per block", 1e6 / p);
+    }
+    let errors = tally.errors;
+    let redis_name = format!("redis_set_get_4KiB_P{}", args.small_batch);
+    let redis_ran = redis.is_some();
     // Blocks per second of the node's own CPU time against requests per second of
     // redis-server's: what each server spends per request, the load generators not counted.
     results.push(
         BenchResult {
             name: "put_get_4KiB_batched_per_node_cpu_second".to_owned(),
-            value: small_per_cpu,
+            value: yutu.per_cpu(),
             unit: "ops/cpu-s".to_owned(),
             p50_us: None,
             p99_us: None,
             mb_per_s: None,
-            errors: Some(small_errors),
-            reference: redis_per_cpu.map(|(name, v)| Reference {
-                name,
-                value: v,
-                p50_us: None,
-                p99_us: None,
-                mb_per_s: None,
-                errors: Some(0),
-            }),
+            errors: Some(errors),
+            reference: redis_side
+                .per_cpu()
+                .filter(|_| redis_ran)
+                .map(|v| Reference {
+                    name: format!("{redis_name}_per_server_cpu_second"),
+                    value: v,
+                    p50_us: None,
+                    p99_us: None,
+                    mb_per_s: None,
+                    errors: Some(0),
+                }),
             ratio: None,
             target: None,
         }
         .with_ratio(),
     );
+    let mc_name = format!(
+        "memcached_set_get_4KiB_x{}_c{}",
+        args.small_batch, args.clients
+    );
     for (name, reference, target) in [
-        ("put_get_4KiB_batched", redis, Some(1.5)),
-        ("put_get_4KiB_batched_vs_memcached", memcached, None),
+        (
+            "put_get_4KiB_batched",
+            redis_ran.then(|| (redis_name.clone(), redis_side.rate())),
+            Some(3.0),
+        ),
+        (
+            "put_get_4KiB_batched_vs_memcached",
+            memcached.is_some().then(|| (mc_name, mc_side.rate())),
+            None,
+        ),
     ] {
-        let (value, errors) = (small_rate, small_errors);
+        let value = yutu.rate();
         results.push(
             BenchResult {
                 name: name.to_owned(),
@@ -448,14 +502,7 @@ fn run_blocking(args: &KvArgs) -> anyhow::Result<Report> {
             .with_ratio(),
         );
     }
-
-    Ok(Report {
-        suite: "kv".to_owned(),
-        notes: Default::default(),
-        skipped: None,
-        machine: Machine::detect(),
-        results,
-    })
+    Ok(())
 }
 
 /// What the 4 KiB put/get case cycles over: the keys, cut into batches dealt round-robin to
@@ -533,7 +580,7 @@ fn small_yutu_run(
     for o in outcomes {
         total.add(o?);
     }
-    Ok((total.ops as f64 / elapsed.as_secs_f64(), total))
+    Ok((elapsed.as_secs_f64(), total))
 }
 
 /// Runs `work(0..n)` on `n` scoped threads; their results in order (a panic is an error).
@@ -997,72 +1044,112 @@ fn wait_listening(child: &mut ChildGuard, port: u16) -> anyhow::Result<()> {
     }
 }
 
-/// What the Redis reference measured.
-struct RedisRun {
-    name: String,
-    /// SET and GET requests per second together.
-    rate: f64,
-    /// Requests per second of redis-server's own CPU time.
-    per_cpu: Option<f64>,
-}
-
 /// Operations per second of CPU time, from a process's CPU seconds before and after them.
 fn per_cpu_second(ops: f64, before: Option<f64>, after: Option<f64>) -> Option<f64> {
     let used = after? - before?;
     (used > 0.0).then(|| ops / used)
 }
 
-/// redis-server on a free port, measured by redis-benchmark; SET and GET requests together
-/// over the time of both.
-fn redis_reference(args: &KvArgs, dir: &Path) -> anyhow::Result<RedisRun> {
-    let server_bin = find_binary("redis-server")?;
-    let bench_bin = find_binary("redis-benchmark")?;
-    let port = free_port()?;
-    let data = TempDir::new_in(dir, "redis-")?;
-    let mut cmd = Command::new(server_bin);
-    cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
-        .arg("--dir")
-        .arg(data.path());
-    let (mut server, _lines) = ChildGuard::spawn("redis-server", &mut cmd)?;
-    wait_listening(&mut server, port)?;
-    let cpu_before = server.cpu_seconds();
-    let mut bench = Command::new(bench_bin);
-    bench
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(["-t", "set,get", "-d", &SMALL.to_string()])
-        .args(["-P", &args.small_batch.to_string()])
-        .args(["-n", &args.redis_requests.to_string(), "-q", "--csv"]);
-    // Generous but bounded: redis moves far more than 10k requests a second.
-    let limit = Duration::from_secs(10 + 2 * args.redis_requests / 10_000);
-    let out = run_bounded("redis-benchmark", &mut bench, limit)?;
-    server.check_running()?;
-    // SET and GET, `-n` requests each.
-    let per_cpu = per_cpu_second(
-        2.0 * args.redis_requests as f64,
-        cpu_before,
-        server.cpu_seconds(),
-    );
-    let mut rps = Vec::new();
-    for line in out.lines() {
-        let cells: Vec<&str> = line.split(',').map(|c| c.trim_matches('"')).collect();
-        if let [test, value, ..] = cells.as_slice() {
-            if let Ok(v) = value.parse::<f64>() {
-                rps.push((test.to_owned().to_owned(), v));
-            }
+/// What one side of the 4 KiB case did over its rounds, summed: operations, the seconds they
+/// took, and the server's CPU seconds (`None` once a round could not read them).
+struct SmallSide {
+    ops: f64,
+    secs: f64,
+    cpu: Option<f64>,
+}
+
+impl SmallSide {
+    fn new() -> SmallSide {
+        SmallSide {
+            ops: 0.0,
+            secs: 0.0,
+            cpu: Some(0.0),
         }
     }
-    let find = |t: &str| rps.iter().find(|(n, _)| n == t).map(|(_, v)| *v);
-    let (Some(set), Some(get)) = (find("SET"), find("GET")) else {
-        bail!("no SET and GET rates in redis-benchmark's output:\n{out}");
-    };
-    eprintln!("redis-benchmark: SET {set:.0}/s, GET {get:.0}/s");
-    // Equal request counts: the combined rate is 2 / (1/set + 1/get).
-    Ok(RedisRun {
-        name: format!("redis_set_get_4KiB_P{}", args.small_batch),
-        rate: 2.0 / (1.0 / set + 1.0 / get),
-        per_cpu,
-    })
+
+    /// Adds a round of `ops` in `secs`, with the server's CPU seconds before and after it.
+    fn add(&mut self, ops: f64, secs: f64, cpu_before: Option<f64>, cpu_after: Option<f64>) {
+        self.ops += ops;
+        self.secs += secs;
+        self.cpu = match (self.cpu, cpu_before, cpu_after) {
+            (Some(sum), Some(b), Some(a)) => Some(sum + (a - b)),
+            _ => None,
+        };
+    }
+
+    fn rate(&self) -> f64 {
+        self.ops / self.secs
+    }
+
+    fn per_cpu(&self) -> Option<f64> {
+        per_cpu_second(self.ops, Some(0.0), self.cpu)
+    }
+}
+
+/// redis-server on a free port, measured by redis-benchmark in rounds ([`Redis::run`]).
+struct Redis {
+    server: ChildGuard,
+    _lines: std::sync::mpsc::Receiver<String>,
+    _data: TempDir,
+    port: u16,
+    bench_bin: std::path::PathBuf,
+}
+
+impl Redis {
+    fn start(dir: &Path) -> anyhow::Result<Redis> {
+        let server_bin = find_binary("redis-server")?;
+        let bench_bin = find_binary("redis-benchmark")?;
+        let port = free_port()?;
+        let data = TempDir::new_in(dir, "redis-")?;
+        let mut cmd = Command::new(server_bin);
+        cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .arg("--dir")
+            .arg(data.path());
+        let (mut server, lines) = ChildGuard::spawn("redis-server", &mut cmd)?;
+        wait_listening(&mut server, port)?;
+        Ok(Redis {
+            server,
+            _lines: lines,
+            _data: data,
+            port,
+            bench_bin,
+        })
+    }
+
+    /// One redis-benchmark run of `n` SETs and `n` GETs, added to `side`: the requests, the
+    /// time of both tests (from their rates), and redis-server's CPU time.
+    fn run(&mut self, args: &KvArgs, n: u64, side: &mut SmallSide) -> anyhow::Result<()> {
+        let cpu_before = self.server.cpu_seconds();
+        let mut bench = Command::new(&self.bench_bin);
+        bench
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-t", "set,get", "-d", &SMALL.to_string()])
+            .args(["-P", &args.small_batch.to_string()])
+            .args(["-n", &n.to_string(), "-q", "--csv"]);
+        // Generous but bounded: redis moves far more than 10k requests a second.
+        let limit = Duration::from_secs(10 + 2 * n / 10_000);
+        let out = run_bounded("redis-benchmark", &mut bench, limit)?;
+        self.server.check_running()?;
+        let cpu_after = self.server.cpu_seconds();
+        let mut rps = Vec::new();
+        for line in out.lines() {
+            let cells: Vec<&str> = line.split(',').map(|c| c.trim_matches('"')).collect();
+            if let [test, value, ..] = cells.as_slice() {
+                if let Ok(v) = value.parse::<f64>() {
+                    rps.push((test.to_owned().to_owned(), v));
+                }
+            }
+        }
+        let find = |t: &str| rps.iter().find(|(n, _)| n == t).map(|(_, v)| *v);
+        let (Some(set), Some(get)) = (find("SET"), find("GET")) else {
+            bail!("no SET and GET rates in redis-benchmark's output:\n{out}");
+        };
+        eprintln!("redis-benchmark: SET {set:.0}/s, GET {get:.0}/s");
+        let n = n as f64;
+        side.add(2.0 * n, n / set + n / get, cpu_before, cpu_after);
+        Ok(())
+    }
 }
 
 /// Runs `cmd` to completion within `limit`, killing it otherwise; its stdout.
@@ -1098,62 +1185,87 @@ fn run_bounded(name: &str, cmd: &mut Command, limit: Duration) -> anyhow::Result
     Ok(out)
 }
 
-/// memcached on a free port, driven by one connection alternating 64 pipelined `set`s and one
-/// 64-key `get`: the same shape and client thread count as Yutu's side.
-fn memcached_reference(args: &KvArgs, duration: Duration) -> anyhow::Result<(String, f64)> {
-    let bin = find_binary("memcached")?;
-    let port = free_port()?;
-    let mut cmd = Command::new(bin);
-    cmd.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
-        .args(["-m", "1024", "-c", "64"]);
-    // SAFETY: geteuid has no preconditions and touches no memory.
-    if unsafe { libc::geteuid() } == 0 {
-        cmd.args(["-u", "root"]);
+/// memcached on a free port, its keys stored and one batch read back, then driven in rounds
+/// ([`Memcached::run`]) by one connection per client thread alternating a batch of pipelined
+/// `set`s and one multi-key `get`: the same shape and client thread count as Yutu's side.
+struct Memcached {
+    server: ChildGuard,
+    _lines: std::sync::mpsc::Receiver<String>,
+    port: u16,
+    keys: Vec<String>,
+    values: Vec<Vec<u8>>,
+}
+
+impl Memcached {
+    fn start(args: &KvArgs) -> anyhow::Result<Memcached> {
+        let bin = find_binary("memcached")?;
+        let port = free_port()?;
+        let mut cmd = Command::new(bin);
+        cmd.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
+            .args(["-m", "1024", "-c", "64"]);
+        // SAFETY: geteuid has no preconditions and touches no memory.
+        if unsafe { libc::geteuid() } == 0 {
+            cmd.args(["-u", "root"]);
+        }
+        let (mut server, lines) = ChildGuard::spawn("memcached", &mut cmd)?;
+        wait_listening(&mut server, port)?;
+        let mc = Memcached {
+            server,
+            _lines: lines,
+            port,
+            keys: (0..args.small_keys).map(|i| format!("small-{i}")).collect(),
+            values: (0..args.small_keys)
+                .map(|i| pattern(SMALL, i as u64))
+                .collect(),
+        };
+        let mut conn = Memcache::connect(port)?;
+        for step in 0..args.small_keys / args.small_batch {
+            let r = batch_range(args, step);
+            conn.set(&mc.keys[r.clone()], &mc.values[r])?;
+        }
+        let r = batch_range(args, 0);
+        conn.get(&mc.keys[r.clone()], Some(&mc.values[r]))?;
+        Ok(mc)
     }
-    let (mut server, _lines) = ChildGuard::spawn("memcached", &mut cmd)?;
-    wait_listening(&mut server, port)?;
-    let keys: Vec<String> = (0..args.small_keys).map(|i| format!("small-{i}")).collect();
-    let values: Vec<Vec<u8>> = (0..args.small_keys)
-        .map(|i| pattern(SMALL, i as u64))
-        .collect();
+
+    /// The client threads for `duration`, added to `side`.
+    fn run(
+        &mut self,
+        args: &KvArgs,
+        duration: Duration,
+        side: &mut SmallSide,
+    ) -> anyhow::Result<()> {
+        let cpu_before = self.server.cpu_seconds();
+        let start = Instant::now();
+        let (port, keys, values) = (self.port, &self.keys, &self.values);
+        let counts = on_threads(args.clients, |t| -> anyhow::Result<u64> {
+            let mut mc = Memcache::connect(port)?;
+            let (mut ops, mut step) = (0u64, t);
+            while start.elapsed() < duration {
+                let r = batch_range(args, step);
+                mc.set(&keys[r.clone()], &values[r.clone()])?;
+                mc.get(&keys[r], None)?;
+                ops += 2 * args.small_batch as u64;
+                step += args.clients;
+            }
+            Ok(ops)
+        });
+        let mut ops = 0u64;
+        for c in counts {
+            ops += c?;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        self.server.check_running()?;
+        side.add(ops as f64, secs, cpu_before, self.server.cpu_seconds());
+        Ok(())
+    }
+}
+
+/// The indices of the 4 KiB keys of batch `step` (batches cycle over the keys).
+fn batch_range(args: &KvArgs, step: usize) -> std::ops::Range<usize> {
     let batches = args.small_keys / args.small_batch;
-    let range = |step: usize| {
-        let first = (step % batches) * args.small_batch;
-        first..first + args.small_batch
-    };
-    {
-        let mut mc = Memcache::connect(port)?;
-        for step in 0..batches {
-            mc.set(&keys[range(step)], &values[range(step)])?;
-        }
-        mc.get(&keys[range(0)], Some(&values[range(0)]))?;
-    }
-    let start = Instant::now();
-    let (keys, values) = (&keys, &values);
-    let counts = on_threads(args.clients, |t| -> anyhow::Result<u64> {
-        let mut mc = Memcache::connect(port)?;
-        let (mut ops, mut step) = (0u64, t);
-        while start.elapsed() < duration {
-            mc.set(&keys[range(step)], &values[range(step)])?;
-            mc.get(&keys[range(step)], None)?;
-            ops += 2 * args.small_batch as u64;
-            step += args.clients;
-        }
-        Ok(ops)
-    });
-    let mut ops = 0u64;
-    for c in counts {
-        ops += c?;
-    }
-    let rate = ops as f64 / start.elapsed().as_secs_f64();
-    server.check_running()?;
-    Ok((
-        format!(
-            "memcached_set_get_4KiB_x{}_c{}",
-            args.small_batch, args.clients
-        ),
-        rate,
-    ))
+    let first = (step % batches) * args.small_batch;
+    first..first + args.small_batch
 }
 
 /// A pipelined text-protocol memcached client on one connection.
