@@ -543,15 +543,24 @@ fn small_yutu_run(
     shape: &SmallShape<'_>,
 ) -> anyhow::Result<(f64, Tally)> {
     let batches = shape.keys.len() / shape.batch;
-    let start = Instant::now();
+    // Every thread sets up (connects, registers and fills its buffer) before the clock starts,
+    // as redis-benchmark connects before it measures; one that failed still reaches the
+    // barrier, so that none waits for it, and gives its error after.
+    let ready = std::sync::Barrier::new(shape.clients);
+    let started = std::sync::OnceLock::new();
     let client = |t: usize| -> anyhow::Result<Tally> {
-        let lib = LibClient::connect(addr, args)?;
         let put_offsets: Vec<u64> = (0..shape.batch).map(|i| (i * SMALL) as u64).collect();
-        let get_offsets: Vec<u64> = put_offsets.iter().map(|o| lib.half + o).collect();
         let lens = vec![SMALL as u64; shape.batch];
-        for (slot, off) in put_offsets.iter().enumerate() {
-            lib.buf.write_at(*off, &pattern(SMALL, slot as u64))?;
-        }
+        let set_up = LibClient::connect(addr, args).and_then(|lib| {
+            for (slot, off) in put_offsets.iter().enumerate() {
+                lib.buf.write_at(*off, &pattern(SMALL, slot as u64))?;
+            }
+            Ok(lib)
+        });
+        ready.wait();
+        let start = *started.get_or_init(Instant::now);
+        let lib = set_up?;
+        let get_offsets: Vec<u64> = put_offsets.iter().map(|o| lib.half + o).collect();
         let mut tally = Tally::default();
         let mut step = t;
         while start.elapsed() < shape.duration {
@@ -575,7 +584,7 @@ fn small_yutu_run(
         Ok(tally)
     };
     let outcomes = on_threads(shape.clients, client);
-    let elapsed = start.elapsed();
+    let elapsed = started.get().map_or(Duration::ZERO, Instant::elapsed);
     let mut total = Tally::default();
     for o in outcomes {
         total.add(o?);
