@@ -57,6 +57,12 @@ fn oversized_headers() {
         (r.status, r.code().as_deref()),
         (400, Some("RequestHeaderSectionTooLarge"))
     );
+    // Its body was never read, so the connection ends with the answer, and says so: a client
+    // that pooled it would send its next request into a closed socket.
+    assert_eq!(
+        r.headers.get("connection").and_then(|v| v.to_str().ok()),
+        Some("close")
+    );
     assert_eq!(c.get("/hdr/k").status, 404);
     // Far past any buffer: refused at the protocol level, the connection closes.
     let huge = format!(

@@ -216,8 +216,22 @@ pub async fn handle(
             let t = Target::parse_with_host(req.uri(), host, &shard.settings.domains).ok()?;
             Some((origin, t.bucket?))
         });
-    let (op, result) = dispatch(&shard, &tokens, cluster, req).await;
+    // Refused before anything of it is read: its body, if any, is never read, so the
+    // connection cannot carry another request, and the answer says so. Without
+    // `Connection: close` a client pools the connection and its next request finds it closed.
+    let oversized = header_section_size(req.headers()) > MAX_HEADER_BYTES;
+    let (op, result) = match oversized {
+        true => (
+            Op::Unsupported,
+            Err(S3Error::new(S3ErrorCode::RequestHeaderSectionTooLarge)),
+        ),
+        false => dispatch(&shard, &tokens, cluster, req).await,
+    };
     let mut resp = result.unwrap_or_else(|e| e.into_response(&resource, &request_id, head));
+    if oversized {
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     if let Some((origin, bucket)) = &cors {
         super::s3::cors::decorate(&shard, bucket, origin, &method, &mut resp);
     }
@@ -261,12 +275,6 @@ async fn dispatch(
     cluster: Option<Arc<Cluster>>,
     req: http::Request<Incoming>,
 ) -> (Op, Result<Resp, S3Error>) {
-    if header_section_size(req.headers()) > MAX_HEADER_BYTES {
-        return (
-            Op::Unsupported,
-            Err(S3Error::new(S3ErrorCode::RequestHeaderSectionTooLarge)),
-        );
-    }
     let (parts, body) = req.into_parts();
     let host = parts
         .headers
