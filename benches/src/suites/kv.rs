@@ -37,9 +37,9 @@
 //! turns (`SMALL_ROUNDS`): only the side being measured has clients, the others sit idle.
 //! When the references ran one after the other instead, the Redis reference alone moved
 //! between 239k and 332k requests/s over one session's runs and the ratio between 2.3 and
-//! 3.2; in rounds it stays within a few percent. Before measuring, one batch of every Yutu
-//! case and of memcached is read back and compared byte for byte. A missing reference binary
-//! gives `reference: null`.
+//! 3.2; in rounds, eight runs of one node gave 2.98 to 3.34. Before measuring, one batch of
+//! every Yutu case and of memcached is read back and compared byte for byte. A missing
+//! reference binary gives `reference: null`.
 
 use super::transfer::{alternate, Memcpy, Side, Stream};
 use std::io::{BufRead as _, BufReader, Read, Write};
