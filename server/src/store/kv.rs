@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::arena::Extent;
 use super::eviction::EntryId;
-use super::shard::{ShardStore, Staged};
+use super::shard::{NewEtag, ShardStore, Staged};
 use crate::model::conditions::WriteConditions;
 use crate::model::{ObjectMeta, StoreError};
 use yutu_transfer::{Access, GrantId, SegmentDescriptor};
@@ -573,7 +573,7 @@ impl ShardStore {
                     return Err(StoreError::InvalidRange { size: len });
                 }
                 meta.size = len;
-                Ok(self.publish_block(bucket, key, extent, meta, charge))
+                Ok(self.publish_as(bucket, key, extent, meta, charge, NewEtag::Kv))
             }));
         }
         out

@@ -74,13 +74,15 @@ impl Staged {
     }
 }
 
-/// The ETag a published version gets (see [`ShardStore::publish_block`]).
+/// The ETag a published version gets ([`ShardStore::publish_as`]).
 #[derive(Clone, Copy)]
-enum NewEtag {
+pub(crate) enum NewEtag {
     /// The one in its metadata.
     Given,
-    /// A KV block's, rendered from this sequence number of the store.
-    Kv(u64),
+    /// A KV block's, in [`ShardStore::next_kv_etag`]'s form (`meta.etag` is ignored): an
+    /// overwrite renders it into the old version's ETag buffer, so the block's metadata costs
+    /// no allocation.
+    Kv,
 }
 
 /// Writes the ETag of KV write `seq` of a store salted `salt` into `out`, replacing what it
@@ -755,23 +757,8 @@ impl ShardStore {
         self.publish_as(bucket, key, extent, meta, charge, NewEtag::Given)
     }
 
-    /// [`ShardStore::publish`] of a KV block whose ETag this store makes
-    /// ([`ShardStore::next_kv_etag`]'s form; `meta.etag` is ignored): an overwrite renders it
-    /// into the old version's ETag buffer, so the block's metadata costs no allocation.
-    pub(crate) fn publish_block(
-        &mut self,
-        bucket: &str,
-        key: &str,
-        extent: Extent,
-        meta: ObjectMeta,
-        charge: u64,
-    ) -> Arc<ObjectMeta> {
-        let seq = self.next_id;
-        self.next_id += 1;
-        self.publish_as(bucket, key, extent, meta, charge, NewEtag::Kv(seq))
-    }
-
-    fn publish_as(
+    /// [`ShardStore::publish`], the new version's ETag as `etag` says.
+    pub(crate) fn publish_as(
         &mut self,
         bucket: &str,
         key: &str,
@@ -788,6 +775,13 @@ impl ShardStore {
         // The old version's removal and the new one's insertion are one change to readers
         // of the presence table: the key never looks absent in between.
         self.presence.borrow_mut().hold(bucket);
+        let etag = match etag {
+            NewEtag::Given => None,
+            NewEtag::Kv => {
+                self.next_id += 1;
+                Some(self.next_id - 1)
+            }
+        };
         let id = self.next_id;
         self.next_id += 1;
         // An overwrite (most KV puts) takes the old entry's place in the index: one lookup,
@@ -797,7 +791,7 @@ impl ShardStore {
         let published = match self.replace_in_place(bucket, key, id, extent, meta, charge, etag) {
             Ok(meta) => meta,
             Err((extent, mut meta)) => {
-                if let NewEtag::Kv(seq) = etag {
+                if let Some(seq) = etag {
                     render_kv_etag(self.etag_salt, seq, &mut meta.etag);
                 }
                 let size = meta.size;
@@ -834,8 +828,9 @@ impl ShardStore {
         published
     }
 
-    /// [`ShardStore::publish`] of a new version (`id`, `extent`, `meta`, `charge`) over a
-    /// DRAM version of `bucket/key`, in that version's place in the index; everything else
+    /// [`ShardStore::publish`] of a new version (`id`, `extent`, `meta`, `charge`; `etag`: the
+    /// sequence number its KV ETag is rendered from, `None` for `meta`'s own) over a DRAM
+    /// version of `bucket/key`, in that version's place in the index; everything else
     /// exactly as its `remove_entry` and the insertion that follows do, in the same order.
     /// `Err` with the new version's extent and metadata, untouched, when there is no such
     /// version or a demotion is in flight (the caller then removes and inserts).
@@ -863,7 +858,7 @@ impl ShardStore {
         extent: Extent,
         meta: ObjectMeta,
         charge: u64,
-        etag: NewEtag,
+        etag: Option<u64>,
     ) -> Result<Arc<ObjectMeta>, (Extent, ObjectMeta)> {
         if !self.demoting.is_empty() {
             return Err((extent, meta));
@@ -886,14 +881,14 @@ impl ShardStore {
             Some(reused) => {
                 let mut text = std::mem::take(&mut reused.etag);
                 *reused = meta;
-                if let NewEtag::Kv(seq) = etag {
+                if let Some(seq) = etag {
                     render_kv_etag(salt, seq, &mut text);
                     reused.etag = text;
                 }
             }
             None => {
                 let mut meta = meta;
-                if let NewEtag::Kv(seq) = etag {
+                if let Some(seq) = etag {
                     render_kv_etag(salt, seq, &mut meta.etag);
                 }
                 slot.meta = Arc::new(meta);
