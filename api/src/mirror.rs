@@ -25,7 +25,19 @@
 //! | 3 | the value's length in bytes |
 //!
 //! and its value is zero-padded to a whole word. A key's set is a function of its
-//! fingerprint, and a key is in at most one slot of it. The mirror is a cache: a value that
+//! fingerprint, and a key is in at most one slot of it.
+//!
+//! # Located slots
+//! A slot whose length word has its top bit ([`LOCATED`]) set holds no value but where a
+//! larger KV block lies: the rest of the length word is the block's length, value word 0 its
+//! offset in the shard's DRAM arena, word 1 the time the shard wrote the slot (milliseconds
+//! since the Unix epoch). A client with a view of that arena (the `kv-api` docs' arena
+//! views: proof that it could read the node's memory anyway) copies the block out of its
+//! view and then checks that the slot's sequence did not move ([`Mirror::still`]). The shard
+//! empties a located slot before the block's bytes can be reused (a put over the key, a
+//! remove, an eviction), so a copy the check confirms read one whole version: the bytes the
+//! node would have answered at some moment during the copy. Readers of values see a located
+//! slot as a miss, so an older reader never mistakes one for a value. The mirror is a cache: a value that
 //! finds no free slot takes the place of another key's (that key is then read from the
 //! node), and a key that is not in the mirror says nothing about whether it exists (the
 //! presence table says that).
@@ -60,6 +72,13 @@ pub const MAX_VALUE_MAX: usize = 64 << 10;
 pub const MAX_SLOTS: usize = 1 << 20;
 /// Tries of a reader on a slot that keeps changing under it.
 pub const READ_TRIES: usize = 64;
+/// The length word's flag of a located slot (see the module docs).
+pub const LOCATED: u64 = 1 << 63;
+/// How long after the shard wrote a located slot a client copies through it. Reads through
+/// a slot are not calls, so the node does not see them: past this a client asks the node
+/// again (which writes the slot afresh), and a block read only through slots still moves to
+/// the front of the eviction order about once in this time.
+pub const LOCATED_FRESH_MS: u64 = 1_000;
 
 /// Words a mirror of `slots` slots of values up to `value_max` bytes takes.
 pub fn words_for(slots: usize, value_max: usize) -> usize {
@@ -91,6 +110,21 @@ pub enum Read {
     Miss,
     /// The slot kept changing under the reader: ask the node.
     Busy,
+}
+
+/// Where a located slot says a block lies, and the slot's sequence when that was read (for
+/// [`Mirror::still`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Located {
+    /// The block's offset in the shard's DRAM arena.
+    pub offset: u64,
+    /// The block's length in bytes.
+    pub len: u64,
+    /// When the shard wrote the slot, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// The slot's sequence word (an index into the mirror's words) and its value then.
+    word: usize,
+    seq: u64,
 }
 
 /// Why words do not hold a mirror.
@@ -195,6 +229,58 @@ impl<'a> Mirror<'a> {
     fn set(&self, fp: Fingerprint) -> impl Iterator<Item = Slot<'_>> {
         let base = self.base(fp);
         (0..WAYS).map(move |way| self.slot(base, way))
+    }
+
+    /// Where `fp`'s block lies, when a located slot of its set says so; `None` when no slot
+    /// does (or the slot kept changing). The caller copies the block and then asks
+    /// [`Mirror::still`] whether the copy stands.
+    pub fn located(&self, fp: Fingerprint) -> Option<Located> {
+        let base = self.base(fp);
+        for way in 0..WAYS {
+            let slot = self.slot(base, way);
+            let seq = &slot.head[0];
+            for _ in 0..READ_TRIES {
+                let before = seq.load(Ordering::Acquire);
+                if before & 1 == 1 {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                let mine = slot.is(fp);
+                let len = slot.head[3].load(Ordering::Relaxed);
+                let offset = slot.value[0].load(Ordering::Relaxed);
+                let at_ms = slot.value.get(1).map_or(0, |w| w.load(Ordering::Relaxed));
+                fence(Ordering::Acquire);
+                if seq.load(Ordering::Relaxed) != before {
+                    continue;
+                }
+                if !mine {
+                    break;
+                }
+                if len & LOCATED == 0 {
+                    return None;
+                }
+                return Some(Located {
+                    offset,
+                    len: len & !LOCATED,
+                    at_ms,
+                    word: base + way * SLOT_HEADER_WORDS,
+                    seq: before,
+                });
+            }
+        }
+        None
+    }
+
+    /// Whether the slot `at` was read from has not changed since: a copy made after
+    /// [`Mirror::located`] and before this call read the block's bytes whole, from before
+    /// any change to them.
+    pub fn still(&self, at: &Located) -> bool {
+        // Orders the caller's reads of the block before the sequence's (the reader's side
+        // of the sequence lock: the shard moves the sequence before the bytes can change).
+        fence(Ordering::Acquire);
+        self.words
+            .get(at.word)
+            .is_some_and(|w| w.load(Ordering::Relaxed) == at.seq)
     }
 
     /// Reads the value of `fp` into `out` (cleared first).
@@ -304,6 +390,67 @@ impl<'a> Mirror<'a> {
                 b[..tail.len()].copy_from_slice(tail);
                 slot.value[at].store(u64::from_le_bytes(b), Ordering::Relaxed);
             }
+        });
+        if was_fresh {
+            Stored::Fresh
+        } else {
+            Stored::Reused
+        }
+    }
+
+    /// The shard's note that `fp`'s block of `len` bytes lies at `offset` of its DRAM arena,
+    /// written at `at_ms` (only the one writer may call this). It takes the key's own slot,
+    /// an emptied one, a fresh one (if `fresh_ok`) or another located one, never a slot
+    /// holding a value: blocks noted as they are written must not push out the small values
+    /// read as bytes. The shard calls it only once the block's bytes are all in place.
+    pub fn locate(
+        &self,
+        fp: Fingerprint,
+        offset: u64,
+        len: u64,
+        at_ms: u64,
+        turn: u64,
+        fresh_ok: bool,
+    ) -> Stored {
+        if len & LOCATED != 0 || self.value_max < 16 {
+            self.remove(fp);
+            return Stored::No;
+        }
+        let base = self.base(fp);
+        let (mut mine, mut empty, mut fresh, mut other) = (None, None, None, None);
+        let turn = turn as usize % WAYS;
+        for i in 0..WAYS {
+            let way = (turn + i) % WAYS;
+            let slot = self.slot(base, way);
+            if slot.is(fp) {
+                mine = Some(way);
+                break;
+            }
+            let written = slot.head[0].load(Ordering::Relaxed) != 0;
+            if slot.head[1].load(Ordering::Relaxed) == 0 {
+                if written {
+                    empty = empty.or(Some(way));
+                } else {
+                    fresh = fresh.or(Some(way));
+                }
+            } else if slot.head[3].load(Ordering::Relaxed) & LOCATED != 0 {
+                other = other.or(Some(way));
+            }
+        }
+        let way = match (mine.or(empty), fresh, other) {
+            (Some(w), _, _) => w,
+            (None, Some(w), _) if fresh_ok => w,
+            (None, _, Some(w)) => w,
+            _ => return Stored::No,
+        };
+        let slot = self.slot(base, way);
+        let was_fresh = slot.head[0].load(Ordering::Relaxed) == 0;
+        slot.write(|| {
+            slot.head[1].store(fp.a, Ordering::Relaxed);
+            slot.head[2].store(fp.b, Ordering::Relaxed);
+            slot.head[3].store(len | LOCATED, Ordering::Relaxed);
+            slot.value[0].store(offset, Ordering::Relaxed);
+            slot.value[1].store(at_ms, Ordering::Relaxed);
         });
         if was_fresh {
             Stored::Fresh
@@ -557,6 +704,10 @@ mod tests {
                     let fp = fingerprint(&SECRET, &format!("{k}"));
                     let _ = m.read(fp, &mut out);
                     assert!(out.len() <= m.value_max());
+                    if let Some(at) = m.located(fp) {
+                        assert!(at.len & LOCATED == 0);
+                        let _ = m.still(&at);
+                    }
                     // A slot claiming this key with a length past the slot: no hit.
                     let base = m.base(fp);
                     let slot = m.slot(base, 0);
@@ -569,6 +720,154 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn located_slots_are_found_checked_and_never_read_as_values() {
+        let w = words(64, 4096);
+        let m = mirror(&w, 64, 4096);
+        let fp = |k: &str| fingerprint(&SECRET, k);
+        let mut out = Vec::new();
+        assert_eq!(m.located(fp("k")), None);
+        assert_ne!(m.locate(fp("k"), 4096, 1 << 20, 77, 0, true), Stored::No);
+        let at = m.located(fp("k")).unwrap();
+        assert_eq!((at.offset, at.len, at.at_ms), (4096, 1 << 20, 77));
+        assert!(m.still(&at));
+        // A reader of values sees no value there.
+        assert_eq!(m.read(fp("k"), &mut out), Read::Miss);
+        // Each change of the slot fails the check of a copy made before it.
+        m.remove(fp("k"));
+        assert!(!m.still(&at));
+        assert_eq!(m.located(fp("k")), None);
+        assert_eq!(m.locate(fp("k"), 8192, 100, 78, 0, true), Stored::Reused);
+        let again = m.located(fp("k")).unwrap();
+        assert_eq!((again.offset, again.len), (8192, 100));
+        assert_ne!(m.store(fp("k"), b"small", 0, true), Stored::No);
+        assert!(!m.still(&again));
+        assert_eq!(m.located(fp("k")), None);
+        assert_eq!(m.read(fp("k"), &mut out), Read::Hit(5));
+        m.locate(fp("k"), 0, 10, 79, 0, true);
+        let third = m.located(fp("k")).unwrap();
+        m.locate(fp("k"), 0, 10, 80, 0, true);
+        assert!(!m.still(&third), "a rewrite of the slot counts as a change");
+        let fourth = m.located(fp("k")).unwrap();
+        m.clear();
+        assert!(!m.still(&fourth));
+        // A length that would carry the flag itself is refused.
+        assert_eq!(m.locate(fp("k"), 0, LOCATED | 1, 0, 0, true), Stored::No);
+        // A mirror with room for one word per value holds no locations.
+        let narrow = words(WAYS, 8);
+        let n = mirror(&narrow, WAYS, 8);
+        assert_eq!(n.locate(fp("k"), 0, 10, 0, 0, true), Stored::No);
+        assert_eq!(n.located(fp("k")), None);
+    }
+
+    /// Locations written as blocks are put never take a slot holding a value (those are
+    /// read as bytes, and cost a call when pushed out); they replace other locations.
+    #[test]
+    fn a_location_never_pushes_out_a_value() {
+        let w = words(WAYS, 64);
+        let m = mirror(&w, WAYS, 64);
+        let fp = |k: &str| fingerprint(&SECRET, k);
+        for i in 0..WAYS {
+            assert_ne!(m.store(fp(&format!("v{i}")), b"value", 0, true), Stored::No);
+        }
+        assert_eq!(m.locate(fp("big"), 0, 1 << 20, 1, 0, true), Stored::No);
+        let mut out = Vec::new();
+        for i in 0..WAYS {
+            assert_eq!(m.read(fp(&format!("v{i}")), &mut out), Read::Hit(5));
+        }
+        // With one slot located, a new location takes that one.
+        m.remove(fp("v0"));
+        assert_ne!(m.locate(fp("big"), 0, 1 << 20, 1, 0, true), Stored::No);
+        assert_eq!(
+            m.locate(fp("big2"), 64, 1 << 20, 2, 3, false),
+            Stored::Reused
+        );
+        assert_eq!(m.located(fp("big")), None);
+        assert_eq!(m.located(fp("big2")).map(|l| l.offset), Some(64));
+        for i in 1..WAYS {
+            assert_eq!(m.read(fp(&format!("v{i}")), &mut out), Read::Hit(5));
+        }
+        // Without fresh slots allowed, a location takes none.
+        let w2 = words(WAYS, 64);
+        let m2 = mirror(&w2, WAYS, 64);
+        assert_eq!(m2.locate(fp("big"), 0, 1, 1, 0, false), Stored::No);
+    }
+
+    /// The shard's side of a located slot, as the store keeps it: a block's bytes are
+    /// written before its slot names them, and its slot is emptied before its bytes are
+    /// reused for another key. Readers on other threads copy through the slot and keep a
+    /// copy only when `still` confirms it: every copy kept must be one whole version of
+    /// the key asked for.
+    #[test]
+    fn copies_through_located_slots_are_whole_or_refused() {
+        const REGIONS: usize = 6;
+        const REGION_WORDS: usize = 64;
+        let w: Arc<Vec<AtomicU64>> = Arc::new(words(8, 64));
+        mirror(&w, 8, 64);
+        let arena: Arc<Vec<AtomicU64>> = Arc::new(
+            (0..REGIONS * REGION_WORDS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        );
+        let keys: Vec<String> = (0..3).map(|i| format!("k{i}")).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (w, arena, keys, stop) = (w.clone(), arena.clone(), keys.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let m = Mirror::named(&w).unwrap().unwrap();
+                    let (mut kept, mut refused) = (0u64, 0u64);
+                    let mut copy = vec![0u64; REGION_WORDS];
+                    while !stop.load(Ordering::Relaxed) {
+                        for (i, k) in keys.iter().enumerate() {
+                            let Some(at) = m.located(fingerprint(&SECRET, k)) else {
+                                continue;
+                            };
+                            let first = at.offset as usize;
+                            for (j, c) in copy.iter_mut().enumerate() {
+                                *c = arena[first + j].load(Ordering::Relaxed);
+                            }
+                            if !m.still(&at) {
+                                refused += 1;
+                                continue;
+                            }
+                            // Word 0 names the key, the rest one version's counter.
+                            assert_eq!(copy[0], i as u64, "{k}: another key's bytes");
+                            assert!(copy[1..].iter().all(|&c| c == copy[1]), "{k}: a torn copy");
+                            kept += 1;
+                        }
+                    }
+                    (kept, refused)
+                })
+            })
+            .collect();
+        let m = Mirror::named(&w).unwrap().unwrap();
+        // Which region each key's current version is in; the others are free.
+        let mut home: Vec<Option<usize>> = vec![None; keys.len()];
+        for n in 1..=30_000u64 {
+            let i = (n as usize) % keys.len();
+            let fp = fingerprint(&SECRET, &keys[i]);
+            // The old version goes first (its slot emptied), then its region is free.
+            if home[i].take().is_some() {
+                m.remove(fp);
+            }
+            if n % 5 == 0 {
+                continue; // a remove
+            }
+            let free = (0..REGIONS).find(|r| !home.contains(&Some(*r))).unwrap();
+            let first = free * REGION_WORDS;
+            arena[first].store(i as u64, Ordering::Relaxed);
+            for j in 1..REGION_WORDS {
+                arena[first + j].store(n, Ordering::Relaxed);
+            }
+            home[i] = Some(free);
+            m.locate(fp, first as u64, REGION_WORDS as u64, n, n, true);
+        }
+        stop.store(true, Ordering::Relaxed);
+        let kept: u64 = readers.into_iter().map(|r| r.join().unwrap().0).sum();
+        assert!(kept > 0);
     }
 
     /// A writer overwrites keys with values that name their key and a counter, and drops

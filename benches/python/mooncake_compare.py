@@ -90,6 +90,8 @@ MP_PROCS = 4  # client processes of the multi-process row
 # Mooncake's concurrent stress test: (threads, value size); each thread puts and gets its
 # values (`stress_per_thread` of them, 100 in Mooncake's test).
 STRESS = (8, 1 * MiB)
+# The groups of rows `--case` picks: each repetition runs them in this order.
+CASES = ("put", "get", "alloc", "latency", "stress", "engines", "mp")
 SEED = 20240611  # every client fills its source region from this seed: same bytes everywhere
 
 
@@ -991,7 +993,8 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
                                                    ("put_small", (ss, sb, pl["small_put"], "ps"))):
                     r = s.main.call("put", tag=f"{tag}{rep}", size=size, batch=batch, batches=n, verify=rep == 0)
                     record(rows[key], s.name, r, size)
-            guarded(s, "batch_put_from", puts)
+            if "put" in args.cases:
+                guarded(s, "batch_put_from", puts)
         for s in order(rep):
             def gets(s=s):
                 for key, (size, batch, n, tag, prepared) in (
@@ -1000,7 +1003,8 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
                     r = s.main.call("get", tag=tag, size=size, batch=batch, prepared=prepared,
                                     iters=n, verify=rep == 0)
                     record(rows[key], s.name, r, size)
-            guarded(s, "batch_get_into", gets)
+            if "get" in args.cases:
+                guarded(s, "batch_get_into", gets)
         for s in order(rep):
             def allocs(s=s):
                 r = s.main.call("put", tag=f"pa{rep}", size=bs, batch=bb, batches=pl["big_put"],
@@ -1019,7 +1023,8 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
                 record(rows["memcpy"], s.name, r, bs)
                 r = s.main.call("memcpy", size=bs, batch=bb, iters=pl["big_get"], threads=2)
                 record(rows["memcpy2"], s.name, r, bs)
-            guarded(s, "allocator memory", allocs)
+            if "alloc" in args.cases:
+                guarded(s, "allocator memory", allocs)
         for s in order(rep):
             def lats(s=s):
                 r = s.main.call("get_latency", tag="lat", n=pl["lat_keys"], size=LAT_SIZE, iters=pl["lat_iters"])
@@ -1040,7 +1045,8 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
                 rows["exist1_p50"].samples[s.name].append(r["p50_us"])
                 rows["exist1_p99"].samples[s.name].append(r["p99_us"])
                 rows["exist1_p50"].errors[s.name] += r["errors"]
-            guarded(s, "latency", lats)
+            if "latency" in args.cases:
+                guarded(s, "latency", lats)
         for s in order(rep):
             def stress(s=s):
                 threads, per = STRESS[0], pl["stress_per_thread"]
@@ -1052,7 +1058,8 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
                     rows[key].samples[s.name].append(r["ops"] / el)
                     rows[key].mb[s.name].append(r["ops"] * STRESS[1] / el / 1e6)
                     rows[key].errors[s.name] += r["errors"]
-            guarded(s, "stress", stress)
+            if "stress" in args.cases:
+                guarded(s, "stress", stress)
         for s in order(rep):
             def engines(s=s):
                 for name, (shape, mem) in ENGINE_SHAPES.items():
@@ -1070,10 +1077,11 @@ def run_cases(systems: list[System], args, pl: dict, tmp: Path, timeout: float) 
                 r = s.main.call("buffers_get", tag="lmc", size=LMCACHE_CHUNK, n=pl["lmcache_keys"],
                                 batch=LMCACHE_BATCH, iters=pl["lmcache_get"])
                 record(rows["lmcache_get"], s.name, r, LMCACHE_CHUNK)
-            guarded(s, "engine shapes", engines)
+            if "engines" in args.cases:
+                guarded(s, "engine shapes", engines)
 
     # The multi-process row: MP_PROCS fresh clients per system, started together.
-    for s in live():
+    for s in live() if "mp" in args.cases else []:
         log(f"[{s.name}] {MP_PROCS} client processes, batch_get_into 2 MiB x {bb}")
         workers: list[Worker] = []
         def mp(s=s):
@@ -1254,7 +1262,10 @@ def main() -> int:
                          "include first-touch page faults, as on a fresh store)")
     ap.add_argument("--yutu-arg", action="append", default=[], metavar="ARG",
                     help="an extra yutu-server argument (repeatable), e.g. --yutu-arg=--prefault")
+    ap.add_argument("--case", dest="cases", action="append", choices=CASES, metavar="GROUP",
+                    help="run only this group of rows (repeatable): " + ", ".join(CASES))
     args = ap.parse_args()
+    args.cases = args.cases or list(CASES)
     args.memory_bytes = parse_size(args.memory)
     pl = plan(args.quick)
     if args.reps:

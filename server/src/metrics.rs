@@ -140,6 +140,8 @@ pub struct ShardMetrics {
     /// Bytes of value mirrors and values copied into them (`store::presence`).
     pub mirror_bytes: Gauge,
     pub mirrored_values: Gauge,
+    /// Large KV blocks noted in located slots of the mirrors.
+    pub located_blocks: Gauge,
 }
 
 impl Default for ShardMetrics {
@@ -192,6 +194,7 @@ impl Default for ShardMetrics {
             presence_retired: Gauge::default(),
             mirror_bytes: Gauge::default(),
             mirrored_values: Gauge::default(),
+            located_blocks: Gauge::default(),
         }
     }
 }
@@ -343,7 +346,7 @@ type Reading = (
 /// The families with one series per shard (and per reading).
 fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE};
-    let table: [(&str, MetricType, &str, &[Reading]); 37] = [
+    let table: [(&str, MetricType, &str, &[Reading]); 38] = [
         (
             "yutu_tier_hits_total",
             COUNTER,
@@ -513,6 +516,12 @@ fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
             COUNTER,
             "Small KV values copied into value mirrors.",
             &[(None, |m| m.mirrored_values.get())],
+        ),
+        (
+            "yutu_value_mirror_locations_total",
+            COUNTER,
+            "Large KV blocks noted in value mirrors as where they lie in the arena (read by same-host clients with an arena view, without a call).",
+            &[(None, |m| m.located_blocks.get())],
         ),
         (
             "yutu_nvme_objects",

@@ -477,8 +477,12 @@ impl Store {
     fn value<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let keys = [key.to_string()];
         // A small value the node mirrors is a copy (`get_small` reads the mirror first too;
-        // the hinted path, taken after a large value, does not).
+        // the hinted path, taken after a large value, does not), and so is a large block
+        // its table locates in an arena this client has a view of.
         if self.size_hint.load(Ordering::Relaxed) > INLINE_GET {
+            if let Some(found) = self.value_located(py, key)? {
+                return Ok(Some(found));
+            }
             if let Some(d) = self.run(py, |s| Ok(s.kv.get_mirrored(&s.bucket, key)))? {
                 return Ok(Some(PyBytes::new(py, &d)));
             }
@@ -509,6 +513,32 @@ impl Store {
         // Whole, whatever its size (and with the error, if there is one).
         let data = self.run(py, |s| Ok(s.kv.get_bytes(&s.bucket, key)?))?;
         Ok(data.map(|d| PyBytes::new(py, &d)))
+    }
+
+    /// The bytes of `key` in a new `bytes`, copied by this thread out of the arena view
+    /// its located slot names (`KvClient::locate`), without a call; `None` when there is
+    /// no such slot or the copy did not stand (the object is dropped: nothing else ever
+    /// saw it).
+    fn value_located<'py>(
+        &self,
+        py: Python<'py>,
+        key: &str,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let s = self.open()?;
+        // A keyed hash and a few loads, but the first on a shard asks the node for its table
+        // and arena view: without the GIL.
+        let Some(loc) = py.detach(|| s.kv.locate(&s.bucket, key)) else {
+            return Ok(None);
+        };
+        if loc.len() > MAX_STAGED_BLOCK {
+            return Ok(None);
+        }
+        let len = usize::try_from(loc.len()).map_err(|_| Error::invalid("value too large"))?;
+        let (bytes, addr) = uninit_bytes(py, len)?;
+        // The copy without the GIL. SAFETY: `bytes` is a new object of `len` bytes that no
+        // other code has seen; it is handed out only when the copy wrote all of them.
+        let copied = py.detach(|| unsafe { s.kv.copy_located(&loc, addr as *mut u8) });
+        Ok(copied.then_some(bytes))
     }
 
     /// Reads `keys[0]` into a new `bytes` of `len` bytes, created uninitialised: the node
@@ -791,6 +821,12 @@ impl Store {
     fn _arena_views(&self) -> PyResult<(usize, u64)> {
         let s = self.open()?;
         Ok((s.kv.arena_views(), s.kv.view_bytes()))
+    }
+
+    /// Large blocks this client read through the node's located slots, without a call
+    /// (same host, with an arena view).
+    fn _located_hits(&self) -> PyResult<u64> {
+        Ok(self.open()?.kv.located_hits())
     }
 
     /// The port of this client's own transfer engine (its tcp listener), for Mooncake's

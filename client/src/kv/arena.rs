@@ -196,6 +196,17 @@ impl View {
         Some(unsafe { self.base.as_ptr().add(d.offset as usize) })
     }
 
+    /// The address of the `len` bytes at `offset` of the arena, when they lie inside the
+    /// mapping (a located slot's place, checked as a descriptor's is).
+    pub(super) fn at(&self, offset: u64, len: u64) -> Option<*mut u8> {
+        let end = offset.checked_add(len)?;
+        if end > self.len as u64 {
+            return None;
+        }
+        // SAFETY: `offset + len` is inside the mapping (checked above).
+        Some(unsafe { self.base.as_ptr().add(offset as usize) })
+    }
+
     /// Readies the `len` bytes at `at`, a place this view gave, for a copy without page
     /// faults; false when any of their pages is memory the node has not allocated yet.
     pub(super) fn prepare(&self, at: *const u8, len: usize) -> bool {

@@ -66,6 +66,7 @@ pub use node::NodeClient;
 pub use options::{KvOptions, PutMode, PutOptions};
 pub use own::answered;
 pub use parts::Parts;
+pub use presence::Location;
 pub use spans::{InPlace, Span, SpanStaging, MAX_STAGED_BLOCK};
 
 pub use device::{
@@ -541,6 +542,32 @@ impl KvClient {
     /// `None` says nothing of the key (ask with [`KvClient::get_small`]).
     pub fn get_mirrored(&self, bucket: &str, key: &str) -> Option<Vec<u8>> {
         self.node().get_mirrored(bucket, key)
+    }
+
+    /// Where `key`'s block lies in its node's arena, when the node's table has a fresh
+    /// located slot for it and this client a view of the arena (same host, one node): then
+    /// [`KvClient::copy_located`] copies it without a call. `None` says nothing of the key.
+    pub fn locate(&self, bucket: &str, key: &str) -> Option<Location> {
+        if self.route.is_cluster() {
+            return None;
+        }
+        self.node().locate(bucket, key)
+    }
+
+    /// Copies the block `loc` names into `dst`, `true` when the copy stands (see
+    /// [`NodeClient::copy_located`]; on `false` ask the node).
+    ///
+    /// # Safety
+    ///
+    /// `dst` is valid for writes of `loc.len()` bytes and overlaps nothing else in use.
+    pub unsafe fn copy_located(&self, loc: &Location, dst: *mut u8) -> bool {
+        // SAFETY: the caller's contract.
+        unsafe { self.node().copy_located(loc, dst) }
+    }
+
+    /// Blocks read through located slots, without a call (for tests and diagnostics).
+    pub fn located_hits(&self) -> u64 {
+        self.node().located_hits()
     }
 
     fn check_put(

@@ -27,6 +27,7 @@ use super::frames::{self, url_host, FramesMode};
 use super::http::{
     call_get, check_bucket, check_status, keys_request, kv_agent, kv_path, read_json, signed_get,
 };
+use super::presence::Location;
 use super::{device, lanes, random_node_id, remove_stale_dirs, Buffer, Inner, KvError, KvOptions};
 use super::{PutMode, PutOptions, SmallValue};
 use crate::address::encode_key;
@@ -569,6 +570,71 @@ impl NodeClient {
         tables
             .read(frames, bucket, key, &mut value)
             .then_some(value)
+    }
+
+    /// Where `key`'s block lies in its shard's arena, when the node's table says so in a
+    /// fresh located slot and this client has a view of that arena to copy it from (same
+    /// host, see `presence` and `arena`); `None` says nothing of the key (ask the node).
+    pub fn locate(&self, bucket: &str, key: &str) -> Option<Location> {
+        let (Some(frames), Some(tables), Some(views)) = (&self.frames, &self.presence, &self.views)
+        else {
+            return None;
+        };
+        if check_bucket(bucket).is_err() || key.is_empty() {
+            return None;
+        }
+        let loc = tables.locate(frames, bucket, key)?;
+        views.view(frames, loc.shard)?;
+        Some(loc)
+    }
+
+    /// Copies the block `loc` names into `dst` and then checks that its slot did not
+    /// change meanwhile: `true` when `dst` now holds the block's `loc.len()` bytes, one
+    /// whole version of it, as the node would have answered at some moment during the copy;
+    /// `false` when the copy does not stand (the block changed or went, its pages are not
+    /// the node's, or it is not inside the view): `dst` then holds garbage, and the caller
+    /// asks the node.
+    ///
+    /// # Safety
+    ///
+    /// `dst` is valid for writes of `loc.len()` bytes and overlaps nothing else in use.
+    pub unsafe fn copy_located(&self, loc: &Location, dst: *mut u8) -> bool {
+        let (Some(frames), Some(tables), Some(views)) = (&self.frames, &self.presence, &self.views)
+        else {
+            return false;
+        };
+        if !tables.owns(loc) {
+            return false;
+        }
+        let Some(view) = views.view(frames, loc.shard) else {
+            return false;
+        };
+        let Ok(len) = usize::try_from(loc.len()) else {
+            return false;
+        };
+        let Some(src) = view.at(loc.at.offset, loc.len()) else {
+            return false;
+        };
+        // Pages the node has not allocated (or swapped out) are the node's to read.
+        if !view.prepare(src, len) {
+            return false;
+        }
+        // SAFETY: the source lies inside the view's mapping, which lives as long as this
+        // client; a write to it racing the copy (the block's bytes reused after its slot
+        // was emptied) only makes `dst` garbage, which the check below then refuses. The
+        // destination is the caller's (this function's contract).
+        unsafe { super::arena::copy(&[(src.cast_const(), dst, len)], false) };
+        if !loc.still() {
+            return false;
+        }
+        views.count(loc.len());
+        tables.count_located();
+        true
+    }
+
+    /// Blocks this client read through located slots (same host, see `presence`).
+    pub fn located_hits(&self) -> u64 {
+        self.presence.as_ref().map_or(0, |t| t.located_hits())
     }
 
     /// Values this client read from the node's value mirrors (same host, see `presence`).

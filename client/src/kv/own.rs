@@ -62,6 +62,24 @@ impl KvClient {
         matches!(self.own.get(), Some(Some(_)))
     }
 
+    /// The bytes of `key` copied through its located slot into a new vector, without a
+    /// call (see [`KvClient::locate`]); `None` when there is none or the copy did not stand.
+    pub(super) fn get_located(&self, bucket: &str, key: &str) -> Option<Vec<u8>> {
+        let loc = self.locate(bucket, key)?;
+        if loc.len() > super::MAX_STAGED_BLOCK {
+            return None;
+        }
+        let len = usize::try_from(loc.len()).ok()?;
+        let mut out: Vec<u8> = Vec::with_capacity(len);
+        // SAFETY: the vector's capacity is `len` bytes, and nothing else uses it.
+        if !unsafe { self.copy_located(&loc, out.as_mut_ptr()) } {
+            return None;
+        }
+        // SAFETY: `copy_located` wrote all `len` bytes of the capacity.
+        unsafe { out.set_len(len) };
+        Some(out)
+    }
+
     /// Each block's spans as ranges of the own-memory registration; `None` when one lies
     /// outside it, is device memory, or a block has no bytes.
     pub(super) fn own_parts(blocks: &[&[Span]]) -> Option<Vec<Parts>> {
@@ -94,6 +112,9 @@ impl KvClient {
         // Without own memory (a cluster, a node on another host) a large value would cost a
         // second read: the caller's one read answers it whole.
         let own = self.own_memory()?;
+        if let Some(found) = self.get_located(bucket, key) {
+            return Some(Ok(Some(found)));
+        }
         let keys = [key.to_string()];
         for _ in 0..3 {
             let n = match self.get_small(bucket, key, INLINE_BYTES) {

@@ -11,6 +11,13 @@
 //! A table may carry the bucket's value mirror ([`yutu_api::mirror`]): small KV blocks the
 //! shard copies next to its slots. A get of such a key ([`Tables::read`]) is then a copy out
 //! of this process's own mapping; a key the mirror does not hold is asked of the node.
+//!
+//! A large block's slot may instead say where the block lies in its shard's arena (a located
+//! slot): with a view of that arena (`arena.rs`) a get of it is a copy out of the view and a
+//! check that the slot did not change meanwhile ([`Location`], `NodeClient::copy_located`),
+//! no call either. A slot older than [`LOCATED_FRESH_MS`] is not used: the node is asked,
+//! which sees the read (the block moves to the front of its eviction order) and writes the
+//! slot afresh.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -21,7 +28,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use memmap2::Mmap;
 use yutu_api::kv_frame::PresenceGrant;
-use yutu_api::mirror::{Mirror, Read};
+use yutu_api::mirror::{Located, Mirror, Read, LOCATED_FRESH_MS};
 use yutu_api::presence::{fingerprint, Found, Table};
 
 use super::frames::Frames;
@@ -35,12 +42,55 @@ pub const MAX_TABLES: usize = 1024;
 /// Largest table mapped (the node's tables are far smaller).
 const MAX_TABLE_BYTES: u64 = 2 << 30;
 
+/// Where a large block lay, read from its located slot: the table it was read from (which
+/// [`Location::still`] checks again after the copy), the shard whose arena holds it, and
+/// the place.
+pub struct Location {
+    /// The tables it was read from ([`Tables::id`]): a location is copied only by the
+    /// client whose views belong to the same node.
+    owner: u64,
+    table: Arc<Mapped>,
+    pub(super) shard: usize,
+    pub(super) at: Located,
+}
+
+impl Location {
+    /// The block's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.at.len
+    }
+
+    /// Whether the block is empty (a located slot never names an empty one).
+    pub fn is_empty(&self) -> bool {
+        self.at.len == 0
+    }
+
+    /// Whether the slot is unchanged since it was read (and the table still live): a copy
+    /// of the block made in between stands.
+    pub(super) fn still(&self) -> bool {
+        let Some(t) = self.table.table() else {
+            return false;
+        };
+        if t.is_retired() {
+            return false;
+        }
+        match Mirror::named(self.table.words()) {
+            Ok(Some(m)) => m.still(&self.at),
+            _ => false,
+        }
+    }
+}
+
 /// The tables of one node, by bucket, one slot per shard.
 pub(super) struct Tables {
+    /// Unique in this process, for [`Location`]s to name their tables by.
+    id: u64,
     shards: usize,
     by_bucket: Mutex<HashMap<String, Vec<Slot>>>,
     /// Values read from mirrors.
     mirror_hits: AtomicU64,
+    /// Blocks read through located slots.
+    located_hits: AtomicU64,
 }
 
 #[derive(Clone, Default)]
@@ -110,6 +160,19 @@ impl Mapped {
         ))
     }
 
+    /// Where `key`'s block lies, when a located slot of the table's mirror says so and was
+    /// written less than [`LOCATED_FRESH_MS`] ago; `None` otherwise (and when retired).
+    fn located(&self, key: &str) -> Option<Located> {
+        if self.table()?.is_retired() {
+            return None;
+        }
+        let mirror = Mirror::named(self.words()).ok()??;
+        let at = mirror.located(fingerprint(&self.secret, key))?;
+        // A slot written later than now (another clock) or long ago: ask the node.
+        let age = now_ms().checked_sub(at.at_ms)?;
+        (age < LOCATED_FRESH_MS).then_some(at)
+    }
+
     /// The table, while its grant is valid and its header is one (`None`: treat it as
     /// retired).
     fn table(&self) -> Option<Table<'_>> {
@@ -129,10 +192,13 @@ impl Mapped {
 
 impl Tables {
     pub(super) fn new(shards: usize) -> Tables {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
         Tables {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
             shards,
             by_bucket: Mutex::new(HashMap::new()),
             mirror_hits: AtomicU64::new(0),
+            located_hits: AtomicU64::new(0),
         }
     }
 
@@ -155,6 +221,34 @@ impl Tables {
                 false
             }
         }
+    }
+
+    /// Where `key`'s block lies, when its shard's table has a fresh located slot for it.
+    pub(super) fn locate(&self, frames: &Frames, bucket: &str, key: &str) -> Option<Location> {
+        let shard = yutu_api::placement::shard_for(bucket, key, self.shards);
+        let table = self.table(frames, bucket, shard)?;
+        let at = table.located(key)?;
+        Some(Location {
+            owner: self.id,
+            table,
+            shard,
+            at,
+        })
+    }
+
+    /// Whether `loc` was read from these tables.
+    pub(super) fn owns(&self, loc: &Location) -> bool {
+        loc.owner == self.id
+    }
+
+    /// Counts a read made through a located slot.
+    pub(super) fn count_located(&self) {
+        self.located_hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Blocks read through located slots so far (for tests and diagnostics).
+    pub(super) fn located_hits(&self) -> u64 {
+        self.located_hits.load(Ordering::Relaxed)
     }
 
     /// Values read from mirrors so far (for tests and diagnostics).

@@ -256,6 +256,23 @@ impl ShardStore {
         }
         let bytes: u64 = ranges.iter().map(|(_, len)| len).sum();
         self.admit_lease(holder, bytes)?;
+        // Large blocks' places, written afresh: a client reading through located slots
+        // asks the node again once a slot is older than `LOCATED_FRESH_MS`, and that ask is
+        // this lease (the block also moves to the front of the eviction order when it ends).
+        for (key, b) in keys.iter().zip(&found) {
+            if let Some(b) = b.as_ref().filter(|b| b.len >= super::presence::LOCATE_MIN) {
+                if self
+                    .buckets
+                    .get(bucket)
+                    .and_then(|p| p.objects.get(key))
+                    .is_some_and(|e| e.meta.kv)
+                {
+                    self.presence
+                        .borrow_mut()
+                        .located(bucket, key, b.offset, b.len);
+                }
+            }
+        }
         for (id, _) in &entries {
             let pin = self.pins.entry(*id).or_insert(Pin {
                 count: 0,
@@ -894,6 +911,96 @@ mod tests {
             .get("b", "k", None, false, &ReadConditions::default())
             .unwrap();
         assert_eq!((&meta.etag, &data[..]), (&third.etag, &[3u8; 4096][..]));
+    }
+
+    /// A large KV block's located slot names its bytes from its publication on, and goes
+    /// before those bytes can be reused: an overwrite (in place or over a leased version),
+    /// a remove, an eviction that demotes it. A lease writes it afresh; S3 objects and small
+    /// blocks get none.
+    #[test]
+    fn located_slots_name_a_blocks_bytes_until_they_can_be_reused() {
+        use yutu_api::mirror::Mirror;
+        use yutu_api::presence::fingerprint;
+        let big = super::super::presence::LOCATE_MIN as usize;
+        let mut s = store(8 * big as u64);
+        s.enable_demotion(8 * big as u64);
+        let grant = s.presence.borrow_mut().grant("b", None, &|_| {}).unwrap();
+        let file = std::fs::File::from(grant.fd);
+        // SAFETY: a read-only test mapping of the sealed table.
+        let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        // SAFETY: page-aligned, read only through atomics.
+        let words = unsafe {
+            std::slice::from_raw_parts(
+                map.as_ptr().cast::<std::sync::atomic::AtomicU64>(),
+                map.len() / 8,
+            )
+        };
+        let mirror = Mirror::named(words).unwrap().unwrap();
+        let located = |k: &str| mirror.located(fingerprint(&grant.secret, k));
+        let put_kv = |s: &mut ShardStore, key: &str, len: usize, byte: u8| {
+            s.put_many_filled("b", &[(key, len as u64)], |dst| {
+                dst.iter_mut()
+                    .map(|d| d.as_mut().map(|d| d.fill(byte)).is_some())
+                    .collect()
+            })
+            .pop()
+            .unwrap()
+            .unwrap();
+        };
+        // The slot names exactly the bytes a lease hands out.
+        put_kv(&mut s, "a", big, 1);
+        let first = located("a").expect("a large block is located as it is published");
+        let lease = |s: &mut ShardStore, id: u64, key: &str| {
+            s.lease(id, "", "b", &[key.to_string()], Duration::from_secs(10))
+                .unwrap()
+                .pop()
+                .unwrap()
+                .unwrap()
+        };
+        let r = lease(&mut s, 1, "a");
+        assert_eq!((first.offset, first.len), (r.offset, big as u64));
+        assert!(!mirror.still(&first), "the lease wrote the slot afresh");
+        let leased = located("a").unwrap();
+        assert_eq!((leased.offset, leased.len), (r.offset, r.len));
+        // An overwrite over the leased version: the old bytes stay (leased), the slot moves.
+        put_kv(&mut s, "a", big, 2);
+        assert!(!mirror.still(&leased));
+        let second = located("a").unwrap();
+        assert_ne!(
+            second.offset, leased.offset,
+            "the leased bytes are not reused"
+        );
+        assert!(s.release_lease(1));
+        // An overwrite of an unleased version (its entry reused in place).
+        put_kv(&mut s, "a", big, 3);
+        assert!(!mirror.still(&second));
+        let third = located("a").unwrap();
+        let (_, _, data) = s
+            .get("b", "a", None, false, &ReadConditions::default())
+            .unwrap();
+        assert_eq!(&data[..], &vec![3u8; big][..]);
+        // A remove.
+        assert_eq!(s.delete("b", "a"), Ok(true));
+        assert!(!mirror.still(&third) && located("a").is_none());
+        // Small blocks and S3 objects get none.
+        put_kv(&mut s, "small", big - 1, 4);
+        assert!(located("small").is_none());
+        put(&mut s, "s3", &vec![5u8; big]);
+        assert!(located("s3").is_none());
+        let _ = lease(&mut s, 2, "s3");
+        assert!(located("s3").is_none(), "nor does a lease of an S3 object");
+        assert!(s.release_lease(2));
+        // Eviction into demotion: the key stays present, its arena bytes go, and so does
+        // its slot.
+        put_kv(&mut s, "old", big, 6);
+        let old = located("old").unwrap();
+        for i in 0..8 {
+            put_kv(&mut s, &format!("fill{i}"), big, 7);
+        }
+        let evicted = std::iter::from_fn(|| s.next_demotion()).any(|(_, k, _, _)| k == "old");
+        assert!(evicted, "the oldest block was evicted to NVMe");
+        assert!(!mirror.still(&old) && located("old").is_none());
+        assert_eq!(s.exists("b", &["old".to_string()]).unwrap(), [true]);
     }
 
     /// An overwrite that nothing holds the old version of keeps the entry's id (the reverse

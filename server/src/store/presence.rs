@@ -42,6 +42,18 @@
 //! memory of their own: every table has one (address space), and the slots ever written in
 //! a shard's live mirrors (whose pages stay until their table goes) are bounded by
 //! `--value-mirror-bytes`; past it a value goes only into a slot written before.
+//!
+//! # Located blocks
+//! A KV block of [`LOCATE_MIN`] bytes or more gets a located slot instead
+//! ([`Presence::located`], `yutu_api::mirror`'s located slots): where it lies in the shard's
+//! DRAM arena. The shard writes it when it publishes the block (its bytes are all in place by
+//! then) and again when it leases it (a fresh time for the client's freshness rule), and
+//! empties it before the block's bytes can be reused: DRAM losing the key or its version
+//! drops the slot as above, and an eviction that keeps the key present while its bytes go
+//! to NVMe (a demotion, whose copy serves it meanwhile) drops the slot alone
+//! ([`Presence::unmirror`]). A holder that also has a view of the arena (proof that it
+//! could read the node's memory anyway) copies the block itself, without a call. Locations
+//! never push out values, and count against the same slots as values.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -65,6 +77,9 @@ use crate::metrics::ShardMetrics;
 pub const BUDGET: u64 = 128 << 20;
 /// Largest value a mirror holds: a KV block this small costs more to ask for than to copy.
 pub const MIRROR_VALUE_MAX: usize = 4096;
+/// Smallest KV block a located slot is written for: below it, a batch copies on the node in
+/// one system call, and slots are kept for the values read as bytes.
+pub const LOCATE_MIN: u64 = 64 << 10;
 /// Slots of one mirror: about 17 MB of address space, whose pages are taken only as slots
 /// are first written (and those the budget counts).
 pub const MIRROR_SLOTS: usize = 4096;
@@ -108,6 +123,8 @@ pub struct PresenceStats {
     pub refused: u64,
     /// Values copied into mirrors.
     pub mirrored: u64,
+    /// Blocks noted in located slots.
+    pub located: u64,
 }
 
 /// One live table.
@@ -303,6 +320,59 @@ impl Presence {
             self.metrics
                 .mirror_bytes
                 .set(self.mirror_slots * slot_bytes());
+        }
+    }
+
+    /// `bucket/key`, a KV block DRAM holds whole, lies at `offset` of the shard's arena and
+    /// is `len` bytes long: noted in a located slot of the bucket's mirror. Only once every
+    /// byte of it is in place, and only with the version DRAM holds at this moment.
+    pub fn located(&mut self, bucket: &str, key: &str, offset: u64, len: u64) {
+        if self.tables.is_empty() || len < LOCATE_MIN {
+            return;
+        }
+        let fresh_ok = (self.mirror_slots + 1) * slot_bytes() <= self.mirror_budget;
+        let Some(shared) = self.tables.get_mut(bucket) else {
+            return;
+        };
+        if shared.retire_at.is_some_and(|at| now_ms() > at) {
+            self.retire(bucket);
+            return;
+        }
+        self.turn = self.turn.wrapping_add(1);
+        let done = match shared.mirror() {
+            Some(m) => m.locate(
+                fingerprint(&shared.secret, key),
+                offset,
+                len,
+                now_ms(),
+                self.turn,
+                fresh_ok,
+            ),
+            None => Stored::No,
+        };
+        if done == Stored::Fresh {
+            shared.touched += 1;
+            self.mirror_slots += 1;
+            self.metrics
+                .mirror_bytes
+                .set(self.mirror_slots * slot_bytes());
+        }
+        if done != Stored::No {
+            self.stats.located += 1;
+            self.metrics.located_blocks.set(self.stats.located);
+        }
+    }
+
+    /// Empties `bucket/key`'s mirror slot, value or location, leaving the table's flags as
+    /// they are: its bytes are about to be reused while the key stays present.
+    pub fn unmirror(&mut self, bucket: &str, key: &str) {
+        if self.tables.is_empty() {
+            return;
+        }
+        if let Some(shared) = self.tables.get(bucket) {
+            if let Some(m) = shared.mirror() {
+                m.remove(fingerprint(&shared.secret, key));
+            }
         }
     }
 

@@ -784,6 +784,7 @@ impl ShardStore {
         };
         let id = self.next_id;
         self.next_id += 1;
+        let (at, size, kv) = (extent.offset, extent.len, meta.kv);
         // An overwrite (most KV puts) takes the old entry's place in the index: one lookup,
         // and the key's strings are kept, where a removal and an insertion cost a B-tree
         // walk, a key allocation and the reverse map's two strings each. Only while nothing
@@ -823,6 +824,20 @@ impl ShardStore {
                 meta
             }
         };
+        // A large KV block's place, for same-host clients with a view of the arena: noted
+        // now that the version is published (its bytes were all written before), and only
+        // if it is (a missing bucket dropped it above; an overwrite in place keeps the old
+        // entry's id, so the extent tells).
+        if kv && size >= super::presence::LOCATE_MIN {
+            let live = self
+                .buckets
+                .get(bucket)
+                .and_then(|b| b.objects.get(key))
+                .is_some_and(|e| e.extent.offset == at && e.extent.len == size);
+            if live {
+                self.presence.borrow_mut().located(bucket, key, at, size);
+            }
+        }
         self.presence.borrow_mut().release(bucket);
         self.publish_gauges();
         published
@@ -1215,7 +1230,10 @@ impl ShardStore {
                 .insert((bucket.clone(), key.clone()), (entry.meta.clone(), data));
             self.demote_queue.push_back((bucket.clone(), key.clone()));
             // Still served (and so still present) from the demotion's copy until the
-            // demoter is done with it (`finish_demotion`).
+            // demoter is done with it (`finish_demotion`); but its arena bytes are freed
+            // below, so a located slot naming them goes now (a value slot with them too:
+            // the mirror is a cache).
+            self.presence.borrow_mut().unmirror(&bucket, &key);
             Some(Tier::Nvme)
         } else {
             if self.demote_budget > 0 && memory {
