@@ -380,6 +380,9 @@ fn only_callers_that_may_list_the_bucket_read_its_mirror() {
     for (i, k) in keys.iter().enumerate() {
         put(&owner, "ten", k, &value(k, i, 512));
     }
+    // A large block too: noted in a located slot as it is put.
+    let big = value("t-big", 99, 192 << 10);
+    put(&owner, "ten", "t-big", &big);
     let read_all = |kv: &KvClient| {
         for (i, k) in keys.iter().enumerate() {
             assert_eq!(
@@ -388,6 +391,7 @@ fn only_callers_that_may_list_the_bucket_read_its_mirror() {
                 "{k}"
             );
         }
+        assert_eq!(kv.get_bytes("ten", "t-big").unwrap().as_ref(), Some(&big));
     };
 
     let lister = client_as(&server, token(&["ten:rl"], false, Duration::from_secs(600)));
@@ -396,6 +400,10 @@ fn only_callers_that_may_list_the_bucket_read_its_mirror() {
     assert!(
         lister.mirror_hits() >= keys.len() as u64,
         "read from the mirror"
+    );
+    assert!(
+        lister.located_hits() >= 1,
+        "copied through its located slot"
     );
 
     let reader = client_as(&server, token(&["ten:r"], false, Duration::from_secs(600)));
@@ -406,6 +414,7 @@ fn only_callers_that_may_list_the_bucket_read_its_mirror() {
         0,
         "read without list: no table, no mirror"
     );
+    assert_eq!(reader.located_hits(), 0, "nor a located slot");
 
     let stranger = client_as(
         &server,
@@ -413,7 +422,9 @@ fn only_callers_that_may_list_the_bucket_read_its_mirror() {
     );
     let refused = stranger.get_bytes("ten", &keys[0]).unwrap_err();
     assert_eq!(refused.code(), Some("AccessDenied"), "{refused}");
-    assert_eq!(stranger.mirror_hits(), 0);
+    let refused = stranger.get_bytes("ten", "t-big").unwrap_err();
+    assert_eq!(refused.code(), Some("AccessDenied"), "{refused}");
+    assert_eq!((stranger.mirror_hits(), stranger.located_hits()), (0, 0));
 
     // A settings change retires the tables and wipes their mirrors; the lister's reads
     // stay right (from the node, then from a new table's mirror).
@@ -429,6 +440,16 @@ fn only_callers_that_may_list_the_bucket_read_its_mirror() {
     assert_eq!(acl.status, 200, "{}", acl.text());
     assert!(server.metric_sum("yutu_presence_retired_total") >= 1.0);
     put(&owner, "ten", &keys[0], b"after the ACL change");
+    let located = lister.located_hits();
+    assert_eq!(
+        lister.get_bytes("ten", "t-big").unwrap().as_ref(),
+        Some(&big)
+    );
+    assert_eq!(
+        lister.located_hits(),
+        located,
+        "the retired table's located slot was wiped: the node answered"
+    );
     let hits = lister.mirror_hits();
     assert_eq!(
         lister.get_bytes("ten", &keys[0]).unwrap().as_deref(),

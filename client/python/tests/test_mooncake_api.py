@@ -109,6 +109,48 @@ def test_registered_host_memory_moves_in_place(mc, pool):
     assert mc._store.buffer_path(p) is None
 
 
+def test_large_values_are_read_through_located_slots_without_a_call(mc, node, bucket,
+                                                                     monkeypatch):
+    """The node notes where each large KV block lies in its arena as it stores it (a located
+    slot of the bucket's table), and a client with an arena view copies a ``get`` of it
+    straight out of the view, checked against the slot, without a call. Every overwrite and
+    remove shows at the next get; a client without views asks the node, same bytes."""
+    rng = np.random.default_rng(47)
+    values = [rng.integers(0, 256, (1 << 20) + 4096 * i, dtype=np.uint8).tobytes()
+              for i in range(4)]
+    keys = [f"located{i}" for i in range(4)]
+    for k, v in zip(keys, values):
+        assert mc.put(k, v) == 0
+    # The first get of a large value asks the node (it learns the size); the others copy.
+    for _ in range(2):
+        for k, v in zip(keys, values):
+            assert mc.get(k) == v
+    hits = mc._s()._located_hits()
+    assert hits >= len(keys), hits
+    # A put over a key keeps the old value (Mooncake's put is "if absent"); a remove and a
+    # put of a value of another size, and a remove: the next get shows each.
+    newer = rng.integers(0, 256, 3 << 20, dtype=np.uint8).tobytes()
+    assert mc.put(keys[0], newer) == 0
+    assert mc.get(keys[0]) == values[0]
+    assert mc.remove(keys[0]) == 0
+    assert mc.put(keys[0], newer) == 0
+    assert mc.get(keys[0]) == newer
+    assert mc.remove(keys[1]) == 0
+    assert mc.get(keys[1]) == b""
+    assert mc.get(keys[2]) == values[2]
+    assert mc._s()._located_hits() > hits
+    monkeypatch.setenv("YUTU_ARENA_VIEWS", "0")
+    off = _setup(node, bucket)
+    try:
+        for k, v in zip(keys[2:], values[2:]):
+            assert off.get(k) == v
+            assert off.get(k) == v
+        assert off.get(keys[0]) == newer
+        assert off._s()._located_hits() == 0
+    finally:
+        off.close()
+
+
 def test_large_gets_are_copied_by_the_client_through_arena_views(mc, pool, node, bucket,
                                                                  monkeypatch):
     """The tests run the node and the client as one user, so the client can read the node's

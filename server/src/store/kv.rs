@@ -256,20 +256,11 @@ impl ShardStore {
         }
         let bytes: u64 = ranges.iter().map(|(_, len)| len).sum();
         self.admit_lease(holder, bytes)?;
-        // Large blocks' places, written afresh: a client reading through located slots
-        // asks the node again once a slot is older than `LOCATED_FRESH_MS`, and that ask is
-        // this lease (the block also moves to the front of the eviction order when it ends).
-        for (key, b) in keys.iter().zip(&found) {
-            if let Some(b) = b.as_ref().filter(|b| b.len >= super::presence::LOCATE_MIN) {
-                if self
-                    .buckets
-                    .get(bucket)
-                    .and_then(|p| p.objects.get(key))
-                    .is_some_and(|e| e.meta.kv)
-                {
-                    self.presence
-                        .borrow_mut()
-                        .located(bucket, key, b.offset, b.len);
+        // Large blocks' places, written afresh (see `note_located`): the lease is a read.
+        if let Some(part) = self.buckets.get(bucket) {
+            for (key, b) in keys.iter().zip(&found) {
+                if let (Some(_), Some(e)) = (b, part.objects.get(key)) {
+                    self.note_located(bucket, key, e);
                 }
             }
         }
@@ -607,6 +598,7 @@ impl ShardStore {
         let part = self.buckets.get(bucket).ok_or(StoreError::NoSuchBucket)?;
         if let Some(entry) = part.objects.get(key) {
             let r = f(&entry.meta, self.arena.bytes(&entry.extent));
+            self.note_located(bucket, key, entry);
             self.policy.on_access(entry.id);
             return Ok(Some(r));
         }
@@ -614,6 +606,19 @@ impl ShardStore {
         Ok(self
             .demoting_get(bucket, key)
             .map(|(meta, data)| f(meta, data)))
+    }
+
+    /// Notes where a large KV block DRAM serves lies, in the bucket's mirror (a located
+    /// slot, `presence.rs`), with the time of this read: a same-host client copies it
+    /// without a call from then on, and asks the node again (a read that comes here) once
+    /// the slot is older than `LOCATED_FRESH_MS`, so a block read only through its slot
+    /// still moves to the front of the eviction order about that often.
+    fn note_located(&self, bucket: &str, key: &str, entry: &super::shard::Entry) {
+        if entry.meta.kv && entry.extent.len >= super::presence::LOCATE_MIN {
+            self.presence
+                .borrow_mut()
+                .located(bucket, key, entry.extent.offset, entry.extent.len);
+        }
     }
 
     /// Reads several keys of `bucket` in place at once: `f` gets each key's bytes, `None`
@@ -631,6 +636,7 @@ impl ShardStore {
             .map(|k| match part.objects.get(*k) {
                 Some(entry) => {
                     ids.push(entry.id);
+                    self.note_located(bucket, k, entry);
                     Some(self.arena.bytes(&entry.extent))
                 }
                 // On its way to NVMe: still served from the copy kept for the demotion.
@@ -979,6 +985,14 @@ mod tests {
             .get("b", "a", None, false, &ReadConditions::default())
             .unwrap();
         assert_eq!(&data[..], &vec![3u8; big][..]);
+        // Reads by the node (its own copy) write the slot too.
+        s.presence.borrow_mut().unmirror("b", "a");
+        assert!(located("a").is_none());
+        s.read_with("b", "a", |_, _| ()).unwrap();
+        assert_eq!(located("a").map(|l| l.offset), Some(third.offset));
+        s.presence.borrow_mut().unmirror("b", "a");
+        s.read_many_with("b", &["a"], |_| ()).unwrap();
+        let third = located("a").unwrap();
         // A remove.
         assert_eq!(s.delete("b", "a"), Ok(true));
         assert!(!mirror.still(&third) && located("a").is_none());
