@@ -16,8 +16,8 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
@@ -103,7 +103,9 @@ impl Stream {
     /// while it polls still lets the node's shard run when both share a core. Returns the
     /// bytes read (0 at the end of the stream).
     fn read_soon(&mut self, buf: &mut [u8], spin: Duration) -> std::io::Result<usize> {
-        if !spin.is_zero() {
+        // Only so many threads of this process poll at once; the others sleep at once.
+        let polling = (!spin.is_zero()).then(Poller::enter).flatten();
+        if polling.is_some() {
             let until = Instant::now() + spin;
             loop {
                 // SAFETY: `buf` is valid for writes of its length, and the descriptor is the
@@ -140,6 +142,38 @@ impl Stream {
             Stream::Unix(s) => s.read(buf),
             Stream::Tcp(s) => s.read(buf),
         }
+    }
+}
+
+/// A thread of this process polling for an answer ([`Stream::read_soon`]), while it does.
+///
+/// Polling pays where a core would otherwise sit idle until the answer's wake-up. With more
+/// callers than that waiting at once (Mooncake's stress test: 8 threads `get` and `put` on a
+/// 2-core host), the pollers take the cores from each other's copies and from the node's
+/// shards, which yield only lets run by chance: so at most half the cores' worth of threads
+/// (at least one) poll, and the others sleep in `read` at once.
+struct Poller;
+
+static POLLERS: AtomicUsize = AtomicUsize::new(0);
+
+impl Poller {
+    fn enter() -> Option<Poller> {
+        static MAX: OnceLock<usize> = OnceLock::new();
+        let max = *MAX.get_or_init(|| {
+            std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+        });
+        POLLERS
+            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Poller)
+    }
+}
+
+impl Drop for Poller {
+    fn drop(&mut self) {
+        POLLERS.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -828,6 +862,20 @@ pub(super) fn url_host(base: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// At most half the cores' worth of threads (at least one) poll at once; a poller that
+    /// ends makes room for the next.
+    #[test]
+    fn only_so_many_threads_poll_at_once() {
+        let max = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
+        let held: Vec<Poller> = (0..max).map(|_| Poller::enter().unwrap()).collect();
+        assert!(Poller::enter().is_none(), "{max} poll already");
+        drop(held);
+        let again = Poller::enter();
+        assert!(again.is_some());
+        drop(again);
+        assert_eq!(POLLERS.load(Ordering::Relaxed), 0);
+    }
 
     #[test]
     fn a_call_polls_as_long_as_its_ops_answers_take_and_not_for_slow_ones() {
