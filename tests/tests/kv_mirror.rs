@@ -405,6 +405,7 @@ fn only_callers_that_may_list_the_bucket_read_its_mirror() {
         lister.located_hits() >= 1,
         "copied through its located slot"
     );
+    assert!(server.metric_sum("yutu_value_mirror_locations_total") >= 1.0);
 
     let reader = client_as(&server, token(&["ten:r"], false, Duration::from_secs(600)));
     read_all(&reader);
