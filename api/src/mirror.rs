@@ -470,6 +470,10 @@ impl<'a> Mirror<'a> {
                     slot.head[1].store(0, Ordering::Relaxed);
                     slot.head[2].store(0, Ordering::Relaxed);
                 });
+                // A located slot's block may be reused next, written with streaming stores,
+                // which x86 lets pass older ordinary stores: the sequence's move is visible
+                // before any byte of the reuse.
+                fence(Ordering::SeqCst);
                 return;
             }
         }

@@ -451,6 +451,18 @@ fn only_callers_that_may_list_the_bucket_read_its_mirror() {
         located,
         "the retired table's located slot was wiped: the node answered"
     );
+    // A new table (asked for at the next get), its slot written by the node's next read,
+    // then a copy through it.
+    for _ in 0..3 {
+        assert_eq!(
+            lister.get_bytes("ten", "t-big").unwrap().as_ref(),
+            Some(&big)
+        );
+    }
+    assert!(
+        lister.located_hits() > located,
+        "a new table's located slot"
+    );
     let hits = lister.mirror_hits();
     assert_eq!(
         lister.get_bytes("ten", &keys[0]).unwrap().as_deref(),

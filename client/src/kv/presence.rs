@@ -227,6 +227,11 @@ impl Tables {
     pub(super) fn locate(&self, frames: &Frames, bucket: &str, key: &str) -> Option<Location> {
         let shard = yutu_api::placement::shard_for(bucket, key, self.shards);
         let table = self.table(frames, bucket, shard)?;
+        if table.table().is_none_or(|t| t.is_retired()) {
+            // Retired: the next call asks for the table again (as `read` does).
+            self.forget(bucket, shard, &table, None);
+            return None;
+        }
         let at = table.located(key)?;
         Some(Location {
             owner: self.id,
