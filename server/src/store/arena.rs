@@ -13,7 +13,7 @@ use std::fs::File;
 use memmap2::MmapMut;
 use offset_allocator::{Allocation, Allocator};
 
-use super::prefault::Prefault;
+use super::prefault::{FirstUse, Prefault};
 
 /// Allocation unit. Small enough that 4 KiB objects waste little, large enough that a `u32`
 /// count of granules covers any realistic shard.
@@ -47,6 +47,8 @@ pub struct Arena {
     /// Kept open so the memfd can be shared with peers later; the mapping keeps the pages.
     _file: File,
     alloc: Allocator,
+    /// The chunks allocations have reached, populated as they first do.
+    first_use: FirstUse,
     capacity: u64,
     reserved: u64,
 }
@@ -84,6 +86,7 @@ impl Arena {
             map,
             _file: file,
             alloc: Allocator::with_max_allocs(granules as u32, max_objects.max(16)),
+            first_use: FirstUse::new(capacity as usize),
             capacity,
             reserved: 0,
         })
@@ -128,13 +131,19 @@ impl Arena {
 
     /// Reserves room for `len` bytes; `None` when no free block is large enough (or the node
     /// table is full), in which case the caller evicts and tries again.
+    ///
+    /// The room's pages are the node's when this answers: the first allocation to reach a
+    /// part of the arena populates it (see `prefault.rs`), so a same-host client may write
+    /// the room through its view and nothing waits on page faults.
     pub fn allocate(&mut self, len: u64) -> Option<Extent> {
         let granules = u32::try_from(Self::reservation_for(len) / GRANULE).ok()?;
         let alloc = self.alloc.allocate(granules)?;
         let reserved = granules as u64 * GRANULE;
         self.reserved += reserved;
+        let offset = alloc.offset as u64 * GRANULE;
+        self.first_use.reach(&mut self.map[..], offset, reserved);
         Some(Extent {
-            offset: alloc.offset as u64 * GRANULE,
+            offset,
             alloc,
             len,
             reserved,
@@ -219,25 +228,49 @@ mod tests {
         let mut a = Arena::new("t", len, 1024).unwrap();
         let e = a.allocate(4096).unwrap();
         a.bytes_mut(&e).fill(9);
-        let resident = |a: &Arena| {
-            let pages = len as usize / 4096;
-            let mut v = vec![0u8; pages];
-            // SAFETY: the arena's own mapping, `pages` bytes of output for its length.
-            let rc = unsafe {
-                libc::mincore(
-                    a.map.as_ptr() as *mut libc::c_void,
-                    len as usize,
-                    v.as_mut_ptr(),
-                )
-            };
-            assert_eq!(rc, 0);
-            v.iter().filter(|b| **b & 1 == 1).count() * 4096
-        };
-        assert!(resident(&a) < len as usize / 2, "not resident before");
+        assert!(resident_bytes(&a) < len as usize / 2, "not resident before");
         a.prefault("prefault-test".into()).unwrap();
         a.finish_prefault();
-        assert_eq!(resident(&a), len as usize);
+        assert_eq!(resident_bytes(&a), len as usize);
         assert!(a.bytes(&e).iter().all(|b| *b == 9));
+    }
+
+    /// Pages of `a` resident in its memfd, in bytes.
+    fn resident_bytes(a: &Arena) -> usize {
+        let len = a.map.len();
+        let mut v = vec![0u8; len.div_ceil(4096)];
+        // SAFETY: the arena's own mapping, one output byte per page of it.
+        let rc = unsafe { libc::mincore(a.map.as_ptr() as *mut libc::c_void, len, v.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        v.iter().filter(|b| **b & 1 == 1).count() * 4096
+    }
+
+    /// Without `--prefault`, the room an allocation hands out is resident before anything
+    /// writes it (so a client may write it through its view), the whole 2 MiB chunk around
+    /// it; chunks no allocation reached stay unallocated.
+    #[test]
+    fn an_allocation_populates_the_chunks_it_reaches_first() {
+        use super::super::prefault::FIRST_USE_CHUNK as C;
+        let mut a = Arena::new("t", 8 << 20, 1024).unwrap();
+        assert_eq!(resident_bytes(&a), 0);
+        let small = a.allocate(4096).unwrap();
+        assert_eq!(resident_bytes(&a), C, "the first chunk, not a byte written");
+        let again = a.allocate(4096).unwrap();
+        assert_eq!(resident_bytes(&a), C);
+        // A 3 MiB block: every chunk it reaches, and no other.
+        let big = a.allocate(3 << 20).unwrap();
+        let reached =
+            |e: &Extent| (e.offset as usize / C)..=((e.offset + e.reserved - 1) as usize / C);
+        let chunks: std::collections::BTreeSet<usize> = [&small, &again, &big]
+            .into_iter()
+            .flat_map(reached)
+            .collect();
+        assert!(chunks.len() >= 2 && chunks.len() < 4, "{chunks:?}");
+        assert_eq!(resident_bytes(&a), chunks.len() * C);
+        assert!(a.bytes(&big).iter().all(|b| *b == 0));
+        for e in [small, again, big] {
+            a.free(e);
+        }
     }
 
     #[test]
