@@ -286,9 +286,10 @@ class Workload:
     def op_warm(self, size: int, batch: int, batches: int) -> dict:
         """Writes `batches` batches (all of --memory), then removes them, untimed: a store that
         has not touched its memory yet pays page faults on the first writes, and the put rows
-        should measure the steady state of every system, not which one prefaults its arena. All are written before
-        any is removed: Mooncake's allocator gives a removed batch's space to the next one, so
-        removing each batch right away touches one batch's worth of the segment, not all of it."""
+        should measure the steady state of every system, not which one prefaults its arena.
+        All are written before any is removed: Mooncake's allocator gives a removed batch's
+        space to the next one, so removing each batch right away touches one batch's worth of
+        the segment, not all of it."""
         sizes = [size] * batch
         groups = [self.keys("warm", g, batch) for g in range(batches)]
         for g, keys in enumerate(groups):

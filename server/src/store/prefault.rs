@@ -15,11 +15,13 @@
 //! writes into the same pages. The thread stops early when the arena goes (the node stops).
 //!
 //! Without `--prefault`, the first allocation to reach a 2 MiB chunk populates that chunk on
-//! the shard's thread. One call fills it at about 14 GB/s here, where faulting it in 4 KiB
-//! page by page as a copy writes it runs at 1.3-1.6 GB/s. And a client writing a put into
-//! its view of the arena (`docs/kv-api.md`, arena views) writes only pages the node already has
-//! (so that they are charged to the node's memory, not the client's): room the node reserves
-//! is now always such memory, where before a put into a part of the arena never written was
+//! the shard's thread. That costs about what faulting the chunk in as a copy writes it would
+//! (on the current development VM, where allocating and zeroing pages dominates, a populate
+//! pass over a fresh memfd ran at 1.6-1.8 GB/s and a first write pass at 1.5-1.6), but it
+//! makes the room the node's memory before anyone writes it. A client writing a put into its
+//! view of the arena (`docs/kv-api.md`, arena views) writes only pages the node already has,
+//! so that they are charged to the node's memory, not the client's: room the node reserves is
+//! now always such memory, where before a put into a part of the arena never written was
 //! sent back to the node to copy.
 
 use std::sync::atomic::{AtomicBool, Ordering};
