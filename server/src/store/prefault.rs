@@ -81,7 +81,8 @@ impl FirstUse {
                 )
             };
             if rc != 0 {
-                tracing::debug!(err = %std::io::Error::last_os_error(), "the DRAM arena is not populated ahead of use (MADV_POPULATE_WRITE needs Linux 5.14): its pages fault in as they are written");
+                // Once per arena: nothing more is tried after this.
+                tracing::warn!(err = %std::io::Error::last_os_error(), "the DRAM arena is not populated as allocations first reach it (MADV_POPULATE_WRITE needs Linux 5.14): its pages fault in as they are written, and same-host clients' large puts into memory never written go to the node");
                 self.left = 0;
                 return;
             }
