@@ -71,18 +71,10 @@ impl FirstUse {
             let from = c * FIRST_USE_CHUNK;
             let n = FIRST_USE_CHUNK.min(map.len() - from);
             // SAFETY: `[from, from + n)` lies inside `map`, the arena's live mapping, borrowed
-            // for the call; MADV_POPULATE_WRITE faults its pages in writable without writing
-            // to them.
-            let rc = unsafe {
-                libc::madvise(
-                    map.as_mut_ptr().add(from).cast(),
-                    n,
-                    libc::MADV_POPULATE_WRITE,
-                )
-            };
-            if rc != 0 {
+            // for the call.
+            if let Err(err) = unsafe { populate_write(map.as_mut_ptr().add(from) as usize, n) } {
                 // Once per arena: nothing more is tried after this.
-                tracing::warn!(err = %std::io::Error::last_os_error(), "the DRAM arena is not populated as allocations first reach it (MADV_POPULATE_WRITE needs Linux 5.14): its pages fault in as they are written, and same-host clients' large puts into memory never written go to the node");
+                tracing::warn!(%err, "the DRAM arena is not populated as allocations first reach it (MADV_POPULATE_WRITE needs Linux 5.14): its pages fault in as they are written, and same-host clients' large puts into memory never written go to the node");
                 self.left = 0;
                 return;
             }
@@ -153,17 +145,8 @@ fn populate(name: &str, m: Mapping, stop: &AtomicBool) {
     while done < m.len && !stop.load(Ordering::Relaxed) {
         let n = CHUNK.min(m.len - done);
         // SAFETY: inside the mapping, which the owner keeps mapped until it has stopped and
-        // joined this thread (`Prefault`'s contract). MADV_POPULATE_WRITE faults the pages in
-        // writable without writing to them.
-        let rc = unsafe {
-            libc::madvise(
-                (m.base + done) as *mut libc::c_void,
-                n,
-                libc::MADV_POPULATE_WRITE,
-            )
-        };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
+        // joined this thread (`Prefault`'s contract).
+        if let Err(err) = unsafe { populate_write(m.base + done, n) } {
             tracing::warn!(thread = name, %err, populated = done, "cannot prefault the DRAM arena (MADV_POPULATE_WRITE needs Linux 5.14); its pages fault in on first use");
             return;
         }
@@ -175,4 +158,20 @@ fn populate(name: &str, m: Mapping, stop: &AtomicBool) {
         ms = started.elapsed().as_millis() as u64,
         "DRAM arena prefaulted"
     );
+}
+
+/// Faults the `len` bytes at `at` in writable (`MADV_POPULATE_WRITE`) without changing a byte
+/// of them; the kernel's refusal (before Linux 5.14) as the error.
+///
+/// # Safety
+///
+/// `[at, at + len)` must lie inside a live mapping of this process.
+unsafe fn populate_write(at: usize, len: usize) -> std::io::Result<()> {
+    // SAFETY: as this function's contract; populating only faults pages in.
+    let rc = unsafe { libc::madvise(at as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
