@@ -16,6 +16,7 @@
 //! | `POST /v1/kv/{bucket}/put-start` | [`PutStartRequest`] | [`PutStartResponse`] |
 //! | `POST /v1/kv/{bucket}/put-end` | [`PutIdsRequest`] | [`EtagsResponse`] |
 //! | `POST /v1/kv/{bucket}/revoke` | [`PutIdsRequest`] | [`RevokeResponse`] |
+//! | `POST /v1/kv/{bucket}/publish` | [`PublishRequest`] | [`PublishResponse`] |
 //! | `POST /v1/kv/{bucket}/get` | [`KeysRequest`] (with `ttl_ms`) | [`GetResponse`] |
 //! | `POST /v1/kv/{bucket}/get-into` | [`GetIntoRequest`] | [`CopiedResponse`] |
 //! | `POST /v1/kv/{bucket}/put-from` | [`PutFromRequest`] | [`EtagsResponse`] |
@@ -117,11 +118,14 @@ pub enum KvOp {
     PutFrom,
     /// [`KeysRequest`] → [`RemoveResponse`]: delete the keys.
     Remove,
+    /// [`PublishRequest`] → [`PublishResponse`]: publish started puts and rooms, each under
+    /// the key it names, and reserve rooms for later puts (a put through a room is one call).
+    Publish,
 }
 
 impl KvOp {
     /// Every per-bucket call.
-    pub const ALL: [KvOp; 9] = [
+    pub const ALL: [KvOp; 10] = [
         KvOp::Exists,
         KvOp::Prefix,
         KvOp::PutStart,
@@ -131,6 +135,7 @@ impl KvOp {
         KvOp::GetInto,
         KvOp::PutFrom,
         KvOp::Remove,
+        KvOp::Publish,
     ];
 
     /// The last path segment.
@@ -145,6 +150,7 @@ impl KvOp {
             KvOp::GetInto => "get-into",
             KvOp::PutFrom => "put-from",
             KvOp::Remove => "remove",
+            KvOp::Publish => "publish",
         }
     }
 
@@ -218,6 +224,42 @@ pub struct PutStartBlock {
 #[serde(deny_unknown_fields)]
 pub struct PutIdsRequest {
     pub put_ids: Vec<u64>,
+}
+
+/// Most rooms one publish may ask for.
+pub const MAX_ROOMS: usize = 64;
+
+/// publish: ends puts, each under a key, and reserves rooms for later puts.
+///
+/// A room is a put started without a key: a reserved range of the serving shard's arena
+/// ([`Room`]), written like a started put's and published by a later publish that names its
+/// key, which that shard must own ([`crate::placement::shard_for`]). So a client that keeps a
+/// few rooms makes a put in one call (write into a room, then publish it and ask for the next
+/// room) where put-start and put-end are two. A room counts against the caller's unfinished
+/// puts and the bucket's quota like a started put, and is revoked at the end of its ttl.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishRequest {
+    /// 0 to [`MAX_BATCH`] puts to publish: rooms, and puts of put-start (whose key must be
+    /// the one they started with).
+    #[serde(default)]
+    pub puts: Vec<PublishPut>,
+    /// The lengths of new rooms to reserve on the serving shard, 0 to [`MAX_ROOMS`] of them.
+    /// A request names at least one put or room.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rooms: Vec<u64>,
+    /// How long the new rooms wait to be published, in milliseconds: 1 to [`MAX_TTL_MS`];
+    /// [`DEFAULT_TTL_MS`] when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+/// One put of a [`PublishRequest`]: its id and the key it is stored under.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishPut {
+    pub put_id: u64,
+    pub key: String,
 }
 
 /// release: the lease ids get answered.
@@ -566,6 +608,29 @@ pub struct StartedPut {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EtagsResponse {
     pub etags: Vec<String>,
+}
+
+/// publish: the published blocks' ETags, in request order, and the rooms reserved.
+///
+/// The rooms are as many as the shard could reserve, at most as many as asked and in the
+/// order asked: a room refused (the caller's limit on unfinished puts, the bucket's quota, a
+/// full arena) ends the list without failing the call, since the puts are published.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishResponse {
+    pub etags: Vec<String>,
+    #[serde(default)]
+    pub rooms: Vec<Room>,
+    /// Milliseconds the rooms wait to be published.
+    #[serde(default)]
+    pub ttl_ms: u64,
+}
+
+/// A reserved range with no key yet: write a block of exactly `descriptor.len` bytes through
+/// it, then publish `put_id` under a key the room's shard owns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Room {
+    pub put_id: u64,
+    pub descriptor: SegmentDescriptor,
 }
 
 /// revoke: per put id, whether a pending put was abandoned (false when it had already ended,

@@ -291,6 +291,10 @@ pub struct Hello {
 pub struct Welcome {
     pub shard: u32,
     pub shards: u32,
+    /// The node takes [`crate::kv::KvOp::Publish`] (rooms). Absent (false) from an older
+    /// node, whose clients then end puts with put-end.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub publish: bool,
 }
 
 /// [`FrameOp::Presence`]: the shard's presence table of the bucket

@@ -113,6 +113,9 @@ pub struct ShardMetrics {
     pub kv_limit_leased: Counter,
     pub kv_limit_reserved: Counter,
     pub kv_limit_leases: Counter,
+    /// KV rooms (puts started without a key) reserved, and published under a key.
+    pub kv_rooms_reserved: Counter,
+    pub kv_rooms_published: Counter,
     /// Request bodies refused by the body limits, by reason.
     pub body_too_large: Counter,
     pub body_budget_wait: Counter,
@@ -173,6 +176,8 @@ impl Default for ShardMetrics {
             object_checks: Counter::default(),
             kv_limit_leased: Counter::default(),
             kv_limit_reserved: Counter::default(),
+            kv_rooms_reserved: Counter::default(),
+            kv_rooms_published: Counter::default(),
             kv_limit_leases: Counter::default(),
             body_too_large: Counter::default(),
             body_budget_wait: Counter::default(),
@@ -346,7 +351,7 @@ type Reading = (
 /// The families with one series per shard (and per reading).
 fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE};
-    let table: [(&str, MetricType, &str, &[Reading]); 38] = [
+    let table: [(&str, MetricType, &str, &[Reading]); 39] = [
         (
             "yutu_tier_hits_total",
             COUNTER,
@@ -436,6 +441,15 @@ fn per_shard(shards: &[Arc<ShardMetrics>]) -> Vec<MetricFamily> {
                 (Some(("limit", "leased_bytes")), |m| m.kv_limit_leased.get()),
                 (Some(("limit", "reserved_bytes")), |m| m.kv_limit_reserved.get()),
                 (Some(("limit", "leases")), |m| m.kv_limit_leases.get()),
+            ],
+        ),
+        (
+            "yutu_kv_rooms_total",
+            COUNTER,
+            "KV rooms: ranges reserved for a client's next puts before their keys are known (publish), and those published under a key (each a put made in one call).",
+            &[
+                (Some(("event", "reserved")), |m| m.kv_rooms_reserved.get()),
+                (Some(("event", "published")), |m| m.kv_rooms_published.get()),
             ],
         ),
         (

@@ -823,6 +823,12 @@ impl Store {
         Ok((s.kv.arena_views(), s.kv.view_bytes()))
     }
 
+    /// Puts this client made through rooms (one call each, see docs/kv-api.md), and the rooms
+    /// it holds now.
+    fn _rooms(&self) -> PyResult<(u64, usize)> {
+        Ok(self.open()?.kv.rooms())
+    }
+
     /// Large blocks this client read through the node's located slots, without a call
     /// (same host, with an arena view).
     fn _located_hits(&self) -> PyResult<u64> {

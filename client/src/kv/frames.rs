@@ -16,7 +16,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -197,6 +197,8 @@ pub(super) struct Frames {
     spin: Duration,
     /// How long each op's answers have been taking, to poll only as long as is worth it.
     pace: Pace,
+    /// The node said it takes publish (rooms) when a connection was opened.
+    publish: AtomicBool,
 }
 
 /// How long to poll for an answer, learnt from the answers so far.
@@ -288,6 +290,7 @@ impl Frames {
             next_id: AtomicU32::new(1),
             spin,
             pace: Pace::new(),
+            publish: AtomicBool::new(false),
         };
         let mut paths = Vec::new();
         if mode == FramesMode::Auto && !frames.info.unix.is_empty() {
@@ -316,6 +319,11 @@ impl Frames {
     /// Whether the node takes a read's `value_max` (older nodes refuse the field).
     pub(super) fn read_limit(&self) -> bool {
         self.info.read_limit
+    }
+
+    /// Whether the node takes publish (rooms), as its last welcome said.
+    pub(super) fn publishes(&self) -> bool {
+        self.publish.load(Ordering::Relaxed)
     }
 
     pub(super) fn shards(&self) -> usize {
@@ -696,6 +704,7 @@ impl Frames {
                         w.shard
                     )));
                 }
+                self.publish.store(w.publish, Ordering::Relaxed);
                 Ok(conn)
             }
             Ok((false, raw)) => Err(failure(&raw)),

@@ -43,6 +43,7 @@ mod options;
 mod own;
 mod parts;
 mod presence;
+mod rooms;
 mod spans;
 mod view_calls;
 mod view_pages;
@@ -496,6 +497,12 @@ impl KvClient {
     /// views, rather than the node.
     pub fn view_bytes(&self) -> u64 {
         self.node().view_bytes()
+    }
+
+    /// Puts this client made through rooms (a range the node reserved ahead of the key, so
+    /// the put is one call: see `docs/kv-api.md`), and the rooms it holds now.
+    pub fn rooms(&self) -> (u64, usize) {
+        self.node().rooms()
     }
 
     /// How many leading keys of the chain `keys` are stored (the usable cached prefix).

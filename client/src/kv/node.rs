@@ -62,6 +62,8 @@ pub struct NodeClient {
     /// The node's shard arenas, mapped here where the node lets this process view them
     /// (same host, Unix frames, see `arena`): large gets then copy here.
     pub(super) views: Option<super::arena::ArenaViews>,
+    /// Rooms the node reserved for this client's next puts through views (see `rooms`).
+    pub(super) rooms: super::rooms::Rooms,
 }
 
 impl std::fmt::Debug for NodeClient {
@@ -79,6 +81,10 @@ impl std::fmt::Debug for NodeClient {
 /// later by itself.
 impl Drop for NodeClient {
     fn drop(&mut self) {
+        // Rooms are the user's, not the session's: given back now rather than at their ttl.
+        if let Some(frames) = &self.frames {
+            super::view_calls::revoke_rooms(frames, self.rooms.drain());
+        }
         if self.session.is_empty() {
             return;
         }
@@ -186,6 +192,7 @@ impl NodeClient {
             frames: None,
             presence: None,
             views: None,
+            rooms: Default::default(),
         };
         let registered: PeerResponse = client.call_post(
             PEERS_PATH,
@@ -650,6 +657,11 @@ impl NodeClient {
     /// Bytes this client copied itself through arena views.
     pub fn view_bytes(&self) -> u64 {
         self.views.as_ref().map_or(0, |v| v.copied())
+    }
+
+    /// Puts this client made through rooms (one call each), and the rooms it holds now.
+    pub fn rooms(&self) -> (u64, usize) {
+        (self.rooms.taken(), self.rooms.count())
     }
 
     /// Whether each key is stored (in any tier).

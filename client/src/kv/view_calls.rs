@@ -12,15 +12,16 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use yutu_api::kv::{
-    CopiedResponse, EtagsResponse, GetIntoRequest, GetResponse, KeysRequest, KvOp, PutFromBlock,
-    PutIdsRequest, PutStartBlock, PutStartRequest, PutStartResponse, ReleaseRequest,
-    RevokeResponse,
+    CopiedResponse, EtagsResponse, GetIntoRequest, GetResponse, KeysRequest, KvOp, PublishPut,
+    PublishRequest, PublishResponse, PutFromBlock, PutIdsRequest, PutStartBlock, PutStartRequest,
+    PutStartResponse, ReleaseRequest, RevokeResponse,
 };
 use yutu_api::kv_frame::{self, FrameOp};
 
 use super::arena::{self, Piece, View, VIEW_MIN, VIEW_MIN_BLOCK, VIEW_TTL_MS};
 use super::frames::Frames;
 use super::node::{shard_groups, NodeClient};
+use super::rooms::{Held, ROOMS_PER_CALL};
 use super::{Buffer, KvError, PutMode, PutOptions};
 
 /// Each key's ranges as a range of the call's `total`: `parts[i]` each,
@@ -246,12 +247,37 @@ impl NodeClient {
             .map(|s| blocks[s.clone()].iter().map(|b| b.len).sum())
             .collect();
         let (frames, groups) = self.on_views(bucket, keys)?;
-        let calls = groups
+        // Each key's range: a room held for its shard and length, or a put started now.
+        let mut stale = Vec::new();
+        let mut slots: Vec<Option<Slot>> = vec![None; keys.len()];
+        for g in &groups {
+            for &i in &g.idx {
+                slots[i] = self
+                    .rooms
+                    .take(g.shard, bucket, lens[i], &mut stale)
+                    .map(Slot::room);
+            }
+        }
+        revoke_rooms(frames, stale);
+        let starts: Vec<(usize, Vec<usize>)> = groups
             .iter()
             .map(|g| {
+                (
+                    g.shard,
+                    g.idx
+                        .iter()
+                        .copied()
+                        .filter(|&i| slots[i].is_none())
+                        .collect(),
+                )
+            })
+            .filter(|(_, idx): &(usize, Vec<usize>)| !idx.is_empty())
+            .collect();
+        let calls = starts
+            .iter()
+            .map(|(shard, idx)| {
                 let request = PutStartRequest {
-                    blocks: g
-                        .idx
+                    blocks: idx
                         .iter()
                         .map(|&i| PutStartBlock {
                             key: keys[i].clone(),
@@ -260,56 +286,89 @@ impl NodeClient {
                         .collect(),
                     ttl_ms: Some(VIEW_TTL_MS),
                 };
-                kv_frame::encode_call(bucket, &request).map(|b| (g.shard, b))
+                kv_frame::encode_call(bucket, &request).map(|b| (*shard, b))
             })
-            .collect::<Result<Vec<_>, _>>()
-            .ok()?;
+            .collect::<Result<Vec<_>, _>>();
+        // Every way out before the copy gives the rooms back for later puts.
+        let unused = |slots: Vec<Option<Slot>>| {
+            let back = slots.into_iter().flatten().filter_map(|s| s.room);
+            revoke_rooms(frames, self.rooms.keep(back));
+        };
+        let Ok(calls) = calls else {
+            unused(slots);
+            return None;
+        };
         let asked = Instant::now();
-        let answers: Vec<Result<PutStartResponse, KvError>> =
+        let answers: Vec<Result<PutStartResponse, KvError>> = if calls.is_empty() {
+            Vec::new()
+        } else {
             match frames.call_each_kept(FrameOp::Kv(KvOp::PutStart), &calls, false) {
                 Ok(a) => a,
                 Err(e) => {
                     tracing::debug!(error = %e, "no reservations for a view put: the node copies");
+                    unused(slots);
                     return None;
                 }
-            };
+            }
+        };
         let granted = || {
-            groups
+            starts
                 .iter()
-                .map(|g| g.shard)
+                .map(|(shard, _)| *shard)
                 .zip(&answers)
                 .filter_map(|(s, a)| Some((s, a.as_ref().ok()?)))
         };
         if let Some(Err(e)) = answers.iter().find(|a| a.is_err()) {
             // A shard would not reserve (a per-user limit, a full arena): the others'
             // reservations end now, and the node makes the whole put.
+            // Rooms count against the same limit as the put the node now makes: all are given
+            // back, the ones this call took and the ones held.
             tracing::debug!(error = %e, "no reservations for a view put: the node copies");
             revoke(frames, bucket, granted());
+            let took = slots.into_iter().flatten().filter_map(|s| s.room);
+            revoke_rooms(frames, took.chain(self.rooms.drain()).collect());
             return None;
         }
-        let base = buf.segment.region().as_ptr();
-        let mut pieces: Vec<Piece> = Vec::new();
         let mut bad = None;
-        let mut cold = false;
-        'groups: for (g, answer) in groups.iter().zip(granted()) {
+        for ((_, idx), answer) in starts.iter().zip(granted()) {
             let answer = answer.1;
-            if answer.puts.len() != g.idx.len() {
+            if answer.puts.len() != idx.len() {
                 bad = Some(format!(
                     "put-start answered {} puts for {} blocks",
                     answer.puts.len(),
-                    g.idx.len()
+                    idx.len()
                 ));
                 break;
             }
-            for (p, &i) in answer.puts.iter().zip(&g.idx) {
+            for (p, &i) in answer.puts.iter().zip(idx) {
+                if p.key != keys[i] {
+                    bad = Some(format!("put-start's answer for key {i} names another key"));
+                }
+                slots[i] = Some(Slot {
+                    put_id: p.put_id,
+                    descriptor: p.descriptor,
+                    asked,
+                    room: None,
+                });
+            }
+        }
+        let base = buf.segment.region().as_ptr();
+        let mut pieces: Vec<Piece> = Vec::new();
+        let mut cold = false;
+        let mut oldest = asked;
+        'groups: for g in &groups {
+            for &i in &g.idx {
+                let Some(slot) = slots[i].as_ref() else {
+                    bad.get_or_insert_with(|| format!("no range for key {i}"));
+                    break 'groups;
+                };
+                oldest = oldest.min(slot.asked);
                 let Some(dst) = g
                     .view
-                    .place(&p.descriptor, lens[i])
-                    .filter(|_| p.key == keys[i] && p.descriptor.len == lens[i])
+                    .place(&slot.descriptor, lens[i])
+                    .filter(|_| slot.descriptor.len == lens[i])
                 else {
-                    bad = Some(format!(
-                        "put-start's answer for key {i} is not a range of its view"
-                    ));
+                    bad = Some(format!("the range for key {i} is not a range of its view"));
                     break 'groups;
                 };
                 if !g.view.prepare(dst, lens[i] as usize) {
@@ -328,59 +387,145 @@ impl NodeClient {
                 }
             }
         }
-        // A reservation that ran out is the node's to give to another put, so nothing is
-        // written through one that has run half its time (a stalled process).
-        let late = asked.elapsed() > Duration::from_millis(VIEW_TTL_MS / 2);
-        if cold || late {
+        // Every range this call reserved or took, by shard: what a failure revokes.
+        let reserved = |slots: &[Option<Slot>]| -> Vec<(usize, PutStartResponse)> {
+            groups
+                .iter()
+                .map(|g| {
+                    let puts = g
+                        .idx
+                        .iter()
+                        .filter_map(|&i| slots[i].as_ref())
+                        .map(|s| yutu_api::kv::StartedPut {
+                            key: String::new(),
+                            put_id: s.put_id,
+                            descriptor: s.descriptor,
+                        })
+                        .collect();
+                    (g.shard, PutStartResponse { puts, ttl_ms: 0 })
+                })
+                .collect()
+        };
+        // A range that ran out is the node's to give to another put, so nothing is written
+        // through one that has run half its time (a stalled process).
+        let late = oldest.elapsed() > Duration::from_millis(VIEW_TTL_MS / 2);
+        if cold || late || bad.is_some() {
             // A range the node never wrote would be allocated, and charged, to this process
             // if written from here. Either way the node makes the put.
-            revoke(frames, bucket, granted());
-            return None;
+            let all = reserved(&slots);
+            revoke(frames, bucket, all.iter().map(|(s, r)| (*s, r)));
+            return bad.map(|why| Err(KvError::InvalidResponse(why)));
         }
-        if let Some(why) = bad {
-            revoke(frames, bucket, granted());
-            return Some(Err(KvError::InvalidResponse(why)));
-        }
-        // SAFETY: every destination lies in a view, inside a range reserved for this call and
-        // not yet published (no one else reads or writes it); every source lies in `buf`,
-        // checked by the caller, and the ranges of a call do not overlap the arena.
+        // SAFETY: every destination lies in a view, inside a range reserved for this call (a
+        // put it started or a room it took, not yet published: no one else reads or writes
+        // it); every source lies in `buf`, checked by the caller, and the ranges of a call do
+        // not overlap the arena.
         unsafe { arena::copy(&pieces, true) };
         if let Some(views) = &self.views {
             views.count(lens.iter().sum());
         }
-        let calls = granted()
-            .map(|(shard, s)| {
-                let request = PutIdsRequest {
-                    put_ids: s.puts.iter().map(|p| p.put_id).collect(),
-                };
-                kv_frame::encode_call(bucket, &request).map(|b| (shard, b))
-            })
-            .collect::<Result<Vec<_>, _>>();
-        let ended: Result<Vec<EtagsResponse>, KvError> = calls
-            .map_err(|e| KvError::InvalidArgument(e.to_string()))
-            .and_then(|calls| frames.call_each(FrameOp::Kv(KvOp::PutEnd), &calls, false));
-        let ended = match ended {
-            Ok(e) => e,
+        match self.publish(frames, bucket, keys, &groups, &slots, &lens) {
+            Ok(etags) => Some(Ok(etags)),
             Err(e) => {
                 // What did end stays (a revoke of it answers false); the rest is abandoned.
-                revoke(frames, bucket, granted());
-                return Some(Err(e));
-            }
-        };
-        let mut etags = vec![String::new(); keys.len()];
-        for (g, answer) in groups.iter().zip(ended) {
-            if answer.etags.len() != g.idx.len() {
-                return Some(Err(KvError::InvalidResponse(format!(
-                    "put-end answered {} etags for {} blocks",
-                    answer.etags.len(),
-                    g.idx.len()
-                ))));
-            }
-            for (&i, e) in g.idx.iter().zip(answer.etags) {
-                etags[i] = e;
+                let all = reserved(&slots);
+                revoke(frames, bucket, all.iter().map(|(s, r)| (*s, r)));
+                Some(Err(e))
             }
         }
-        Some(Ok(etags))
+    }
+
+    /// Publishes a view put's written ranges (`slots`, key `i`'s in `slots[i]`), one publish
+    /// per shard, each asking for rooms for the next puts of the same lengths where the
+    /// shard's part is small; the ETags in key order. A node that does not know publish (an
+    /// older one, see `Welcome::publish`) gets put-end, and no room is ever taken from it.
+    fn publish(
+        &self,
+        frames: &Frames,
+        bucket: &str,
+        keys: &[String],
+        groups: &[OnShard<'_>],
+        slots: &[Option<Slot>],
+        lens: &[u64],
+    ) -> Result<Vec<String>, KvError> {
+        let slot = |i: usize| {
+            slots[i]
+                .as_ref()
+                .ok_or_else(|| KvError::InvalidResponse(format!("no range for key {i}")))
+        };
+        let mut etags = vec![String::new(); keys.len()];
+        if !frames.publishes() {
+            let calls = groups
+                .iter()
+                .map(|g| {
+                    let put_ids = g
+                        .idx
+                        .iter()
+                        .map(|&i| Ok(slot(i)?.put_id))
+                        .collect::<Result<_, KvError>>()?;
+                    let body = kv_frame::encode_call(bucket, &PutIdsRequest { put_ids })
+                        .map_err(|e| KvError::InvalidArgument(e.to_string()))?;
+                    Ok((g.shard, body))
+                })
+                .collect::<Result<Vec<_>, KvError>>()?;
+            let ended: Vec<EtagsResponse> =
+                frames.call_each(FrameOp::Kv(KvOp::PutEnd), &calls, false)?;
+            for (g, answer) in groups.iter().zip(ended) {
+                place_etags(&mut etags, &g.idx, answer.etags, "put-end")?;
+            }
+            return Ok(etags);
+        }
+        let calls = groups
+            .iter()
+            .map(|g| {
+                let puts = g
+                    .idx
+                    .iter()
+                    .map(|&i| {
+                        Ok(PublishPut {
+                            put_id: slot(i)?.put_id,
+                            key: keys[i].clone(),
+                        })
+                    })
+                    .collect::<Result<Vec<_>, KvError>>()?;
+                let rooms = if g.idx.len() <= ROOMS_PER_CALL {
+                    let len = lens[g.idx[0]];
+                    let n = self.rooms.room_for(g.idx.len(), len);
+                    g.idx.iter().take(n).map(|&i| lens[i]).collect()
+                } else {
+                    Vec::new()
+                };
+                let request = PublishRequest {
+                    puts,
+                    rooms,
+                    ttl_ms: Some(VIEW_TTL_MS),
+                };
+                let body = kv_frame::encode_call(bucket, &request)
+                    .map_err(|e| KvError::InvalidArgument(e.to_string()))?;
+                Ok((g.shard, body))
+            })
+            .collect::<Result<Vec<_>, KvError>>()?;
+        let asked = Instant::now();
+        let answers: Vec<PublishResponse> =
+            frames.call_each(FrameOp::Kv(KvOp::Publish), &calls, false)?;
+        let mut given = Vec::new();
+        let mut failure = None;
+        for (g, answer) in groups.iter().zip(answers) {
+            given.extend(answer.rooms.into_iter().map(|room| Held {
+                shard: g.shard,
+                bucket: bucket.to_string(),
+                room,
+                asked,
+            }));
+            if let Err(e) = place_etags(&mut etags, &g.idx, answer.etags, "publish") {
+                failure = Some(e);
+            }
+        }
+        revoke_rooms(frames, self.rooms.keep(given));
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(etags),
+        }
     }
 
     /// A put of the keys not stored yet: as the node's put-from does, the present keys are
@@ -486,5 +631,70 @@ fn revoke<'a>(
     }
     if let Err(e) = frames.call_each::<RevokeResponse>(FrameOp::Kv(KvOp::Revoke), &calls, false) {
         tracing::debug!(error = %e, "a view put's reservations were not revoked: they expire");
+    }
+}
+
+/// Where a key's bytes go in a view put: a put it started or a room it took.
+#[derive(Debug, Clone)]
+struct Slot {
+    put_id: u64,
+    descriptor: yutu_api::kv::SegmentDescriptor,
+    /// When the range was asked for: it is written within half its ttl of that.
+    asked: Instant,
+    /// The room, when the range is one (given back to the pool if the call goes no further).
+    room: Option<Held>,
+}
+
+impl Slot {
+    fn room(h: Held) -> Slot {
+        Slot {
+            put_id: h.room.put_id,
+            descriptor: h.room.descriptor,
+            asked: h.asked,
+            room: Some(h),
+        }
+    }
+}
+
+/// Puts one shard's ETags (`answer`, for the keys `idx` of the call) in their places.
+fn place_etags(
+    etags: &mut [String],
+    idx: &[usize],
+    answer: Vec<String>,
+    call: &str,
+) -> Result<(), KvError> {
+    if answer.len() != idx.len() {
+        return Err(KvError::InvalidResponse(format!(
+            "{call} answered {} etags for {} blocks",
+            answer.len(),
+            idx.len()
+        )));
+    }
+    for (&i, e) in idx.iter().zip(answer) {
+        etags[i] = e;
+    }
+    Ok(())
+}
+
+/// Best effort: revokes rooms this client will not use (stale, or past the pool's bounds).
+pub(super) fn revoke_rooms(frames: &Frames, rooms: Vec<Held>) {
+    if rooms.is_empty() {
+        return;
+    }
+    let mut by: std::collections::BTreeMap<(usize, String), Vec<u64>> = Default::default();
+    for h in rooms {
+        by.entry((h.shard, h.bucket))
+            .or_default()
+            .push(h.room.put_id);
+    }
+    for ((shard, bucket), put_ids) in by {
+        let Ok(body) = kv_frame::encode_call(&bucket, &PutIdsRequest { put_ids }) else {
+            continue;
+        };
+        if let Err(e) =
+            frames.call_each::<RevokeResponse>(FrameOp::Kv(KvOp::Revoke), &[(shard, body)], false)
+        {
+            tracing::debug!(error = %e, "rooms were not revoked: they expire");
+        }
     }
 }

@@ -144,6 +144,7 @@ impl From<StoreError> for S3Error {
                 S3Error::new(S3ErrorCode::InsufficientStorage).msg(m)
             }
             StoreError::UserLimit(m) => S3Error::new(S3ErrorCode::TooManyRequests).msg(m),
+            StoreError::PutKey(m) => S3Error::new(S3ErrorCode::InvalidArgument).msg(m),
             StoreError::QuotaExceeded { .. } => {
                 S3Error::new(S3ErrorCode::QuotaExceeded).msg(format!("{e}."))
             }

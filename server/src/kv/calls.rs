@@ -7,9 +7,9 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use yutu_api::kv::{
-    GetResponse, KeysRequest, LeasedBlock, PutIdsRequest, PutStartRequest, PutStartResponse,
-    ReleaseRequest, ReleaseResponse, RevokeResponse, StartedPut, DEFAULT_TTL_MS, MAX_BATCH,
-    MAX_TTL_MS,
+    GetResponse, KeysRequest, LeasedBlock, PublishRequest, PublishResponse, PutIdsRequest,
+    PutStartRequest, PutStartResponse, ReleaseRequest, ReleaseResponse, RevokeResponse, Room,
+    StartedPut, DEFAULT_TTL_MS, MAX_BATCH, MAX_ROOMS, MAX_TTL_MS,
 };
 use yutu_api::validate_object_key;
 use yutu_transfer::SegmentDescriptor;
@@ -245,18 +245,72 @@ pub async fn end_puts(
     bucket: &str,
     put_ids: &[u64],
 ) -> Result<Vec<String>, KvError> {
-    if put_ids.is_empty() || put_ids.len() > MAX_BATCH {
+    let puts: Vec<(u64, Option<String>)> = put_ids.iter().map(|id| (*id, None)).collect();
+    end_puts_as(caller, bucket, &puts).await
+}
+
+/// publish: ends the caller's puts and rooms under the keys they name, then reserves the
+/// rooms asked for on this shard (see [`PublishRequest`]).
+pub async fn publish(
+    caller: &Caller<'_>,
+    bucket: &str,
+    req: PublishRequest,
+) -> Result<PublishResponse, KvError> {
+    let ttl_ms = ttl_ms(req.ttl_ms)?;
+    if req.puts.len() > MAX_BATCH || req.rooms.len() > MAX_ROOMS {
+        return Err(KvError::invalid(format!(
+            "A publish names at most {MAX_BATCH} puts and {MAX_ROOMS} rooms."
+        )));
+    }
+    if req.puts.is_empty() && req.rooms.is_empty() {
+        return Err(KvError::invalid("A publish names a put or a room."));
+    }
+    let puts: Vec<(u64, Option<String>)> = req
+        .puts
+        .into_iter()
+        .map(|p| (p.put_id, Some(p.key)))
+        .collect();
+    for (_, key) in &puts {
+        validate_object_key(key.as_deref().unwrap_or_default())?;
+    }
+    let here = caller.here;
+    check_lens(here, req.rooms.iter().map(|len| ("(a room)", *len)))?;
+    let etags = if puts.is_empty() {
+        Vec::new()
+    } else {
+        end_puts_as(caller, bucket, &puts).await?
+    };
+    let ttl = Duration::from_millis(ttl_ms);
+    let rooms = ops::reserve_rooms(here, &caller.holder, bucket, &req.rooms, ttl)
+        .into_iter()
+        .map(|(put_id, descriptor)| Room { put_id, descriptor })
+        .collect();
+    Ok(PublishResponse {
+        etags,
+        rooms,
+        ttl_ms,
+    })
+}
+
+/// [`end_puts`] of puts each under the key it names, when it names one.
+async fn end_puts_as(
+    caller: &Caller<'_>,
+    bucket: &str,
+    puts: &[(u64, Option<String>)],
+) -> Result<Vec<String>, KvError> {
+    if puts.is_empty() || puts.len() > MAX_BATCH {
         return Err(KvError::invalid(format!(
             "A batch names 1 to {MAX_BATCH} puts."
         )));
     }
-    let owners = Owners::of_ids(caller.here, put_ids)?;
+    let put_ids: Vec<u64> = puts.iter().map(|p| p.0).collect();
+    let owners = Owners::of_ids(caller.here, &put_ids)?;
     let (b, holder) = (bucket.to_string(), caller.holder.clone());
     let answers = owners
         .run(
             caller.here,
-            |idx| pick(put_ids, idx),
-            move |s, ids| Step::Wait(Box::pin(ops::put_end(s.clone(), ids, holder, b))),
+            |idx| pick(puts, idx),
+            move |s, items| Step::Wait(Box::pin(ops::put_end(s.clone(), items, holder, b))),
         )
         .await;
     let mut per_owner = Vec::with_capacity(answers.len());

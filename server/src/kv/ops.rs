@@ -137,20 +137,27 @@ fn abandon(shard: &Shard, started: &[(u64, String, u64)]) {
     drop(released);
 }
 
-/// Publishes `holder`'s puts into `bucket`; a `disk` bucket's block is on NVMe before this
-/// answers.
+/// Publishes `holder`'s puts into `bucket`, each under the key it names (a room's, which
+/// this shard must own) or the one it started with; a `disk` bucket's block is on NVMe before
+/// this answers.
 pub async fn put_end(
     shard: Rc<Shard>,
-    put_ids: Vec<u64>,
+    puts: Vec<(u64, Option<String>)>,
     holder: String,
     bucket: String,
 ) -> Vec<PutResult> {
-    let ended: Vec<_> = put_ids
+    let ended: Vec<_> = puts
         .iter()
-        .map(|id| shard.tier.put_end(*id, &holder, &bucket))
+        .map(|(id, key)| match key {
+            Some(k) if shard.owner(&bucket, k) != shard.id => Err(StoreError::PutKey(format!(
+                "Key {k} belongs to shard {} of the node, not to the shard of put {id}: publish it through a room of its own shard.",
+                shard.owner(&bucket, k)
+            ))),
+            _ => shard.tier.put_end(*id, &holder, &bucket, key.as_deref()),
+        })
         .collect();
     let mut out = Vec::with_capacity(ended.len());
-    for (id, r) in put_ids.iter().zip(ended) {
+    for ((id, _), r) in puts.iter().zip(ended) {
         out.push(match r {
             Ok((bucket, key, staged)) => shard.tier.publish_staged(&bucket, &key, staged).await,
             Err(e) => Err(e),
@@ -161,4 +168,31 @@ pub async fn put_end(
         drop(admitted);
     }
     out
+}
+
+/// Reserves rooms of `lens` bytes for `holder` in `bucket` on this shard (puts started
+/// without a key, see [`crate::store::kv::ShardStore::put_start`]): as many as it can, in
+/// order, stopping at the first refusal (a limit, the quota, a full arena).
+pub fn reserve_rooms(
+    shard: &Shard,
+    holder: &str,
+    bucket: &str,
+    lens: &[u64],
+    ttl: Duration,
+) -> Vec<(u64, SegmentDescriptor)> {
+    let mut rooms = Vec::with_capacity(lens.len());
+    for &len in lens {
+        let id = shard.kv_id_for(shard.id);
+        match put_start(shard, holder, bucket, &[(id, String::new(), len)], ttl) {
+            Ok(d) => match d.into_iter().next() {
+                Some(d) => rooms.push((id, d)),
+                None => break,
+            },
+            Err((_, e)) => {
+                tracing::debug!(error = %e, "a room was not reserved");
+                break;
+            }
+        }
+    }
+    rooms
 }

@@ -41,6 +41,10 @@ pub enum StoreError {
     /// A per-user KV limit is reached (the message says which).
     #[error("{0}")]
     UserLimit(String),
+    /// A put ended under a key it may not take (another key than it started with, a room
+    /// without a key): the message says which.
+    #[error("{0}")]
+    PutKey(String),
     /// A write would take the bucket past its quota.
     #[error(
         "the bucket {bucket} holds {used} bytes of its {quota}-byte quota; {size} more do not fit"

@@ -337,18 +337,45 @@ impl ShardStore {
     /// Publishes `holder`'s put into `bucket`; another holder's put id, or one started in
     /// another bucket, is answered as unknown (the caller's permission was checked on the
     /// bucket it names, so that must be the put's).
+    ///
+    /// `key`, when given, is the key the put is stored under: a room's (a put started
+    /// without a key, see [`ShardStore::put_start`]) must be given, and the caller has checked
+    /// that this shard owns it; a keyed put's must be the one it started with.
     pub fn put_end_by(
         &mut self,
         put_id: u64,
         holder: &str,
         bucket: &str,
+        key: Option<&str>,
     ) -> Result<(String, String, Staged), StoreError> {
-        if self
+        let Some(p) = self
             .pending_puts
-            .get(&put_id)
-            .is_none_or(|p| p.holder != holder || p.bucket != bucket)
-        {
+            .get_mut(&put_id)
+            .filter(|p| p.holder == holder && p.bucket == bucket)
+        else {
             return Err(StoreError::NoSuchUpload);
+        };
+        match (p.key.is_empty(), key) {
+            (true, None) => {
+                return Err(StoreError::PutKey(format!(
+                    "Put {put_id} is a room: publish it under a key."
+                )))
+            }
+            (true, Some(k)) => {
+                // The room was charged for the longest key; the charge is now the key's.
+                let charge = Self::charge_for(bucket, k, p.extent.len, &p.meta);
+                let over = p.charge.saturating_sub(charge);
+                p.key = k.to_string();
+                p.charge -= over;
+                self.used -= over;
+                self.metrics.kv_rooms_published.inc();
+            }
+            (false, Some(k)) if k != p.key => {
+                return Err(StoreError::PutKey(format!(
+                    "Put {put_id} was started for another key than {k}."
+                )))
+            }
+            (false, _) => {}
         }
         self.stage_put(put_id)
     }
@@ -395,7 +422,8 @@ impl ShardStore {
     }
 
     /// Reserves `len` bytes for `bucket/key` until put-end or `ttl`; returns the offset the
-    /// client writes to.
+    /// client writes to. An empty `key` (never a valid object key) starts a room: a put whose
+    /// key is named when it ends, charged meanwhile as for the longest key.
     pub fn put_start(
         &mut self,
         put_id: u64,
@@ -412,7 +440,12 @@ impl ShardStore {
         let meta = ObjectMeta::for_block(len);
         self.check_write(bucket, key, &Default::default())?;
         self.admit_reservation(holder, len)?;
-        let charge = Self::charge_for(bucket, key, len, &meta);
+        let charge = if key.is_empty() {
+            // A room's key is not known yet: charged as the longest key would be.
+            Self::charge_for(bucket, "", len, &meta) + 2 * yutu_api::MAX_KEY_LEN as u64
+        } else {
+            Self::charge_for(bucket, key, len, &meta)
+        };
         let extent = self.reserve(len, charge)?;
         self.account(holder, |u| u.reserved_bytes += len);
         let offset = extent.offset;
@@ -435,6 +468,9 @@ impl ShardStore {
                 expires,
             },
         );
+        if key.is_empty() {
+            self.metrics.kv_rooms_reserved.inc();
+        }
         self.publish_gauges();
         Ok((offset, grant))
     }
@@ -453,6 +489,15 @@ impl ShardStore {
     /// Ends a put without publishing it: the client can no longer write its bytes, and
     /// readers still see the old version until [`ShardStore::publish_staged`].
     pub fn stage_put(&mut self, put_id: u64) -> Result<(String, String, Staged), StoreError> {
+        if self
+            .pending_puts
+            .get(&put_id)
+            .is_some_and(|p| p.key.is_empty())
+        {
+            return Err(StoreError::PutKey(format!(
+                "Put {put_id} is a room: publish it under a key."
+            )));
+        }
         let p = self
             .pending_puts
             .remove(&put_id)
@@ -1201,20 +1246,65 @@ mod tests {
         s.put_start(2, "alice", "b", "k", 4, Duration::from_secs(10))
             .unwrap();
         assert!(matches!(
-            s.put_end_by(2, "bob", "b"),
+            s.put_end_by(2, "bob", "b", None),
             Err(StoreError::NoSuchUpload)
         ));
         assert!(!s.put_revoke_by(2, "bob", "b"));
         // The holder's own put, named through another bucket (one its permission was checked
         // on), is unknown there too.
         assert!(matches!(
-            s.put_end_by(2, "alice", "other"),
+            s.put_end_by(2, "alice", "other", None),
             Err(StoreError::NoSuchUpload)
         ));
         assert!(!s.put_revoke_by(2, "alice", "other"));
-        assert!(s.put_end_by(2, "alice", "b").is_ok());
+        assert!(s.put_end_by(2, "alice", "b", None).is_ok());
         s.put_start(3, "alice", "b", "k", 4, Duration::from_secs(10))
             .unwrap();
         assert!(s.put_revoke_by(3, "alice", "b"));
+    }
+
+    #[test]
+    fn a_room_is_published_under_the_key_it_is_given_and_charged_for_it() {
+        let mut s = store(1 << 20);
+        let before = s.used();
+        let (offset, _) = s
+            .put_start(4, "alice", "b", "", 5, Duration::from_secs(10))
+            .unwrap();
+        let held = s.used() - before;
+        s.write_pending(4, 0, b"room!").unwrap();
+        // A room needs a key, and only its holder may end it.
+        assert!(matches!(
+            s.put_end_by(4, "alice", "b", None),
+            Err(StoreError::PutKey(_))
+        ));
+        assert!(matches!(s.put_end(4), Err(StoreError::PutKey(_))));
+        assert!(matches!(
+            s.put_end_by(4, "bob", "b", Some("k")),
+            Err(StoreError::NoSuchUpload)
+        ));
+        let (bucket, key, staged) = s.put_end_by(4, "alice", "b", Some("k")).unwrap();
+        assert_eq!((bucket.as_str(), key.as_str()), ("b", "k"));
+        s.publish_staged(&bucket, &key, staged);
+        let (_, _, got) = s
+            .get("b", "k", None, false, &ReadConditions::default())
+            .unwrap();
+        assert_eq!(&got[..], b"room!");
+        // Charged as for its one-byte key now, no longer for the longest key.
+        let stored = s.used() - before;
+        assert_eq!(held - stored, 2 * (yutu_api::MAX_KEY_LEN as u64 - 1));
+        // The bytes stay where the room was.
+        let leased = s
+            .lease(6, "alice", "b", &["k".into()], Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(leased[0].as_ref().map(|b| b.offset), Some(offset));
+        assert!(s.release_lease_by(6, "alice"));
+        // A keyed put ends under its own key only.
+        s.put_start(5, "alice", "b", "k2", 4, Duration::from_secs(10))
+            .unwrap();
+        assert!(matches!(
+            s.put_end_by(5, "alice", "b", Some("other")),
+            Err(StoreError::PutKey(_))
+        ));
+        assert!(s.put_end_by(5, "alice", "b", Some("k2")).is_ok());
     }
 }

@@ -48,14 +48,18 @@ impl TieredStore {
             .put_start(put_id, holder, bucket, key, len, ttl)
     }
 
-    /// Ends `holder`'s put into `bucket`: its bucket, key and staged object, to publish.
+    /// Ends `holder`'s put into `bucket`, under `key` when given (a room's, which this shard
+    /// owns): its bucket, key and staged object, to publish.
     pub fn put_end(
         &self,
         put_id: u64,
         holder: &str,
         bucket: &str,
+        key: Option<&str>,
     ) -> Result<(String, String, Staged), StoreError> {
-        self.store.borrow_mut().put_end_by(put_id, holder, bucket)
+        self.store
+            .borrow_mut()
+            .put_end_by(put_id, holder, bucket, key)
     }
 
     /// Revokes `holder`'s put into `bucket`; whether it was pending.

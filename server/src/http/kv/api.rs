@@ -20,9 +20,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use yutu_api::kv::{
     CopiedResponse, EtagsResponse, ExistsResponse, GetIntoRequest, GetResponse, KeysRequest, KvOp,
-    PrefixResponse, PutFromRequest, PutIdsRequest, PutStartRequest, PutStartResponse,
-    RemoveResponse, RevokeResponse, ENGINE_PATH, KV_ROOT, MAX_REQUEST_BYTES, PEERS_PATH,
-    RELEASE_PATH,
+    PrefixResponse, PublishResponse, PutFromRequest, PutIdsRequest, PutStartRequest,
+    PutStartResponse, RemoveResponse, RevokeResponse, ENGINE_PATH, KV_ROOT, MAX_REQUEST_BYTES,
+    PEERS_PATH, RELEASE_PATH,
 };
 use yutu_api::kv_frame::FRAMES_PATH;
 use yutu_api::S3ErrorCode;
@@ -175,6 +175,7 @@ pub(in crate::http) enum KvCall {
     GetInto(GetIntoRequest),
     PutFrom(PutFromRequest),
     Remove(KeysRequest),
+    Publish(yutu_api::kv::PublishRequest),
 }
 
 impl KvCall {
@@ -190,6 +191,7 @@ impl KvCall {
             KvOp::GetInto => KvCall::GetInto(format.read(raw)?),
             KvOp::PutFrom => KvCall::PutFrom(format.read(raw)?),
             KvOp::Remove => KvCall::Remove(format.read(raw)?),
+            KvOp::Publish => KvCall::Publish(format.read(raw)?),
         })
     }
 }
@@ -206,6 +208,7 @@ pub(in crate::http) enum KvAnswer {
     Get(GetResponse),
     Copied(CopiedResponse),
     Remove(RemoveResponse),
+    Publish(PublishResponse),
 }
 
 /// Serves an admitted per-bucket call (see [`admit`]).
@@ -233,5 +236,6 @@ pub(in crate::http) async fn answer(
         KvCall::Remove(k) => KvAnswer::Remove(RemoveResponse {
             removed: calls::remove(here, bucket, &k.keys).await?,
         }),
+        KvCall::Publish(r) => KvAnswer::Publish(calls::publish(&caller, bucket, r).await?),
     })
 }

@@ -482,6 +482,7 @@ impl Conn {
         encode(&Welcome {
             shard: self.shard.id as u32,
             shards: self.shard.nshards as u32,
+            publish: true,
         })
     }
 
