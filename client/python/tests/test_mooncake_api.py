@@ -151,6 +151,45 @@ def test_large_values_are_read_through_located_slots_without_a_call(mc, node, bu
         off.close()
 
 
+def test_puts_of_large_values_from_threads_are_one_call_each_through_rooms(mc):
+    """Mooncake's concurrent stress shape (threads each ``put`` 1 MiB values as bytes, then
+    ``get`` them back): a put writes its value into a room (a range the node reserved for this
+    client before the key was known) and publishes it in one call that also asks for the
+    next room, so every put after a thread's first on a shard takes a room. Every value
+    comes back; Mooncake's ``put`` keeps a stored key's bytes through a room too."""
+    import threading
+
+    threads, per = 4, 6
+    values = [np.random.default_rng(60 + t).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+              for t in range(threads)]
+    taken = mc._s()._rooms()[0]
+    failures = []
+
+    def worker(t):
+        try:
+            for i in range(per):
+                assert mc.put(f"stress-{t}-{i}", values[t]) == 0
+        except Exception as e:  # noqa: BLE001 - reported below
+            failures.append(repr(e))
+
+    pool = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    assert not failures, failures
+    used, held = mc._s()._rooms()
+    # A put finds no room only while every room of its shard is taken by another thread's
+    # put, and its publish adds one: at most `threads` such puts per shard (the node has 2).
+    assert used - taken >= threads * per - 2 * threads, (used, taken)
+    assert 0 < held <= 2 * threads
+    for t in range(threads):
+        for i in range(per):
+            assert mc.get(f"stress-{t}-{i}") == values[t]
+    assert mc.put("stress-0-0", values[1]) == 0
+    assert mc.get("stress-0-0") == values[0]
+
+
 def test_large_gets_are_copied_by_the_client_through_arena_views(mc, pool, node, bucket,
                                                                  monkeypatch):
     """The tests run the node and the client as one user, so the client can read the node's

@@ -17,7 +17,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use yutu_api::kv::Room;
+use yutu_api::kv::{KvOp, PutIdsRequest, RevokeResponse, Room};
+use yutu_api::kv_frame::{self, FrameOp};
+
+use super::frames::Frames;
 
 use super::arena::VIEW_TTL_MS;
 
@@ -130,6 +133,29 @@ impl Rooms {
     /// How many rooms puts have taken.
     pub fn taken(&self) -> u64 {
         self.taken.load(Ordering::Relaxed)
+    }
+}
+
+/// Best effort: revokes rooms this client will not use (stale, or past the pool's bounds).
+pub(super) fn revoke_rooms(frames: &Frames, rooms: Vec<Held>) {
+    if rooms.is_empty() {
+        return;
+    }
+    let mut by: std::collections::BTreeMap<(usize, String), Vec<u64>> = Default::default();
+    for h in rooms {
+        by.entry((h.shard, h.bucket))
+            .or_default()
+            .push(h.room.put_id);
+    }
+    for ((shard, bucket), put_ids) in by {
+        let Ok(body) = kv_frame::encode_call(&bucket, &PutIdsRequest { put_ids }) else {
+            continue;
+        };
+        if let Err(e) =
+            frames.call_each::<RevokeResponse>(FrameOp::Kv(KvOp::Revoke), &[(shard, body)], false)
+        {
+            tracing::debug!(error = %e, "rooms were not revoked: they expire");
+        }
     }
 }
 

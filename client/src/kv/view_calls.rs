@@ -21,7 +21,7 @@ use yutu_api::kv_frame::{self, FrameOp};
 use super::arena::{self, Piece, View, VIEW_MIN, VIEW_MIN_BLOCK, VIEW_TTL_MS};
 use super::frames::Frames;
 use super::node::{shard_groups, NodeClient};
-use super::rooms::{Held, ROOMS_PER_CALL};
+use super::rooms::{revoke_rooms, Held, ROOMS_PER_CALL};
 use super::{Buffer, KvError, PutMode, PutOptions};
 
 /// Each key's ranges as a range of the call's `total`: `parts[i]` each,
@@ -674,27 +674,4 @@ fn place_etags(
         etags[i] = e;
     }
     Ok(())
-}
-
-/// Best effort: revokes rooms this client will not use (stale, or past the pool's bounds).
-pub(super) fn revoke_rooms(frames: &Frames, rooms: Vec<Held>) {
-    if rooms.is_empty() {
-        return;
-    }
-    let mut by: std::collections::BTreeMap<(usize, String), Vec<u64>> = Default::default();
-    for h in rooms {
-        by.entry((h.shard, h.bucket))
-            .or_default()
-            .push(h.room.put_id);
-    }
-    for ((shard, bucket), put_ids) in by {
-        let Ok(body) = kv_frame::encode_call(&bucket, &PutIdsRequest { put_ids }) else {
-            continue;
-        };
-        if let Err(e) =
-            frames.call_each::<RevokeResponse>(FrameOp::Kv(KvOp::Revoke), &[(shard, body)], false)
-        {
-            tracing::debug!(error = %e, "rooms were not revoked: they expire");
-        }
-    }
 }

@@ -170,9 +170,9 @@ pub async fn put_end(
     out
 }
 
-/// Reserves rooms of `lens` bytes for `holder` in `bucket` on this shard (puts started
-/// without a key, see [`crate::store::kv::ShardStore::put_start`]): as many as it can, in
-/// order, stopping at the first refusal (a limit, the quota, a full arena).
+/// Reserves rooms of `lens` bytes for `holder` in `bucket` on this shard (puts started with
+/// an empty key, which no object key is): as many as it can, in order, stopping at the first
+/// refusal (a limit, the quota, a full arena).
 pub fn reserve_rooms(
     shard: &Shard,
     holder: &str,
