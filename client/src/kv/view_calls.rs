@@ -247,122 +247,17 @@ impl NodeClient {
             .map(|s| blocks[s.clone()].iter().map(|b| b.len).sum())
             .collect();
         let (frames, groups) = self.on_views(bucket, keys)?;
-        // Each key's range: a room held for its shard and length, or a put started now.
-        let mut stale = Vec::new();
-        let mut slots: Vec<Option<Slot>> = vec![None; keys.len()];
-        for g in &groups {
-            for &i in &g.idx {
-                slots[i] = self
-                    .rooms
-                    .take(g.shard, bucket, lens[i], &mut stale)
-                    .map(Slot::room);
-            }
-        }
-        revoke_rooms(frames, stale);
-        let starts: Vec<(usize, Vec<usize>)> = groups
-            .iter()
-            .map(|g| {
-                (
-                    g.shard,
-                    g.idx
-                        .iter()
-                        .copied()
-                        .filter(|&i| slots[i].is_none())
-                        .collect(),
-                )
-            })
-            .filter(|(_, idx): &(usize, Vec<usize>)| !idx.is_empty())
-            .collect();
-        let calls = starts
-            .iter()
-            .map(|(shard, idx)| {
-                let request = PutStartRequest {
-                    blocks: idx
-                        .iter()
-                        .map(|&i| PutStartBlock {
-                            key: keys[i].clone(),
-                            len: lens[i],
-                        })
-                        .collect(),
-                    ttl_ms: Some(VIEW_TTL_MS),
-                };
-                kv_frame::encode_call(bucket, &request).map(|b| (*shard, b))
-            })
-            .collect::<Result<Vec<_>, _>>();
-        // Every way out before the copy gives the rooms back for later puts.
-        let unused = |slots: Vec<Option<Slot>>| {
-            let back = slots.into_iter().flatten().filter_map(|s| s.room);
-            revoke_rooms(frames, self.rooms.keep(back));
+        let slots = match self.reserve_for_views(frames, bucket, keys, &groups, &lens)? {
+            Ok(slots) => slots,
+            Err(e) => return Some(Err(e)),
         };
-        let Ok(calls) = calls else {
-            unused(slots);
-            return None;
-        };
-        let asked = Instant::now();
-        let answers: Vec<Result<PutStartResponse, KvError>> = if calls.is_empty() {
-            Vec::new()
-        } else {
-            match frames.call_each_kept(FrameOp::Kv(KvOp::PutStart), &calls, false) {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::debug!(error = %e, "no reservations for a view put: the node copies");
-                    unused(slots);
-                    return None;
-                }
-            }
-        };
-        let granted = || {
-            starts
-                .iter()
-                .map(|(shard, _)| *shard)
-                .zip(&answers)
-                .filter_map(|(s, a)| Some((s, a.as_ref().ok()?)))
-        };
-        if let Some(Err(e)) = answers.iter().find(|a| a.is_err()) {
-            // A shard would not reserve (a per-user limit, a full arena): the others'
-            // reservations end now, and the node makes the whole put.
-            // Rooms count against the same limit as the put the node now makes: all are given
-            // back, the ones this call took and the ones held.
-            tracing::debug!(error = %e, "no reservations for a view put: the node copies");
-            revoke(frames, bucket, granted());
-            let took = slots.into_iter().flatten().filter_map(|s| s.room);
-            revoke_rooms(frames, took.chain(self.rooms.drain()).collect());
-            return None;
-        }
-        let mut bad = None;
-        for ((_, idx), answer) in starts.iter().zip(granted()) {
-            let answer = answer.1;
-            if answer.puts.len() != idx.len() {
-                bad = Some(format!(
-                    "put-start answered {} puts for {} blocks",
-                    answer.puts.len(),
-                    idx.len()
-                ));
-                break;
-            }
-            for (p, &i) in answer.puts.iter().zip(idx) {
-                if p.key != keys[i] {
-                    bad = Some(format!("put-start's answer for key {i} names another key"));
-                }
-                slots[i] = Some(Slot {
-                    put_id: p.put_id,
-                    descriptor: p.descriptor,
-                    asked,
-                    room: None,
-                });
-            }
-        }
         let base = buf.segment.region().as_ptr();
         let mut pieces: Vec<Piece> = Vec::new();
         let mut cold = false;
-        let mut oldest = asked;
+        let mut bad = None;
         'groups: for g in &groups {
             for &i in &g.idx {
-                let Some(slot) = slots[i].as_ref() else {
-                    bad.get_or_insert_with(|| format!("no range for key {i}"));
-                    break 'groups;
-                };
-                oldest = oldest.min(slot.asked);
+                let slot = &slots[i];
                 let Some(dst) = g
                     .view
                     .place(&slot.descriptor, lens[i])
@@ -387,33 +282,14 @@ impl NodeClient {
                 }
             }
         }
-        // Every range this call reserved or took, by shard: what a failure revokes.
-        let reserved = |slots: &[Option<Slot>]| -> Vec<(usize, PutStartResponse)> {
-            groups
-                .iter()
-                .map(|g| {
-                    let puts = g
-                        .idx
-                        .iter()
-                        .filter_map(|&i| slots[i].as_ref())
-                        .map(|s| yutu_api::kv::StartedPut {
-                            key: String::new(),
-                            put_id: s.put_id,
-                            descriptor: s.descriptor,
-                        })
-                        .collect();
-                    (g.shard, PutStartResponse { puts, ttl_ms: 0 })
-                })
-                .collect()
-        };
         // A range that ran out is the node's to give to another put, so nothing is written
         // through one that has run half its time (a stalled process).
+        let oldest = slots.iter().map(|s| s.asked).min()?;
         let late = oldest.elapsed() > Duration::from_millis(VIEW_TTL_MS / 2);
         if cold || late || bad.is_some() {
             // A range the node never wrote would be allocated, and charged, to this process
             // if written from here. Either way the node makes the put.
-            let all = reserved(&slots);
-            revoke(frames, bucket, all.iter().map(|(s, r)| (*s, r)));
+            revoke_slots(frames, bucket, &groups, &slots);
             return bad.map(|why| Err(KvError::InvalidResponse(why)));
         }
         // SAFETY: every destination lies in a view, inside a range reserved for this call (a
@@ -424,13 +300,126 @@ impl NodeClient {
         if let Some(views) = &self.views {
             views.count(lens.iter().sum());
         }
-        match self.publish(frames, bucket, keys, &groups, &slots, &lens) {
-            Ok(etags) => Some(Ok(etags)),
+        let published = self.publish(frames, bucket, keys, &groups, &slots, &lens);
+        if published.is_err() {
+            // What did end stays (a revoke of it answers false); the rest is abandoned.
+            revoke_slots(frames, bucket, &groups, &slots);
+        }
+        Some(published)
+    }
+
+    /// A range for each key of a view put (`lens[i]` bytes for key `i`, on its group's
+    /// shard): a room held for its shard and length, or a put started now, one put-start per
+    /// shard for the keys without a room. `None` when a shard would not reserve (a per-user
+    /// limit, a full arena): what the others reserved is revoked, and so is every room held,
+    /// since rooms count against the limit the node's own copy of the put needs. An answer
+    /// that does not fit the request is an error, its reservations revoked.
+    fn reserve_for_views(
+        &self,
+        frames: &Frames,
+        bucket: &str,
+        keys: &[String],
+        groups: &[OnShard<'_>],
+        lens: &[u64],
+    ) -> Option<Result<Vec<Slot>, KvError>> {
+        let mut stale = Vec::new();
+        let mut slots: Vec<Option<Slot>> = vec![None; keys.len()];
+        for g in groups {
+            for &i in &g.idx {
+                slots[i] = self
+                    .rooms
+                    .take(g.shard, bucket, lens[i], &mut stale)
+                    .map(Slot::room);
+            }
+        }
+        revoke_rooms(frames, stale);
+        let starts: Vec<(usize, Vec<usize>)> = groups
+            .iter()
+            .map(|g| {
+                let idx: Vec<usize> = g
+                    .idx
+                    .iter()
+                    .copied()
+                    .filter(|&i| slots[i].is_none())
+                    .collect();
+                (g.shard, idx)
+            })
+            .filter(|(_, idx)| !idx.is_empty())
+            .collect();
+        let took = |slots: Vec<Option<Slot>>| slots.into_iter().flatten().filter_map(|s| s.room);
+        if starts.is_empty() {
+            return Some(Ok(slots.into_iter().flatten().collect()));
+        }
+        let calls = starts
+            .iter()
+            .map(|(shard, idx)| {
+                let request = PutStartRequest {
+                    blocks: idx
+                        .iter()
+                        .map(|&i| PutStartBlock {
+                            key: keys[i].clone(),
+                            len: lens[i],
+                        })
+                        .collect(),
+                    ttl_ms: Some(VIEW_TTL_MS),
+                };
+                kv_frame::encode_call(bucket, &request).map(|b| (*shard, b))
+            })
+            .collect::<Result<Vec<_>, _>>();
+        let asked = Instant::now();
+        let answers: Vec<Result<PutStartResponse, KvError>> = match calls
+            .map_err(|e| KvError::InvalidArgument(e.to_string()))
+            .and_then(|calls| frames.call_each_kept(FrameOp::Kv(KvOp::PutStart), &calls, false))
+        {
+            Ok(a) => a,
             Err(e) => {
-                // What did end stays (a revoke of it answers false); the rest is abandoned.
-                let all = reserved(&slots);
-                revoke(frames, bucket, all.iter().map(|(s, r)| (*s, r)));
-                Some(Err(e))
+                // Nothing was reserved: the rooms go back for later puts.
+                tracing::debug!(error = %e, "no reservations for a view put: the node copies");
+                revoke_rooms(frames, self.rooms.keep(took(slots)));
+                return None;
+            }
+        };
+        let granted = || {
+            starts
+                .iter()
+                .map(|(shard, _)| *shard)
+                .zip(&answers)
+                .filter_map(|(s, a)| Some((s, a.as_ref().ok()?)))
+        };
+        if let Some(Err(e)) = answers.iter().find(|a| a.is_err()) {
+            tracing::debug!(error = %e, "no reservations for a view put: the node copies");
+            revoke(frames, bucket, granted());
+            revoke_rooms(frames, took(slots).chain(self.rooms.drain()).collect());
+            return None;
+        }
+        let mut bad = None;
+        for ((_, idx), (_, answer)) in starts.iter().zip(granted()) {
+            if answer.puts.len() != idx.len() {
+                bad = Some(format!(
+                    "put-start answered {} puts for {} blocks",
+                    answer.puts.len(),
+                    idx.len()
+                ));
+            }
+            for (p, &i) in answer.puts.iter().zip(idx) {
+                if p.key != keys[i] {
+                    bad = Some(format!("put-start's answer for key {i} names another key"));
+                }
+                slots[i] = Some(Slot {
+                    put_id: p.put_id,
+                    descriptor: p.descriptor,
+                    asked,
+                    room: None,
+                });
+            }
+        }
+        match (bad, slots.iter().all(Option::is_some)) {
+            (None, true) => Some(Ok(slots.into_iter().flatten().collect())),
+            (why, _) => {
+                revoke(frames, bucket, granted());
+                revoke_rooms(frames, took(slots).collect());
+                let why = why.unwrap_or_else(|| "put-start left a key without a range".into());
+                Some(Err(KvError::InvalidResponse(why)))
             }
         }
     }
@@ -445,24 +434,15 @@ impl NodeClient {
         bucket: &str,
         keys: &[String],
         groups: &[OnShard<'_>],
-        slots: &[Option<Slot>],
+        slots: &[Slot],
         lens: &[u64],
     ) -> Result<Vec<String>, KvError> {
-        let slot = |i: usize| {
-            slots[i]
-                .as_ref()
-                .ok_or_else(|| KvError::InvalidResponse(format!("no range for key {i}")))
-        };
         let mut etags = vec![String::new(); keys.len()];
         if !frames.publishes() {
             let calls = groups
                 .iter()
                 .map(|g| {
-                    let put_ids = g
-                        .idx
-                        .iter()
-                        .map(|&i| Ok(slot(i)?.put_id))
-                        .collect::<Result<_, KvError>>()?;
+                    let put_ids = g.idx.iter().map(|&i| slots[i].put_id).collect();
                     let body = kv_frame::encode_call(bucket, &PutIdsRequest { put_ids })
                         .map_err(|e| KvError::InvalidArgument(e.to_string()))?;
                     Ok((g.shard, body))
@@ -481,13 +461,11 @@ impl NodeClient {
                 let puts = g
                     .idx
                     .iter()
-                    .map(|&i| {
-                        Ok(PublishPut {
-                            put_id: slot(i)?.put_id,
-                            key: keys[i].clone(),
-                        })
+                    .map(|&i| PublishPut {
+                        put_id: slots[i].put_id,
+                        key: keys[i].clone(),
                     })
-                    .collect::<Result<Vec<_>, KvError>>()?;
+                    .collect();
                 let rooms = if g.idx.len() <= ROOMS_PER_CALL {
                     let len = lens[g.idx[0]];
                     let n = self.rooms.room_for(g.idx.len(), len);
@@ -654,6 +632,26 @@ impl Slot {
             room: Some(h),
         }
     }
+}
+
+/// Best effort: revokes every range of a view put (started puts and rooms alike), by shard.
+fn revoke_slots(frames: &Frames, bucket: &str, groups: &[OnShard<'_>], slots: &[Slot]) {
+    let by_shard: Vec<(usize, PutStartResponse)> = groups
+        .iter()
+        .map(|g| {
+            let puts = g
+                .idx
+                .iter()
+                .map(|&i| yutu_api::kv::StartedPut {
+                    key: String::new(),
+                    put_id: slots[i].put_id,
+                    descriptor: slots[i].descriptor,
+                })
+                .collect();
+            (g.shard, PutStartResponse { puts, ttl_ms: 0 })
+        })
+        .collect();
+    revoke(frames, bucket, by_shard.iter().map(|(s, r)| (*s, r)));
 }
 
 /// Puts one shard's ETags (`answer`, for the keys `idx` of the call) in their places.
