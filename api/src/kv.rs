@@ -859,6 +859,47 @@ mod tests {
     }
 
     #[test]
+    fn publish() {
+        let req = PublishRequest {
+            puts: vec![PublishPut {
+                put_id: 9,
+                key: "blk-1".into(),
+            }],
+            rooms: vec![1 << 20],
+            ttl_ms: None,
+        };
+        exact(
+            &req,
+            r#"{"puts":[{"put_id":9,"key":"blk-1"}],"rooms":[1048576]}"#,
+        );
+        // Rooms alone; no rooms is no field.
+        let rooms: PublishRequest = serde_json::from_str(r#"{"rooms":[4096]}"#).unwrap();
+        assert!(rooms.puts.is_empty() && rooms.rooms == [4096]);
+        exact(
+            &PublishRequest {
+                rooms: Vec::new(),
+                ..req.clone()
+            },
+            r#"{"puts":[{"put_id":9,"key":"blk-1"}]}"#,
+        );
+        assert!(serde_json::from_str::<PublishRequest>(r#"{"rooms":[1],"room":[2]}"#).is_err());
+        let resp = PublishResponse {
+            etags: vec!["\"e\"".into()],
+            rooms: vec![Room {
+                put_id: 10,
+                descriptor: desc(0, 1 << 20),
+            }],
+            ttl_ms: 5000,
+        };
+        round_trip(&resp);
+        // An answer of a node that reserved no room may leave the list out.
+        let bare: PublishResponse = serde_json::from_str(r#"{"etags":["x"]}"#).unwrap();
+        assert!(bare.rooms.is_empty());
+        assert_eq!(KvOp::from_name("publish"), Some(KvOp::Publish));
+        assert!(!KvOp::Publish.is_read());
+    }
+
+    #[test]
     fn put_start() {
         let req = PutStartRequest {
             blocks: vec![PutStartBlock {

@@ -462,6 +462,31 @@ pub struct FramesInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_welcome_says_publish_only_when_the_node_takes_it() {
+        // What a node from before publish sends.
+        #[derive(Serialize)]
+        struct Older {
+            shard: u32,
+            shards: u32,
+        }
+        let old: Welcome = decode(
+            &encode(&Older {
+                shard: 0,
+                shards: 2,
+            })
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!((old.shard, old.shards, old.publish), (0, 2, false));
+        let new = Welcome {
+            shard: 1,
+            shards: 2,
+            publish: true,
+        };
+        assert_eq!(decode::<Welcome>(&encode(&new).unwrap()).unwrap(), new);
+    }
     use crate::kv::{ExistsResponse, KeysRequest};
 
     /// A node older than the read limit says nothing of it: its frames info reads as not

@@ -7,7 +7,8 @@
 use libfuzzer_sys::fuzz_target;
 use yutu_api::kv::{
     CopiedResponse, EtagsResponse, ExistsResponse, GetIntoRequest, GetResponse, KeysRequest,
-    PutFromRequest, PutIdsRequest, PutStartRequest, PutStartResponse, ReleaseRequest,
+    PublishRequest, PublishResponse, PutFromRequest, PutIdsRequest, PutStartRequest,
+    PutStartResponse, ReleaseRequest,
 };
 use yutu_api::kv_frame::{
     decode, encode, split_call, FrameFailure, FramesInfo, Header, Hello, PresenceGrant,
@@ -26,6 +27,7 @@ fuzz_target!(|data: &[u8]| {
         round_trip::<KeysRequest>(request);
         round_trip::<PutStartRequest>(request);
         round_trip::<PutIdsRequest>(request);
+        round_trip::<PublishRequest>(request);
         round_trip::<GetIntoRequest>(request);
         round_trip::<PutFromRequest>(request);
         round_trip::<ReadRequest>(request);
@@ -43,6 +45,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = decode::<GetResponse>(body);
     let _ = decode::<CopiedResponse>(body);
     let _ = decode::<PutStartResponse>(body);
+    let _ = decode::<PublishResponse>(body);
     let _ = decode::<PresenceGrant>(body);
     presence_table(body);
 });

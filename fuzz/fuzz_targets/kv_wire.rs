@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use yutu_api::kv::{GetIntoRequest, PeerRequest, PutFromRequest, PutStartRequest};
+use yutu_api::kv::{GetIntoRequest, PeerRequest, PublishRequest, PutFromRequest, PutStartRequest};
 use yutu_transfer::transport::tcp::wire::{Frame, REQUEST_LEN};
 use yutu_transfer::SegmentDescriptor;
 
@@ -27,6 +27,7 @@ fuzz_target!(|data: &[u8]| {
         check_parts(r.parts.as_deref(), r.blocks.len());
     }
     let _ = serde_json::from_slice::<PutStartRequest>(data);
+    let _ = serde_json::from_slice::<PublishRequest>(data);
 });
 
 /// Grouped spans cover every span once, in order, with no empty group.

@@ -33,6 +33,10 @@ pub(super) const MAX_HELD_BYTES: u64 = 64 << 20;
 /// A call asks for rooms only when a shard's part of it has at most this many blocks.
 pub(super) const ROOMS_PER_CALL: usize = 4;
 
+/// How many recent put lengths are remembered: rooms are asked for only for a length that
+/// came before among them (a room fits one exact length).
+const RECENT_LENS: usize = 8;
+
 /// A room held here: its shard and bucket, and when it was asked for.
 #[derive(Debug, Clone)]
 pub(super) struct Held {
@@ -59,6 +63,8 @@ pub(super) struct Rooms {
     held: Mutex<Vec<Held>>,
     /// Rooms taken for puts (each a put in one call).
     taken: AtomicU64,
+    /// The last [`RECENT_LENS`] lengths put, newest last.
+    recent: Mutex<Vec<u64>>,
 }
 
 impl Rooms {
@@ -91,6 +97,18 @@ impl Rooms {
             i += 1;
         }
         None
+    }
+
+    /// Notes a put of `len` bytes; whether the length came before among the recent ones. A
+    /// client whose lengths do not repeat would only fill the pool with rooms no put fits.
+    pub fn repeats(&self, len: u64) -> bool {
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = recent.contains(&len);
+        if recent.len() == RECENT_LENS {
+            recent.remove(0);
+        }
+        recent.push(len);
+        seen
     }
 
     /// How many rooms of `len` bytes a call may ask for, at most `want`: what fits under the
@@ -203,6 +221,17 @@ mod tests {
         assert!(rooms.take(1, "b", 10, &mut stale).is_none());
         assert_eq!(stale.len(), 1);
         assert_eq!(rooms.count(), 1);
+    }
+
+    #[test]
+    fn rooms_are_for_lengths_that_repeat() {
+        let rooms = Rooms::default();
+        assert!(!rooms.repeats(10), "a first length");
+        assert!(rooms.repeats(10));
+        for len in 100..100 + RECENT_LENS as u64 {
+            assert!(!rooms.repeats(len), "lengths that never repeat");
+        }
+        assert!(!rooms.repeats(10), "forgotten after {RECENT_LENS} others");
     }
 
     #[test]

@@ -466,10 +466,19 @@ impl NodeClient {
                         key: keys[i].clone(),
                     })
                     .collect();
+                // Rooms for the lengths of a small call that came before: what the next puts
+                // of the same shape take.
                 let rooms = if g.idx.len() <= ROOMS_PER_CALL {
-                    let len = lens[g.idx[0]];
-                    let n = self.rooms.room_for(g.idx.len(), len);
-                    g.idx.iter().take(n).map(|&i| lens[i]).collect()
+                    let again: Vec<u64> = g
+                        .idx
+                        .iter()
+                        .map(|&i| lens[i])
+                        .filter(|&len| self.rooms.repeats(len))
+                        .collect();
+                    let n = again
+                        .first()
+                        .map_or(0, |&len| self.rooms.room_for(again.len(), len));
+                    again.into_iter().take(n).collect()
                 } else {
                     Vec::new()
                 };
