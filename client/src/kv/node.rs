@@ -83,7 +83,7 @@ impl Drop for NodeClient {
     fn drop(&mut self) {
         // Rooms are the user's, not the session's: given back now rather than at their ttl.
         if let Some(frames) = &self.frames {
-            super::rooms::revoke_rooms(frames, self.rooms.drain());
+            super::rooms::revoke_rooms(frames, self.rooms.drain(), true);
         }
         if self.session.is_empty() {
             return;

@@ -154,8 +154,12 @@ impl Rooms {
     }
 }
 
-/// Best effort: revokes rooms this client will not use (stale, or past the pool's bounds).
-pub(super) fn revoke_rooms(frames: &Frames, rooms: Vec<Held>) {
+/// Best effort: revokes rooms this client will not use (stale, past the pool's bounds, or
+/// all of them as it goes). With `wait`, each shard's answer is read before this returns (the
+/// rooms are back in the user's limit by then); without, the calls are only sent, and their
+/// answers read before the connections' next calls (a put does not wait for a clean-up).
+/// Rooms not revoked end at their ttl.
+pub(super) fn revoke_rooms(frames: &Frames, rooms: Vec<Held>, wait: bool) {
     if rooms.is_empty() {
         return;
     }
@@ -165,15 +169,26 @@ pub(super) fn revoke_rooms(frames: &Frames, rooms: Vec<Held>) {
             .or_default()
             .push(h.room.put_id);
     }
-    for ((shard, bucket), put_ids) in by {
-        let Ok(body) = kv_frame::encode_call(&bucket, &PutIdsRequest { put_ids }) else {
-            continue;
-        };
-        if let Err(e) =
-            frames.call_each::<RevokeResponse>(FrameOp::Kv(KvOp::Revoke), &[(shard, body)], false)
-        {
-            tracing::debug!(error = %e, "rooms were not revoked: they expire");
-        }
+    let calls: Vec<(usize, Vec<u8>)> = by
+        .into_iter()
+        .filter_map(|((shard, bucket), put_ids)| {
+            let body = kv_frame::encode_call(&bucket, &PutIdsRequest { put_ids }).ok()?;
+            Some((shard, body))
+        })
+        .collect();
+    let op = FrameOp::Kv(KvOp::Revoke);
+    let sent = if wait {
+        // One call at a time: two buckets' rooms may be on one shard.
+        calls.iter().try_for_each(|c| {
+            frames
+                .call_each::<RevokeResponse>(op, std::slice::from_ref(c), false)
+                .map(drop)
+        })
+    } else {
+        frames.send_each(op, &calls)
+    };
+    if let Err(e) = sent {
+        tracing::debug!(error = %e, "rooms were not revoked: they expire");
     }
 }
 

@@ -332,7 +332,7 @@ impl NodeClient {
                     .map(Slot::room);
             }
         }
-        revoke_rooms(frames, stale);
+        revoke_rooms(frames, stale, false);
         let starts: Vec<(usize, Vec<usize>)> = groups
             .iter()
             .map(|g| {
@@ -375,7 +375,7 @@ impl NodeClient {
             Err(e) => {
                 // Nothing was reserved: the rooms go back for later puts.
                 tracing::debug!(error = %e, "no reservations for a view put: the node copies");
-                revoke_rooms(frames, self.rooms.keep(took(slots)));
+                revoke_rooms(frames, self.rooms.keep(took(slots)), false);
                 return None;
             }
         };
@@ -389,7 +389,11 @@ impl NodeClient {
         if let Some(Err(e)) = answers.iter().find(|a| a.is_err()) {
             tracing::debug!(error = %e, "no reservations for a view put: the node copies");
             revoke(frames, bucket, granted());
-            revoke_rooms(frames, took(slots).chain(self.rooms.drain()).collect());
+            revoke_rooms(
+                frames,
+                took(slots).chain(self.rooms.drain()).collect(),
+                true,
+            );
             return None;
         }
         let mut bad = None;
@@ -417,7 +421,7 @@ impl NodeClient {
             (None, true) => Some(Ok(slots.into_iter().flatten().collect())),
             (why, _) => {
                 revoke(frames, bucket, granted());
-                revoke_rooms(frames, took(slots).collect());
+                revoke_rooms(frames, took(slots).collect(), false);
                 let why = why.unwrap_or_else(|| "put-start left a key without a range".into());
                 Some(Err(KvError::InvalidResponse(why)))
             }
@@ -508,7 +512,7 @@ impl NodeClient {
                 failure = Some(e);
             }
         }
-        revoke_rooms(frames, self.rooms.keep(given));
+        revoke_rooms(frames, self.rooms.keep(given), false);
         match failure {
             Some(e) => Err(e),
             None => Ok(etags),
