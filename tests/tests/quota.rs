@@ -304,6 +304,43 @@ fn kv_puts_are_held_to_the_quota() {
     assert_eq!(c.delete("/kvq/b2").status, 204);
     assert_eq!(usage(&c, "kvq"), 0);
 
+    // Rooms (puts started before their key is known) hold the quota as started puts do: of
+    // three asked, two fit and are answered, and the call still succeeds; revoked, they give
+    // it back.
+    let r = post(
+        "/v1/kv/kvq/publish",
+        &json!({ "rooms": [30 * KIB, 30 * KIB, 30 * KIB] }),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let given: Value = serde_json::from_slice(&r.body).unwrap();
+    let rooms: Vec<Value> = given["rooms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["put_id"].clone())
+        .collect();
+    assert_eq!(rooms.len(), 2, "{given}");
+    let r = post("/v1/kv/kvq/put-start", &json!({ "blocks": blocks[2..] }));
+    assert!(
+        refused(&r),
+        "rooms hold the quota: {} {}",
+        r.status,
+        r.text()
+    );
+    let r = post("/v1/kv/kvq/revoke", &json!({ "put_ids": rooms }));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = post("/v1/kv/kvq/put-start", &json!({ "blocks": blocks[..2] }));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let started: Value = serde_json::from_slice(&r.body).unwrap();
+    let ids: Vec<Value> = started["puts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["put_id"].clone())
+        .collect();
+    let r = post("/v1/kv/kvq/revoke", &json!({ "put_ids": ids }));
+    assert_eq!(r.status, 200, "{}", r.text());
+
     // put-from through a registered buffer: each block admitted on its own.
     let dir = tempfile::tempdir().unwrap();
     let (engine, buf) = client_engine(0x9a, dir.path(), None, 256 * KIB);
