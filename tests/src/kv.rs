@@ -25,6 +25,22 @@ pub fn client_engine(
     (engine, buf)
 }
 
+/// A client engine (node id `id`, a registered 4 MiB buffer) peered with the node's engine,
+/// whose address `who` asked the node for (`GET /v1/kv/engine`, signed).
+pub fn engine_of(
+    server: &crate::Server,
+    who: &yutu_client::Credentials,
+    id: u64,
+) -> (TransferEngine, LocalSegment) {
+    let dir = tempfile::tempdir().expect("dir");
+    let (engine, buf) = client_engine(id, dir.path(), None, 4 << 20);
+    let r = crate::users::send_as(server, who, "GET", "/v1/kv/engine", b"");
+    let addr: yutu_transfer::NodeAddress =
+        serde_json::from_slice(&r.body).unwrap_or_else(|_| panic!("{}", r.text()));
+    engine.add_peer(addr);
+    (engine, buf)
+}
+
 /// Re-runs this test binary for just the test `name`, with `env` set to `url` (the child test
 /// does nothing unless it finds that variable).
 pub fn spawn_self(name: &str, env: &str, url: &str) -> Child {

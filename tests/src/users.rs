@@ -58,6 +58,36 @@ pub fn node_with_token_key(kid: &str, secret: &str, args: &[&str]) -> Server {
     )
 }
 
+/// A two-shard node with 256 MiB of DRAM and no NVMe tier, plus `extra`, that takes tokens
+/// signed with `secret` under `kid`, with `bucket` created by the admin token `admin`.
+pub fn token_node_with_bucket(
+    kid: &str,
+    secret: &str,
+    admin: &str,
+    bucket: &str,
+    extra: &[&str],
+) -> Server {
+    let mut args = vec![
+        "--memory",
+        "256MiB",
+        "--shards",
+        "2",
+        "--nvme-capacity",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    let server = node_with_token_key(kid, secret, &args);
+    let auth = format!("Bearer {admin}");
+    let r = server.client().send(
+        "PUT",
+        &format!("/{bucket}"),
+        &[("authorization", auth.as_str())],
+        Some(b""),
+    );
+    assert_eq!(r.status, 200, "creating the bucket: {}", r.text());
+    server
+}
+
 /// A bearer token for subject `engine`, signed with `secret` under key id `kid`: `scopes` in
 /// the command line's `BUCKET:ACCESS` form, an admin token or not, valid for `ttl`.
 pub fn token_signed(

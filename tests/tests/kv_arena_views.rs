@@ -17,7 +17,7 @@ use yutu_api::kv_frame::{
 };
 use yutu_client::kv::{KvClient, KvOptions};
 use yutu_tests::kv::read_frame;
-use yutu_tests::users::{node_with_token_key, token_signed};
+use yutu_tests::users::{token_node_with_bucket, token_signed};
 use yutu_tests::{pattern, Server};
 
 const KEY: &str = "arena-views-secret-0123456789abcdef-01234";
@@ -43,25 +43,7 @@ fn node(extra: &[&str]) -> Server {
 
 /// As [`node`], the arenas left to fault in as the node writes them.
 fn lazy_node(extra: &[&str]) -> Server {
-    let mut args = vec![
-        "--memory",
-        "256MiB",
-        "--shards",
-        "2",
-        "--nvme-capacity",
-        "0",
-    ];
-    args.extend_from_slice(extra);
-    let server = node_with_token_key(KID, KEY, &args);
-    let auth = format!("Bearer {}", admin());
-    let r = server.client().send(
-        "PUT",
-        "/views",
-        &[("authorization", auth.as_str())],
-        Some(b""),
-    );
-    assert_eq!(r.status, 200, "creating the bucket: {}", r.text());
-    server
+    token_node_with_bucket(KID, KEY, &admin(), "views", extra)
 }
 
 fn client(url: &str, token: String) -> KvClient {

@@ -11,11 +11,13 @@ use serde_json::{json, Value};
 use yutu_api::kv::{parse_shard_header, SHARD_HEADER};
 use yutu_client::kv::{KvClient, KvOptions};
 use yutu_client::Credentials;
-use yutu_tests::kv::client_engine;
+use yutu_tests::kv::engine_of as engine;
 use yutu_tests::server::wait_until;
-use yutu_tests::users::{alice, bob, node_with_token_key, node_with_users, send_as, token_signed};
+use yutu_tests::users::{
+    alice, bob, node_with_users, send_as, token_node_with_bucket, token_signed,
+};
 use yutu_tests::{pattern, Reply, Server};
-use yutu_transfer::{NodeAddress, SegmentDescriptor, TransferEngine, TransferRequest};
+use yutu_transfer::{SegmentDescriptor, TransferRequest};
 
 const BLOCK: usize = 1 << 20;
 
@@ -46,21 +48,6 @@ fn refused(server: &Server, who: &Credentials, path: &str, body: Value) -> (u16,
 
 fn desc(v: &Value) -> SegmentDescriptor {
     serde_json::from_value(v.clone()).expect("a descriptor")
-}
-
-/// A client engine of `who` with a 4 MiB buffer, peered with the node's.
-fn engine(
-    server: &Server,
-    who: &Credentials,
-    id: u64,
-) -> (TransferEngine, yutu_transfer::LocalSegment) {
-    let dir = tempfile::tempdir().expect("dir");
-    let (engine, buf) = client_engine(id, dir.path(), None, 4 << 20);
-    let r = send_as(server, who, "GET", "/v1/kv/engine", b"");
-    let addr: NodeAddress =
-        serde_json::from_slice(&r.body).unwrap_or_else(|_| panic!("{}", r.text()));
-    engine.add_peer(addr);
-    (engine, buf)
 }
 
 /// The first key `PREFIX-i` of `bucket` that shard `shard` of `shards` owns, or does not.
@@ -298,25 +285,7 @@ fn token() -> String {
 
 /// A two-shard node taking tokens signed with `SECRET`, bucket `rooms` created.
 fn token_node(extra: &[&str]) -> Server {
-    let mut args = vec![
-        "--memory",
-        "256MiB",
-        "--shards",
-        "2",
-        "--nvme-capacity",
-        "0",
-    ];
-    args.extend_from_slice(extra);
-    let server = node_with_token_key(KID, SECRET, &args);
-    let auth = format!("Bearer {}", token());
-    let r = server.client().send(
-        "PUT",
-        "/rooms",
-        &[("authorization", auth.as_str())],
-        Some(b""),
-    );
-    assert_eq!(r.status, 200, "creating the bucket: {}", r.text());
-    server
+    token_node_with_bucket(KID, SECRET, &token(), "rooms", extra)
 }
 
 fn kv_client(server: &Server) -> KvClient {

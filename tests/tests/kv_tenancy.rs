@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 use yutu_api::kv::GetResponse;
 use yutu_client::Credentials;
-use yutu_tests::kv::client_engine;
+use yutu_tests::kv::engine_of as engine;
 use yutu_tests::users::{alice, bob, node_with_users, send_as};
 use yutu_tests::{pattern, Server};
 use yutu_transfer::{
@@ -21,21 +21,6 @@ fn kv(server: &Server, who: &Credentials, path: &str, body: Value) -> Value {
 
 fn desc(v: &Value) -> SegmentDescriptor {
     serde_json::from_value(v.clone()).expect("a descriptor")
-}
-
-/// A client engine of `who`, peered with the node's.
-fn engine(
-    server: &Server,
-    who: &Credentials,
-    id: u64,
-) -> (TransferEngine, yutu_transfer::LocalSegment) {
-    let dir = tempfile::tempdir().expect("dir");
-    let (engine, buf) = client_engine(id, dir.path(), None, 4 << 20);
-    let r = send_as(server, who, "GET", "/v1/kv/engine", b"");
-    let addr: NodeAddress =
-        serde_json::from_slice(&r.body).unwrap_or_else(|_| panic!("{}", r.text()));
-    engine.add_peer(addr);
-    (engine, buf)
 }
 
 fn refusal(err: TransferError) -> Option<Refusal> {

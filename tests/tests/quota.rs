@@ -260,6 +260,15 @@ fn objects_evicted_from_a_cache_bucket_free_its_quota() {
     assert_eq!(c.put("/cache/after", &pattern(MIB, 99)).status, 200);
 }
 
+/// The put ids of a put-start's `puts` or a publish's `rooms`.
+fn put_ids(list: &Value) -> Vec<Value> {
+    list.as_array()
+        .expect("a list")
+        .iter()
+        .map(|p| p["put_id"].clone())
+        .collect()
+}
+
 #[test]
 fn kv_puts_are_held_to_the_quota() {
     let server = Server::start(&["--memory", "64MiB", "--shards", "2"]);
@@ -282,12 +291,7 @@ fn kv_puts_are_held_to_the_quota() {
     let r = post("/v1/kv/kvq/put-start", &json!({ "blocks": blocks[..2] }));
     assert_eq!(r.status, 200, "{}", r.text());
     let started: Value = serde_json::from_slice(&r.body).unwrap();
-    let ids: Vec<Value> = started["puts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["put_id"].clone())
-        .collect();
+    let ids = put_ids(&started["puts"]);
     // Started puts hold their quota until they end: a third block does not fit meanwhile.
     let r = post("/v1/kv/kvq/put-start", &json!({ "blocks": blocks[2..] }));
     assert!(refused(&r), "{} {}", r.status, r.text());
@@ -313,12 +317,7 @@ fn kv_puts_are_held_to_the_quota() {
     );
     assert_eq!(r.status, 200, "{}", r.text());
     let given: Value = serde_json::from_slice(&r.body).unwrap();
-    let rooms: Vec<Value> = given["rooms"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["put_id"].clone())
-        .collect();
+    let rooms = put_ids(&given["rooms"]);
     assert_eq!(rooms.len(), 2, "{given}");
     let r = post("/v1/kv/kvq/put-start", &json!({ "blocks": blocks[2..] }));
     assert!(
@@ -332,12 +331,7 @@ fn kv_puts_are_held_to_the_quota() {
     let r = post("/v1/kv/kvq/put-start", &json!({ "blocks": blocks[..2] }));
     assert_eq!(r.status, 200, "{}", r.text());
     let started: Value = serde_json::from_slice(&r.body).unwrap();
-    let ids: Vec<Value> = started["puts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["put_id"].clone())
-        .collect();
+    let ids = put_ids(&started["puts"]);
     let r = post("/v1/kv/kvq/revoke", &json!({ "put_ids": ids }));
     assert_eq!(r.status, 200, "{}", r.text());
 
