@@ -133,7 +133,7 @@ def plan(quick: bool) -> dict:
         big_prepared=4, big_put=16, big_get=64,  # 128 MiB read set; 512 MiB written per rep
         small_prepared=16, small_put=32, small_get=96,  # 4096 keys read set
         lat_keys=64, lat_iters=2000,
-        mp_iters=16, stress_per_thread=25,
+        mp_iters=16, stress_per_thread=100,
         multi_prepared=2, multi_put=8, multi_get=32, lmcache_keys=16, lmcache_get=32,
     )
 
