@@ -13,6 +13,7 @@
 //! written only within half its ttl of being asked for, as a started put is (`view_calls`):
 //! older ones are revoked, and the node takes back what is never published at its ttl.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -155,40 +156,52 @@ impl Rooms {
 }
 
 /// Best effort: revokes rooms this client will not use (stale, past the pool's bounds, or
-/// all of them as it goes). With `wait`, each shard's answer is read before this returns (the
-/// rooms are back in the user's limit by then); without, the calls are only sent, and their
-/// answers read before the connections' next calls (a put does not wait for a clean-up).
-/// Rooms not revoked end at their ttl.
+/// all of them as it goes), as [`revoke_puts`] does, a bucket at a time.
 pub(super) fn revoke_rooms(frames: &Frames, rooms: Vec<Held>, wait: bool) {
-    if rooms.is_empty() {
-        return;
-    }
-    let mut by: std::collections::BTreeMap<(usize, String), Vec<u64>> = Default::default();
+    let mut by: BTreeMap<String, BTreeMap<usize, Vec<u64>>> = BTreeMap::new();
     for h in rooms {
-        by.entry((h.shard, h.bucket))
+        by.entry(h.bucket)
+            .or_default()
+            .entry(h.shard)
             .or_default()
             .push(h.room.put_id);
     }
-    let calls: Vec<(usize, Vec<u8>)> = by
+    for (bucket, by_shard) in by {
+        revoke_puts(frames, &bucket, by_shard, wait);
+    }
+}
+
+/// Best effort: revokes `bucket`'s started puts and rooms, given as (shard, put ids), one call
+/// per shard (distinct shards), every call sent before any answer is read. With `wait` the
+/// answers are read before this returns (the ranges are back in the user's limit by then);
+/// without, their answers are read before the connections' next calls (a put does not wait
+/// for a clean-up). What is not revoked ends at its ttl.
+pub(super) fn revoke_puts(
+    frames: &Frames,
+    bucket: &str,
+    by_shard: impl IntoIterator<Item = (usize, Vec<u64>)>,
+    wait: bool,
+) {
+    let calls: Vec<(usize, Vec<u8>)> = by_shard
         .into_iter()
-        .filter_map(|((shard, bucket), put_ids)| {
-            let body = kv_frame::encode_call(&bucket, &PutIdsRequest { put_ids }).ok()?;
+        .filter(|(_, put_ids)| !put_ids.is_empty())
+        .filter_map(|(shard, put_ids)| {
+            let body = kv_frame::encode_call(bucket, &PutIdsRequest { put_ids }).ok()?;
             Some((shard, body))
         })
         .collect();
+    if calls.is_empty() {
+        return;
+    }
     let op = FrameOp::Kv(KvOp::Revoke);
-    let sent = if wait {
-        // One call at a time: two buckets' rooms may be on one shard.
-        calls.iter().try_for_each(|c| {
-            frames
-                .call_each::<RevokeResponse>(op, std::slice::from_ref(c), false)
-                .map(drop)
-        })
-    } else {
-        frames.send_each(op, &calls)
+    let sent = match wait {
+        true => frames
+            .call_each::<RevokeResponse>(op, &calls, false)
+            .map(drop),
+        false => frames.send_each(op, &calls),
     };
     if let Err(e) = sent {
-        tracing::debug!(error = %e, "rooms were not revoked: they expire");
+        tracing::debug!(error = %e, "puts were not revoked: they expire");
     }
 }
 

@@ -14,14 +14,14 @@ use std::time::{Duration, Instant};
 use yutu_api::kv::{
     CopiedResponse, EtagsResponse, GetIntoRequest, GetResponse, KeysRequest, KvOp, PublishPut,
     PublishRequest, PublishResponse, PutFromBlock, PutIdsRequest, PutStartBlock, PutStartRequest,
-    PutStartResponse, ReleaseRequest, RevokeResponse,
+    PutStartResponse, ReleaseRequest,
 };
 use yutu_api::kv_frame::{self, FrameOp};
 
 use super::arena::{self, Piece, View, VIEW_MIN, VIEW_MIN_BLOCK, VIEW_TTL_MS};
 use super::frames::Frames;
 use super::node::{shard_groups, NodeClient};
-use super::rooms::{revoke_rooms, Held, ROOMS_PER_CALL};
+use super::rooms::{revoke_puts, revoke_rooms, Held, ROOMS_PER_CALL};
 use super::{Buffer, KvError, PutMode, PutOptions};
 
 /// Each key's ranges as a range of the call's `total`: `parts[i]` each,
@@ -608,21 +608,8 @@ fn revoke<'a>(
     bucket: &str,
     started: impl Iterator<Item = (usize, &'a PutStartResponse)>,
 ) {
-    let calls: Vec<(usize, Vec<u8>)> = started
-        .filter(|(_, s)| !s.puts.is_empty())
-        .filter_map(|(shard, s)| {
-            let request = PutIdsRequest {
-                put_ids: s.puts.iter().map(|p| p.put_id).collect(),
-            };
-            Some((shard, kv_frame::encode_call(bucket, &request).ok()?))
-        })
-        .collect();
-    if calls.is_empty() {
-        return;
-    }
-    if let Err(e) = frames.call_each::<RevokeResponse>(FrameOp::Kv(KvOp::Revoke), &calls, false) {
-        tracing::debug!(error = %e, "a view put's reservations were not revoked: they expire");
-    }
+    let by_shard = started.map(|(shard, s)| (shard, s.puts.iter().map(|p| p.put_id).collect()));
+    revoke_puts(frames, bucket, by_shard, true);
 }
 
 /// Where a key's bytes go in a view put: a put it started or a room it took.
@@ -649,22 +636,10 @@ impl Slot {
 
 /// Best effort: revokes every range of a view put (started puts and rooms alike), by shard.
 fn revoke_slots(frames: &Frames, bucket: &str, groups: &[OnShard<'_>], slots: &[Slot]) {
-    let by_shard: Vec<(usize, PutStartResponse)> = groups
+    let by_shard = groups
         .iter()
-        .map(|g| {
-            let puts = g
-                .idx
-                .iter()
-                .map(|&i| yutu_api::kv::StartedPut {
-                    key: String::new(),
-                    put_id: slots[i].put_id,
-                    descriptor: slots[i].descriptor,
-                })
-                .collect();
-            (g.shard, PutStartResponse { puts, ttl_ms: 0 })
-        })
-        .collect();
-    revoke(frames, bucket, by_shard.iter().map(|(s, r)| (*s, r)));
+        .map(|g| (g.shard, g.idx.iter().map(|&i| slots[i].put_id).collect()));
+    revoke_puts(frames, bucket, by_shard, true);
 }
 
 /// Puts one shard's ETags (`answer`, for the keys `idx` of the call) in their places.

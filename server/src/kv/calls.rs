@@ -265,14 +265,14 @@ pub async fn publish(
     if req.puts.is_empty() && req.rooms.is_empty() {
         return Err(KvError::invalid("A publish names a put or a room."));
     }
+    for p in &req.puts {
+        validate_object_key(&p.key)?;
+    }
     let puts: Vec<(u64, Option<String>)> = req
         .puts
         .into_iter()
         .map(|p| (p.put_id, Some(p.key)))
         .collect();
-    for (_, key) in &puts {
-        validate_object_key(key.as_deref().unwrap_or_default())?;
-    }
     let here = caller.here;
     check_lens(here, req.rooms.iter().map(|len| ("(a room)", *len)))?;
     let etags = if puts.is_empty() {
