@@ -171,6 +171,35 @@ fn bodies_over_the_limits() {
     assert!(c.get("/big/limit").body == limit);
 }
 
+/// A body refused from its announced length is answered before it is read; a client that
+/// goes on writing it (as most do: they read the answer once the body is sent) must be able
+/// to, and then read why it was refused. The node lingers, reading and dropping the rest
+/// (bounded), instead of closing a socket with bytes unread, which resets the connection:
+/// the client's write failed with a broken pipe, every time at 8 MiB.
+#[test]
+fn a_body_refused_before_it_is_read_can_still_be_sent() {
+    let server = Server::start(&["--memory", "8MiB", "--max-object-size", "1MiB"]);
+    let c = server.client();
+    c.mb("linger");
+    for len in [(1usize << 20) + 1, 8 << 20] {
+        let mut s = TcpStream::connect(server.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+        let head = format!("PUT /linger/over HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\r\n");
+        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(&vec![3u8; len])
+            .unwrap_or_else(|e| panic!("writing a refused body of {len} bytes: {e}"));
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer)
+            .unwrap_or_else(|e| panic!("reading the answer after {len} bytes: {e}"));
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(answer.contains("<Code>EntityTooLarge</Code>"), "{answer}");
+    }
+    assert_eq!(c.get("/linger/over").status, 404);
+    assert_alive(&c);
+}
+
 #[test]
 fn object_larger_than_a_shard_is_refused_clearly() {
     // 8 MiB over 2 shards: each shard holds 4 MiB.

@@ -39,6 +39,13 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// A client must send a complete request head within this time (slow-loris protection).
 pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// After a connection's last answer, what the client still sends is read and dropped for at
+/// most this long before the socket closes (see [`linger`]).
+pub const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// ... and at most this many bytes of it.
+pub const LINGER_BYTES: usize = 64 << 20;
+
 /// What every connection of a listener shares: the token verifier and, with TLS, the
 /// acceptor.
 #[derive(Clone)]
@@ -130,29 +137,72 @@ async fn serve_connection<S>(
         if let Some(ip) = client {
             req.extensions_mut().insert(ClientAddr(ip));
         }
-        handle(shard.clone(), tokens.clone(), cluster.clone(), req)
+        // Boxed: the connection is polled without its shutdown (below), which needs a
+        // request's future to be movable.
+        Box::pin(handle(shard.clone(), tokens.clone(), cluster.clone(), req))
     });
-    let conn = hyper::server::conn::http1::Builder::new()
+    let mut conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
         .timer(GlommioTimer)
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .serve_connection(HyperStream(stream), svc);
-    let mut conn = std::pin::pin!(conn);
-    let served = futures_lite::future::or(async { Some(conn.as_mut().await) }, async {
-        stop.stopped().await;
-        None
-    })
+    let served = futures_lite::future::or(
+        async { Some(std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)).await) },
+        async {
+            stop.stopped().await;
+            None
+        },
+    )
     .await;
     let result = match served {
         Some(r) => r,
         None => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
+            // The node stops: no lingering.
+            std::pin::Pin::new(&mut conn).graceful_shutdown();
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            return;
         }
     };
-    if let Err(e) = result {
+    if let Err(e) = &result {
         tracing::debug!(error = %e, "connection ended with an error");
     }
+    linger(conn.into_parts().io.0, &stop).await;
+}
+
+/// Closes a connection whose last answer is sent: shuts its write side, then reads and drops
+/// what the client still sends until it closes too, for at most [`LINGER_TIME`] and
+/// [`LINGER_BYTES`] (and not past the node's stop).
+///
+/// An answer sent before its request's body was read (a body over the size limit or the
+/// quota, a refused signature) leaves the rest of the body on its way. A socket closed with
+/// bytes unread makes the kernel reset the connection, and a client still writing the body
+/// then fails with a broken pipe, or loses the answer already sent: it never learns why it
+/// was refused. Lingering as web servers do lets it finish writing and read the answer.
+async fn linger<S>(mut stream: S, stop: &crate::node::shutdown::StopSignal)
+where
+    S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+{
+    use futures_lite::{AsyncReadExt as _, AsyncWriteExt as _};
+    // Flushes what is buffered and shuts the write side (the client reads the end).
+    if stream.close().await.is_err() {
+        return;
+    }
+    let drain = async {
+        let mut buf = vec![0u8; 16 << 10];
+        let mut left = LINGER_BYTES;
+        while left > 0 {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    futures_lite::future::or(drain, async {
+        stop.sleep(LINGER_TIME).await;
+    })
+    .await;
 }
 
 /// What a connection past `--max-connections` is told before it is closed (within a second:
