@@ -70,6 +70,15 @@ enum Auth {
     Keys(Credentials),
 }
 
+/// The memory arguments of a put, as the Python half passes them (see `_put_spans`).
+struct Spans {
+    ptrs: Vec<usize>,
+    sizes: Vec<u64>,
+    checked: Vec<bool>,
+    /// Per span its GPU (`None`: host memory); empty: all host memory.
+    devices: Vec<Option<u32>>,
+}
+
 /// A connection to one bucket of a Yutu node.
 #[pyclass(module = "yutu._native", subclass, frozen)]
 pub struct Store {
@@ -107,6 +116,38 @@ impl Store {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
             .ok_or(Error::Closed)
+    }
+
+    /// Stores each `keys[i]` from its span (`_put_spans` says how), without the GIL: the
+    /// outcome, and whether the call ended without the node's answer (the node may still read
+    /// the spans: their objects must be kept, `keep_if`).
+    fn put_spans(
+        &self,
+        py: Python<'_>,
+        keys: &[String],
+        spans_of: &Spans,
+        own: bool,
+        options: &PutOptions,
+    ) -> (PyResult<()>, bool) {
+        let mut unanswered = false;
+        let done = self.run(py, |s| {
+            let Spans {
+                ptrs,
+                sizes,
+                checked,
+                devices,
+            } = spans_of;
+            let spans = spans(&s.registry, ptrs, sizes, checked, devices)?;
+            if own && own_objects(checked, &spans) {
+                let srcs: Vec<&[Span]> = spans.iter().map(std::slice::from_ref).collect();
+                return s
+                    .staging
+                    .put_from_own(&s.kv, &s.bucket, keys, &srcs, options)
+                    .map_err(|e| noted(e, &mut unanswered));
+            }
+            device::put_from(&s.ctx(), keys, &spans, options)
+        });
+        (done, unanswered)
     }
 
     /// Runs `f` on the open session with the GIL released.
@@ -907,19 +948,13 @@ impl Store {
             preferred_node.as_ref(),
             pin.as_ref(),
         )?;
-        let mut unanswered = false;
-        let done = self.run(py, |s| {
-            let devices = devices.unwrap_or_default();
-            let spans = spans(&s.registry, &ptrs, &sizes, &checked, &devices)?;
-            if own && own_objects(&checked, &spans) {
-                let srcs: Vec<&[Span]> = spans.iter().map(std::slice::from_ref).collect();
-                return s
-                    .staging
-                    .put_from_own(&s.kv, &s.bucket, &keys, &srcs, &options)
-                    .map_err(|e| noted(e, &mut unanswered));
-            }
-            device::put_from(&s.ctx(), &keys, &spans, &options)
-        });
+        let spans = Spans {
+            ptrs,
+            sizes,
+            checked,
+            devices: devices.unwrap_or_default(),
+        };
+        let (done, unanswered) = self.put_spans(py, &keys, &spans, own, &options);
         keep_if(unanswered, keep.as_ref());
         done
     }
@@ -963,24 +998,18 @@ impl Store {
             .map(|b| b.as_bytes().as_ptr() as usize)
             .collect();
         let sizes: Vec<u64> = held.iter().map(|b| b.as_bytes().len() as u64).collect();
-        let options = put_options(
-            if_absent,
-            replicas.as_ref(),
-            preferred_node.as_ref(),
-            pin.as_ref(),
-        )?;
+        let (copies, node) = (replicas.as_ref(), preferred_node.as_ref());
+        let options = put_options(if_absent, copies, node, pin.as_ref())?;
         if held.is_empty() {
             return Ok(());
         }
-        let checked = vec![false; ptrs.len()];
-        let mut unanswered = false;
-        let done = self.run(py, |s| {
-            let spans = spans(&s.registry, &ptrs, &sizes, &checked, &[])?;
-            let srcs: Vec<&[Span]> = spans.iter().map(std::slice::from_ref).collect();
-            s.staging
-                .put_from_own(&s.kv, &s.bucket, &keys, &srcs, &options)
-                .map_err(|e| noted(e, &mut unanswered))
-        });
+        let spans = Spans {
+            checked: vec![false; ptrs.len()],
+            ptrs,
+            sizes,
+            devices: Vec::new(),
+        };
+        let (done, unanswered) = self.put_spans(py, &keys, &spans, true, &options);
         for b in &held {
             keep_if(unanswered, Some(b.as_any()));
         }
