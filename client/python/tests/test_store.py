@@ -23,6 +23,18 @@ def pattern(n, seed):
 def test_bytes_round_trip_and_missing_keys(store):
     store.put("a", b"hello")
     store.put_batch(["b", "c"], [bytearray(b"bee"), memoryview(b"sea")])
+    # Values of `bytes` go to the native half as they are; the same answers.
+    store.put_batch(("d", "e"), (b"dee", b"e" * (3 * MIB)))
+    assert store.get_batch(["d", "e"]) == [b"dee", b"e" * (3 * MIB)]
+    store.put_batch(["d", "e"], [b"kept", b"kept"], if_absent=True)
+    assert store.get("d") == b"dee"
+    with pytest.raises(yutu.InvalidArgument):
+        store.put_batch(["f", "g"], [b"f"])
+    with pytest.raises(yutu.InvalidArgument):
+        store.put_batch(["f"], [b"f", b"g"])
+    with pytest.raises(yutu.InvalidArgument):
+        store.put_batch(["f", "g"], [bytearray(b"f")])
+    assert not store.is_exist("f")
     assert store.get("a") == b"hello"
     assert store.get_batch(["a", "nope", "c"]) == [b"hello", None, b"sea"]
     assert store.get_size("b") == 3

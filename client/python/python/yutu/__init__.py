@@ -119,6 +119,10 @@ class Store(_NativeStore):
     def put_batch(self, keys, values, *, if_absent=False, replicas=None, preferred_node=None,
                   pin=None):
         """Stores ``values[i]`` under ``keys[i]``."""
+        values = list(values)
+        if values and all(type(v) is bytes and v for v in values):
+            self._put_bytes(list(keys), values, if_absent, replicas, preferred_node, pin)
+            return
         self.batch_put_from(keys, values, None, if_absent=if_absent, replicas=replicas,
                             preferred_node=preferred_node, pin=pin)
 
