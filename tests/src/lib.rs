@@ -25,6 +25,17 @@ pub use server::{bin_path, Server};
 
 use md5::{Digest, Md5};
 
+/// The arguments of a two-shard node with 256 MiB of DRAM and no NVMe tier (the tenancy and
+/// hostile-client tests' node).
+pub const DRAM_NODE: [&str; 6] = [
+    "--memory",
+    "256MiB",
+    "--shards",
+    "2",
+    "--nvme-capacity",
+    "0",
+];
+
 /// The quoted MD5 ETag S3 gives a single-part object.
 pub fn etag_of(data: &[u8]) -> String {
     format!("\"{}\"", hex::encode(Md5::digest(data)))

@@ -67,14 +67,7 @@ pub fn token_node_with_bucket(
     bucket: &str,
     extra: &[&str],
 ) -> Server {
-    let mut args = vec![
-        "--memory",
-        "256MiB",
-        "--shards",
-        "2",
-        "--nvme-capacity",
-        "0",
-    ];
+    let mut args = crate::DRAM_NODE.to_vec();
     args.extend_from_slice(extra);
     let server = node_with_token_key(kid, secret, &args);
     let auth = format!("Bearer {admin}");

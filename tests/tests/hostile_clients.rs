@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use yutu_tests::server::{rss_of, wait_until};
-use yutu_tests::{pattern, Server};
+use yutu_tests::{pattern, Server, DRAM_NODE};
 
 const MIB: usize = 1 << 20;
 /// `--memory` of the node under attack.
@@ -22,16 +22,9 @@ const OVERHEAD: u64 = 64 << 20;
 
 /// A DRAM-only node of `MEMORY` (default body budget) with this body timeout.
 fn node(body_timeout_secs: &str) -> Server {
-    Server::start(&[
-        "--memory",
-        "256MiB",
-        "--shards",
-        "2",
-        "--nvme-capacity",
-        "0",
-        "--body-timeout-secs",
-        body_timeout_secs,
-    ])
+    let mut args = DRAM_NODE.to_vec();
+    args.extend(["--body-timeout-secs", body_timeout_secs]);
+    Server::start(&args)
 }
 
 /// Sends a PUT with a `len`-byte Content-Length and the first `send` bytes of `body`; returns
